@@ -1,0 +1,135 @@
+// The backend interface: the only place that knows whether work runs on a CPU or a GPU.
+// Studies allocate, fill, copy and time through it; the harness flushes caches through it.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace kvf {
+
+enum class MemKind {
+  device,         // GPU memory (on the CPU backend: ordinary host memory, the "device" of a CPU)
+  pinned_host,    // page-locked host memory (cudaHostAlloc); on the CPU backend: mlock'ed where allowed
+  pageable_host,  // plain malloc'ed host memory
+};
+std::string_view to_string(MemKind k);
+
+struct AllocOptions {
+  bool huge_pages = true;  // host memory: 2 MiB aligned + madvise(MADV_HUGEPAGE) where the OS allows
+  bool mapped = false;     // pinned host: also map into the device address space (zero-copy reads)
+};
+
+// Plain description of one allocation. Ownership lives in BufferHandle.
+struct Buffer {
+  void* ptr = nullptr;           // host-addressable pointer (host kinds, CPU device) or device pointer
+  std::size_t bytes = 0;
+  MemKind kind = MemKind::device;
+  bool huge = false;             // huge pages were granted (CPU: the madvise call succeeded)
+  void* device_alias = nullptr;  // mapped pinned memory: the device-side address
+  template <class T> T* as() const { return static_cast<T*>(ptr); }
+};
+
+// Everything meta.json says about the device. Numbers are 0 / empty when unknown, never guessed.
+struct DeviceInfo {
+  std::string backend;           // "cpu" | "cuda"
+  std::string name;              // CPU model name or GPU name
+  std::string arch;              // "x86_64 avx512" | "sm_90"
+  int compute_units = 0;         // cores or SMs
+  double clock_mhz = 0;          // current/base clock
+  double max_clock_mhz = 0;      // boost / max clock
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t llc_bytes = 0;   // L3 on CPU, L2 on GPU
+  std::string pcie_link;         // "Gen5 x16" where known
+  std::string driver_version;
+  std::string runtime_version;
+  nlohmann::json extra = nlohmann::json::object();  // backend-specific facts (THP mode, ECC, ...)
+  nlohmann::json to_json() const;
+};
+
+// One timed sample. clock_mhz is NaN where the backend cannot read a clock per sample.
+struct Sample {
+  double seconds = 0;
+  double clock_mhz = std::numeric_limits<double>::quiet_NaN();
+  bool throttled = false;
+};
+
+struct TimeOptions {
+  // GPU: enqueue the region behind a blocking kernel so launch overhead is not timed
+  // (the blocking kernel gives up after deadlock_timeout_s and the sample is an error, not a hang).
+  bool hide_launch = true;
+  double deadlock_timeout_s = 10.0;
+  // Time `reps` back-to-back executions of the region and report the per-execution time:
+  // for regions shorter than the timer's resolution.
+  int reps = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual const DeviceInfo& info() const = 0;
+
+  virtual Buffer alloc(std::size_t bytes, MemKind kind, AllocOptions opts = {}) = 0;
+  virtual void release(Buffer& b) noexcept = 0;
+  // Fill with pattern_word(seed, i) for every 8-byte word i (a tail shorter than 8 bytes gets the
+  // low bytes of its word).
+  virtual void fill(const Buffer& b, std::uint64_t seed) = 0;
+  // Copy bytes between any two kinds; complete when it returns.
+  virtual void copy(const Buffer& dst, const Buffer& src, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // Runs `enqueue` (which launches the region's work on the backend's stream, or does it on the CPU)
+  // and returns the elapsed time: CUDA events on GPU, steady_clock on CPU.
+  virtual Sample time_region(const std::function<void()>& enqueue, const TimeOptions& opts = {}) = 0;
+
+  // Evict the data caches (GPU: overwrite >= 2x L2; CPU: write and read >= 2x LLC).
+  virtual void flush_caches() = 0;
+  virtual std::size_t flush_bytes() const = 0;
+};
+
+// RAII owner of a Buffer.
+class BufferHandle {
+ public:
+  BufferHandle() = default;
+  BufferHandle(Backend& be, std::size_t bytes, MemKind kind, AllocOptions opts = {})
+      : be_(&be), buf_(be.alloc(bytes, kind, opts)) {}
+  BufferHandle(BufferHandle&& o) noexcept : be_(o.be_), buf_(o.buf_) { o.buf_ = {}; }
+  BufferHandle& operator=(BufferHandle&& o) noexcept {
+    if (this != &o) { reset(); be_ = o.be_; buf_ = o.buf_; o.buf_ = {}; }
+    return *this;
+  }
+  BufferHandle(const BufferHandle&) = delete;
+  BufferHandle& operator=(const BufferHandle&) = delete;
+  ~BufferHandle() { reset(); }
+  void reset() noexcept { if (be_ && buf_.ptr) be_->release(buf_); buf_ = {}; }
+  const Buffer& get() const { return buf_; }
+  const Buffer* operator->() const { return &buf_; }
+  explicit operator bool() const { return buf_.ptr != nullptr; }
+
+ private:
+  Backend* be_ = nullptr;
+  Buffer buf_{};
+};
+
+// Result of probing for a usable CUDA device (no exception, no crash without a driver).
+struct CudaProbe {
+  bool compiled = false;   // this build has the CUDA backend
+  bool usable = false;     // a device is present and a context could be created
+  std::string error;       // CUDA's own error text when not usable
+};
+CudaProbe probe_cuda();
+
+// choice: "auto" | "cpu" | "cuda". Throws UsageError (exit 2) for an unknown choice or for "cuda"
+// when no usable GPU exists (message carries the CUDA error text and what to do).
+// `note` receives the one line that says what "auto" chose and why.
+std::unique_ptr<Backend> make_backend(std::string_view choice, std::string* note = nullptr);
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace kvf

@@ -1,0 +1,22 @@
+// CUDA-specific access for study code that launches kernels (only in builds with KVF_HAVE_CUDA).
+#pragma once
+#if defined(KVF_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kvf/backend.hpp"
+
+namespace kvf {
+
+// The stream every region of the CUDA backend is timed on. Throws UsageError if `be` is not CUDA.
+cudaStream_t cuda_stream(Backend& be);
+// The device ordinal and properties of the CUDA backend.
+const cudaDeviceProp& cuda_props(Backend& be);
+// Throws std::runtime_error with the CUDA error text and the call site.
+void cuda_check(cudaError_t err, const char* what);
+
+}  // namespace kvf
+
+#define KVF_CUDA_CHECK(expr) ::kvf::cuda_check((expr), #expr)
+#endif

@@ -1,0 +1,27 @@
+// Error types shared by the CLI and the bench binaries.
+// Exit codes are part of the user contract (README "Exit codes"):
+//   0 ok, 1 a gate found a regression / a study failed, 2 bad input or unavailable backend,
+//   3 a verify step failed (GPU output differs from its reference: no timing is trusted).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace kvf {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitVerify = 3;
+
+// Bad flags, sizes, files, or a backend that cannot run here. The message is one line that names the
+// value and what is allowed; callers print "kvf: error: <what()>" and exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// An output that does not match its reference. Stops the study before any timing.
+struct VerifyError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace kvf

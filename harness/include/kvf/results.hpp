@@ -1,0 +1,93 @@
+// The results directory: cases.csv, samples.csv, meta.json (format in README "Results format").
+//
+// cases.csv  fixed columns (kCaseColumns) first, then one column per parameter name seen in any
+//            case of any study written to this directory (empty where a case lacks it).
+// samples.csv study, case, mode, sample, seconds, clock_mhz, throttled
+// meta.json  suite version, git sha, host, command lines, per-study device description and times.
+//
+// Every row is flushed as its case finishes. When a case brings a parameter column the file does not
+// have yet, cases.csv is rewritten with the wider header through a temporary file and rename(2), so
+// an interruption at any moment leaves either the old or the new file, never a torn one.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvf/backend.hpp"
+#include "kvf/csv.hpp"
+#include "kvf/stats.hpp"
+
+namespace kvf {
+
+struct Param {
+  std::string name;
+  std::string value;
+};
+
+inline const std::vector<std::string>& case_columns() {
+  static const std::vector<std::string> cols = {
+      "study", "case", "backend", "device", "mode", "samples", "median_s", "mean_s", "min_s", "max_s",
+      "q1_s", "q3_s", "rel_stdev", "bytes", "flops", "gbps", "tflops", "pct_of_ceiling", "ceiling",
+      "ceiling_value", "verified", "stop_reason", "throttled_samples", "note"};
+  return cols;
+}
+inline const std::vector<std::string>& sample_columns() {
+  static const std::vector<std::string> cols = {"study", "case", "mode", "sample", "seconds", "clock_mhz",
+                                                "throttled"};
+  return cols;
+}
+
+struct CaseRecord {
+  std::string study, case_name, backend, device, mode;  // mode: "cold" | "hot"
+  std::vector<Param> params;
+  Summary summary;
+  double bytes = 0;  // bytes moved per execution of the region (read + written, as the study defines)
+  double flops = 0;  // floating-point operations per execution
+  double gbps = 0, tflops = 0;                 // derived from the median
+  std::optional<double> pct_of_ceiling;        // 100 * rate / ceiling_value
+  std::string ceiling;                         // which ceiling, e.g. "stream:read:cold"
+  std::optional<double> ceiling_value;         // in the same unit as the rate it divides
+  std::string verified;                        // "yes" | "no" | "n/a"
+  std::string stop_reason;
+  int throttled_samples = 0;
+  std::string note;
+};
+
+class ResultsDir {
+ public:
+  // Creates the directory (and meta.json when absent). Throws UsageError if it cannot be created.
+  explicit ResultsDir(std::filesystem::path dir);
+  const std::filesystem::path& path() const { return dir_; }
+
+  void write_case(const CaseRecord& rec, std::span<const Sample> samples);
+  // Read-modify-write of meta.json (atomic through rename).
+  void update_meta(const std::function<void(nlohmann::json&)>& edit);
+
+ private:
+  void ensure_param_columns(const std::vector<Param>& params);
+  std::filesystem::path dir_;
+  std::vector<std::string> case_header_;
+};
+
+// What a figure is stated against: the best `metric` ("gbps" or "tflops") over the rows of cases.csv in
+// `dir` with study == `study`, mode == `mode` and every (param, value) in `match`.
+struct CeilingRef {
+  std::string study;                 // e.g. "stream"
+  std::vector<Param> match;          // e.g. {{"op","read"}}
+  std::string metric = "gbps";
+  std::string label() const;         // "stream:op=read"
+};
+std::optional<double> find_ceiling(const std::filesystem::path& dir, const CeilingRef& ref,
+                                   const std::string& mode);
+
+// Suite identity baked in at configure time.
+const char* suite_version();
+const char* git_sha();
+
+}  // namespace kvf

@@ -1,0 +1,76 @@
+// How a study plugs into the harness. The harness knows no study: a bench binary defines one Study,
+// the Study returns its cases, and bench_main() does the rest (flags, Google Benchmark registration,
+// verify, cold/hot measurement, results, progress).
+//
+//   class StreamStudy : public kvf::Study { ... };
+//   int main(int argc, char** argv) { StreamStudy s; return kvf::bench_main(argc, argv, s); }
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvf/backend.hpp"
+#include "kvf/results.hpp"
+#include "kvf/stats.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace kvf {
+
+struct StudyContext {
+  Backend* backend = nullptr;
+  bool quick = false;  // the `--quick` subset: a handful of cases that finishes in seconds
+};
+
+// One measured case. The harness calls, in order:
+//   setup() once; verify() once (throw VerifyError on mismatch); then for each mode (cold, hot)
+//   run() for warm-up and for every sample (the timed region: enqueue or do exactly the work that is
+//   measured, nothing else); teardown() once.
+// Cold samples are preceded by Backend::flush_caches(); before_sample() runs before every sample,
+// untimed (e.g. to reset an output or re-randomize offsets).
+class Case {
+ public:
+  virtual ~Case() = default;
+
+  std::string name;                 // unique within the study; becomes the "case" column
+  std::vector<Param> params;        // every parameter as its own column
+  double bytes = 0;                 // per execution of run()
+  double flops = 0;                 // per execution of run()
+  std::optional<CeilingRef> ceiling;  // what pct_of_ceiling divides by (absent: not stated)
+  double est_seconds = 0.5;         // for --list and the ETA (setup + verify + both modes)
+  TimeOptions time_opts{};
+  bool cold = true, hot = true;     // which modes make sense for this case
+  std::string note;                 // carried to the "note" column
+
+  virtual void setup(Backend&) {}
+  virtual void verify(Backend&) {}  // default: nothing to verify -> verified = "n/a"
+  virtual bool has_verify() const { return false; }
+  virtual void before_sample(Backend&) {}
+  virtual void run(Backend&) = 0;
+  virtual void teardown(Backend&) {}
+  // Extra figures a study adds to the note after measuring (e.g. "working_set_vs_llc=3.2").
+  virtual std::string after_measure(Backend&, const Summary& /*median of this mode*/, const std::string& /*mode*/) {
+    return {};
+  }
+};
+
+// A case that is listed but cannot run here: written as a row with samples=0 and the reason in
+// "note" (e.g. "skipped: needs 2 GPUs"), never a silent gap.
+std::unique_ptr<Case> skipped_case(std::string name, std::vector<Param> params, std::string reason);
+
+class Study {
+ public:
+  virtual ~Study() = default;
+  virtual std::string name() const = 0;
+  // Study-specific flags (e.g. --size). Validate in cases(): throw UsageError with one clear line.
+  virtual void add_options(CLI::App&) {}
+  // The cases for this backend. Called after flags are parsed and the backend is chosen.
+  virtual std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) = 0;
+};
+
+int bench_main(int argc, char** argv, Study& study);
+
+}  // namespace kvf
