@@ -1,0 +1,732 @@
+// The `cuda` backend: device, pinned and pageable memory, pattern fill, copies, L2 flush, and timing
+// with CUDA events behind a blocking kernel (launch overhead hidden, deadlocks become errors).
+//
+// Timing a region (time_region):
+//   [blocking kernel: spins on a flag in mapped pinned memory]  <- launched first when hide_launch
+//   [start event] [enqueue() x reps] [stop event]               <- queued behind it by the host
+//   host sets the flag -> the queued work runs back to back -> stop is synchronized
+//   [clock kernel: 1 thread, ~10 us, clock64 / globaltimer]     <- untimed, gives Sample::clock_mhz
+// The blocking kernel gives up after TimeOptions::deadlock_timeout_s (read from %globaltimer) and
+// raises a flag; the host then throws instead of hanging.
+//
+// Module loading: every kernel of this file is loaded at construction (cudaFuncGetAttributes), and
+// probe_cuda_impl() sets CUDA_MODULE_LOADING=EAGER unless the environment names a mode, so kernels of
+// other libraries are loaded at context creation and never behind the blocking kernel.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend_impl.hpp"
+#include "kvf/backend.hpp"
+#include "kvf/cuda_backend.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/pattern.hpp"
+
+namespace kvf {
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorName(err) + " (" +
+                           cudaGetErrorString(err) + ")");
+}
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Device code
+// ------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ std::uint64_t globaltimer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Shared between host and device through mapped pinned memory.
+struct BlockFlags {
+  int release;    // host -> device: 1 lets the blocking kernel return
+  int timed_out;  // device -> host: 1 when the blocking kernel gave up waiting
+};
+
+struct ClockReading {
+  unsigned long long cycles;  // clock64 delta
+  unsigned long long ns;      // globaltimer delta
+  int ok;                     // 0: the timer did not advance (no reading)
+};
+
+// One thread. Spins until the host releases it, or until timeout_ns of globaltimer have passed.
+__global__ void blocking_kernel(volatile BlockFlags* flags, unsigned long long timeout_ns) {
+  const std::uint64_t t0 = globaltimer_ns();
+  while (flags->release == 0) {
+    if (globaltimer_ns() - t0 > timeout_ns) {
+      flags->timed_out = 1;
+      __threadfence_system();
+      return;
+    }
+  }
+}
+
+// One thread. Measures the SM clock over `window_ns` of globaltimer. Both ends are taken right
+// after the timer ticks, so the timer's update granularity (32 ns to 1 us) does not bias the
+// ratio; a cycle cap (~1 s at 2 GHz) keeps a stuck timer from hanging the kernel.
+__global__ void clock_kernel(ClockReading* out, unsigned long long window_ns) {
+  const long long cap = 1ll << 31;
+  const long long g0 = clock64();
+  const std::uint64_t before = globaltimer_ns();
+  std::uint64_t t0;
+  do {
+    t0 = globaltimer_ns();
+    if (clock64() - g0 > cap) {
+      out->ok = 0;
+      return;
+    }
+  } while (t0 == before);
+  const long long c0 = clock64();
+  std::uint64_t t1;
+  do {
+    t1 = globaltimer_ns();
+  } while (t1 - t0 < window_ns && clock64() - g0 < cap);
+  const long long c1 = clock64();
+  out->cycles = static_cast<unsigned long long>(c1 - c0);
+  out->ns = t1 - t0;
+  out->ok = (t1 - t0 >= window_ns) ? 1 : 0;
+}
+
+// pattern_word(seed, first_word + i) into every aligned 8-byte word.
+__global__ void fill_words_kernel(std::uint64_t* __restrict__ p, std::size_t n, std::uint64_t seed) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    p[i] = pattern_word(seed, i);
+}
+
+// Byte j of the buffer (counting from byte `first` of the pattern) gets byte (j % 8) of word j / 8:
+// the little-endian image of the word stream, for unaligned buffers and the tail.
+__global__ void fill_bytes_kernel(unsigned char* __restrict__ p, std::size_t first, std::size_t n,
+                                  std::uint64_t seed) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::size_t j = first + i;
+    p[i] = static_cast<unsigned char>(pattern_word(seed, j / 8) >> (8 * (j % 8)));
+  }
+}
+
+__global__ void flush_write_kernel(ulonglong2* __restrict__ p, std::size_t n, unsigned long long v) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    p[i] = make_ulonglong2(v ^ i, v + i);
+}
+
+// Reads the flush buffer back so L2 is left holding clean lines: without it the dirty lines of the
+// write pass would be written back to HBM during the next (timed) cold sample.
+__global__ void flush_read_kernel(const ulonglong2* __restrict__ p, std::size_t n, unsigned long long never,
+                                  unsigned long long* sink) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  unsigned long long acc = 0;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const ulonglong2 v = p[i];
+    acc ^= v.x ^ v.y;
+  }
+  if (acc == never) *sink = acc;  // keeps the loads; `never` is a value the buffer cannot fold to
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host helpers
+// ------------------------------------------------------------------------------------------------
+
+std::string version_string(int v) {  // 13000 -> "13.0", 12080 -> "12.8"
+  if (v <= 0) return {};
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string bytes_text(std::size_t b) {
+  char buf[64];
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%zu bytes (%.2f GiB)", b, static_cast<double>(b) / (1ull << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%zu bytes (%.2f MiB)", b, static_cast<double>(b) / (1ull << 20));
+  return buf;
+}
+
+// pattern_word(seed, i) into word i of a host buffer (any alignment), split over threads.
+void host_fill(void* ptr, std::size_t bytes, std::uint64_t seed) {
+  auto* p = static_cast<unsigned char*>(ptr);
+  const std::size_t nwords = bytes / 8;
+  const std::size_t per_thread_min = std::size_t{8} << 20 >> 3;  // 8 MiB of words
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t nt = std::clamp<std::size_t>(nwords / per_thread_min, 1, hw);
+  auto work = [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) {
+      const std::uint64_t w = pattern_word(seed, i);
+      std::memcpy(p + 8 * i, &w, 8);
+    }
+  };
+  if (nt == 1) {
+    work(0, nwords);
+  } else {
+    std::vector<std::thread> ts;
+    ts.reserve(nt);
+    for (std::size_t t = 0; t < nt; ++t) ts.emplace_back(work, nwords * t / nt, nwords * (t + 1) / nt);
+    for (auto& t : ts) t.join();
+  }
+  if (const std::size_t tail = bytes % 8) {
+    const std::uint64_t w = pattern_word(seed, nwords);
+    std::memcpy(p + 8 * nwords, &w, tail);  // the low bytes on a little-endian host
+  }
+}
+
+std::string pcie_gen_from_speed(const std::string& speed) {  // "32.0 GT/s PCIe" -> "Gen5"
+  const double gts = std::atof(speed.c_str());
+  if (gts <= 0) return {};
+  struct G { double gts; const char* gen; };
+  static constexpr G table[] = {{2.5, "Gen1"}, {5, "Gen2"}, {8, "Gen3"}, {16, "Gen4"}, {32, "Gen5"}, {64, "Gen6"}};
+  for (const auto& g : table)
+    if (std::fabs(gts - g.gts) < 0.01) return g.gen;
+  return {};
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!in || !std::getline(in, s)) return {};
+  return s;
+}
+
+// NVML, loaded at run time when the driver provides it. Declarations follow nvml.h (not shipped in
+// this toolkit); only calls whose ABI has been stable since NVML 10 are used.
+class Nvml {
+ public:
+  using Device = void*;
+  Nvml() {
+    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) return;
+    init_ = sym<int (*)()>("nvmlInit_v2");
+    shutdown_ = sym<int (*)()>("nvmlShutdown");
+    if (!init_ || !shutdown_ || init_() != 0) {
+      ::dlclose(lib_);
+      lib_ = nullptr;
+      return;
+    }
+    by_bus_ = sym<int (*)(const char*, Device*)>("nvmlDeviceGetHandleByPciBusId_v2");
+    clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetClockInfo");
+    max_clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetMaxClockInfo");
+    app_clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetApplicationsClock");
+    link_gen_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetCurrPcieLinkGeneration");
+    link_width_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetCurrPcieLinkWidth");
+    max_link_gen_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkGeneration");
+    max_link_width_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkWidth");
+    driver_ = sym<int (*)(char*, unsigned)>("nvmlSystemGetDriverVersion");
+  }
+  ~Nvml() {
+    if (lib_) {
+      shutdown_();
+      ::dlclose(lib_);
+    }
+  }
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  bool ok() const { return lib_ != nullptr; }
+  Device device(const std::string& bus_id) const {
+    Device d = nullptr;
+    return (by_bus_ && by_bus_(bus_id.c_str(), &d) == 0) ? d : nullptr;
+  }
+  static constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+  unsigned clock(Device d, int which) const { return call(clock_, d, which); }
+  unsigned max_clock(Device d, int which) const { return call(max_clock_, d, which); }
+  unsigned app_clock(Device d, int which) const { return call(app_clock_, d, which); }
+  unsigned link_gen(Device d) const { return call1(link_gen_, d); }
+  unsigned link_width(Device d) const { return call1(link_width_, d); }
+  unsigned max_link_gen(Device d) const { return call1(max_link_gen_, d); }
+  unsigned max_link_width(Device d) const { return call1(max_link_width_, d); }
+  std::string driver_version() const {
+    char buf[96] = {};
+    return (driver_ && driver_(buf, sizeof buf) == 0) ? std::string(buf) : std::string();
+  }
+
+ private:
+  template <class F> F sym(const char* name) { return reinterpret_cast<F>(::dlsym(lib_, name)); }
+  static unsigned call(int (*f)(Device, int, unsigned*), Device d, int which) {
+    unsigned v = 0;
+    return (f && d && f(d, which, &v) == 0) ? v : 0;
+  }
+  static unsigned call1(int (*f)(Device, unsigned*), Device d) {
+    unsigned v = 0;
+    return (f && d && f(d, &v) == 0) ? v : 0;
+  }
+  void* lib_ = nullptr;
+  int (*init_)() = nullptr;
+  int (*shutdown_)() = nullptr;
+  int (*by_bus_)(const char*, Device*) = nullptr;
+  int (*clock_)(Device, int, unsigned*) = nullptr;
+  int (*max_clock_)(Device, int, unsigned*) = nullptr;
+  int (*app_clock_)(Device, int, unsigned*) = nullptr;
+  int (*link_gen_)(Device, unsigned*) = nullptr;
+  int (*link_width_)(Device, unsigned*) = nullptr;
+  int (*max_link_gen_)(Device, unsigned*) = nullptr;
+  int (*max_link_width_)(Device, unsigned*) = nullptr;
+  int (*driver_)(char*, unsigned) = nullptr;
+};
+
+constexpr int kThreads = 256;
+constexpr unsigned long long kClockWindowNs = 10'000;
+
+// ------------------------------------------------------------------------------------------------
+// The backend
+// ------------------------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : dev_(device) {
+    try {
+      init();
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  ~CudaBackend() override { destroy(); }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  const DeviceInfo& info() const override { return info_; }
+  cudaStream_t stream() const { return stream_; }
+  const cudaDeviceProp& props() const { return props_; }
+
+  Buffer alloc(std::size_t bytes, MemKind kind, AllocOptions opts) override {
+    if (bytes == 0) throw UsageError("allocation of 0 bytes: sizes must be positive");
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    Buffer b;
+    b.bytes = bytes;
+    b.kind = kind;
+    switch (kind) {
+      case MemKind::device: {
+        const cudaError_t err = cudaMalloc(&b.ptr, bytes);
+        if (err == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();
+          std::size_t free_b = 0, total_b = 0;
+          (void)cudaMemGetInfo(&free_b, &total_b);
+          (void)cudaGetLastError();
+          throw UsageError("cannot allocate " + bytes_text(bytes) + " of device memory on " + info_.name +
+                           ": " + bytes_text(free_b) + " free of " + bytes_text(total_b));
+        }
+        cuda_check(err, "cudaMalloc");
+        break;
+      }
+      case MemKind::pinned_host: {
+        const unsigned flags = cudaHostAllocPortable | (opts.mapped ? cudaHostAllocMapped : 0u);
+        const cudaError_t err = cudaHostAlloc(&b.ptr, bytes, flags);
+        if (err == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();
+          throw UsageError("cannot allocate " + bytes_text(bytes) +
+                           " of pinned host memory (cudaHostAlloc: out of memory; check ulimit -l and free RAM)");
+        }
+        cuda_check(err, "cudaHostAlloc");
+        if (opts.mapped) {
+          const cudaError_t e2 = cudaHostGetDevicePointer(&b.device_alias, b.ptr, 0);
+          if (e2 != cudaSuccess) {
+            (void)cudaFreeHost(b.ptr);
+            cuda_check(e2, "cudaHostGetDevicePointer");
+          }
+        }
+        break;
+      }
+      case MemKind::pageable_host: {
+        bool advised = false;
+        b.ptr = host_alloc(bytes, opts.huge_pages, &advised);
+        b.huge = opts.huge_pages && advised;
+        break;
+      }
+    }
+    return b;
+  }
+
+  void release(Buffer& b) noexcept override {
+    if (b.ptr) {
+      (void)cudaSetDevice(dev_);
+      switch (b.kind) {
+        case MemKind::device: (void)cudaFree(b.ptr); break;
+        case MemKind::pinned_host: (void)cudaFreeHost(b.ptr); break;
+        case MemKind::pageable_host: host_free(b.ptr, b.bytes); break;
+      }
+      (void)cudaGetLastError();
+    }
+    b = Buffer{};
+  }
+
+  void fill(const Buffer& b, std::uint64_t seed) override {
+    if (!b.ptr || b.bytes == 0) return;
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    if (b.kind != MemKind::device) {
+      KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no GPU work may still be using it
+      host_fill(b.ptr, b.bytes, seed);
+      return;
+    }
+    const auto addr = reinterpret_cast<std::uintptr_t>(b.ptr);
+    if (addr % 8 == 0) {
+      const std::size_t nwords = b.bytes / 8;
+      if (nwords) {
+        fill_words_kernel<<<grid_for(nwords), kThreads, 0, stream_>>>(static_cast<std::uint64_t*>(b.ptr), nwords,
+                                                                       seed);
+        KVF_CUDA_CHECK(cudaGetLastError());
+      }
+      if (const std::size_t tail = b.bytes % 8) {
+        fill_bytes_kernel<<<1, 32, 0, stream_>>>(static_cast<unsigned char*>(b.ptr) + 8 * nwords, 8 * nwords, tail,
+                                                 seed);
+        KVF_CUDA_CHECK(cudaGetLastError());
+      }
+    } else {
+      fill_bytes_kernel<<<grid_for(b.bytes), kThreads, 0, stream_>>>(static_cast<unsigned char*>(b.ptr), 0, b.bytes,
+                                                                      seed);
+      KVF_CUDA_CHECK(cudaGetLastError());
+    }
+    KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void copy(const Buffer& dst, const Buffer& src, std::size_t bytes) override {
+    if (bytes > dst.bytes || bytes > src.bytes)
+      throw UsageError("copy of " + std::to_string(bytes) + " bytes: larger than the destination (" +
+                       std::to_string(dst.bytes) + ") or the source (" + std::to_string(src.bytes) + ")");
+    if (bytes == 0) return;
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    KVF_CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDefault, stream_));
+    KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void synchronize() override { KVF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  Sample time_region(const std::function<void()>& enqueue, const TimeOptions& opts) override {
+    const int reps = std::max(1, opts.reps);
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    // Nothing of ours may still be queued: a blocking kernel from an earlier call must have returned
+    // before its flags are reset.
+    KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+    bool blocked = false;
+    // Releases the blocking kernel on every path out of this function, exceptions included.
+    struct Release {
+      CudaBackend* self;
+      bool* blocked;
+      ~Release() {
+        if (*blocked) {
+          self->release_blocking_kernel();
+          (void)cudaStreamSynchronize(self->stream_);
+          (void)cudaGetLastError();
+        }
+      }
+    } guard{this, &blocked};
+
+    if (opts.hide_launch) {
+      if (!(opts.deadlock_timeout_s > 0))
+        throw UsageError("deadlock_timeout_s " + std::to_string(opts.deadlock_timeout_s) + ": must be positive");
+      flags_->release = 0;
+      flags_->timed_out = 0;
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const auto timeout_ns = static_cast<unsigned long long>(std::min(opts.deadlock_timeout_s, 3600.0) * 1e9);
+      blocking_kernel<<<1, 1, 0, stream_>>>(flags_dev_, timeout_ns);
+      KVF_CUDA_CHECK(cudaGetLastError());
+      blocked = true;
+    }
+    KVF_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    for (int r = 0; r < reps; ++r) enqueue();
+    cuda_check(cudaGetLastError(), "the timed region (a launch inside enqueue())");
+    KVF_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    if (blocked) {
+      release_blocking_kernel();
+      blocked = false;
+    }
+    KVF_CUDA_CHECK(cudaEventSynchronize(stop_));
+    if (opts.hide_launch && flags_->timed_out) {
+      char msg[512];
+      std::snprintf(msg, sizeof msg,
+                    "blocking kernel timed out after %g s: the host could not finish enqueueing the region "
+                    "while the stream was held (a synchronizing call inside enqueue(), a kernel module loaded "
+                    "lazily, or more launches than the launch queue holds with reps=%d); fix the region or "
+                    "time it with hide_launch=false",
+                    opts.deadlock_timeout_s, reps);
+      throw std::runtime_error(msg);
+    }
+    float ms = 0;
+    KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    Sample s;
+    s.seconds = static_cast<double>(ms) * 1e-3 / reps;
+    s.clock_mhz = read_sm_clock_mhz();
+    return s;
+  }
+
+  void flush_caches() override {
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    const std::size_t n = flush_bytes_ / sizeof(ulonglong2);
+    ++flush_count_;
+    flush_write_kernel<<<grid_for(n), kThreads, 0, stream_>>>(static_cast<ulonglong2*>(flush_buf_), n,
+                                                               0x5DEECE66Dull * flush_count_);
+    KVF_CUDA_CHECK(cudaGetLastError());
+    // x ^ i ^ (x + i) over all i never folds to this value in practice; any value works as long as the
+    // compiler cannot prove the branch dead.
+    flush_read_kernel<<<grid_for(n), kThreads, 0, stream_>>>(static_cast<const ulonglong2*>(flush_buf_), n,
+                                                              0xFEEDFACECAFEBEEFull ^ flush_count_, flush_sink_);
+    KVF_CUDA_CHECK(cudaGetLastError());
+    KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  std::size_t flush_bytes() const override { return flush_bytes_; }
+
+ private:
+  void init() {
+    int count = 0;
+    const cudaError_t cerr = cudaGetDeviceCount(&count);
+    if (cerr != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw UsageError(std::string("no usable CUDA device: ") + cudaGetErrorName(cerr) + ": " +
+                       cudaGetErrorString(cerr));
+    }
+    if (dev_ < 0 || dev_ >= count)
+      throw UsageError("CUDA device " + std::to_string(dev_) + ": this machine has " + std::to_string(count) +
+                       " (valid: 0.." + std::to_string(count - 1) + ")");
+    KVF_CUDA_CHECK(cudaSetDevice(dev_));
+    KVF_CUDA_CHECK(cudaGetDeviceProperties(&props_, dev_));
+    if (!props_.canMapHostMemory)
+      throw UsageError(std::string(props_.name) + " cannot map host memory, which the blocking kernel needs");
+    KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    KVF_CUDA_CHECK(cudaEventCreate(&start_));
+    KVF_CUDA_CHECK(cudaEventCreate(&stop_));
+
+    // Host <-> device flags and the clock reading live in one mapped pinned page.
+    KVF_CUDA_CHECK(cudaHostAlloc(&host_page_, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(host_page_, 0, 4096);
+    void* dev_page = nullptr;
+    KVF_CUDA_CHECK(cudaHostGetDevicePointer(&dev_page, host_page_, 0));
+    flags_ = static_cast<volatile BlockFlags*>(host_page_);
+    flags_dev_ = static_cast<volatile BlockFlags*>(dev_page);
+    clock_ = reinterpret_cast<volatile ClockReading*>(static_cast<char*>(host_page_) + 256);
+    clock_dev_ = reinterpret_cast<ClockReading*>(static_cast<char*>(dev_page) + 256);
+
+    // Load every kernel of this file now: nothing may be loaded behind the blocking kernel.
+    cudaFuncAttributes fa{};
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, blocking_kernel));
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, clock_kernel));
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, fill_words_kernel));
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, fill_bytes_kernel));
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, flush_write_kernel));
+    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, flush_read_kernel));
+
+    // Flush buffer: at least 2x L2, whole 2 MiB pages.
+    int l2 = 0;
+    KVF_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev_));
+    const std::size_t want = l2 > 0 ? 2 * static_cast<std::size_t>(l2) : std::size_t{256} << 20;
+    flush_bytes_ = (want + kHugePage - 1) / kHugePage * kHugePage;
+    KVF_CUDA_CHECK(cudaMalloc(&flush_buf_, flush_bytes_));
+    KVF_CUDA_CHECK(cudaMalloc(&flush_sink_, sizeof(unsigned long long)));
+
+    describe(l2);
+    // One untimed pass of each helper so the first sample does not pay for first use.
+    flush_caches();
+    (void)read_sm_clock_mhz();
+  }
+
+  void destroy() noexcept {
+    if (stream_) (void)cudaStreamSynchronize(stream_);
+    if (flush_buf_) (void)cudaFree(flush_buf_);
+    if (flush_sink_) (void)cudaFree(flush_sink_);
+    if (host_page_) (void)cudaFreeHost(host_page_);
+    if (start_) (void)cudaEventDestroy(start_);
+    if (stop_) (void)cudaEventDestroy(stop_);
+    if (stream_) (void)cudaStreamDestroy(stream_);
+    flush_buf_ = nullptr;
+    flush_sink_ = nullptr;
+    host_page_ = nullptr;
+    start_ = stop_ = nullptr;
+    stream_ = nullptr;
+    (void)cudaGetLastError();
+  }
+
+  void release_blocking_kernel() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    flags_->release = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+  // SM clock of one SM right now, in MHz (NaN when the timer gave no reading).
+  double read_sm_clock_mhz() {
+    clock_->ok = 0;
+    clock_kernel<<<1, 1, 0, stream_>>>(clock_dev_, kClockWindowNs);
+    KVF_CUDA_CHECK(cudaGetLastError());
+    KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!clock_->ok || clock_->ns == 0) return std::numeric_limits<double>::quiet_NaN();
+    return static_cast<double>(clock_->cycles) * 1e3 / static_cast<double>(clock_->ns);
+  }
+
+  unsigned grid_for(std::size_t items) const {
+    const std::size_t full = static_cast<std::size_t>(std::max(1, props_.multiProcessorCount)) * 4;
+    const std::size_t need = (items + kThreads - 1) / kThreads;
+    return static_cast<unsigned>(std::max<std::size_t>(1, std::min(full, need)));
+  }
+
+  void describe(int l2) {
+    DeviceInfo& d = info_;
+    d.backend = "cuda";
+    d.name = props_.name;
+    d.arch = "sm_" + std::to_string(props_.major) + std::to_string(props_.minor);
+    d.compute_units = props_.multiProcessorCount;
+    d.memory_bytes = props_.totalGlobalMem;
+    d.llc_bytes = l2 > 0 ? static_cast<std::uint64_t>(l2) : 0;
+    auto attr = [&](cudaDeviceAttr a) {
+      int v = 0;
+      if (cudaDeviceGetAttribute(&v, a, dev_) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+      }
+      return v;
+    };
+    // cudaDevAttrClockRate: the peak SM clock in kHz (cudaDeviceProp::clockRate is gone in CUDA 13).
+    if (const int khz = attr(cudaDevAttrClockRate); khz > 0) d.max_clock_mhz = khz / 1000.0;
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    (void)cudaGetLastError();
+    d.runtime_version = version_string(rt);
+
+    auto& x = d.extra;
+    x["device_ordinal"] = dev_;
+    x["compute_capability"] = std::to_string(props_.major) + "." + std::to_string(props_.minor);
+    x["ecc"] = props_.ECCEnabled != 0;
+    x["memory_bus_width_bits"] = props_.memoryBusWidth;
+    if (const int mkhz = attr(cudaDevAttrMemoryClockRate); mkhz > 0) x["memory_clock_mhz"] = mkhz / 1000.0;
+    switch (attr(cudaDevAttrComputeMode)) {
+      case cudaComputeModeDefault: x["compute_mode"] = "default"; break;
+      case cudaComputeModeProhibited: x["compute_mode"] = "prohibited"; break;
+      case cudaComputeModeExclusiveProcess: x["compute_mode"] = "exclusive_process"; break;
+      default: x["compute_mode"] = "unknown"; break;
+    }
+    x["max_threads_per_sm"] = props_.maxThreadsPerMultiProcessor;
+    x["shared_mem_per_sm_bytes"] = props_.sharedMemPerMultiprocessor;
+    x["l2_persisting_max_bytes"] = props_.persistingL2CacheMaxSize;
+    x["async_copy_engines"] = props_.asyncEngineCount;
+    x["cuda_driver_api"] = version_string(drv);
+    x["flush_bytes"] = flush_bytes_;
+    const char* ml = std::getenv("CUDA_MODULE_LOADING");
+    x["cuda_module_loading"] = ml ? ml : "unset (driver default: lazy)";
+
+    char bus[32] = {};
+    std::string bus_id;
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev_) == cudaSuccess) {
+      bus_id = bus;
+      for (auto& c : bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      x["pci_bus_id"] = bus_id;
+    }
+    (void)cudaGetLastError();
+
+    Nvml nvml;
+    x["nvml"] = nvml.ok();
+    Nvml::Device h = (nvml.ok() && !bus_id.empty()) ? nvml.device(bus_id) : nullptr;
+    if (h) {
+      // clock_mhz: the applications (target) SM clock; the instantaneous clock of an idle GPU says
+      // nothing about the clock under load, so it goes to extra only.
+      if (const unsigned app = nvml.app_clock(h, Nvml::kClockSm)) d.clock_mhz = app;
+      if (const unsigned now = nvml.clock(h, Nvml::kClockSm)) x["sm_clock_at_start_mhz"] = now;
+      if (const unsigned mx = nvml.max_clock(h, Nvml::kClockSm)) {
+        x["sm_clock_max_nvml_mhz"] = mx;
+        if (d.max_clock_mhz == 0) d.max_clock_mhz = mx;
+      }
+      const unsigned gen = nvml.link_gen(h), width = nvml.link_width(h);
+      if (gen && width) d.pcie_link = "Gen" + std::to_string(gen) + " x" + std::to_string(width);
+      const unsigned mgen = nvml.max_link_gen(h), mwidth = nvml.max_link_width(h);
+      if (mgen && mwidth) x["pcie_link_max"] = "Gen" + std::to_string(mgen) + " x" + std::to_string(mwidth);
+    }
+    if (d.pcie_link.empty() && !bus_id.empty()) {
+      const std::string base = "/sys/bus/pci/devices/" + bus_id + "/";
+      const std::string gen = pcie_gen_from_speed(read_line(base + "current_link_speed"));
+      const std::string width = read_line(base + "current_link_width");
+      if (!gen.empty() && !width.empty() && std::atoi(width.c_str()) > 0)
+        d.pcie_link = gen + " x" + std::to_string(std::atoi(width.c_str()));
+      const std::string mgen = pcie_gen_from_speed(read_line(base + "max_link_speed"));
+      const std::string mwidth = read_line(base + "max_link_width");
+      if (!mgen.empty() && !mwidth.empty() && std::atoi(mwidth.c_str()) > 0 && !x.contains("pcie_link_max"))
+        x["pcie_link_max"] = mgen + " x" + std::to_string(std::atoi(mwidth.c_str()));
+    }
+    const std::string nvml_driver = nvml.ok() ? nvml.driver_version() : std::string();
+    d.driver_version = !nvml_driver.empty() ? nvml_driver : version_string(drv);
+  }
+
+  int dev_ = 0;
+  cudaDeviceProp props_{};
+  DeviceInfo info_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  void* host_page_ = nullptr;
+  volatile BlockFlags* flags_ = nullptr;
+  volatile BlockFlags* flags_dev_ = nullptr;
+  volatile ClockReading* clock_ = nullptr;
+  ClockReading* clock_dev_ = nullptr;
+  void* flush_buf_ = nullptr;
+  unsigned long long* flush_sink_ = nullptr;
+  std::size_t flush_bytes_ = 0;
+  unsigned long long flush_count_ = 0;
+};
+
+CudaBackend& as_cuda(Backend& be) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  if (!c) throw UsageError("backend '" + be.name() + "' is not the CUDA backend (this code needs --backend cuda)");
+  return *c;
+}
+
+}  // namespace
+
+cudaStream_t cuda_stream(Backend& be) { return as_cuda(be).stream(); }
+const cudaDeviceProp& cuda_props(Backend& be) { return as_cuda(be).props(); }
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+CudaProbe probe_cuda_impl() {
+  CudaProbe p;
+  p.compiled = true;
+  try {
+    // Must precede the first CUDA call of the process to take effect; an explicit setting wins.
+    ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      p.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+      return p;
+    }
+    if (n <= 0) {
+      p.error = "cudaGetDeviceCount found no CUDA device";
+      return p;
+    }
+    err = cudaSetDevice(0);
+    if (err == cudaSuccess) err = cudaFree(nullptr);  // creates the primary context
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      p.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+      return p;
+    }
+    p.usable = true;
+  } catch (const std::exception& e) {
+    p.usable = false;
+    p.error = e.what();
+  } catch (...) {
+    p.usable = false;
+    p.error = "unknown error while probing CUDA";
+  }
+  return p;
+}
+
+}  // namespace kvf

@@ -1,0 +1,27 @@
+// Private to the harness: the entry points of the CUDA backend (harness/cuda/cuda_backend.cu) that
+// backend_select.cpp calls under #if KVF_HAVE_CUDA. Study code uses kvf/cuda_backend.hpp instead.
+#pragma once
+#if defined(KVF_HAVE_CUDA)
+#include <memory>
+
+#include "kvf/backend.hpp"
+
+namespace kvf {
+
+// Never throws, never hangs without a driver: usable=false with CUDA's own error text
+// ("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version").
+// Unless the environment already names one, it sets CUDA_MODULE_LOADING=EAGER before CUDA starts,
+// so no kernel module is loaded while the blocking kernel holds the stream (lazy loading waits for
+// the device to go idle and deadlocks behind it; NVIDIA/nvbench#136). Call it before any other CUDA call.
+CudaProbe probe_cuda_impl();
+
+// The CUDA backend on `device`. Throws UsageError when the device does not exist or cannot be used
+// (the message carries CUDA's error text), std::runtime_error for a CUDA failure during setup.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace kvf
+
+// Also reachable unqualified from outside namespace kvf.
+using kvf::make_cuda_backend;
+using kvf::probe_cuda_impl;
+#endif
