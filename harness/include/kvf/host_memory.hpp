@@ -1,0 +1,26 @@
+// Host memory with or without transparent huge pages, and a way to check what the kernel granted.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace kvf {
+
+inline constexpr std::size_t kHugePage = 2u << 20;
+
+// mmap'ed, 2 MiB aligned, length rounded up to 2 MiB. huge=true: madvise(MADV_HUGEPAGE);
+// huge=false: madvise(MADV_NOHUGEPAGE) so the TLB comparison is clean. *advised tells whether the
+// madvise call succeeded. Throws UsageError naming the size when the memory cannot be had.
+void* host_alloc(std::size_t bytes, bool huge, bool* advised = nullptr);
+void host_free(void* p, std::size_t bytes) noexcept;
+
+// Bytes of [p, p+bytes) backed by huge pages now (AnonHugePages of the mapping in /proc/self/smaps,
+// touched memory only); -1 when it cannot be read.
+long long huge_backed_bytes(const void* p, std::size_t bytes);
+// "always" | "madvise" | "never" | "unknown" (from /sys/kernel/mm/transparent_hugepage/enabled).
+std::string thp_mode();
+
+// Physical memory and LLC size of this machine (0 when unknown).
+std::size_t host_memory_bytes();
+std::size_t host_llc_bytes();
+
+}  // namespace kvf

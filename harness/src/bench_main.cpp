@@ -1,0 +1,445 @@
+// bench_main: everything a bench binary does besides defining its cases.
+//
+// Google Benchmark drives the run: one registered benchmark per (case, mode), manual time, one
+// iteration whose time is the median of our own samples (so --benchmark_out JSON carries medians
+// for compare.py). Our measurement loop (measure.hpp) takes the samples; KvfReporter, a pluggable
+// Google Benchmark reporter, writes each finished case to the results directory and then lets the
+// console reporter print it.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "kvf/errors.hpp"
+#include "kvf/measure.hpp"
+#include "kvf/nvtx.hpp"
+#include "kvf/results.hpp"
+#include "kvf/study.hpp"
+
+namespace kvf {
+
+namespace {
+
+class SkippedCase final : public Case {
+ public:
+  std::string reason;
+  void run(Backend&) override {}
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string default_out_dir(const std::string& study) {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  return "results/runs/" + std::string(buf) + "-" + study;
+}
+
+std::string os_name() {
+  std::ifstream in("/etc/os-release");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("PRETTY_NAME=", 0) == 0) {
+      auto v = line.substr(12);
+      v.erase(std::remove(v.begin(), v.end(), '"'), v.end());
+      return v;
+    }
+  return "unknown";
+}
+
+std::string join_args(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    if (i) s.push_back(' ');
+    s += argv[i];
+  }
+  return s;
+}
+
+std::string fmt_eta(double s) {
+  if (!std::isfinite(s) || s < 0) s = 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02d:%02d", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+int repetitions_flag(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strncmp(a, "--benchmark_repetitions=", 24) == 0) return std::max(1, std::atoi(a + 24));
+  }
+  return 1;
+}
+
+struct Pending {
+  CaseRecord rec;
+  std::vector<Sample> samples;
+};
+
+// Writes finished cases (rows are flushed as each case ends), then prints through the console reporter.
+class KvfReporter final : public benchmark::ConsoleReporter {
+ public:
+  KvfReporter(ResultsDir& dir, std::map<std::string, std::vector<Pending>>& pending)
+      : ConsoleReporter(isatty(1) ? OO_ColorTabular : OO_Tabular), dir_(dir), pending_(pending) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      if (r.run_type != Run::RT_Iteration) continue;
+      flush(r.run_name.function_name);  // the registered name, without "/iterations:1/manual_time"
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void flush(const std::string& name) {
+    auto it = pending_.find(name);
+    if (it == pending_.end()) return;
+    for (auto& p : it->second) dir_.write_case(p.rec, p.samples);
+    pending_.erase(it);
+  }
+  void flush_all() {
+    while (!pending_.empty()) flush(pending_.begin()->first);
+  }
+
+ private:
+  ResultsDir& dir_;
+  std::map<std::string, std::vector<Pending>>& pending_;
+};
+
+}  // namespace
+
+std::unique_ptr<Case> skipped_case(std::string name, std::vector<Param> params, std::string reason) {
+  auto c = std::make_unique<SkippedCase>();
+  c->name = std::move(name);
+  c->params = std::move(params);
+  c->reason = std::move(reason);
+  c->est_seconds = 0;
+  return c;
+}
+
+int bench_main(int argc, char** argv, Study& study) {
+  const std::string prog = "bench_" + study.name();
+  const std::string command = join_args(argc, argv);
+
+  std::string out_dir, backend_choice = "auto", case_filter, list_format;
+  bool quick = false, no_cold = false, no_hot = false;
+  double noise_pct = 1.0;
+  MeasureConfig cfg;
+  CLI::App app{prog + ": the " + study.name() +
+               " study of kvfrontier. Google Benchmark flags (--benchmark_filter, --benchmark_out=FILE "
+               "--benchmark_out_format=json, --benchmark_repetitions) are accepted too."};
+  app.add_option("--out", out_dir, "results directory; created, rows appended (default results/runs/<utc>-<study>)");
+  app.add_option("--backend", backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)");
+  app.add_flag("--quick", quick, "the quick subset: a few cases, seconds");
+  app.add_option("--list", list_format, "print the cases (text or json) with estimated seconds and exit")
+      ->expected(0, 1)
+      ->default_str("text");
+  app.add_option("--case-filter", case_filter, "only cases whose name matches this regular expression");
+  app.add_option("--warmup", cfg.warmup, "untimed executions before each mode's samples (default 2)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--min-samples", cfg.stop.min_samples, "samples per mode at least (default 5)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--max-samples", cfg.stop.max_samples, "samples per mode at most (default 1000)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--noise", noise_pct,
+                 "stop when the relative standard error of the mean is at most this, percent (default 1)")
+      ->check(CLI::Range(0.001, 100.0));
+  app.add_option("--budget", cfg.stop.budget_s, "seconds of samples per case and mode at most (default 0.5)")
+      ->check(CLI::Range(0.001, 3600.0));
+  app.add_flag("--no-cold", no_cold, "skip cold samples (caches flushed before each)");
+  app.add_flag("--no-hot", no_hot, "skip hot samples");
+  study.add_options(app);
+
+  // Our help first: Google Benchmark would print only its own.
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("%s", app.help().c_str());
+      return kExitOk;
+    }
+
+  const int reps = repetitions_flag(argc, argv);
+  benchmark::Initialize(&argc, argv);  // takes --benchmark_* flags out of argv
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", prog.c_str(), e.what(), prog.c_str());
+    return kExitUsage;
+  }
+  if (cfg.stop.min_samples > cfg.stop.max_samples) {
+    std::fprintf(stderr, "%s: error: --min-samples %d exceeds --max-samples %d\n", prog.c_str(),
+                 cfg.stop.min_samples, cfg.stop.max_samples);
+    return kExitUsage;
+  }
+  if (no_cold && no_hot) {
+    std::fprintf(stderr, "%s: error: --no-cold and --no-hot together leave nothing to measure\n", prog.c_str());
+    return kExitUsage;
+  }
+  const bool listing = app.count("--list") > 0;
+  if (listing && list_format.empty()) list_format = "text";
+  if (listing && list_format != "text" && list_format != "json") {
+    std::fprintf(stderr, "%s: error: --list %s: allowed formats are text and json\n", prog.c_str(), list_format.c_str());
+    return kExitUsage;
+  }
+  cfg.stop.target_rel_error = noise_pct / 100.0;
+
+  std::unique_ptr<Backend> be;
+  std::vector<std::unique_ptr<Case>> cases;
+  try {
+    std::string note;
+    be = make_backend(backend_choice, &note);
+    std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
+    StudyContext ctx{be.get(), quick};
+    cases = study.cases(ctx);
+    if (!case_filter.empty()) {
+      std::regex re;
+      try {
+        re = std::regex(case_filter);
+      } catch (const std::regex_error& e) {
+        throw UsageError("--case-filter " + case_filter + ": not a valid regular expression (" + e.what() + ")");
+      }
+      std::erase_if(cases, [&](const auto& c) { return !std::regex_search(c->name, re); });
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    return kExitUsage;
+  }
+  for (auto& c : cases) {
+    if (no_cold) c->cold = false;
+    if (no_hot) c->hot = false;
+  }
+  std::erase_if(cases, [](const auto& c) { return !c->cold && !c->hot && !dynamic_cast<SkippedCase*>(c.get()); });
+
+  double total_est = 0;
+  for (const auto& c : cases) total_est += c->est_seconds;
+  if (listing) {
+    for (const auto& c : cases) {
+      nlohmann::json params = nlohmann::json::object();
+      for (const auto& p : c->params) params[p.name] = p.value;
+      const auto* sk = dynamic_cast<const SkippedCase*>(c.get());
+      if (list_format == "json") {
+        nlohmann::json j = {{"study", study.name()}, {"case", c->name}, {"est_seconds", c->est_seconds},
+                            {"cold", c->cold}, {"hot", c->hot}, {"params", params}};
+        if (sk) j["skipped"] = sk->reason;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("%-60s %8.2fs%s\n", (study.name() + "/" + c->name).c_str(), c->est_seconds,
+                    sk ? ("  (skipped: " + sk->reason + ")").c_str() : "");
+      }
+    }
+    if (list_format == "text")
+      std::printf("%zu cases, estimated %.0f s on backend %s\n", cases.size(), total_est, be->name().c_str());
+    return kExitOk;
+  }
+  if (cases.empty()) {
+    std::fprintf(stderr, "%s: error: no cases to run (check --case-filter)\n", prog.c_str());
+    return kExitUsage;
+  }
+
+  if (out_dir.empty()) out_dir = default_out_dir(study.name());
+  std::unique_ptr<ResultsDir> dir;
+  try {
+    dir = std::make_unique<ResultsDir>(out_dir);
+    dir->update_meta([&](nlohmann::json& m) {
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      if (!m.contains("host")) m["host"] = {{"hostname", host}, {"os", os_name()}};
+      if (!m.contains("device")) m["device"] = be->info().to_json();
+      if (!m.contains("created_utc")) m["created_utc"] = utc_now();
+      m["studies"][study.name()] = {{"backend", be->name()},
+                                    {"device", be->info().to_json()},
+                                    {"command", command},
+                                    {"started_utc", utc_now()},
+                                    {"status", "running"},
+                                    {"cases", cases.size()},
+                                    {"measure",
+                                     {{"warmup", cfg.warmup},
+                                      {"min_samples", cfg.stop.min_samples},
+                                      {"max_samples", cfg.stop.max_samples},
+                                      {"target_rel_error", cfg.stop.target_rel_error},
+                                      {"budget_s", cfg.stop.budget_s},
+                                      {"throttle_fraction", cfg.throttle_fraction},
+                                      {"flush_bytes", be->flush_bytes()}}}};
+    });
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    return kExitUsage;
+  }
+  std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
+
+  // Per-case state across its (mode x repetition) benchmark invocations.
+  struct CaseState {
+    bool set_up = false;
+    int runs_left = 0;
+  };
+  std::vector<CaseState> state(cases.size());
+  std::map<std::string, std::vector<Pending>> pending;
+  std::map<std::string, int> invocations;
+  int exit_code = kExitOk;
+  std::string stop_study;  // set by a verify failure or bad input: later cases are not run
+  const bool tty = isatty(2);
+  const auto run_start = std::chrono::steady_clock::now();
+  double est_done = 0;
+  std::size_t done = 0, total_runs = 0;
+  for (const auto& c : cases) total_runs += (c->cold ? 1 : 0) + (c->hot ? 1 : 0) + (dynamic_cast<SkippedCase*>(c.get()) ? 1 : 0);
+
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Case* c = cases[i].get();
+    auto* skipped = dynamic_cast<SkippedCase*>(c);
+    std::vector<std::string> modes;
+    if (c->cold) modes.push_back("cold");
+    if (c->hot) modes.push_back("hot");
+    state[i].runs_left = static_cast<int>(modes.size()) * reps;
+    for (const auto& mode : modes) {
+      const std::string bname = study.name() + "/" + c->name + "/" + mode;
+      auto fn = [&, i, c, skipped, mode, bname](benchmark::State& st) {
+        const double share = c->est_seconds / std::max<std::size_t>(1, (c->cold ? 1 : 0) + (c->hot ? 1 : 0));
+        if (tty) {
+          const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+          const double scale = est_done > 0 ? spent / est_done : 1.0;
+          std::fprintf(stderr, "[%zu/%zu] %s  ETA %s\n", done + 1, total_runs, bname.c_str(),
+                       fmt_eta((total_est - est_done) * scale).c_str());
+        }
+        ++done;
+        est_done += share;
+        Pending p;
+        CaseRecord& rec = p.rec;
+        rec.study = study.name();
+        rec.case_name = c->name;
+        rec.backend = be->name();
+        rec.device = be->info().name;
+        rec.mode = mode;
+        rec.params = c->params;
+        // With --benchmark_repetitions each repetition is a full measurement of its own row.
+        if (reps > 1) rec.params.push_back({"rep", std::to_string(invocations[bname]++)});
+        rec.bytes = c->bytes;
+        rec.flops = c->flops;
+        rec.verified = c->has_verify() ? "yes" : "n/a";
+        rec.note = c->note;
+        if (c->ceiling) rec.ceiling = c->ceiling->label();
+        auto finish_case = [&] {
+          if (--state[i].runs_left <= 0 && state[i].set_up) {
+            c->teardown(*be);
+            state[i].set_up = false;
+          }
+        };
+        if (skipped || !stop_study.empty()) {
+          rec.note = skipped ? "skipped: " + skipped->reason : "not run: " + stop_study;
+          rec.verified = "n/a";
+          pending[bname].push_back(std::move(p));
+          st.SkipWithError(rec.note.c_str());
+          finish_case();
+          return;
+        }
+        try {
+          if (!state[i].set_up) {
+            c->setup(*be);
+            state[i].set_up = true;
+            if (c->has_verify()) c->verify(*be);
+          }
+          Measurement m;
+          {
+            NvtxRange range(bname);
+            m = measure(
+                *be, mode, cfg, [&] { c->run(*be); }, c->time_opts, [&] { c->before_sample(*be); });
+          }
+          std::vector<double> kept;
+          for (const auto& s : m.samples)
+            if (!s.throttled) kept.push_back(s.seconds);
+          if (kept.empty())
+            for (const auto& s : m.samples) kept.push_back(s.seconds);
+          rec.summary = summarize(kept);
+          rec.stop_reason = to_string(m.stop);
+          rec.throttled_samples = m.throttled;
+          const double med = rec.summary.median;
+          rec.gbps = med > 0 ? c->bytes / med / 1e9 : 0;
+          rec.tflops = med > 0 ? c->flops / med / 1e12 : 0;
+          if (c->ceiling) {
+            const double rate = c->ceiling->metric == "tflops" ? rec.tflops : rec.gbps;
+            auto ceil = find_ceiling(dir->path(), *c->ceiling, mode);
+            bool self = c->ceiling->study == study.name();
+            for (const auto& want : c->ceiling->match) {
+              const auto it = std::find_if(c->params.begin(), c->params.end(),
+                                           [&](const Param& q) { return q.name == want.name; });
+              self = self && it != c->params.end() && it->value == want.value;
+            }
+            if (self && (!ceil || rate > *ceil)) ceil = rate;
+            if (ceil && *ceil > 0) {
+              rec.ceiling_value = *ceil;
+              rec.pct_of_ceiling = 100.0 * rate / *ceil;
+            }
+          }
+          const std::string extra = c->after_measure(*be, rec.summary, mode);
+          if (!extra.empty()) rec.note = rec.note.empty() ? extra : rec.note + "; " + extra;
+          p.samples = std::move(m.samples);
+          for (auto _ : st) st.SetIterationTime(med);
+          st.counters["samples"] = static_cast<double>(rec.summary.n);
+          st.counters["rel_stdev"] = rec.summary.rel_stdev;
+          if (c->bytes > 0) st.counters["GBps"] = rec.gbps;
+          if (c->flops > 0) st.counters["TFLOPs"] = rec.tflops;
+          if (rec.pct_of_ceiling) st.counters["pct_ceiling"] = *rec.pct_of_ceiling;
+          pending[bname].push_back(std::move(p));
+        } catch (const VerifyError& e) {
+          stop_study = std::string("verify failed in ") + c->name;
+          exit_code = kExitVerify;
+          std::fprintf(stderr, "%s: VERIFY FAILED: %s: %s; the study stops here, no timing of it is trusted\n",
+                       prog.c_str(), c->name.c_str(), e.what());
+          rec.verified = "no";
+          rec.note = std::string("verify failed: ") + e.what();
+          pending[bname].push_back(std::move(p));
+          st.SkipWithError(rec.note.c_str());
+        } catch (const UsageError& e) {
+          stop_study = std::string("bad input in ") + c->name;
+          exit_code = kExitUsage;
+          std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+          rec.note = std::string("error: ") + e.what();
+          pending[bname].push_back(std::move(p));
+          st.SkipWithError(rec.note.c_str());
+        } catch (const std::exception& e) {
+          if (exit_code == kExitOk) exit_code = kExitFailure;
+          std::fprintf(stderr, "%s: case %s failed: %s\n", prog.c_str(), c->name.c_str(), e.what());
+          rec.note = std::string("error: ") + e.what();
+          pending[bname].push_back(std::move(p));
+          st.SkipWithError(rec.note.c_str());
+        }
+        finish_case();
+      };
+      auto* b = benchmark::RegisterBenchmark(bname.c_str(), fn);
+      b->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+    }
+  }
+
+  KvfReporter reporter(*dir, pending);
+  try {
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    reporter.flush_all();
+  } catch (const std::exception& e) {
+    reporter.flush_all();
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    exit_code = kExitFailure;
+  }
+  benchmark::Shutdown();
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    if (state[i].set_up) cases[i]->teardown(*be);
+  dir->update_meta([&](nlohmann::json& m) {
+    auto& s = m["studies"][study.name()];
+    s["finished_utc"] = utc_now();
+    s["status"] = exit_code == kExitOk ? "complete" : (stop_study.empty() ? "errors" : stop_study);
+  });
+  std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
+  return exit_code;
+}
+
+}  // namespace kvf

@@ -1,0 +1,97 @@
+#include "kvf/host_memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "kvf/errors.hpp"
+
+namespace kvf {
+
+namespace {
+std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+void* host_alloc(std::size_t bytes, bool huge, bool* advised) {
+  if (bytes == 0) throw UsageError("allocation of 0 bytes: sizes must be positive");
+  const std::size_t len = round_up(bytes, kHugePage);
+  // Over-map by one huge page, then trim so the mapping starts on a 2 MiB boundary.
+  const std::size_t span = len + kHugePage;
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    throw UsageError("cannot allocate " + std::to_string(bytes) + " bytes of host memory: " + std::strerror(errno));
+  auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = round_up(base, kHugePage);
+  if (aligned > base) ::munmap(raw, aligned - base);
+  const std::uintptr_t end = aligned + len;
+  if (base + span > end) ::munmap(reinterpret_cast<void*>(end), base + span - end);
+  void* p = reinterpret_cast<void*>(aligned);
+  const int rc = ::madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  if (advised) *advised = rc == 0;
+  return p;
+}
+
+void host_free(void* p, std::size_t bytes) noexcept {
+  if (p) ::munmap(p, round_up(bytes, kHugePage));
+}
+
+long long huge_backed_bytes(const void* p, std::size_t bytes) {
+  std::ifstream in("/proc/self/smaps");
+  if (!in) return -1;
+  const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + bytes;
+  std::string line;
+  long long total = 0;
+  bool inside = false;
+  bool any = false;
+  while (std::getline(in, line)) {
+    unsigned long long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
+      inside = a < hi && b > lo;  // the mapping overlaps our range
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      long long kb = 0;
+      std::sscanf(line.c_str() + 14, "%lld", &kb);
+      total += kb * 1024;
+      any = true;
+    }
+  }
+  return any ? total : 0;
+}
+
+std::string thp_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  if (!in || !std::getline(in, s)) return "unknown";
+  const auto a = s.find('['), b = s.find(']');
+  return (a != std::string::npos && b > a) ? s.substr(a + 1, b - a - 1) : "unknown";
+}
+
+std::size_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), psz = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(psz) : 0;
+}
+
+std::size_t host_llc_bytes() {
+  for (const char* idx : {"index3", "index2"}) {
+    std::ifstream in(std::string("/sys/devices/system/cpu/cpu0/cache/") + idx + "/size");
+    std::string s;
+    if (in && std::getline(in, s) && !s.empty()) {
+      std::size_t v = std::stoull(s);
+      if (s.back() == 'K') v <<= 10;
+      else if (s.back() == 'M') v <<= 20;
+      return v;
+    }
+  }
+  const long v = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return v > 0 ? static_cast<std::size_t>(v) : 0;
+}
+
+}  // namespace kvf

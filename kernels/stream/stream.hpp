@@ -1,0 +1,27 @@
+// The stream ceiling on the CPU: read, write and copy over buffers larger than the LLC, all cores,
+// plain loops the compiler vectorizes (-O3 -march=native), plus the two baselines the ceiling is
+// judged against (one thread with the same loop, and glibc memcpy).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kvf::stream {
+
+// XOR of every 64-bit word (the tail past a multiple of 8 bytes is ignored). All threads.
+std::uint64_t cpu_read(const void* src, std::size_t bytes);
+// The same loop on the calling thread only.
+std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes);
+// word i = seed ^ i, all threads.
+void cpu_write(void* dst, std::size_t bytes, std::uint64_t seed);
+// dst = src, all threads, plain word loop.
+void cpu_copy(void* dst, const void* src, std::size_t bytes);
+// glibc memcpy: one call on the calling thread, or one call per thread on contiguous chunks.
+void cpu_memcpy_1thread(void* dst, const void* src, std::size_t bytes);
+void cpu_memcpy_threads(void* dst, const void* src, std::size_t bytes);
+
+// References, written independently of the kernels above.
+std::uint64_t read_checksum_ref(std::uint64_t seed, std::size_t bytes);  // xor of pattern_word(seed, i)
+bool write_matches(const void* dst, std::size_t bytes, std::uint64_t seed);  // word i == seed ^ i
+bool pattern_matches(const void* p, std::size_t bytes, std::uint64_t seed);  // word i == pattern_word(seed, i)
+
+}  // namespace kvf::stream
