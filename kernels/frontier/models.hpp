@@ -1,0 +1,52 @@
+// Model shapes from data/models.json (Hugging Face config field names). Shared by the frontier and
+// idleness studies: load once, look a model up by name, derive per-token byte counts.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvf::models {
+
+struct RopeScaling {
+  std::string type = "none";  // "none" | "llama3" | "yarn"
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  double beta_fast = 32, beta_slow = 1;  // yarn
+  int original_max_position = 0;
+};
+
+struct MlaShape {
+  int kv_lora_rank = 0, q_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+};
+
+struct ModelShape {
+  std::string name, hf_id, source;
+  int hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, layers = 0, intermediate = 0;
+  int vocab = 0, max_positions = 0;
+  double rope_theta = 10000, rms_eps = 1e-5;
+  RopeScaling rope_scaling;
+  bool qkv_bias = false;
+  bool is_mla = false;
+  MlaShape mla;
+  bool is_moe = false;
+  int moe_intermediate = 0, n_routed_experts = 0, n_shared_experts = 0, experts_per_tok = 0,
+      first_k_dense = 0;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }  // per K (or V)
+  // Values one token stores per layer in the KV cache: 2 * Hkv * D (GQA), latent + rope key (MLA).
+  std::int64_t kv_values_per_token() const {
+    return is_mla ? std::int64_t(mla.kv_lora_rank + mla.qk_rope_head_dim)
+                  : 2 * std::int64_t(kv_dim());
+  }
+};
+
+// Throws kvf::UsageError naming the file (and field) when the file is missing or malformed.
+std::vector<ModelShape> load_models(const std::string& path);
+// Throws kvf::UsageError("--models X: unknown model; known: a, b, c").
+const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_view name);
+// <source dir>/data/models.json as baked in at compile time (KVF_SOURCE_DIR), else "data/models.json".
+std::string default_models_path();
+
+}  // namespace kvf::models
