@@ -1,0 +1,73 @@
+// Recompute from token embeddings through L layers (dense GQA models), and MLA latent recompute.
+// CPU twin only (fp32 activations, weights holding bf16 values, OpenBLAS sgemm).
+//
+// Through L layers, for a page of T tokens at positions N .. N+T-1 over a resident prefix of N tokens:
+//   h = embed[token]
+//   for l in 0 .. L-1:
+//     xn = RMSNorm(h) * g_attn;  [q|k|v] = xn Wqkv^T (+ b);  q, k = RoPE(q, k)
+//     write k, v (bf16) to layer l's paged cache      <- the recomputed page
+//     if l == L-1: stop (layer L's K/V need neither its attention nor its MLP)
+//     append k, v to layer l's prefix cache; o = softmax(q K^T / sqrt(D), causal) V over N + t + 1 keys
+//     h += o Wo^T;  h += (silu(RMSNorm(h) g_mlp Wg^T) * (... Wu^T)) Wd^T
+// One synthetic layer's weights serve every layer (memory: an 8B layer is ~0.9 GB in fp32); the
+// prefix K/V is per layer. Weights are re-read from DRAM every layer either way (they exceed the LLC).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models.hpp"
+#include "recompute.hpp"
+
+namespace kvf::frontier {
+
+struct LayerWeights {
+  int hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, intermediate = 0, embed_rows = 0;
+  float eps = 1e-5f;
+  std::vector<float> wqkv, bqkv, wo, wgu, wd, g_attn, g_mlp, embed;
+  std::vector<std::uint16_t> wqkv_bf16;  // for the reference of layer 0's K/V
+  int qkv_out() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+  std::size_t bytes() const;  // resident fp32 bytes
+};
+// Synthetic weights of the model's shape; the embedding table has min(vocab, 4096) rows.
+LayerWeights make_layer_weights(const models::ModelShape& m, std::uint64_t seed);
+
+// Per-layer prefix K/V in fp32, head-major [layer][kv head][N + T][D], prefix filled at random.
+struct PrefixCache {
+  int layers = 0, n_kv_heads = 0, head_dim = 0, capacity = 0;  // capacity = N + T
+  std::vector<float> k, v;
+  float* k_at(int l, int h) { return k.data() + (std::size_t(l) * n_kv_heads + h) * capacity * head_dim; }
+  float* v_at(int l, int h) { return v.data() + (std::size_t(l) * n_kv_heads + h) * capacity * head_dim; }
+};
+PrefixCache make_prefix(const models::ModelShape& m, int layers, int prefix, int tokens, std::uint64_t seed);
+std::size_t prefix_bytes(const models::ModelShape& m, int layers, int prefix, int tokens);
+
+struct LayerScratch {
+  std::vector<float> h, xn, qkv, attn, s, gu, act, tmp;
+};
+
+// Recompute the page's K/V for layers 0..L-1; page_cache[l] is layer l's paged bf16 cache.
+void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::int32_t* tokens,
+                        PrefixCache& pc, const float* cos_sin, const std::int64_t* slot,
+                        std::vector<std::vector<std::uint16_t>>& page_cache, LayerScratch& s);
+double through_layers_flops(const models::ModelShape& m, int L, int T, int N);
+// h0 = RMSNorm(embed[token]) * g_attn of row r: the GEMM input of layer 0 (for verify).
+std::vector<float> layer0_input(const LayerWeights& w, std::int32_t token);
+
+// ---------------------------------------------------------------- MLA (DeepSeek-V3)
+// Latent: [c | k_pe] = X Wdkv^T, c = RMSNorm(c) (kv_a_layernorm, gamma = 1), k_pe = RoPE(k_pe);
+// cache row (bf16) = [c (kv_lora_rank) | k_pe (qk_rope_head_dim)], vLLM's MLA layout [slot][576].
+// Up-projection: [k_nope | v] per head = c Wukv^T, Wukv [H * (qk_nope + v_head)][kv_lora_rank].
+struct MlaGeom {
+  int hidden = 0, rank = 0, rope = 0, n_heads = 0, nope = 0, vdim = 0;
+  int latent() const { return rank + rope; }
+  int up_out() const { return n_heads * (nope + vdim); }
+};
+MlaGeom mla_geom(const models::ModelShape& m);
+void mla_latent_write_cpu(const float* Y /*[rows][latent]*/, int rows, MlaGeom g, float eps,
+                          const float* cos_sin, const std::int32_t* pos, const std::int64_t* slot,
+                          std::uint16_t* cache /*[slots][latent]*/);
+// fp64 reference of one cache row.
+void mla_reference_row(const float* x, const std::uint16_t* w, int hidden, MlaGeom g, float eps,
+                       const std::vector<double>& inv_freq, int pos, double* out);
+
+}  // namespace kvf::frontier

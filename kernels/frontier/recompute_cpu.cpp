@@ -1,0 +1,266 @@
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cblas.h>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "kvf/pattern.hpp"
+#include "recompute.hpp"
+
+namespace kvf::frontier {
+
+std::vector<double> rope_inv_freq(const models::ModelShape& m, int rot_dim) {
+  const int half = rot_dim / 2;
+  std::vector<double> f(half);
+  const double pi = 3.14159265358979323846;
+  for (int i = 0; i < half; ++i) f[i] = 1.0 / std::pow(m.rope_theta, 2.0 * i / rot_dim);
+  const auto& rs = m.rope_scaling;
+  if (rs.type == "llama3") {
+    const double orig = rs.original_max_position;
+    const double low_wl = orig / rs.low_freq_factor, high_wl = orig / rs.high_freq_factor;
+    for (auto& v : f) {
+      const double wl = 2 * pi / v;
+      if (wl < high_wl) continue;
+      if (wl > low_wl) { v /= rs.factor; continue; }
+      const double smooth = (orig / wl - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      v = (1 - smooth) * v / rs.factor + smooth * v;
+    }
+  } else if (rs.type == "yarn") {
+    auto corr = [&](double n_rot) {
+      return rot_dim * std::log(rs.original_max_position / (n_rot * 2 * pi)) / (2 * std::log(m.rope_theta));
+    };
+    double low = std::max(0.0, std::floor(corr(rs.beta_fast)));
+    double high = std::min(double(rot_dim - 1), std::ceil(corr(rs.beta_slow)));
+    if (high == low) high += 0.001;
+    for (int i = 0; i < half; ++i) {
+      const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      const double mask = 1 - ramp;  // 1: keep the original (extrapolated) frequency
+      f[i] = f[i] / rs.factor * (1 - mask) + f[i] * mask;
+    }
+  }
+  return f;
+}
+
+std::vector<float> rope_table(const std::vector<double>& inv_freq, int n_pos) {
+  const int half = int(inv_freq.size());
+  std::vector<float> t(std::size_t(n_pos) * 2 * half);
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < n_pos; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double a = double(p) * inv_freq[i];
+      t[std::size_t(p) * 2 * half + i] = float(std::cos(a));
+      t[std::size_t(p) * 2 * half + half + i] = float(std::sin(a));
+    }
+  return t;
+}
+
+namespace {
+inline float unit_uniform(std::uint64_t seed, std::uint64_t i) {
+  // 24 random bits -> [-1, 1)
+  return float(std::int64_t(pattern_word(seed, i) >> 40) - (1ll << 23)) * (1.0f / float(1 << 23));
+}
+}  // namespace
+
+void fill_bf16_uniform(std::uint16_t* p, std::size_t n, std::uint64_t seed, float scale) {
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < n; ++i) p[i] = f32_to_bf16(unit_uniform(seed, i) * scale);
+}
+void fill_f32_uniform(float* p, std::size_t n, std::uint64_t seed, float scale) {
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < n; ++i) p[i] = unit_uniform(seed, i) * scale;
+}
+void bf16_to_f32(const std::uint16_t* in, float* out, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n > (1u << 16))
+  for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+void f32_to_bf16(const float* in, std::uint16_t* out, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n > (1u << 16))
+  for (std::size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+std::vector<std::int64_t> scattered_slots(int rows, std::int64_t n_blocks, std::uint64_t seed) {
+  const std::int64_t need = (rows + kBlockTokens - 1) / kBlockTokens;
+  if (need > n_blocks) throw std::invalid_argument("scattered_slots: not enough blocks");
+  std::vector<std::int64_t> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::int64_t> slot(rows);
+  for (int r = 0; r < rows; ++r) slot[r] = perm[r / kBlockTokens] * kBlockTokens + r % kBlockTokens;
+  return slot;
+}
+
+void gemm_xwT(const float* X, const float* W, float* Y, int M, int N, int K) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+}
+
+namespace {
+using sbgemm_fn = void (*)(int, int, int, int, int, int, float, const void*, int, const void*, int, float,
+                           float*, int);
+sbgemm_fn find_sbgemm() {
+  static sbgemm_fn fn = reinterpret_cast<sbgemm_fn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  return fn;
+}
+}  // namespace
+bool sbgemm_available() { return find_sbgemm() != nullptr; }
+void gemm_xwT_sbgemm(const std::uint16_t* X, const std::uint16_t* W, float* Y, int M, int N, int K) {
+  auto fn = find_sbgemm();
+  if (!fn) throw std::runtime_error("cblas_sbgemm is not exported by this OpenBLAS build");
+  fn(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+}
+
+void rope_write_cpu(const float* Y, const float* bias, int rows, KvGeom g, const float* cos_sin,
+                    const std::int32_t* pos, const std::int64_t* slot, std::uint16_t* cache) {
+  const int D = g.head_dim, half = D / 2, kvd = g.kv_dim();
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    const float* y = Y + std::size_t(r) * 2 * kvd;
+    const float* cs = cos_sin + std::size_t(pos[r]) * D;
+    for (int h = 0; h < g.n_kv_heads; ++h) {
+      std::uint16_t* kd = cache + cache_index(slot[r], 0, h, 0, g.n_kv_heads, D);
+      std::uint16_t* vd = cache + cache_index(slot[r], 1, h, 0, g.n_kv_heads, D);
+      const float* yk = y + h * D;
+      const float* yv = y + kvd + h * D;
+      const float* bk = bias ? bias + h * D : nullptr;
+      const float* bv = bias ? bias + kvd + h * D : nullptr;
+      for (int i = 0; i < half; ++i) {
+        const float lo = yk[i] + (bk ? bk[i] : 0.f), hi = yk[i + half] + (bk ? bk[i + half] : 0.f);
+        const RopePair o = rope_rotate(lo, hi, cs[i], cs[half + i]);
+        kd[i] = f32_to_bf16(o.lo);
+        kd[i + half] = f32_to_bf16(o.hi);
+      }
+      for (int i = 0; i < D; ++i) vd[i] = f32_to_bf16(yv[i] + (bv ? bv[i] : 0.f));
+    }
+  }
+}
+
+void quantize_x(const std::uint16_t* x, int rows, int hidden, int bits, std::uint8_t* q, float* scales) {
+  const int groups = (hidden + kQuantGroup - 1) / kQuantGroup;
+  const int qmax = bits == 8 ? 127 : 7;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    for (int gi = 0; gi < groups; ++gi) {
+      const int c0 = gi * kQuantGroup, c1 = std::min(hidden, c0 + kQuantGroup);
+      float amax = 0;
+      for (int c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(bf16_to_f32(x[std::size_t(r) * hidden + c])));
+      const float scale = amax > 0 ? amax / float(qmax) : 1.0f;
+      scales[std::size_t(r) * groups + gi] = scale;
+      const float inv = 1.0f / scale;
+      for (int c = c0; c < c1; ++c) {
+        const int v = quant_round(bf16_to_f32(x[std::size_t(r) * hidden + c]), inv, qmax);
+        if (bits == 8) {
+          q[std::size_t(r) * hidden + c] = std::uint8_t(std::int8_t(v));
+        } else {
+          std::uint8_t& b = q[(std::size_t(r) * hidden + c) / 2];
+          if (c % 2 == 0) b = int4_pack(v, int4_hi(b));
+          else b = int4_pack(int4_lo(b), v);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+template <class Out, class Conv>
+void dequant_impl(const std::uint8_t* q, const float* scales, int rows, int hidden, int bits, Out* x, Conv conv) {
+  const int groups = (hidden + kQuantGroup - 1) / kQuantGroup;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    const float* sc = scales + std::size_t(r) * groups;
+    Out* xr = x + std::size_t(r) * hidden;
+    if (bits == 8) {
+      const std::int8_t* qr = reinterpret_cast<const std::int8_t*>(q) + std::size_t(r) * hidden;
+      for (int c = 0; c < hidden; ++c) xr[c] = conv(f32_to_bf16(dequant(qr[c], sc[c / kQuantGroup])));
+    } else {
+      const std::uint8_t* qr = q + std::size_t(r) * hidden / 2;
+      for (int c = 0; c < hidden; c += 2) {
+        const std::uint8_t b = qr[c / 2];
+        xr[c] = conv(f32_to_bf16(dequant(int4_lo(b), sc[c / kQuantGroup])));
+        xr[c + 1] = conv(f32_to_bf16(dequant(int4_hi(b), sc[(c + 1) / kQuantGroup])));
+      }
+    }
+  }
+}
+}  // namespace
+
+void dequant_x_f32(const std::uint8_t* q, const float* scales, int rows, int hidden, int bits, float* x) {
+  dequant_impl(q, scales, rows, hidden, bits, x, [](std::uint16_t h) { return bf16_to_f32(h); });
+}
+void dequant_x_bf16(const std::uint8_t* q, const float* scales, int rows, int hidden, int bits,
+                    std::uint16_t* x) {
+  dequant_impl(q, scales, rows, hidden, bits, x, [](std::uint16_t h) { return h; });
+}
+
+void kv_reference_row(const float* x, const std::uint16_t* w, const float* bias, int hidden, KvGeom g,
+                      const std::vector<double>& inv_freq, int pos, double* out) {
+  const int kvd = g.kv_dim(), D = g.head_dim, half = D / 2;
+  std::vector<double> y(2 * kvd);
+  for (int o = 0; o < 2 * kvd; ++o) {
+    double s = 0;
+    const std::uint16_t* wr = w + std::size_t(o) * hidden;
+    for (int k = 0; k < hidden; ++k) s += double(x[k]) * double(bf16_to_f32(wr[k]));
+    y[o] = s + (bias ? double(bias[o]) : 0.0);
+  }
+  for (int h = 0; h < g.n_kv_heads; ++h)
+    for (int i = 0; i < half; ++i) {
+      const double a = double(pos) * inv_freq[i], c = std::cos(a), s = std::sin(a);
+      const double lo = y[h * D + i], hi = y[h * D + i + half];
+      out[h * D + i] = lo * c - hi * s;
+      out[h * D + i + half] = hi * c + lo * s;
+    }
+  for (int i = 0; i < kvd; ++i) out[kvd + i] = y[kvd + i];
+}
+
+std::vector<int> sample_rows(int rows, int n) {
+  std::vector<int> r;
+  if (rows <= n) {
+    for (int i = 0; i < rows; ++i) r.push_back(i);
+    return r;
+  }
+  for (int i = 0; i < n; ++i) r.push_back(int((std::int64_t(rows - 1) * i) / (n - 1)));
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+VerifyStats verify_rows(const std::vector<int>& rows, const std::vector<std::vector<float>>& x_rows,
+                        const std::uint16_t* w, const float* bias, int hidden, KvGeom g,
+                        const std::vector<double>& inv_freq, const std::int32_t* pos,
+                        const std::int64_t* slot, const std::uint16_t* cache) {
+  const int kvd = g.kv_dim(), D = g.head_dim;
+  std::vector<std::vector<double>> ref(rows.size(), std::vector<double>(2 * kvd));
+#pragma omp parallel for schedule(dynamic)
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    kv_reference_row(x_rows[i].data(), w, bias, hidden, g, inv_freq, pos[rows[i]], ref[i].data());
+  VerifyStats st;
+  double ss = 0;
+  std::int64_t n = 0;
+  for (auto& v : ref)
+    for (double d : v) { ss += d * d; ++n; }
+  st.rms_ref = n ? std::sqrt(ss / double(n)) : 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int r = rows[i];
+    for (int kv = 0; kv < 2; ++kv)
+      for (int h = 0; h < g.n_kv_heads; ++h)
+        for (int d = 0; d < D; ++d) {
+          const double got = bf16_to_f32(cache[cache_index(slot[r], kv, h, d, g.n_kv_heads, D)]);
+          const double want = ref[i][kv * kvd + h * D + d];
+          const double err = std::fabs(got - want);
+          ++st.checked;
+          st.max_abs_err = std::max(st.max_abs_err, err);
+          if (st.rms_ref > 0) st.max_rel_to_rms = std::max(st.max_rel_to_rms, err / st.rms_ref);
+          if (!(err <= kRelTol * std::fabs(want) + kAbsTol * st.rms_ref)) {
+            if (st.bad == 0)
+              st.first_bad = "row " + std::to_string(r) + " kv " + std::to_string(kv) + " head " +
+                             std::to_string(h) + " dim " + std::to_string(d) + ": got " + std::to_string(got) +
+                             " ref " + std::to_string(want);
+            ++st.bad;
+          }
+        }
+  }
+  return st;
+}
+
+}  // namespace kvf::frontier
