@@ -1,0 +1,31 @@
+# Shared by scripts/run and scripts/test (sourced): check Debian packages, configure and build.
+# Installs missing packages when run as root; otherwise prints the one apt-get line and exits 2.
+set -euo pipefail
+KVF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev libfccp-dev
+              nlohmann-json3-dev libopenblas-dev gnuplot-nox)
+
+kvf_install_deps() {
+  local missing=()
+  for p in "${KVF_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "kvfrontier: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "kvfrontier: missing packages; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 2
+  fi
+}
+
+# kvf_build PRESET: configure (CUDA backend when nvcc is found) and build with every core.
+kvf_build() {
+  local preset=${1:-default}
+  cd "$KVF_ROOT"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$(nproc)"
+}

@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kvf/errors.hpp"
+#include "kvf/results.hpp"
+#include "kvf/table.hpp"
+
+using namespace kvf;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("kvf_results_test_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  return d;
+}
+CaseRecord record(const std::string& study, const std::string& name, std::vector<Param> params, double median,
+                  double bytes) {
+  CaseRecord r;
+  r.study = study;
+  r.case_name = name;
+  r.backend = "cpu";
+  r.device = "test cpu";
+  r.mode = "hot";
+  r.params = std::move(params);
+  r.summary = summarize(std::vector<double>{median, median, median});
+  r.bytes = bytes;
+  r.gbps = bytes / median / 1e9;
+  r.verified = "yes";
+  r.note = "line one\nline two, with comma";
+  return r;
+}
+}  // namespace
+
+TEST(Results, RowsAndSamplesAreReadableAndParamsWidenTheHeader) {
+  const auto d = fresh_dir("widen");
+  ResultsDir dir(d);
+  const std::vector<Sample> s = {{0.5}, {0.5}, {0.5}};
+  dir.write_case(record("stream", "read", {{"op", "read"}}, 0.5, 1e9), s);
+  dir.write_case(record("access", "gather", {{"op", "gather"}, {"run_bytes", "256"}}, 1.0, 1e9), s);
+  const CsvTable t = read_csv_table((d / "cases.csv").string());
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.at(0, "op"), "read");
+  EXPECT_EQ(t.at(0, "run_bytes"), "");  // the first row gained the new column, empty
+  EXPECT_EQ(t.at(1, "run_bytes"), "256");
+  EXPECT_EQ(t.at(0, "note"), "line one line two, with comma");
+  EXPECT_EQ(parse_number(t, 0, "gbps"), 2.0);
+  const CsvTable samples = read_csv_table((d / "samples.csv").string());
+  EXPECT_EQ(samples.rows.size(), 6u);
+  EXPECT_EQ(samples.at(3, "study"), "access");
+  EXPECT_TRUE(fs::exists(d / "meta.json"));
+  EXPECT_FALSE(fs::exists(d / "cases.csv.tmp"));
+}
+
+TEST(Results, CeilingIsTheBestMatchingRowOfTheSameMode) {
+  const auto d = fresh_dir("ceiling");
+  ResultsDir dir(d);
+  const std::vector<Sample> s = {{1.0}};
+  dir.write_case(record("stream", "read/a", {{"op", "read"}}, 1.0, 10e9), s);   // 10 GB/s
+  dir.write_case(record("stream", "read/b", {{"op", "read"}}, 1.0, 12e9), s);   // 12 GB/s
+  dir.write_case(record("stream", "write", {{"op", "write"}}, 1.0, 50e9), s);   // not a read
+  const auto c = find_ceiling(d, CeilingRef{"stream", {{"op", "read"}}, "gbps"}, "hot");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_DOUBLE_EQ(*c, 12.0);
+  EXPECT_FALSE(find_ceiling(d, CeilingRef{"stream", {{"op", "read"}}, "gbps"}, "cold").has_value());
+  EXPECT_FALSE(find_ceiling(fresh_dir("none"), CeilingRef{"stream", {{"op", "read"}}, "gbps"}, "hot").has_value());
+}
+
+TEST(Results, MetaUpdatesMerge) {
+  const auto d = fresh_dir("meta");
+  ResultsDir dir(d);
+  dir.update_meta([](nlohmann::json& m) { m["studies"]["a"] = 1; });
+  dir.update_meta([](nlohmann::json& m) { m["studies"]["b"] = 2; });
+  std::ifstream in(d / "meta.json");
+  const auto m = nlohmann::json::parse(in);
+  EXPECT_EQ(m["studies"]["a"], 1);
+  EXPECT_EQ(m["studies"]["b"], 2);
+  EXPECT_EQ(m["suite"], "kvfrontier");
+  EXPECT_TRUE(m.contains("git_sha"));
+}
+
+TEST(Results, ForeignCasesCsvIsRefused) {
+  const auto d = fresh_dir("foreign");
+  fs::create_directories(d);
+  std::ofstream(d / "cases.csv") << "x,y\n1,2\n";
+  EXPECT_THROW(ResultsDir{d}, UsageError);
+  std::ifstream in(d / "cases.csv");
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "x,y");  // untouched
+}
