@@ -1,0 +1,277 @@
+// Loading the two sides of a gate: a kvf results directory (cases.csv + samples.csv + meta.json) or a
+// Google Benchmark JSON file with repetitions. Every problem is a UsageError naming the file.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "kvf/errors.hpp"
+#include "kvf/gate.hpp"
+
+namespace kvf::gate {
+
+namespace fs = std::filesystem;
+
+std::string CaseKey::label() const {
+  std::string s;
+  for (const std::string* part : {&study, &case_name, &mode}) {
+    if (part->empty()) continue;
+    if (!s.empty()) s += '/';
+    s += *part;
+  }
+  return s;
+}
+
+std::string CaseKey::params_string() const {
+  std::string s;
+  for (const auto& p : params) {
+    if (!s.empty()) s += ',';
+    s += p.name + '=' + p.value;
+  }
+  return s;
+}
+
+namespace {
+auto key_tuple(const CaseKey& k) { return std::tie(k.study, k.case_name, k.mode); }
+}  // namespace
+
+bool operator<(const CaseKey& a, const CaseKey& b) {
+  if (key_tuple(a) != key_tuple(b)) return key_tuple(a) < key_tuple(b);
+  return std::lexicographical_compare(
+      a.params.begin(), a.params.end(), b.params.begin(), b.params.end(),
+      [](const Param& x, const Param& y) { return std::tie(x.name, x.value) < std::tie(y.name, y.value); });
+}
+
+bool operator==(const CaseKey& a, const CaseKey& b) { return !(a < b) && !(b < a); }
+
+namespace {
+
+std::string where(const CsvTable& t, std::size_t row) {
+  return t.path + ":" + std::to_string(t.line[row]);
+}
+
+// A whole, non-negative count in a numeric column.
+long long parse_count(const CsvTable& t, std::size_t row, const std::string& col) {
+  auto v = parse_number(t, row, col);
+  if (!v || *v < 0 || std::floor(*v) != *v)
+    throw UsageError(where(t, row) + ": column '" + col + "': '" + t.at(row, col) +
+                     "' is not a whole number >= 0");
+  return static_cast<long long>(*v);
+}
+
+}  // namespace
+
+ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const std::string& source) {
+  ResultSet rs;
+  rs.source = source;
+  rs.format = "kvf results";
+  for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "note"}) cases.require_column(c);
+  for (const char* c : {"study", "case", "mode", "seconds", "throttled"}) samples.require_column(c);
+
+  // Parameter columns: everything after the fixed columns that the harness writes.
+  const auto& fixed = case_columns();
+  std::vector<std::string> param_cols;
+  for (const auto& h : cases.header)
+    if (std::find(fixed.begin(), fixed.end(), h) == fixed.end()) param_cols.push_back(h);
+  std::sort(param_cols.begin(), param_cols.end());
+
+  using Sub = std::tuple<std::string, std::string, std::string>;  // study, case, mode
+  std::map<Sub, std::size_t> by_sub;
+  std::set<CaseKey> seen;
+  std::vector<long long> declared;
+  for (std::size_t r = 0; r < cases.rows.size(); ++r) {
+    CaseData cd;
+    cd.key.study = cases.at(r, "study");
+    cd.key.case_name = cases.at(r, "case");
+    cd.key.mode = cases.at(r, "mode");
+    if (cd.key.study.empty() || cd.key.case_name.empty())
+      throw UsageError(where(cases, r) + ": empty study or case name");
+    for (const auto& pc : param_cols) {
+      const std::string& v = cases.at(r, pc);
+      if (!v.empty()) cd.key.params.push_back({pc, v});
+    }
+    cd.backend = cases.at(r, "backend");
+    cd.device = cases.at(r, "device");
+    cd.note = cases.at(r, "note");
+    const long long n = parse_count(cases, r, "samples");
+    cd.skipped = n == 0;
+    if (!seen.insert(cd.key).second)
+      throw UsageError(where(cases, r) + ": duplicate case " + cd.key.label() +
+                       (cd.key.params.empty() ? "" : " (" + cd.key.params_string() + ")"));
+    Sub sub{cd.key.study, cd.key.case_name, cd.key.mode};
+    if (by_sub.count(sub))
+      throw UsageError(where(cases, r) + ": case " + cd.key.label() +
+                       " appears twice with different parameters (samples.csv cannot tell them apart)");
+    by_sub[sub] = rs.cases.size();
+    declared.push_back(n);
+    rs.cases.push_back(std::move(cd));
+  }
+
+  std::vector<long long> found(rs.cases.size(), 0);
+  std::size_t orphans = 0;
+  for (std::size_t r = 0; r < samples.rows.size(); ++r) {
+    Sub sub{samples.at(r, "study"), samples.at(r, "case"), samples.at(r, "mode")};
+    auto it = by_sub.find(sub);
+    const auto secs = parse_number(samples, r, "seconds");
+    if (!secs || !std::isfinite(*secs) || *secs <= 0)
+      throw UsageError(where(samples, r) + ": column 'seconds': '" + samples.at(r, "seconds") +
+                       "' is not a positive time");
+    const long long thr = parse_count(samples, r, "throttled");
+    if (thr > 1) throw UsageError(where(samples, r) + ": column 'throttled': must be 0 or 1");
+    if (it == by_sub.end()) {
+      ++orphans;
+      continue;
+    }
+    CaseData& cd = rs.cases[it->second];
+    ++found[it->second];
+    if (thr) ++cd.throttled;
+    else cd.samples.push_back(*secs);
+  }
+  if (orphans)
+    rs.warnings.push_back(samples.path + ": " + std::to_string(orphans) +
+                          " sample rows belong to no case in cases.csv (an interrupted run?); ignored");
+  for (std::size_t i = 0; i < rs.cases.size(); ++i) {
+    CaseData& cd = rs.cases[i];
+    if (cd.skipped) continue;
+    if (found[i] == 0)
+      throw UsageError(samples.path + ": no samples for " + cd.key.label() + " (cases.csv says " +
+                       std::to_string(declared[i]) + ")");
+    if (found[i] != declared[i])
+      rs.warnings.push_back(cd.key.label() + ": cases.csv says " + std::to_string(declared[i]) +
+                            " samples, samples.csv has " + std::to_string(found[i]) + "; using samples.csv");
+  }
+  return rs;
+}
+
+std::set<std::string> meta_device_names(const nlohmann::json& meta) {
+  // meta.json carries a device description per study; we gather the name of every "device" object
+  // (or string) wherever it sits, so the layout can grow without the gate breaking.
+  std::set<std::string> out;
+  auto visit = [&](auto&& self, const nlohmann::json& j) -> void {
+    if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it.key() == "device") {
+          if (it->is_string() && !it->get<std::string>().empty()) out.insert(it->get<std::string>());
+          else if (it->is_object() && it->contains("name") && (*it)["name"].is_string() &&
+                   !(*it)["name"].get<std::string>().empty())
+            out.insert((*it)["name"].get<std::string>());
+        }
+        self(self, *it);
+      }
+    } else if (j.is_array()) {
+      for (const auto& e : j) self(self, e);
+    }
+  };
+  visit(visit, meta);
+  return out;
+}
+
+ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
+  ResultSet rs;
+  rs.source = source;
+  rs.format = "Google Benchmark JSON";
+  if (!j.is_object() || !j.contains("benchmarks") || !j["benchmarks"].is_array())
+    throw UsageError(source + ": not Google Benchmark JSON (no \"benchmarks\" array)");
+  std::string device;
+  if (j.contains("context") && j["context"].is_object()) {
+    const auto& ctx = j["context"];
+    for (const char* k : {"kvf_device", "device"})
+      if (ctx.contains(k) && ctx[k].is_string()) { device = ctx[k].get<std::string>(); break; }
+  }
+  if (!device.empty()) rs.meta_devices.insert(device);
+
+  std::map<std::string, std::size_t> index;
+  std::size_t aggregates = 0;
+  for (std::size_t i = 0; i < j["benchmarks"].size(); ++i) {
+    const auto& b = j["benchmarks"][i];
+    const std::string at = source + ": benchmarks[" + std::to_string(i) + "]";
+    if (!b.is_object()) throw UsageError(at + ": not an object");
+    if (b.contains("run_type") && b["run_type"] != "iteration") {  // aggregates: mean, median, ...
+      ++aggregates;
+      continue;
+    }
+    std::string name;
+    if (b.contains("run_name") && b["run_name"].is_string()) name = b["run_name"].get<std::string>();
+    else if (b.contains("name") && b["name"].is_string()) name = b["name"].get<std::string>();
+    else throw UsageError(at + ": no \"run_name\" or \"name\"");
+    auto [it, fresh] = index.try_emplace(name, rs.cases.size());
+    if (fresh) {
+      CaseData cd;
+      cd.key.case_name = name;
+      cd.device = device;
+      rs.cases.push_back(std::move(cd));
+    }
+    CaseData& cd = rs.cases[it->second];
+    if (b.value("error_occurred", false)) {
+      cd.skipped = true;
+      cd.note = "error: " + b.value("error_message", std::string("(no message)"));
+      continue;
+    }
+    if (!b.contains("real_time") || !b["real_time"].is_number())
+      throw UsageError(at + " (" + name + "): no numeric \"real_time\"");
+    const std::string unit = b.value("time_unit", std::string("ns"));
+    double scale;
+    if (unit == "ns") scale = 1e-9;
+    else if (unit == "us") scale = 1e-6;
+    else if (unit == "ms") scale = 1e-3;
+    else if (unit == "s") scale = 1.0;
+    else throw UsageError(at + " (" + name + "): time_unit '" + unit + "': expected ns, us, ms or s");
+    const double t = b["real_time"].get<double>() * scale;
+    if (!std::isfinite(t) || t <= 0) throw UsageError(at + " (" + name + "): real_time must be > 0");
+    cd.samples.push_back(t);
+  }
+  if (rs.cases.empty() && aggregates > 0)
+    throw UsageError(source + ": holds only aggregates; rerun without --benchmark_report_aggregates_only "
+                              "so every repetition is kept");
+  for (auto& cd : rs.cases)
+    if (cd.skipped) cd.samples.clear();  // a run with an error in any repetition is not compared
+  return rs;
+}
+
+namespace {
+
+nlohmann::json read_json_file(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw UsageError(p.string() + ": cannot be opened");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    throw UsageError(p.string() + ": malformed JSON (" + what + ")");
+  }
+}
+
+}  // namespace
+
+ResultSet load_results(const std::string& path) {
+  if (path.empty()) throw UsageError("empty path");
+  std::error_code ec;
+  const fs::path p(path);
+  const auto st = fs::status(p, ec);
+  if (!fs::exists(st)) throw UsageError(path + ": no such file or directory");
+  fs::path dir;
+  if (fs::is_directory(st)) {
+    dir = p;
+  } else {
+    const std::string fname = p.filename().string();
+    if (fname == "cases.csv" || fname == "samples.csv" || fname == "meta.json") {
+      dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    } else if (p.extension() == ".json") {
+      return load_gbench_json(read_json_file(p), path);
+    } else {
+      throw UsageError(path + ": expected a results directory, its cases.csv or samples.csv, or a "
+                              "Google Benchmark JSON file");
+    }
+  }
+  const fs::path cases = dir / "cases.csv", samples = dir / "samples.csv", meta = dir / "meta.json";
+  if (!fs::exists(cases)) throw UsageError(cases.string() + ": no such file (not a results directory?)");
+  if (!fs::exists(samples)) throw UsageError(samples.string() + ": no such file (the gate needs the raw samples)");
+  ResultSet rs = load_kvf_tables(read_csv_table(cases.string()), read_csv_table(samples.string()), path);
+  if (fs::exists(meta)) rs.meta_devices = meta_device_names(read_json_file(meta));
+  return rs;
+}
+
+}  // namespace kvf::gate
