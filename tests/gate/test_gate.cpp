@@ -1,0 +1,412 @@
+// The gate's verdicts, inputs and outputs on fixture result sets (tests/gate/fixtures, written by
+// make_fixtures.py) and on small in-memory sets. No timing anywhere: every input is fixed data.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kvf/errors.hpp"
+#include "kvf/gate.hpp"
+
+namespace g = kvf::gate;
+
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(KVF_GATE_FIXTURES) + "/" + name; }
+
+const g::CaseResult* find(const g::GateReport& r, const std::string& label) {
+  for (const auto& c : r.cases)
+    if (c.label == label) return &c;
+  return nullptr;
+}
+
+g::GateReport gate(const std::string& base, const std::string& cur, g::GateOptions o = {}) {
+  return g::run_gate(g::load_results(fixture(base)), g::load_results(fixture(cur)), o);
+}
+
+// In-memory sets: one case per entry, samples scaled from a unit pattern.
+g::CaseData mk(const std::string& study, const std::string& name, std::vector<double> s,
+               const std::string& device = "Test GPU") {
+  g::CaseData c;
+  c.key.study = study;
+  c.key.case_name = name;
+  c.key.mode = "cold";
+  c.backend = "cuda";
+  c.device = device;
+  c.samples = std::move(s);
+  return c;
+}
+g::ResultSet set(std::vector<g::CaseData> cases, const std::string& src = "mem") {
+  g::ResultSet rs;
+  rs.source = src;
+  rs.format = "kvf results";
+  rs.cases = std::move(cases);
+  return rs;
+}
+std::vector<double> times(double base, std::vector<double> jitter) {
+  for (auto& j : jitter) j *= base;
+  return jitter;
+}
+const std::vector<double> kLowA{1.000, 1.004, 0.996, 1.008, 0.993};
+const std::vector<double> kLowB{0.997, 1.003, 1.001, 0.994, 1.007};
+
+g::Verdict verdict_of(std::vector<double> b, std::vector<double> c, g::GateOptions o = {}) {
+  auto r = g::run_gate(set({mk("s", "x", std::move(b))}), set({mk("s", "x", std::move(c))}), o);
+  return r.cases.at(0).verdict;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Fixture result sets
+
+TEST(GateFixtures, LoadsResultsDirectory) {
+  const auto rs = g::load_results(fixture("base"));
+  ASSERT_EQ(rs.cases.size(), 4u);
+  EXPECT_EQ(rs.meta_devices, std::set<std::string>{"Fixture CPU 16-core"});
+  const auto it = std::find_if(rs.cases.begin(), rs.cases.end(),
+                               [](const g::CaseData& c) { return c.key.case_name == "gather"; });
+  ASSERT_NE(it, rs.cases.end());
+  EXPECT_EQ(it->samples.size(), 9u);  // 10 samples, one throttled
+  EXPECT_EQ(it->throttled, 1);
+  EXPECT_EQ(it->key.params.size(), 1u);  // block=16 (op is empty for this row: absent)
+  const auto sk = std::find_if(rs.cases.begin(), rs.cases.end(), [](const g::CaseData& c) { return c.skipped; });
+  ASSERT_NE(sk, rs.cases.end());
+  EXPECT_EQ(sk->note, "skipped: needs 2 GPUs");
+  // cases.csv or samples.csv name the same directory.
+  EXPECT_EQ(g::load_results(fixture("base/cases.csv")).cases.size(), 4u);
+  EXPECT_EQ(g::load_results(fixture("base/samples.csv")).cases.size(), 4u);
+}
+
+TEST(GateFixtures, IdenticalRunsPass) {
+  const auto r = gate("base", "base");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.compared, 3u);
+  EXPECT_EQ(r.count(g::Verdict::same), 3u);
+  EXPECT_EQ(r.count(g::Verdict::skipped), 1u);
+  EXPECT_DOUBLE_EQ(r.geomean_ratio, 1.0);
+  for (const auto& c : r.cases) {
+    if (c.compared) EXPECT_NEAR(c.p, 1.0, 1e-12) << c.label;
+  }
+}
+
+TEST(GateFixtures, RerunWithinOnePercentPasses) {
+  const auto r = gate("base", "rerun");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.count(g::Verdict::same), 3u);
+  EXPECT_EQ(r.count(g::Verdict::slower), 0u);
+}
+
+TEST(GateFixtures, TenPercentSlowdownFails) {
+  const auto r = gate("base", "slow");
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_EQ(r.count(g::Verdict::slower), 1u);
+  const auto& c = r.cases.front();  // SLOWER sorts first
+  EXPECT_EQ(c.label, "stream/read/cold");
+  EXPECT_EQ(c.verdict, g::Verdict::slower);
+  EXPECT_NEAR(c.change, 0.10, 0.01);
+  EXPECT_LT(c.p, 0.001);
+  EXPECT_LT(c.noise_floor, 0.05);
+  EXPECT_EQ(r.count(g::Verdict::same), 2u);
+  EXPECT_NE(g::summary_line(r).find("stream/read/cold +"), std::string::npos) << g::summary_line(r);
+  // The same slowdown passes when the threshold is above it.
+  g::GateOptions loose;
+  loose.threshold = 0.15;
+  EXPECT_EQ(gate("base", "slow", loose).exit_code, 0);
+}
+
+TEST(GateFixtures, NoisyCaseIsNoisyNotSlower) {
+  const auto r = gate("noisy_base", "noisy");
+  EXPECT_EQ(r.exit_code, 0);
+  const auto* c = find(r, "access/gather/hot");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->verdict, g::Verdict::noisy);
+  EXPECT_GT(c->change, 0.05);       // its median did move by more than the threshold...
+  EXPECT_GT(c->noise_floor, 0.30);  // ...but well inside the noise
+  EXPECT_NE(c->note.find("noise floor"), std::string::npos);
+}
+
+TEST(GateFixtures, NewAndMissingAreReported) {
+  const auto r = gate("base", "newmissing");
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_NE(find(r, "stream/copy/cold"), nullptr);
+  EXPECT_EQ(find(r, "stream/copy/cold")->verdict, g::Verdict::new_case);
+  ASSERT_NE(find(r, "stream/write/cold"), nullptr);
+  EXPECT_EQ(find(r, "stream/write/cold")->verdict, g::Verdict::missing);
+  g::GateOptions o;
+  o.fail_on_missing = true;
+  const auto strict = gate("base", "newmissing", o);
+  EXPECT_EQ(strict.exit_code, 1);
+  EXPECT_NE(g::summary_line(strict).find("stream/write/cold missing"), std::string::npos);
+}
+
+TEST(GateFixtures, SkippedCasesAreNotRegressions) {
+  const auto r = gate("base", "slow");
+  const auto* c = find(r, "access/gather_2gpu/hot");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->verdict, g::Verdict::skipped);
+  EXPECT_NE(c->note.find("needs 2 GPUs"), std::string::npos);
+}
+
+TEST(GateFixtures, ThrottledSamplesAreIgnoredAndSaidSo) {
+  const auto r = gate("base", "rerun");
+  EXPECT_EQ(r.throttled_base, 1);
+  EXPECT_EQ(r.throttled_cur, 1);
+  const auto* c = find(r, "access/gather/hot");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->n_base, 9u);
+  EXPECT_NE(c->note.find("throttled"), std::string::npos);
+  EXPECT_NE(g::format_markdown(r, {}).find("Throttled samples were ignored"), std::string::npos);
+}
+
+TEST(GateFixtures, DeviceMismatchIsRefusedUnlessAllowed) {
+  EXPECT_THROW(gate("base", "gpu"), kvf::UsageError);
+  try {
+    gate("base", "gpu");
+  } catch (const kvf::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--allow-device-mismatch"), std::string::npos) << e.what();
+  }
+  g::GateOptions o;
+  o.allow_device_mismatch = true;
+  const auto r = gate("base", "gpu", o);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings.back().find("device mismatch"), std::string::npos);
+}
+
+TEST(GateFixtures, FewerSamplesThanMinimumIsBadInput) {
+  try {
+    gate("base", "few");
+    FAIL() << "expected UsageError";
+  } catch (const kvf::UsageError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("stream/read/cold: current has 3 usable samples"), std::string::npos) << w;
+    EXPECT_NE(w.find("--min-samples 5"), std::string::npos) << w;
+  }
+  g::GateOptions o;
+  o.min_samples = 3;
+  EXPECT_NO_THROW(gate("base", "few", o));
+}
+
+TEST(GateFixtures, MalformedInputsAreBadInput) {
+  for (const char* bad : {"badnumber", "badquote", "nosamples", "does-not-exist", "make_fixtures.py"}) {
+    EXPECT_THROW(g::load_results(fixture(bad)), kvf::UsageError) << bad;
+  }
+  try {
+    g::load_results(fixture("badnumber"));
+  } catch (const kvf::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("samples.csv"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GateFixtures, FilterSelectsCases) {
+  g::GateOptions o;
+  o.filter = "^access/";
+  const auto r = gate("base", "slow", o);
+  EXPECT_EQ(r.exit_code, 0);  // the slow case is filtered out
+  EXPECT_EQ(r.cases.size(), 2u);
+  o.filter = "^nothing-matches$";
+  EXPECT_THROW(gate("base", "slow", o), kvf::UsageError);
+  o.filter = "([unclosed";
+  EXPECT_THROW(gate("base", "slow", o), kvf::UsageError);
+}
+
+TEST(GateFixtures, GoogleBenchmarkJsonWithRepetitions) {
+  const auto rs = g::load_results(fixture("gbench_base.json"));
+  ASSERT_EQ(rs.cases.size(), 2u);  // aggregates (mean/median/stddev) are not samples
+  for (const auto& c : rs.cases) EXPECT_EQ(c.samples.size(), 6u) << c.key.case_name;
+  const auto scan = std::find_if(rs.cases.begin(), rs.cases.end(),
+                                 [](const g::CaseData& c) { return c.key.case_name == "BM_Scan/65536"; });
+  ASSERT_NE(scan, rs.cases.end());
+  EXPECT_NEAR(scan->samples[0], 12.5e-6 * 0.997, 1e-12);  // time_unit "us" -> seconds
+  const auto r = gate("gbench_base.json", "gbench_slow.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.cases.front().label, "BM_Copy/4096");
+  EXPECT_EQ(r.cases.front().verdict, g::Verdict::slower);
+  EXPECT_NEAR(r.cases.front().p, 2.0 / 924.0, 1e-12);  // 6 vs 6, no overlap: 2 / C(12,6)
+  EXPECT_EQ(gate("gbench_base.json", "gbench_base.json").exit_code, 0);
+}
+
+TEST(GateFixtures, MixedFormatsShareNoCase) {
+  EXPECT_THROW(gate("base", "gbench_base.json"), kvf::UsageError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verdict rules on in-memory data
+
+TEST(GateRules, HonestTenPercentSlowdownWithFiveSamples) {
+  EXPECT_EQ(verdict_of(times(1.0, kLowA), times(1.10, kLowB)), g::Verdict::slower);
+}
+
+TEST(GateRules, SignificantButBelowThresholdIsSame) {
+  EXPECT_EQ(verdict_of(times(1.0, kLowA), times(1.04, kLowB)), g::Verdict::same);
+}
+
+TEST(GateRules, TenPercentFasterIsFaster) {
+  const auto r = g::run_gate(set({mk("s", "x", times(1.0, kLowA))}), set({mk("s", "x", times(0.90, kLowB))}), {});
+  EXPECT_EQ(r.cases.at(0).verdict, g::Verdict::faster);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NEAR(r.geomean_ratio, 0.90, 0.01);
+}
+
+TEST(GateRules, NoiseWiderThanThresholdIsNoisy) {
+  const std::vector<double> noisy{1.0, 1.3, 0.8, 1.2, 0.9, 1.1, 0.75, 1.25};
+  EXPECT_EQ(verdict_of(noisy, times(1.08, noisy)), g::Verdict::noisy);
+  EXPECT_EQ(verdict_of(noisy, noisy), g::Verdict::noisy);  // cannot resolve 5% either way
+}
+
+TEST(GateRules, NoisyCurrentRunCannotFailTheBuild) {
+  // Tight baseline, a contended current run whose median moved 10% with a ~40% spread.
+  const std::vector<double> cur{1.10, 0.85, 1.45, 1.02, 1.30, 0.90, 1.25, 1.12};
+  const std::vector<double> base{1.0, 1.002, 0.998, 1.004, 0.996, 1.001, 0.999, 1.003};
+  EXPECT_EQ(verdict_of(base, cur), g::Verdict::noisy);
+}
+
+TEST(GateRules, ChangeFarBeyondTheNoiseIsSlowerEvenWhenNoisy) {
+  const std::vector<double> noisy{1.0, 1.2, 0.85, 1.15, 0.9, 1.1, 0.95, 1.05};
+  EXPECT_EQ(verdict_of(noisy, times(2.0, noisy)), g::Verdict::slower);
+}
+
+TEST(GateRules, TooFewSamplesToBeSignificantIsNoisyAndSaysSo) {
+  g::GateOptions o;
+  o.min_samples = 3;
+  auto r = g::run_gate(set({mk("s", "x", {1.0, 1.001, 0.999})}), set({mk("s", "x", {1.5, 1.501, 1.499})}), o);
+  const auto& c = r.cases.at(0);
+  EXPECT_EQ(c.verdict, g::Verdict::noisy);  // +50%, but 3 vs 3 can never reach p < 0.05 (min p = 0.1)
+  EXPECT_NEAR(c.p, 0.1, 1e-12);
+  EXPECT_NE(c.note.find("too few samples"), std::string::npos) << c.note;
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+TEST(GateRules, ParametersArePartOfTheKey) {
+  auto a = mk("s", "x", times(1.0, kLowA));
+  a.key.params = {{"size", "1"}};
+  auto b = mk("s", "x", times(1.0, kLowA));
+  b.key.params = {{"size", "2"}};
+  auto other = mk("s", "y", times(1.0, kLowA));
+  const auto r = g::run_gate(set({a, other}), set({b, other}), {});
+  EXPECT_EQ(r.count(g::Verdict::new_case), 1u);
+  EXPECT_EQ(r.count(g::Verdict::missing), 1u);
+  EXPECT_NE(find(r, "s/x/cold {size=2}"), nullptr);  // colliding labels carry their parameters
+  EXPECT_NE(find(r, "s/x/cold {size=1}"), nullptr);
+}
+
+TEST(GateRules, BadOptionsAreBadInput) {
+  const auto s = set({mk("s", "x", times(1.0, kLowA))});
+  g::GateOptions o;
+  o.alpha = 0;
+  EXPECT_THROW(g::run_gate(s, s, o), kvf::UsageError);
+  o = {};
+  o.threshold = 0;
+  EXPECT_THROW(g::run_gate(s, s, o), kvf::UsageError);
+}
+
+TEST(GateRules, AllCommonCasesSkippedIsBadInput) {
+  auto a = mk("s", "x", {});
+  a.skipped = true;
+  EXPECT_THROW(g::run_gate(set({a}), set({a}), {}), kvf::UsageError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading from tables
+
+TEST(GateLoad, TablesWithParametersInAnyColumnOrder) {
+  kvf::CsvTable cases;
+  cases.path = "cases.csv";
+  cases.header = kvf::case_columns();
+  cases.header.push_back("size");
+  std::vector<std::string> row(cases.header.size());
+  auto set_col = [&](const std::string& col, const std::string& v) {
+    row[*cases.column(col)] = v;
+  };
+  set_col("study", "stream");
+  set_col("case", "read");
+  set_col("mode", "cold");
+  set_col("samples", "2");
+  set_col("size", "4096");
+  cases.rows.push_back(row);
+  cases.line.push_back(2);
+  kvf::CsvTable samples;
+  samples.path = "samples.csv";
+  samples.header = kvf::sample_columns();
+  samples.rows = {{"stream", "read", "cold", "0", "0.5", "", "0"},
+                  {"stream", "read", "cold", "1", "0.6", "", "1"},
+                  {"stream", "gone", "cold", "0", "0.6", "", "0"}};
+  samples.line = {2, 3, 4};
+  const auto rs = g::load_kvf_tables(cases, samples, "mem");
+  ASSERT_EQ(rs.cases.size(), 1u);
+  EXPECT_EQ(rs.cases[0].samples, std::vector<double>{0.5});
+  EXPECT_EQ(rs.cases[0].throttled, 1);
+  EXPECT_EQ(rs.cases[0].key.params_string(), "size=4096");
+  ASSERT_EQ(rs.warnings.size(), 1u);  // the orphan "gone" sample
+  EXPECT_NE(rs.warnings[0].find("belong to no case"), std::string::npos);
+
+  auto dup = cases;
+  dup.rows.push_back(row);
+  dup.line.push_back(3);
+  EXPECT_THROW(g::load_kvf_tables(dup, samples, "mem"), kvf::UsageError);
+  auto neg = samples;
+  neg.rows[0][4] = "-1";
+  EXPECT_THROW(g::load_kvf_tables(cases, neg, "mem"), kvf::UsageError);
+  auto nocol = samples;
+  nocol.header[4] = "secs";
+  EXPECT_THROW(g::load_kvf_tables(cases, nocol, "mem"), kvf::UsageError);
+}
+
+TEST(GateLoad, MetaDeviceNames) {
+  const auto j = nlohmann::json::parse(R"({"studies":{"a":{"device":{"name":"H100"}},"b":{"device":"H100"}},
+                                           "other":[{"device":{"name":"CPU"}}]})");
+  EXPECT_EQ(g::meta_device_names(j), (std::set<std::string>{"CPU", "H100"}));
+}
+
+TEST(GateLoad, GoogleBenchmarkErrorsAndBadUnits) {
+  auto j = nlohmann::json::parse(R"({"benchmarks":[
+      {"name":"A","run_name":"A","run_type":"iteration","real_time":5,"time_unit":"ms"},
+      {"name":"B","run_name":"B","run_type":"iteration","error_occurred":true,"error_message":"no GPU"}]})");
+  const auto rs = g::load_gbench_json(j, "x.json");
+  ASSERT_EQ(rs.cases.size(), 2u);
+  EXPECT_DOUBLE_EQ(rs.cases[0].samples.at(0), 5e-3);
+  EXPECT_TRUE(rs.cases[1].skipped);
+  j["benchmarks"][0]["time_unit"] = "fortnights";
+  EXPECT_THROW(g::load_gbench_json(j, "x.json"), kvf::UsageError);
+  EXPECT_THROW(g::load_gbench_json(nlohmann::json::parse(R"({"nope":1})"), "x.json"), kvf::UsageError);
+  EXPECT_THROW(g::load_gbench_json(nlohmann::json::parse(
+                   R"({"benchmarks":[{"name":"A_mean","run_name":"A","run_type":"aggregate","real_time":1}]})"),
+                                   "x.json"),
+               kvf::UsageError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+TEST(GateOutput, MarkdownForAPullRequest) {
+  const auto r = gate("base", "slow");
+  const std::string md = g::format_markdown(r, {});
+  EXPECT_NE(md.find("kvf gate: FAIL"), std::string::npos) << md;
+  EXPECT_NE(md.find("| **SLOWER** | `stream/read/cold` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("geomean current/baseline"), std::string::npos);
+  EXPECT_NE(md.find("<details>"), std::string::npos);  // SAME cases folded away
+  EXPECT_NE(md.find("Fixture CPU 16-core"), std::string::npos);
+  // Every table row has the header's 9 cells.
+  std::size_t pos = 0;
+  while ((pos = md.find("\n| ", pos)) != std::string::npos) {
+    const std::size_t end = md.find('\n', pos + 1);
+    const std::string line = md.substr(pos + 1, end - pos - 1);
+    std::size_t bars = 0;
+    for (std::size_t i = 0; i < line.size(); ++i)
+      if (line[i] == '|' && (i == 0 || line[i - 1] != '\\')) ++bars;
+    EXPECT_EQ(bars, 10u) << line;
+    pos = end;
+  }
+  EXPECT_NE(g::format_markdown(gate("base", "base"), {}).find("kvf gate: PASS"), std::string::npos);
+}
+
+TEST(GateOutput, CsvHasOneRowPerCase) {
+  const auto r = gate("base", "newmissing");
+  const std::string csv = g::format_csv(r);
+  EXPECT_EQ(csv.rfind("verdict,study,case,mode,params,", 0), 0u) << csv;
+  EXPECT_EQ(static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n')), r.cases.size() + 1);
+  EXPECT_NE(csv.find("MISSING,stream,write,cold,op=write"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("NEW,stream,copy,cold,op=copy"), std::string::npos) << csv;
+}
