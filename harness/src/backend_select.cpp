@@ -14,7 +14,7 @@ CudaProbe probe_cuda() {
   return probe_cuda_impl();
 #else
   CudaProbe p;
-  p.error = "this build has no CUDA backend (nvcc was not found when it was configured)";
+  p.error = "this build has no CUDA backend (configured without CUDA: no nvcc found, or KVF_CUDA=OFF)";
   return p;
 #endif
 }

@@ -9,6 +9,10 @@ namespace kvf::stream {
 
 // XOR of every 64-bit word (the tail past a multiple of 8 bytes is ignored). All threads.
 std::uint64_t cpu_read(const void* src, std::size_t bytes);
+// Explicit 512-bit (or 256-bit) loads with software prefetch `kPrefetchBytes` ahead, all threads: the
+// study keeps both variants and the read ceiling is the better of them on each machine.
+std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes);
+inline constexpr std::size_t kPrefetchBytes = 2048;
 // The same loop on the calling thread only.
 std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes);
 // word i = seed ^ i, all threads.

@@ -3,6 +3,7 @@
 // each core streams sequentially and the hardware prefetchers run ahead.
 #include "stream.hpp"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -31,6 +32,50 @@ std::uint64_t xor_words(const std::uint64_t* __restrict p, std::size_t n) {
   return a0 ^ a1 ^ a2 ^ a3;
 }
 
+std::uint64_t xor_words_prefetch(const std::uint64_t* __restrict p, std::size_t n) {
+  constexpr std::size_t ahead = kPrefetchBytes / 8;  // in words
+  std::size_t i = 0;
+  std::uint64_t tail = 0;
+#if defined(__AVX512F__)
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 32 <= n; i += 32) {  // four cache lines per step
+    const char* pf = reinterpret_cast<const char*>(p + i + ahead);
+    _mm_prefetch(pf, _MM_HINT_T0);
+    _mm_prefetch(pf + 64, _MM_HINT_T0);
+    _mm_prefetch(pf + 128, _MM_HINT_T0);
+    _mm_prefetch(pf + 192, _MM_HINT_T0);
+    a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
+    a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 8));
+    a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 16));
+    a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 24));
+  }
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)));
+  for (auto l : lanes) tail ^= l;
+#elif defined(__AVX2__)
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {  // two cache lines per step
+    const char* pf = reinterpret_cast<const char*>(p + i + ahead);
+    _mm_prefetch(pf, _MM_HINT_T0);
+    _mm_prefetch(pf + 64, _MM_HINT_T0);
+    a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_xor_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_xor_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3)));
+  for (auto l : lanes) tail ^= l;
+#else
+  for (; i + 8 <= n; i += 8) {
+    __builtin_prefetch(p + i + ahead);
+    for (std::size_t k = 0; k < 8; ++k) tail ^= p[i + k];
+  }
+#endif
+  for (; i < n; ++i) tail ^= p[i];
+  return tail;
+}
+
 // [begin, end) word range of thread t of T, aligned to 8 words (one cache line).
 void chunk(std::size_t words, int t, int T, std::size_t& b, std::size_t& e) {
   const std::size_t lines = (words + 7) / 8;
@@ -50,6 +95,19 @@ std::uint64_t cpu_read(const void* src, std::size_t bytes) {
     std::size_t b, e;
     chunk(words, omp_get_thread_num(), omp_get_num_threads(), b, e);
     acc ^= xor_words(p + b, e - b);
+  }
+  return acc;
+}
+
+std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes) {
+  const auto* p = static_cast<const std::uint64_t*>(src);
+  const std::size_t words = bytes / 8;
+  std::uint64_t acc = 0;
+#pragma omp parallel reduction(^ : acc)
+  {
+    std::size_t b, e;
+    chunk(words, omp_get_thread_num(), omp_get_num_threads(), b, e);
+    acc ^= xor_words_prefetch(p + b, e - b);
   }
   return acc;
 }

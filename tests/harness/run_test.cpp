@@ -52,7 +52,7 @@ TEST(EndToEnd, StreamStudyWithTinySizes) {
                                   "--warmup", "1", "--out", d.string()}));
   ASSERT_EQ(rc, 0);
   const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
-  ASSERT_EQ(t.rows.size(), 14u);  // 7 arms x (cold, hot)
+  ASSERT_EQ(t.rows.size(), 18u);  // 9 arms x (cold, hot)
   std::size_t total_samples = 0;
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     EXPECT_EQ(t.at(r, "verified"), "yes") << t.at(r, "case");
@@ -77,7 +77,7 @@ TEST(EndToEnd, KvfRunQuickWritesOneDirectory) {
                                   "--size", "2MiB", "--budget", "0.01", "--warmup", "0"}));
   ASSERT_EQ(rc, 0);
   const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
-  EXPECT_EQ(t.rows.size(), 14u);
+  EXPECT_EQ(t.rows.size(), 18u);
   std::ifstream in(d / "meta.json");
   const auto meta = nlohmann::json::parse(in);
   EXPECT_NE(meta["command"].get<std::string>().find("kvf run"), std::string::npos);
@@ -107,7 +107,7 @@ TEST(EndToEnd, KilledRunLeavesEveryFinishedCaseReadable) {
   EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
   const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
   EXPECT_GE(t.rows.size(), rows_before);
-  EXPECT_LT(t.rows.size(), 14u);  // it really was interrupted
+  EXPECT_LT(t.rows.size(), 18u);  // it really was interrupted
   for (std::size_t r = 0; r < t.rows.size(); ++r) EXPECT_TRUE(kvf::parse_number(t, r, "median_s").has_value());
   // Bad input into the same directory loses nothing already measured.
   const auto before = fs::file_size(d / "cases.csv");
