@@ -73,11 +73,11 @@ void fill_f32_uniform(float* p, std::size_t n, std::uint64_t seed, float scale) 
   for (std::size_t i = 0; i < n; ++i) p[i] = unit_uniform(seed, i) * scale;
 }
 void bf16_to_f32(const std::uint16_t* in, float* out, std::size_t n) {
-#pragma omp parallel for schedule(static) if (n > (1u << 16))
+#pragma omp parallel for schedule(static) if (n > (std::size_t(1) << 23))
   for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
 }
 void f32_to_bf16(const float* in, std::uint16_t* out, std::size_t n) {
-#pragma omp parallel for schedule(static) if (n > (1u << 16))
+#pragma omp parallel for schedule(static) if (n > (std::size_t(1) << 23))
   for (std::size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
@@ -115,7 +115,9 @@ void gemm_xwT_sbgemm(const std::uint16_t* X, const std::uint16_t* W, float* Y, i
 void rope_write_cpu(const float* Y, const float* bias, int rows, KvGeom g, const float* cos_sin,
                     const std::int32_t* pos, const std::int64_t* slot, std::uint16_t* cache) {
   const int D = g.head_dim, half = D / 2, kvd = g.kv_dim();
-#pragma omp parallel for schedule(static)
+  // Small pages stay on the calling thread: an OpenMP fork/join beside OpenBLAS's own spinning
+  // threads costs more than the work on a 2-core machine.
+#pragma omp parallel for schedule(static) if (std::int64_t(rows) * kvd > (std::int64_t(1) << 21))
   for (int r = 0; r < rows; ++r) {
     const float* y = Y + std::size_t(r) * 2 * kvd;
     const float* cs = cos_sin + std::size_t(pos[r]) * D;
