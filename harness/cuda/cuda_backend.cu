@@ -624,12 +624,16 @@ class CudaBackend final : public Backend {
     const char* ml = std::getenv("CUDA_MODULE_LOADING");
     x["cuda_module_loading"] = ml ? ml : "unset (driver default: lazy)";
 
-    char bus[32] = {};
-    std::string bus_id;
+    // "0000:65:00.0" from CUDA; sysfs wants lower-case hex and a 4-digit domain.
+    char bus[64] = {};
+    std::string bus_id, sysfs_id;
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev_) == cudaSuccess) {
       bus_id = bus;
-      for (auto& c : bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      x["pci_bus_id"] = bus_id;
+      sysfs_id = bus_id;
+      for (auto& c : sysfs_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (const auto colon = sysfs_id.find(':'); colon != std::string::npos && colon > 4)
+        sysfs_id.erase(0, colon - 4);
+      x["pci_bus_id"] = sysfs_id;
     }
     (void)cudaGetLastError();
 
@@ -650,8 +654,8 @@ class CudaBackend final : public Backend {
       const unsigned mgen = nvml.max_link_gen(h), mwidth = nvml.max_link_width(h);
       if (mgen && mwidth) x["pcie_link_max"] = "Gen" + std::to_string(mgen) + " x" + std::to_string(mwidth);
     }
-    if (d.pcie_link.empty() && !bus_id.empty()) {
-      const std::string base = "/sys/bus/pci/devices/" + bus_id + "/";
+    if (d.pcie_link.empty() && !sysfs_id.empty()) {
+      const std::string base = "/sys/bus/pci/devices/" + sysfs_id + "/";
       const std::string gen = pcie_gen_from_speed(read_line(base + "current_link_speed"));
       const std::string width = read_line(base + "current_link_width");
       if (!gen.empty() && !width.empty() && std::atoi(width.c_str()) > 0)
