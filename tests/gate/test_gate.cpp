@@ -65,6 +65,7 @@ TEST(GateFixtures, LoadsResultsDirectory) {
   const auto rs = g::load_results(fixture("base"));
   ASSERT_EQ(rs.cases.size(), 4u);
   EXPECT_EQ(rs.meta_devices, std::set<std::string>{"Fixture CPU 16-core"});
+  EXPECT_TRUE(rs.warnings.empty()) << rs.warnings.front();  // samples = unthrottled count, as the harness writes
   const auto it = std::find_if(rs.cases.begin(), rs.cases.end(),
                                [](const g::CaseData& c) { return c.key.case_name == "gather"; });
   ASSERT_NE(it, rs.cases.end());
@@ -87,7 +88,8 @@ TEST(GateFixtures, IdenticalRunsPass) {
   EXPECT_EQ(r.count(g::Verdict::skipped), 1u);
   EXPECT_DOUBLE_EQ(r.geomean_ratio, 1.0);
   for (const auto& c : r.cases) {
-    if (c.compared) EXPECT_NEAR(c.p, 1.0, 1e-12) << c.label;
+    if (!c.compared) continue;
+    EXPECT_NEAR(c.p, 1.0, 1e-12) << c.label;
   }
 }
 
@@ -341,6 +343,21 @@ TEST(GateLoad, TablesWithParametersInAnyColumnOrder) {
   EXPECT_EQ(rs.cases[0].key.params_string(), "size=4096");
   ASSERT_EQ(rs.warnings.size(), 1u);  // the orphan "gone" sample
   EXPECT_NE(rs.warnings[0].find("belong to no case"), std::string::npos);
+
+  // Every sample throttled: cases.csv says 0, but it is not a skipped case; it has 0 usable samples.
+  auto all_thr = cases;
+  all_thr.rows[0][*cases.column("samples")] = "0";
+  auto thr = samples;
+  thr.rows[0][6] = "1";
+  const auto rt = g::load_kvf_tables(all_thr, thr, "mem");
+  EXPECT_FALSE(rt.cases[0].skipped);
+  EXPECT_EQ(rt.cases[0].throttled, 2);
+  try {
+    g::run_gate(rt, rt, {});
+    FAIL() << "expected UsageError";
+  } catch (const kvf::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("0 usable samples (2 throttled ignored)"), std::string::npos) << e.what();
+  }
 
   auto dup = cases;
   dup.rows.push_back(row);

@@ -96,8 +96,8 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
     cd.backend = cases.at(r, "backend");
     cd.device = cases.at(r, "device");
     cd.note = cases.at(r, "note");
+    // The harness counts unthrottled samples here; a row with 0 and no sample rows is a skipped case.
     const long long n = parse_count(cases, r, "samples");
-    cd.skipped = n == 0;
     if (!seen.insert(cd.key).second)
       throw UsageError(where(cases, r) + ": duplicate case " + cd.key.label() +
                        (cd.key.params.empty() ? "" : " (" + cd.key.params_string() + ")"));
@@ -135,13 +135,19 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
                           " sample rows belong to no case in cases.csv (an interrupted run?); ignored");
   for (std::size_t i = 0; i < rs.cases.size(); ++i) {
     CaseData& cd = rs.cases[i];
-    if (cd.skipped) continue;
+    if (declared[i] == 0 && found[i] == 0) {
+      cd.skipped = true;
+      continue;
+    }
     if (found[i] == 0)
       throw UsageError(samples.path + ": no samples for " + cd.key.label() + " (cases.csv says " +
                        std::to_string(declared[i]) + ")");
-    if (found[i] != declared[i])
+    // cases.csv counts the unthrottled samples; accept the total too (older writers).
+    const auto usable = static_cast<long long>(cd.samples.size());
+    if (declared[i] != usable && declared[i] != found[i])
       rs.warnings.push_back(cd.key.label() + ": cases.csv says " + std::to_string(declared[i]) +
-                            " samples, samples.csv has " + std::to_string(found[i]) + "; using samples.csv");
+                            " samples, samples.csv has " + std::to_string(usable) + " usable of " +
+                            std::to_string(found[i]) + "; using samples.csv");
   }
   return rs;
 }
