@@ -210,7 +210,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   if (!too_few.empty()) {
     std::string msg = too_few.front();
     if (too_few.size() > 1) msg += " (and " + std::to_string(too_few.size() - 1) + " more)";
-    throw UsageError(msg);
+    throw UsageError(msg + "; take more samples (kvf run ... -- --budget S) or lower --min-samples");
   }
   rep.baseline_device = join(dev_b);
   rep.current_device = join(dev_c);
