@@ -1,0 +1,264 @@
+// Index, layout and partition math of the access study, shared by the CUDA kernels, the CPU twin and
+// the fp32 reference (so the three read exactly the same bytes). Everything here is __host__ __device__
+// and unit-tested on the CPU (tests/access/test_access_math.cpp).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kvf/pattern.hpp"  // KVF_HD, pattern_word
+
+namespace kvf::access {
+
+// ---------------------------------------------------------------------------------------------------
+// Random run placement without replacement: a keyed bijection on [0, n).
+// perm_pow2 is a bijection on k-bit integers (add key, odd multiply, xorshift, each invertible mod
+// 2^k); perm_n walks the cycle until the value falls below n (a bijection on [0, n) because it is the
+// induced permutation of a bijection on the superset). Expected walk length < 2 since 2^k < 2n.
+// ---------------------------------------------------------------------------------------------------
+KVF_HD std::uint32_t ceil_log2_u64(std::uint64_t n) {
+  std::uint32_t k = 0;
+  while ((std::uint64_t{1} << k) < n) ++k;
+  return k;
+}
+
+KVF_HD std::uint64_t perm_pow2(std::uint64_t x, std::uint32_t k, std::uint64_t key) {
+  if (k == 0) return 0;
+  const std::uint64_t mask = (k >= 64) ? ~std::uint64_t{0} : ((std::uint64_t{1} << k) - 1);
+  const std::uint32_t s = k / 2 + 1;  // shift < k keeps x ^= x >> s invertible
+  x = (x + key * 0xD6E8FEB86659FD93ull) & mask;  // key picks which window of inputs is used
+  x = (x * 0x9E3779B97F4A7C15ull) & mask;
+  x ^= x >> s;
+  x = (x * 0xBF58476D1CE4E5B9ull + (key >> 7)) & mask;
+  x ^= x >> s;
+  x = (x * 0x94D049BB133111EBull) & mask;
+  x ^= x >> s;
+  return x;
+}
+
+// Bijection on [0, n): i -> distinct slot. n > 0; k = ceil_log2_u64(n).
+KVF_HD std::uint64_t perm_n(std::uint64_t i, std::uint64_t n, std::uint32_t k, std::uint64_t key) {
+  std::uint64_t y = perm_pow2(i, k, key);
+  while (y >= n) y = perm_pow2(y, k, key);
+  return y;
+}
+
+// The gather problem: read `total_bytes` as runs of `run_bytes` from a pool of `pool_bytes`.
+// Run r (0 <= r < nruns) starts at byte run_offset(r). Sequential: run r starts at r * run_bytes.
+struct GatherGeom {
+  std::uint64_t pool_bytes = 0;
+  std::uint64_t run_bytes = 0;
+  std::uint64_t total_bytes = 0;  // multiple of run_bytes, <= pool_bytes
+  std::uint64_t key = 0;          // seed of the placement
+  bool sequential = false;
+
+  KVF_HD std::uint64_t nruns() const { return total_bytes / run_bytes; }
+  KVF_HD std::uint64_t nslots() const { return pool_bytes / run_bytes; }
+  KVF_HD std::uint32_t slot_bits() const { return ceil_log2_u64(nslots()); }
+  KVF_HD std::uint64_t run_offset(std::uint64_t r, std::uint32_t k) const {
+    return sequential ? r * run_bytes : perm_n(r, nslots(), k, key) * run_bytes;
+  }
+};
+
+// GPU decomposition of a gather into 16-byte vectors: vector v lies in run v >> vshift (vshift =
+// log2(run_bytes / 16)) at 16-byte slot v & (2^vshift - 1). Returns its byte offset in the pool.
+KVF_HD std::uint32_t gather_vshift(std::uint64_t run_bytes) {
+  std::uint32_t s = 0;
+  while ((std::uint64_t{16} << s) < run_bytes) ++s;
+  return s;
+}
+KVF_HD std::uint64_t gather_vec_offset(const GatherGeom& g, std::uint32_t k, std::uint32_t vshift, std::uint64_t v) {
+  return g.run_offset(v >> vshift, k) + (v & ((std::uint64_t{1} << vshift) - 1)) * 16;
+}
+
+// Checksum of a gather: wrapping 64-bit sum of every 8-byte word read. Order-independent (so any
+// parallel split gives the same value) and a run read twice or missed changes it.
+// Reference without touching memory: the pool holds pattern_word(seed, word index).
+KVF_HD std::uint64_t gather_expected_run_sum(std::uint64_t seed, std::uint64_t byte_off, std::uint64_t run_bytes) {
+  std::uint64_t s = 0;
+  const std::uint64_t w0 = byte_off / 8, nw = run_bytes / 8;
+  for (std::uint64_t w = 0; w < nw; ++w) s += pattern_word(seed, w0 + w);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// KV layouts. NHD: [batch][token][kv_head][dim]; HND: [batch][kv_head][token][dim].
+// Returns the element index of (b, token n, head h, dim 0).
+// ---------------------------------------------------------------------------------------------------
+enum class Layout : int { NHD = 0, HND = 1 };
+
+KVF_HD std::uint64_t kv_row(Layout l, std::uint64_t b, std::uint64_t n, std::uint64_t h, std::uint64_t N,
+                            std::uint64_t H, std::uint64_t D) {
+  return l == Layout::NHD ? ((b * N + n) * H + h) * D : ((b * H + h) * N + n) * D;
+}
+// Distance in elements between consecutive tokens of one head.
+KVF_HD std::uint64_t kv_token_stride(Layout l, std::uint64_t H, std::uint64_t D) {
+  return l == Layout::NHD ? H * D : D;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Selection: every arm attends over a list of entries; entry e covers tokens idx[e]*span .. +span-1.
+// dense: span = dense span, idx = 0..ctx/span-1; block: span = block size, idx = selected blocks;
+// token: span = 1, idx = selected token positions. All lists are sorted ascending.
+// A selection list is per (batch, kv head) ("per_head") or per batch shared by every kv head ("shared").
+// ---------------------------------------------------------------------------------------------------
+struct SelGeom {
+  std::uint32_t n_entries = 0;  // entries per list
+  std::uint32_t span = 1;       // tokens per entry
+  bool shared = false;          // one list per batch instead of one per (batch, kv head)
+  KVF_HD std::uint64_t list_offset(std::uint64_t b, std::uint64_t h, std::uint64_t Hkv) const {
+    return (shared ? b : b * Hkv + h) * n_entries;
+  }
+  KVF_HD std::uint64_t n_tokens() const { return std::uint64_t{n_entries} * span; }
+  // Flattened selected-token number t (0 <= t < n_tokens) -> token position.
+  KVF_HD std::uint64_t token(const std::uint32_t* list, std::uint64_t t) const {
+    return std::uint64_t{list[t / span]} * span + t % span;
+  }
+};
+
+// Split-KV partition, identical in every arm (it depends only on the selected-token count):
+// split s of n_splits covers selected tokens [begin(s), end(s)); chunks are multiples of `quantum`.
+struct SplitGeom {
+  std::uint64_t n_tokens = 0;
+  std::uint32_t n_splits = 1;
+  std::uint64_t chunk = 0;
+  KVF_HD std::uint64_t begin(std::uint32_t s) const {
+    const std::uint64_t x = std::uint64_t{s} * chunk;
+    return x < n_tokens ? x : n_tokens;
+  }
+  KVF_HD std::uint64_t end(std::uint32_t s) const {
+    const std::uint64_t x = (std::uint64_t{s} + 1) * chunk;
+    return x < n_tokens ? x : n_tokens;
+  }
+};
+
+// Policy: enough work items (batch * kv heads * splits) to give every compute unit `waves` items,
+// but no split shorter than min_chunk tokens. Chunk rounded up to `quantum`.
+KVF_HD SplitGeom make_splits(std::uint64_t n_tokens, std::uint64_t items_without_split, std::uint32_t units,
+                             std::uint32_t waves, std::uint64_t min_chunk, std::uint64_t quantum) {
+  SplitGeom g;
+  g.n_tokens = n_tokens;
+  std::uint64_t want = (std::uint64_t{units} * waves + items_without_split - 1) / items_without_split;
+  if (want < 1) want = 1;
+  std::uint64_t max_by_len = (n_tokens + min_chunk - 1) / min_chunk;
+  if (max_by_len < 1) max_by_len = 1;
+  std::uint64_t ns = want < max_by_len ? want : max_by_len;
+  std::uint64_t chunk = (n_tokens + ns - 1) / ns;
+  chunk = (chunk + quantum - 1) / quantum * quantum;
+  if (chunk == 0) chunk = quantum;
+  g.chunk = chunk;
+  g.n_splits = static_cast<std::uint32_t>((n_tokens + chunk - 1) / chunk);
+  if (g.n_splits == 0) g.n_splits = 1;
+  return g;
+}
+
+// GPU attention tiling: a token row of d 16-bit elements is read by d/8 lanes (16 bytes each), so a
+// warp covers 32/(d/8) tokens and a CTA of kAttnWarps warps covers tokens_per_cta() per step; a lane
+// group `grp` (0 <= grp < tokens_per_cta) handles token base + u * tokens_per_cta + grp of unrolled
+// step u. Each selected token of a split is visited exactly once (tests/access/test_access_math.cpp).
+inline constexpr int kAttnWarps = 4;
+KVF_HD constexpr int attn_lanes_per_token(int d) { return d / 8; }
+KVF_HD constexpr int attn_tokens_per_warp(int d) { return 32 / attn_lanes_per_token(d); }
+KVF_HD constexpr int attn_tokens_per_cta(int d) { return kAttnWarps * attn_tokens_per_warp(d); }
+KVF_HD int attn_group_of_thread(int d, int thread) {
+  return (thread / 32) * attn_tokens_per_warp(d) + (thread % 32) / attn_lanes_per_token(d);
+}
+KVF_HD int attn_sub_of_thread(int d, int thread) { return (thread % 32) % attn_lanes_per_token(d); }
+KVF_HD std::uint64_t attn_token_of(int d, std::uint64_t base, int u, int grp) {
+  return base + static_cast<std::uint64_t>(u) * attn_tokens_per_cta(d) + grp;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 16-bit floats as raw bits (the same conversions on host and device; round to nearest even).
+// ---------------------------------------------------------------------------------------------------
+enum class DType : int { bf16 = 0, fp16 = 1, fp8_e4m3 = 2 };
+KVF_HD std::uint32_t dtype_bytes(DType t) { return t == DType::fp8_e4m3 ? 1u : 2u; }
+
+KVF_HD float f32_from_bits(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+KVF_HD std::uint32_t bits_from_f32(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+KVF_HD float bf16_to_f32(std::uint16_t h) { return f32_from_bits(std::uint32_t{h} << 16); }
+KVF_HD std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u = bits_from_f32(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+KVF_HD float fp16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = (std::uint32_t{h} & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+  if (exp == 0) {
+    if (man == 0) return f32_from_bits(sign);
+    // subnormal: value = man * 2^-24
+    float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return f32_from_bits(sign | 0x7F800000u | (man << 13));
+  return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+KVF_HD std::uint16_t f32_to_fp16(float f) {
+  std::uint32_t u = bits_from_f32(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7FFFFFFFu;
+  if (u >= 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7C00u | (u > 0x7F800000u ? 0x200u : 0u));
+  if (u >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
+  if (u < 0x38800000u) {                                                    // below 2^-14: subnormal or 0
+    float a = f32_from_bits(u);
+    float q = a * 16777216.0f;  // units of 2^-24, exact for these magnitudes
+    // round half to even
+    std::uint32_t r = static_cast<std::uint32_t>(q);
+    float frac = q - static_cast<float>(r);
+    if (frac > 0.5f || (frac == 0.5f && (r & 1u))) ++r;
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  std::uint32_t e = ((u >> 23) - 112u) << 10, m = (u >> 13) & 0x3FFu;
+  std::uint32_t h = e | m;
+  const std::uint32_t rest = u & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+// fp8 e4m3 (OCP "fn" variant: no infinities, 0x7F/0xFF NaN, max 448).
+KVF_HD float e4m3_to_f32(std::uint8_t v) {
+  const std::uint32_t sign = (v & 0x80u) ? 1u : 0u;
+  const std::uint32_t exp = (v >> 3) & 0xFu, man = v & 0x7u;
+  float r;
+  if (exp == 0) r = static_cast<float>(man) * 0.001953125f;  // man * 2^-9
+  else if (exp == 15 && man == 7) r = f32_from_bits(0x7FC00000u);
+  else r = f32_from_bits(((exp + 120u) << 23) | (man << 20));
+  return sign ? -r : r;
+}
+KVF_HD std::uint8_t f32_to_e4m3(float f) {
+  // Round to nearest even by search over the 127 finite magnitudes (host-side fills only).
+  const std::uint8_t sign = f < 0 ? 0x80 : 0;
+  const float a = f < 0 ? -f : f;
+  if (!(a == a)) return 0x7F;
+  std::uint8_t best = 0;
+  float bestd = a;
+  for (std::uint32_t c = 1; c < 0x7F; ++c) {
+    const float d = e4m3_to_f32(static_cast<std::uint8_t>(c)) - a;
+    const float ad = d < 0 ? -d : d;
+    if (ad < bestd || (ad == bestd && (c & 1u) == 0)) { bestd = ad; best = static_cast<std::uint8_t>(c); }
+  }
+  return static_cast<std::uint8_t>(sign | best);
+}
+
+// Deterministic KV / q values: uniform-ish in [-1, 1) from the fill pattern (same on host and device).
+KVF_HD float pattern_unit(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<float>(static_cast<std::int64_t>(pattern_word(seed, i)) >> 40) * (1.0f / 8388608.0f);
+}
+
+}  // namespace kvf::access
