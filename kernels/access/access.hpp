@@ -1,0 +1,103 @@
+// Host-side API of the access study: the gather and sparse-decode-attention problems, their CPU twins
+// (all cores, AVX-512 where present, software prefetch), fp32 references, selection and routing.
+// The CUDA kernels (access_gpu.hpp) take the same structs and read the same bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "access_math.hpp"
+
+namespace kvf::access {
+
+// ------------------------------------------------------------------------------------------------ gather
+// Wrapping sum of every 8-byte word of every run (see gather_expected_run_sum). pool must hold
+// pattern_word(seed, i) at word i for the reference to agree.
+std::uint64_t gather_cpu(const void* pool, const GatherGeom& g, bool prefetch = true);
+std::uint64_t gather_ref(std::uint64_t seed, const GatherGeom& g);
+// Throws UsageError for a run size that is not a power of two in [32, pool], a pool too small, etc.
+void validate_gather(const GatherGeom& g);
+
+// --------------------------------------------------------------------------------------------- attention
+struct AttnShape {
+  std::uint32_t batch = 1, hq = 32, hkv = 8, d = 128, ctx = 4096;
+  DType dtype = DType::bf16;
+  Layout layout = Layout::HND;
+  std::uint32_t group() const { return hq / hkv; }
+  float scale() const;  // 1/sqrt(d)
+  std::uint64_t kv_elems() const { return std::uint64_t{batch} * hkv * ctx * d; }   // per K (or V)
+  std::uint64_t kv_bytes() const { return kv_elems() * dtype_bytes(dtype); }        // per K (or V)
+  std::uint64_t q_elems() const { return std::uint64_t{batch} * hq * d; }
+};
+// Throws UsageError: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx 0.
+void validate_shape(const AttnShape& s);
+
+enum class Arm { dense, block, token };
+enum class Scatter { uniform, clustered };
+const char* to_string(Arm);
+const char* to_string(Scatter);
+const char* to_string(Layout);
+const char* to_string(DType);
+Layout parse_layout(const std::string&);  // UsageError on unknown
+DType parse_dtype(const std::string&);    // UsageError on unknown
+
+// Selected entries of every list (SelGeom says how to read them).
+struct Selection {
+  SelGeom geom;
+  std::vector<std::uint32_t> idx;  // n_lists * n_entries, each list sorted ascending
+  std::uint32_t n_lists = 0;
+};
+
+// Budget of the sparse arms: k_blocks = round(ctx/block * keep) blocks, token budget = k_blocks * block.
+// Throws UsageError: block not dividing ctx, keep outside (0, 1], k_blocks < 2 (sink + latest).
+std::uint32_t sparse_blocks(std::uint32_t ctx, std::uint32_t block, double keep);
+
+// Dense: every token, as entries of `span` tokens (span divides ctx).
+Selection select_dense(const AttnShape& s, std::uint32_t span);
+// Block arm with given per-list block scores (n_lists x nblocks): block 0 and the last block always,
+// then the highest scores.
+Selection select_blocks_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                                 const std::vector<float>& scores);
+// Token arm at the same budget: tokens of block 0 and of the last block, then budget - 2*block tokens
+// from the middle, without replacement: uniform, or clustered in contiguous runs of mean `cluster_mean`.
+Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                               Scatter sc, std::uint32_t cluster_mean, std::uint64_t seed);
+Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                                 const std::vector<float>& scores);
+
+// Routing. Centroids: mean key of each block, fp32 [batch][hkv][nblocks][d] ("prefill", built once).
+void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent);
+// Block scores (n_lists x nblocks): sum over the list's query heads of q . centroid.
+void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& cent, std::uint32_t block,
+                  bool shared, std::vector<float>& scores);
+// Token scores (n_lists x ctx): sum over the list's query heads of q . k (reads every key).
+void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores);
+
+// Fills q, k, v (dtype elements) with deterministic values; q scaled so softmax is not flat.
+void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed);
+
+// Scratch of the twin, sized once outside the timed region.
+struct AttnWorkspace {
+  SplitGeom split;
+  std::vector<float> part;  // per (batch, hq, split): m, l, acc[d]
+  int threads = 1;
+};
+// Split-KV policy of the CPU twin (same for every arm; depends on the selected-token count only).
+void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws);
+// out: fp32 [batch][hq][d].
+void attention_cpu(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
+                   AttnWorkspace& ws, float* out, bool prefetch = true);
+// fp32 reference (double accumulation of the softmax and output), straightforward two-pass softmax.
+void attention_ref(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
+                   float* out);
+// Largest |out - ref| divided by the largest |ref| (the documented tolerance applies to this).
+double attention_rel_error(const float* out, const float* ref, std::size_t n);
+inline constexpr double kAttnTolerance = 2e-3;  // fp32 accumulation over <= 1M tokens, fast exp2
+
+// Bytes the attention reads: q + selected K and V rows (+ the index lists); flops: 4*d per (query head,
+// token) for QK and PV.
+double attention_bytes(const AttnShape& s, const Selection& sel);
+double attention_flops(const AttnShape& s, const Selection& sel);
+
+}  // namespace kvf::access

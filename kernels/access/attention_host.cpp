@@ -1,0 +1,340 @@
+// Shapes, validation, selection (dense / block / token), routing (centroids, scores), fills, the fp32
+// reference and the byte and FLOP counts of the access study.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 flags the deliberately undefined pass-through operand inside the AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "access.hpp"
+#include "kvf/errors.hpp"
+
+namespace kvf::access {
+
+float AttnShape::scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
+
+void validate_shape(const AttnShape& s) {
+  if (s.d != 64 && s.d != 128) throw UsageError("--head-dims " + std::to_string(s.d) + ": allowed 64, 128");
+  if (s.hkv == 0 || s.hq == 0 || s.hq % s.hkv)
+    throw UsageError("--hq " + std::to_string(s.hq) + " --hkv " + std::to_string(s.hkv) +
+                     ": hq must be a non-zero multiple of hkv");
+  const std::uint32_t g = s.hq / s.hkv;
+  if (g > 16 || (g & (g - 1)))
+    throw UsageError("group hq/hkv = " + std::to_string(g) + ": allowed 1, 2, 4, 8, 16");
+  if (s.ctx == 0 || s.batch == 0) throw UsageError("context and batch must be positive");
+  if (s.dtype == DType::fp8_e4m3) throw UsageError("--dtypes fp8_e4m3: not available on the cpu backend (bf16, fp16)");
+}
+
+const char* to_string(Arm a) { return a == Arm::dense ? "dense" : a == Arm::block ? "block" : "token"; }
+const char* to_string(Scatter s) { return s == Scatter::uniform ? "uniform" : "clustered"; }
+const char* to_string(Layout l) { return l == Layout::NHD ? "NHD" : "HND"; }
+const char* to_string(DType t) { return t == DType::bf16 ? "bf16" : t == DType::fp16 ? "fp16" : "fp8_e4m3"; }
+Layout parse_layout(const std::string& x) {
+  if (x == "NHD" || x == "nhd") return Layout::NHD;
+  if (x == "HND" || x == "hnd") return Layout::HND;
+  throw UsageError("--layouts " + x + ": unknown layout (NHD, HND)");
+}
+DType parse_dtype(const std::string& x) {
+  if (x == "bf16") return DType::bf16;
+  if (x == "fp16") return DType::fp16;
+  if (x == "fp8" || x == "fp8_e4m3" || x == "e4m3") return DType::fp8_e4m3;
+  throw UsageError("--dtypes " + x + ": unknown dtype (bf16, fp16, fp8_e4m3)");
+}
+
+std::uint32_t sparse_blocks(std::uint32_t ctx, std::uint32_t block, double keep) {
+  if (!(keep > 0.0 && keep <= 1.0))
+    throw UsageError("--keep " + std::to_string(keep) + ": must be in (0, 1]");
+  if (block == 0 || ctx % block)
+    throw UsageError("--block-sizes " + std::to_string(block) + ": must divide the context (" + std::to_string(ctx) + ")");
+  const std::uint32_t nb = ctx / block;
+  const auto k = static_cast<std::uint32_t>(std::llround(nb * keep));
+  if (k < 2 || nb < 2)
+    throw UsageError("budget of " + std::to_string(k) + " block(s) of " + std::to_string(block) + " at context " +
+                     std::to_string(ctx) + " and keep " + std::to_string(keep) +
+                     ": smaller than sink + latest block (2 blocks)");
+  return std::min(k, nb);
+}
+
+static std::uint32_t n_lists(const AttnShape& s, bool shared) { return shared ? s.batch : s.batch * s.hkv; }
+
+Selection select_dense(const AttnShape& s, std::uint32_t span) {
+  Selection sel;
+  sel.geom.span = span;
+  sel.geom.n_entries = s.ctx / span;
+  sel.geom.shared = true;
+  sel.n_lists = s.batch;
+  sel.idx.resize(std::uint64_t{sel.n_lists} * sel.geom.n_entries);
+  for (std::uint32_t l = 0; l < sel.n_lists; ++l)
+    std::iota(sel.idx.begin() + std::uint64_t{l} * sel.geom.n_entries,
+              sel.idx.begin() + std::uint64_t{l + 1} * sel.geom.n_entries, 0u);
+  return sel;
+}
+
+// Top `k` indices of scores[lo, hi) (ties: lower index), appended to out.
+static void top_k(const float* scores, std::uint32_t lo, std::uint32_t hi, std::uint32_t k,
+                  std::vector<std::uint32_t>& out) {
+  std::vector<std::uint32_t> ids(hi - lo);
+  std::iota(ids.begin(), ids.end(), lo);
+  k = std::min<std::uint32_t>(k, hi - lo);
+  auto better = [&](std::uint32_t a, std::uint32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  std::nth_element(ids.begin(), ids.begin() + k, ids.end(), better);
+  out.insert(out.end(), ids.begin(), ids.begin() + k);
+}
+
+Selection select_blocks_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                                 const std::vector<float>& scores) {
+  const std::uint32_t nb = s.ctx / block;
+  Selection sel;
+  sel.geom.span = block;
+  sel.geom.n_entries = k_blocks;
+  sel.geom.shared = shared;
+  sel.n_lists = n_lists(s, shared);
+  sel.idx.resize(std::uint64_t{sel.n_lists} * k_blocks);
+#pragma omp parallel for schedule(static)
+  for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
+    std::vector<std::uint32_t> pick{0u, nb - 1};
+    top_k(scores.data() + std::uint64_t{l} * nb, 1, nb - 1, k_blocks - 2, pick);
+    std::sort(pick.begin(), pick.end());
+    std::copy(pick.begin(), pick.end(), sel.idx.begin() + std::uint64_t{l} * k_blocks);
+  }
+  return sel;
+}
+
+static Selection token_skeleton(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared) {
+  Selection sel;
+  sel.geom.span = 1;
+  sel.geom.n_entries = k_blocks * block;
+  sel.geom.shared = shared;
+  sel.n_lists = n_lists(s, shared);
+  sel.idx.resize(std::uint64_t{sel.n_lists} * sel.geom.n_entries);
+  return sel;
+}
+
+Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                               Scatter sc, std::uint32_t cluster_mean, std::uint64_t seed) {
+  Selection sel = token_skeleton(s, block, k_blocks, shared);
+  const std::uint32_t budget = sel.geom.n_entries, mid_lo = block, mid_hi = s.ctx - block;
+  const std::uint32_t need = budget - 2 * block, mid_n = mid_hi - mid_lo;
+  for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
+    std::mt19937_64 rng(seed * 1000003u + l);
+    std::vector<char> taken(mid_n, 0);
+    std::uint32_t got = 0;
+    if (sc == Scatter::uniform || cluster_mean <= 1) {
+      // Floyd's algorithm: `need` distinct values of [0, mid_n)
+      for (std::uint32_t j = mid_n - need; j < mid_n; ++j) {
+        const std::uint32_t t = std::uniform_int_distribution<std::uint32_t>(0, j)(rng);
+        if (!taken[t]) taken[t] = 1;
+        else taken[j] = 1;
+      }
+      got = need;
+    } else {
+      // Contiguous clusters of random length 1 .. 2*mean-1 at random starts, skipping taken tokens.
+      std::uniform_int_distribution<std::uint32_t> start(0, mid_n - 1), len(1, 2 * cluster_mean - 1);
+      while (got < need) {
+        std::uint32_t t = start(rng), n = len(rng);
+        for (; n && got < need && t < mid_n; ++t)
+          if (!taken[t]) { taken[t] = 1; ++got; --n; }
+      }
+    }
+    std::uint32_t* out = sel.idx.data() + std::uint64_t{l} * budget;
+    std::uint32_t w = 0;
+    for (std::uint32_t t = 0; t < block; ++t) out[w++] = t;
+    for (std::uint32_t t = 0; t < mid_n; ++t)
+      if (taken[t]) out[w++] = mid_lo + t;
+    for (std::uint32_t t = mid_hi; t < s.ctx; ++t) out[w++] = t;
+    (void)got;
+  }
+  return sel;
+}
+
+Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
+                                 const std::vector<float>& scores) {
+  Selection sel = token_skeleton(s, block, k_blocks, shared);
+  const std::uint32_t budget = sel.geom.n_entries;
+#pragma omp parallel for schedule(static)
+  for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
+    std::vector<std::uint32_t> pick;
+    pick.reserve(budget);
+    for (std::uint32_t t = 0; t < block; ++t) pick.push_back(t);
+    for (std::uint32_t t = s.ctx - block; t < s.ctx; ++t) pick.push_back(t);
+    top_k(scores.data() + std::uint64_t{l} * s.ctx, block, s.ctx - block, budget - 2 * block, pick);
+    std::sort(pick.begin(), pick.end());
+    std::copy(pick.begin(), pick.end(), sel.idx.begin() + std::uint64_t{l} * budget);
+  }
+  return sel;
+}
+
+// ------------------------------------------------------------------------------------------------ routing
+static inline float elem(const AttnShape& s, const void* p, std::uint64_t i) {
+  const std::uint16_t h = static_cast<const std::uint16_t*>(p)[i];
+  return s.dtype == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
+
+// dot(qsum, row) over d elements of a 16-bit row.
+static inline float dot_row(const AttnShape& s, const float* qs, const std::uint16_t* row) {
+#if defined(__AVX512F__)
+  __m512 a = _mm512_setzero_ps();
+  for (std::uint32_t j = 0; j < s.d; j += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j));
+    const __m512 k = s.dtype == DType::bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                                            : _mm512_cvtph_ps(h);
+    a = _mm512_fmadd_ps(k, _mm512_loadu_ps(qs + j), a);
+  }
+  return _mm512_reduce_add_ps(a);
+#else
+  float a = 0;
+  for (std::uint32_t j = 0; j < s.d; ++j)
+    a += qs[j] * (s.dtype == DType::bf16 ? bf16_to_f32(row[j]) : fp16_to_f32(row[j]));
+  return a;
+#endif
+}
+
+void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent) {
+  const std::uint32_t nb = s.ctx / block;
+  cent.assign(std::uint64_t{s.batch} * s.hkv * nb * s.d, 0.0f);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh)
+    for (std::uint32_t j = 0; j < nb; ++j) {
+      const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
+      float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
+      for (std::uint32_t t = j * block; t < (j + 1) * block; ++t) {
+        const std::uint64_t r = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d);
+        for (std::uint32_t d = 0; d < s.d; ++d) c[d] += elem(s, k, r + d);
+      }
+      for (std::uint32_t d = 0; d < s.d; ++d) c[d] /= static_cast<float>(block);
+    }
+}
+
+// Sum of the query heads of kv head h of batch b, as fp32 [d].
+static void q_sum(const AttnShape& s, const void* q, std::uint32_t b, std::uint32_t h, float* out) {
+  const std::uint32_t G = s.group();
+  for (std::uint32_t d = 0; d < s.d; ++d) {
+    float a = 0;
+    for (std::uint32_t g = 0; g < G; ++g) a += elem(s, q, (std::uint64_t{b} * s.hq + h * G + g) * s.d + d);
+    out[d] = a;
+  }
+}
+
+void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& cent, std::uint32_t block,
+                  bool shared, std::vector<float>& scores) {
+  const std::uint32_t nb = s.ctx / block, nl = n_lists(s, shared);
+  scores.assign(std::uint64_t{nl} * nb, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
+    const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
+    float qs[128];
+    q_sum(s, q, b, h, qs);
+    float* out = scores.data() + std::uint64_t{shared ? b : bh} * nb;
+    for (std::uint32_t j = 0; j < nb; ++j) {
+      const float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
+      float a = 0;
+#pragma omp simd reduction(+ : a)
+      for (std::uint32_t d = 0; d < s.d; ++d) a += qs[d] * c[d];
+      if (shared) {
+#pragma omp atomic
+        out[j] += a;
+      } else {
+        out[j] = a;
+      }
+    }
+  }
+}
+
+void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores) {
+  const std::uint32_t nl = n_lists(s, shared);
+  scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
+  const auto* k16 = static_cast<const std::uint16_t*>(k);
+  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
+    const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
+    float qs[128];
+    q_sum(s, q, b, h, qs);
+    float* out = scores.data() + std::uint64_t{shared ? b : bh} * s.ctx;
+#pragma omp parallel for schedule(static)
+    for (std::uint32_t t = 0; t < s.ctx; ++t) {
+      const std::uint64_t r = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d);
+      if (t + 16 < s.ctx) __builtin_prefetch(k16 + kv_row(s.layout, b, t + 16, h, s.ctx, s.hkv, s.d), 0, 0);
+      const float a = dot_row(s, qs, k16 + r);
+      if (shared) out[t] += a;  // heads run one after another: no race
+      else out[t] = a;
+    }
+  }
+}
+
+// -------------------------------------------------------------------------------------------------- fills
+void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed) {
+  auto put = [&](void* p, std::uint64_t n, std::uint64_t sd, float mul) {
+    auto* h = static_cast<std::uint16_t*>(p);
+#pragma omp parallel for schedule(static)
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const float x = pattern_unit(sd, i) * mul;
+      h[i] = s.dtype == DType::bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
+    }
+  };
+  put(q, s.q_elems(), seed * 3 + 1, 4.0f);
+  put(k, s.kv_elems(), seed * 3 + 2, 1.0f);
+  put(v, s.kv_elems(), seed * 3 + 3, 1.0f);
+}
+
+// ---------------------------------------------------------------------------------------------- reference
+void attention_ref(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
+                   float* out) {
+  const std::uint32_t G = s.group(), D = s.d;
+  const std::uint64_t n = sel.geom.n_tokens();
+  const float scale = s.scale();
+#pragma omp parallel for schedule(dynamic)
+  for (std::uint64_t bq = 0; bq < std::uint64_t{s.batch} * s.hq; ++bq) {
+    const std::uint64_t b = bq / s.hq, hq = bq % s.hq, h = hq / G;
+    const std::uint32_t* list = sel.idx.data() + sel.geom.list_offset(b, h, s.hkv);
+    std::vector<float> qf(D), sc(n);
+    for (std::uint32_t d = 0; d < D; ++d) qf[d] = elem(s, q, bq * D + d);
+    double mx = -1e300;
+    for (std::uint64_t t = 0; t < n; ++t) {
+      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d);
+      float a = 0;
+      for (std::uint32_t d = 0; d < D; ++d) a += qf[d] * elem(s, k, r + d);
+      sc[t] = a * scale;
+      mx = std::max<double>(mx, sc[t]);
+    }
+    std::vector<double> o(D, 0.0);
+    double l = 0;
+    for (std::uint64_t t = 0; t < n; ++t) {
+      const double p = std::exp(static_cast<double>(sc[t]) - mx);
+      l += p;
+      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d);
+      for (std::uint32_t d = 0; d < D; ++d) o[d] += p * elem(s, v, r + d);
+    }
+    for (std::uint32_t d = 0; d < D; ++d) out[bq * D + d] = static_cast<float>(o[d] / l);
+  }
+}
+
+double attention_rel_error(const float* out, const float* ref, std::size_t n) {
+  double e = 0, m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(out[i]) - ref[i]);
+    if (!(d <= e)) e = d;  // NaN propagates
+    m = std::max(m, std::fabs(static_cast<double>(ref[i])));
+  }
+  return m > 0 ? e / m : e;
+}
+
+double attention_bytes(const AttnShape& s, const Selection& sel) {
+  const double rows = static_cast<double>(s.batch) * s.hkv * sel.geom.n_tokens();
+  return 2.0 * rows * s.d * dtype_bytes(s.dtype) + static_cast<double>(s.q_elems()) * dtype_bytes(s.dtype) +
+         static_cast<double>(sel.idx.size()) * 4.0;
+}
+double attention_flops(const AttnShape& s, const Selection& sel) {
+  return 4.0 * s.batch * s.hq * static_cast<double>(sel.geom.n_tokens()) * s.d;
+}
+
+}  // namespace kvf::access

@@ -1,0 +1,140 @@
+// CPU twin of sparse decode attention against the fp32 reference, for every arm, layout, dtype, head
+// dim, selection mode and group size; selection invariants (budget, sink, latest, no duplicates).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "access.hpp"
+#include "kvf/errors.hpp"
+
+using namespace kvf::access;
+
+namespace {
+
+struct Data {
+  AttnShape s;
+  std::vector<std::uint16_t> q, k, v;
+  explicit Data(const AttnShape& sh) : s(sh), q(sh.q_elems()), k(sh.kv_elems()), v(sh.kv_elems()) {
+    fill_qkv(s, q.data(), k.data(), v.data(), 11);
+  }
+};
+
+double run_and_compare(const Data& d, const Selection& sel) {
+  AttnWorkspace ws;
+  plan_cpu(d.s, sel, ws);
+  std::vector<float> out(d.s.q_elems(), -7.0f), ref(d.s.q_elems());
+  attention_cpu(d.s, d.q.data(), d.k.data(), d.v.data(), sel, ws, out.data());
+  attention_ref(d.s, d.q.data(), d.k.data(), d.v.data(), sel, ref.data());
+  return attention_rel_error(out.data(), ref.data(), out.size());
+}
+
+void check_selection(const AttnShape& s, const Selection& sel, std::uint32_t block, std::uint32_t budget) {
+  ASSERT_EQ(sel.geom.n_tokens(), budget);
+  for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
+    std::vector<std::uint64_t> toks;
+    const std::uint32_t* list = sel.idx.data() + std::uint64_t{l} * sel.geom.n_entries;
+    for (std::uint64_t t = 0; t < sel.geom.n_tokens(); ++t) toks.push_back(sel.geom.token(list, t));
+    ASSERT_TRUE(std::is_sorted(toks.begin(), toks.end()));
+    ASSERT_EQ(std::adjacent_find(toks.begin(), toks.end()), toks.end()) << "duplicate token";
+    ASSERT_LT(toks.back(), s.ctx);
+    for (std::uint32_t t = 0; t < block; ++t) {
+      ASSERT_EQ(toks[t], t) << "sink block missing";
+      ASSERT_EQ(toks[toks.size() - block + t], s.ctx - block + t) << "latest block missing";
+    }
+  }
+}
+
+}  // namespace
+
+struct AttnCase {
+  std::uint32_t hq, hkv, d;
+  DType dt;
+  Layout lay;
+};
+
+class AttnTwin : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttnTwin, EveryArmMatchesReference) {
+  const AttnCase c = GetParam();
+  AttnShape s;
+  s.batch = 2; s.hq = c.hq; s.hkv = c.hkv; s.d = c.d; s.ctx = 2048; s.dtype = c.dt; s.layout = c.lay;
+  validate_shape(s);
+  Data data(s);
+  const std::uint32_t block = 32, kb = sparse_blocks(s.ctx, block, 1.0 / 8);
+  // dense
+  EXPECT_LT(run_and_compare(data, select_dense(s, 256)), kAttnTolerance);
+  for (bool shared : {false, true}) {
+    // block arm, routed by centroids
+    std::vector<float> cent, scores;
+    build_centroids(s, data.k.data(), block, cent);
+    score_blocks(s, data.q.data(), cent, block, shared, scores);
+    const Selection sb = select_blocks_by_score(s, block, kb, shared, scores);
+    check_selection(s, sb, block, kb * block);
+    EXPECT_LT(run_and_compare(data, sb), kAttnTolerance) << "block shared=" << shared;
+    // token arm: uniform, clustered, routed by keys
+    for (Scatter sc : {Scatter::uniform, Scatter::clustered}) {
+      const Selection st = select_tokens_random(s, block, kb, shared, sc, 8, 5);
+      check_selection(s, st, block, kb * block);
+      EXPECT_LT(run_and_compare(data, st), kAttnTolerance) << "token " << to_string(sc) << " shared=" << shared;
+    }
+    score_tokens(s, data.q.data(), data.k.data(), shared, scores);
+    const Selection sr = select_tokens_by_score(s, block, kb, shared, scores);
+    check_selection(s, sr, block, kb * block);
+    EXPECT_LT(run_and_compare(data, sr), kAttnTolerance) << "token routed shared=" << shared;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Access, AttnTwin,
+    ::testing::Values(AttnCase{32, 8, 128, DType::bf16, Layout::HND}, AttnCase{32, 8, 128, DType::bf16, Layout::NHD},
+                      AttnCase{32, 8, 128, DType::fp16, Layout::HND}, AttnCase{32, 8, 128, DType::fp16, Layout::NHD},
+                      AttnCase{32, 8, 64, DType::bf16, Layout::HND}, AttnCase{32, 8, 64, DType::fp16, Layout::NHD},
+                      AttnCase{8, 8, 128, DType::bf16, Layout::NHD}, AttnCase{16, 8, 64, DType::bf16, Layout::HND},
+                      AttnCase{64, 8, 128, DType::bf16, Layout::HND}, AttnCase{32, 2, 128, DType::fp16, Layout::NHD},
+                      AttnCase{16, 1, 64, DType::bf16, Layout::HND}));
+
+TEST(AttnTwin, LongContextManySplits) {
+  AttnShape s;
+  s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = 65536;
+  Data data(s);
+  const Selection sel = select_dense(s, 256);
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  EXPECT_GE(ws.split.n_splits, 2u);
+  EXPECT_LT(run_and_compare(data, sel), kAttnTolerance);
+}
+
+TEST(AttnTwin, ErrorIsSmallInPractice) {
+  // The documented tolerance is loose for GPU reductions; the twin itself is far tighter.
+  AttnShape s;
+  s.batch = 1; s.hq = 32; s.hkv = 8; s.d = 128; s.ctx = 4096;
+  Data data(s);
+  EXPECT_LT(run_and_compare(data, select_dense(s, 256)), 1e-5);
+}
+
+TEST(AttnBadInput, Budget) {
+  EXPECT_THROW(sparse_blocks(4096, 48, 0.125), kvf::UsageError);   // block does not divide ctx
+  EXPECT_THROW(sparse_blocks(4096, 64, 0.0), kvf::UsageError);     // keep outside (0, 1]
+  EXPECT_THROW(sparse_blocks(4096, 64, 1.5), kvf::UsageError);
+  EXPECT_THROW(sparse_blocks(4096, 1024, 1.0 / 32), kvf::UsageError);  // 0 blocks < sink + latest
+  EXPECT_EQ(sparse_blocks(4096, 64, 0.125), 8u);
+  EXPECT_EQ(sparse_blocks(4096, 64, 1.0), 64u);
+}
+
+TEST(AttnBadInput, ShapeAndNames) {
+  AttnShape s;
+  s.d = 96;
+  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  s.d = 128; s.hq = 12; s.hkv = 8;
+  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  s.hq = 24; s.hkv = 8;  // group 3
+  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  s.hq = 32; s.dtype = DType::fp8_e4m3;
+  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  EXPECT_THROW(parse_layout("NDH"), kvf::UsageError);
+  EXPECT_THROW(parse_dtype("int4"), kvf::UsageError);
+  EXPECT_EQ(parse_layout("NHD"), Layout::NHD);
+  EXPECT_EQ(parse_dtype("fp16"), DType::fp16);
+}
