@@ -1,0 +1,44 @@
+// CUDA kernels of the access study (defined in access_gpu.cu; only in builds with KVF_HAVE_CUDA).
+// They take the same geometry structs as the CPU twins (access_math.hpp) and read the same bytes.
+#pragma once
+#if defined(KVF_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "access_math.hpp"
+
+namespace kvf::access::gpu {
+
+// Gather: *sum (zeroed before) receives the wrapping sum of every 8-byte word of every run; equals
+// gather_ref(). 16-byte loads; runs >= 512 B are read by whole warps, shorter runs by lane groups.
+void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int sm_count, cudaStream_t s);
+
+// Split-KV decode attention (bf16, fp16). One CTA = (split, kv head x head group, batch); 4 warps; a
+// token row is read by d/8 lanes with 16-byte loads, 2 to 8 rows of K and V in flight per lane group
+// before use. Same plan (split policy) for every arm: it depends on the selected-token count only.
+struct AttnPlan {
+  SplitGeom split;
+  std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
+  std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
+};
+struct AttnDims {
+  std::uint32_t batch, hq, hkv, d, ctx;
+  DType dtype;
+  Layout layout;
+  float scale;
+};
+// Throws std::invalid_argument for shapes the kernels do not instantiate (d not 64/128, group > 16...).
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count);
+// Floats of scratch (per (batch, query head, split): m, l, acc[d]).
+std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);
+// out: fp32 [batch][hq][d]. idx: the selection lists on the device.
+void attention(const AttnDims& s, const void* q, const void* k, const void* v, const SelGeom& sel,
+               const std::uint32_t* idx, const AttnPlan& p, float* workspace, float* out, cudaStream_t st);
+
+// Deterministic fill, the same values as kvf::access::fill_qkv on the host (bf16/fp16/fp8 e4m3).
+void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st);
+
+}  // namespace kvf::access::gpu
+#endif

@@ -1,0 +1,302 @@
+// GPU split-KV sparse decode attention of the access study (dense, block and token arms run the same
+// kernel; they differ only in the selection list: entries of `span` tokens).
+//
+// CTA = (split, kv head x head group, batch), 4 warps. A token row (d 16-bit elements) is read by d/8
+// lanes with one 16-byte non-coherent load each (attn_* tiling in access_math.hpp); each lane group
+// holds the query heads of its CTA in fp32 registers (8 elements per head), loads U tokens' K and V
+// rows before using any (so 2U independent 16-byte loads per lane are in flight), reduces the QK
+// partial dots over its lanes with xor shuffles, and keeps an online softmax (log2 domain, fp32).
+// The lane groups are combined through shared memory into one (m, l, acc) per query head and split;
+// a merge kernel combines the splits. fp32 accumulation throughout.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "access_gpu.hpp"
+
+namespace kvf::access::gpu {
+namespace {
+
+constexpr int kThreads = 32 * kAttnWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegBig = -1.0e30f;
+
+struct Args {
+  std::uint32_t hq, hkv, ctx, head_groups;
+  Layout layout;
+  float qscale;  // scale * log2(e)
+  SelGeom sel;
+  std::uint32_t span_shift;  // log2(sel.span): spans are powers of two (no 64-bit division per token)
+  SplitGeom split;
+};
+
+template <bool BF16>
+__device__ __forceinline__ void cvt8(const uint4 u, float f[8]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (BF16) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    } else {
+      f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
+      f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
+    }
+  }
+}
+
+template <int D, int GB, int U, bool BF16>
+__global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_t* __restrict__ q,
+                                                              const std::uint16_t* __restrict__ k,
+                                                              const std::uint16_t* __restrict__ v,
+                                                              const std::uint32_t* __restrict__ idx, const Args a,
+                                                              float* __restrict__ ws) {
+  constexpr int LT = attn_lanes_per_token(D);
+  constexpr int TPC = attn_tokens_per_cta(D);
+  constexpr int NG = TPC;  // lane groups per CTA
+  const int grp = attn_group_of_thread(D, threadIdx.x);
+  const int sub = attn_sub_of_thread(D, threadIdx.x);
+  const std::uint32_t sp = blockIdx.x;
+  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
+  const std::uint32_t b = blockIdx.z;
+  const std::uint32_t G = a.hq / a.hkv;
+  const std::uint32_t qh0 = h * G + hg * GB;
+
+  float qf[GB][8];
+#pragma unroll
+  for (int g = 0; g < GB; ++g) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * D) + sub);
+    cvt8<BF16>(u, qf[g]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) qf[g][j] *= a.qscale;
+  }
+  const std::uint64_t row0 = kv_row(a.layout, b, 0, h, a.ctx, a.hkv, D) + static_cast<std::uint64_t>(sub) * 8;
+  const std::uint16_t* kb = k + row0;
+  const std::uint16_t* vb = v + row0;
+  const std::uint64_t ts = kv_token_stride(a.layout, a.hkv, D);
+  const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
+  const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
+
+  float m[GB], l[GB], acc[GB][8];
+#pragma unroll
+  for (int g = 0; g < GB; ++g) {
+    m[g] = kNegBig;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
+  }
+
+  for (std::uint32_t base = t0; base < t1; base += static_cast<std::uint32_t>(TPC) * U) {
+    // Positions first (index loads), then all 2U row loads, then the math.
+    std::uint64_t pos[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
+      ok[u] = t < t1;
+      pos[u] = ok[u] ? (static_cast<std::uint64_t>(__ldg(list + (t >> a.span_shift))) << a.span_shift) +
+                           (t & ((1u << a.span_shift) - 1u))
+                     : 0;
+    }
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      kr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(kb + pos[u] * ts)) : make_uint4(0, 0, 0, 0);
+      vr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(vb + pos[u] * ts)) : make_uint4(0, 0, 0, 0);
+    }
+    float s[U][GB];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      cvt8<BF16>(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+        float x = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x = fmaf(qf[g][j], kf[j], x);
+        s[u][g] = x;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int g = 0; g < GB; ++g)
+#pragma unroll
+        for (int off = LT / 2; off > 0; off >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+    // Online softmax over the U tokens at once: one rescale per step.
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = ok[u] ? fmaxf(mx, s[u][g]) : mx;
+      const float alpha = exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= alpha;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[g][j] *= alpha;
+#pragma unroll
+      for (int u = 0; u < U; ++u) s[u][g] = ok[u] ? exp2f(s[u][g] - mx) : 0.0f;  // now p
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      cvt8<BF16>(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+        l[g] += s[u][g];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
+      }
+    }
+  }
+
+  // Combine the lane groups of the CTA.
+  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
+  __shared__ float sm_acc[NG][GB][D];
+  if (sub == 0)
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      sm_m[grp][g] = m[g];
+      sm_l[grp][g] = l[g];
+    }
+#pragma unroll
+  for (int g = 0; g < GB; ++g)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sm_acc[grp][g][sub * 8 + j] = acc[g][j];
+  __syncthreads();
+  for (int e = threadIdx.x; e < GB * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float M = kNegBig;
+    for (int n = 0; n < NG; ++n) M = fmaxf(M, sm_m[n][g]);
+    float L = 0.0f, A = 0.0f;
+    for (int n = 0; n < NG; ++n) {
+      const float w = exp2f(sm_m[n][g] - M);  // groups without tokens: m = -1e30 -> w = 0
+      L = fmaf(w, sm_l[n][g], L);
+      A = fmaf(w, sm_acc[n][g][d], A);
+    }
+    float* rec = ws + ((static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * a.split.n_splits + sp) * (D + 2);
+    if (d == 0) {
+      rec[0] = M;
+      rec[1] = L;
+    }
+    rec[2 + d] = A;
+  }
+}
+
+// out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA per (batch, query head).
+__global__ void attn_merge_kernel(const float* __restrict__ ws, std::uint32_t ns, std::uint32_t D,
+                                  float* __restrict__ out) {
+  const std::uint64_t bq = blockIdx.x;
+  const float* r0 = ws + bq * ns * (D + 2);
+  float M = kNegBig;
+  for (std::uint32_t s = 0; s < ns; ++s) M = fmaxf(M, r0[s * (D + 2)]);
+  for (std::uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float L = 0.0f, A = 0.0f;
+    for (std::uint32_t s = 0; s < ns; ++s) {
+      const float* r = r0 + s * (D + 2);
+      const float w = exp2f(r[0] - M);
+      L = fmaf(w, r[1], L);
+      A = fmaf(w, r[2 + d], A);
+    }
+    out[bq * D + d] = A / L;
+  }
+}
+
+template <int D, int GB, int U, bool BF16>
+void launch_split(const AttnDims& s, const void* q, const void* k, const void* v, const std::uint32_t* idx,
+                  const Args& a, float* ws, cudaStream_t st) {
+  const dim3 grid(a.split.n_splits, s.hkv * a.head_groups, s.batch);
+  attn_split_kernel<D, GB, U, BF16><<<grid, kThreads, 0, st>>>(static_cast<const std::uint16_t*>(q),
+                                                              static_cast<const std::uint16_t*>(k),
+                                                              static_cast<const std::uint16_t*>(v), idx, a, ws);
+}
+
+// Unroll (token rows in flight per lane group): 8 for 1 head per CTA, 4 for 2 and 4, 2 for 8 (register
+// budget; chosen so ptxas reports no spills on sm_80, sm_90 and sm_100).
+template <int D, bool BF16>
+void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void* k, const void* v,
+                 const std::uint32_t* idx, const Args& a, float* ws, cudaStream_t st) {
+  switch (gb) {
+    case 1: return launch_split<D, 1, 8, BF16>(s, q, k, v, idx, a, ws, st);
+    case 2: return launch_split<D, 2, 4, BF16>(s, q, k, v, idx, a, ws, st);
+    case 4: return launch_split<D, 4, 4, BF16>(s, q, k, v, idx, a, ws, st);
+    case 8: return launch_split<D, 8, 2, BF16>(s, q, k, v, idx, a, ws, st);
+    default: throw std::invalid_argument("gpu::attention: heads per CTA must be 1, 2, 4 or 8");
+  }
+}
+
+int unroll_for(std::uint32_t gb) { return gb == 8 ? 2 : gb == 1 ? 8 : 4; }
+
+__global__ void fill_kernel(std::uint16_t* p, std::uint64_t n, std::uint64_t seed, float mul, bool bf16) {
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = pattern_unit(seed, i) * mul;
+    p[i] = bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
+  }
+}
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count) {
+  if (s.d != 64 && s.d != 128) throw std::invalid_argument("gpu::attention: head dim must be 64 or 128");
+  if (s.dtype != DType::bf16 && s.dtype != DType::fp16)
+    throw std::invalid_argument("gpu::attention: dtype must be bf16 or fp16");
+  if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
+  const std::uint32_t G = s.hq / s.hkv;
+  if (G == 0 || G > 16 || (G & (G - 1))) throw std::invalid_argument("gpu::attention: group must be 1, 2, 4, 8, 16");
+  AttnPlan p;
+  p.heads_per_cta = G > 8 ? 8 : G;
+  p.head_groups = G / p.heads_per_cta;
+  const std::uint64_t quantum = static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d))) *
+                                unroll_for(p.heads_per_cta);
+  // >= 4 CTAs per SM when the work allows, no split shorter than 128 tokens.
+  p.split = make_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
+                        static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1), 4, 128, quantum);
+  if (p.split.n_splits > 65535) throw std::invalid_argument("gpu::attention: more than 65535 splits");
+  return p;
+}
+
+std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p) {
+  return static_cast<std::size_t>(s.batch) * s.hq * p.split.n_splits * (s.d + 2);
+}
+
+void attention(const AttnDims& s, const void* q, const void* k, const void* v, const SelGeom& sel,
+               const std::uint32_t* idx, const AttnPlan& p, float* workspace, float* out, cudaStream_t st) {
+  if (sel.span == 0 || (sel.span & (sel.span - 1))) throw std::invalid_argument("gpu::attention: span must be a power of two");
+  std::uint32_t shift = 0;
+  while ((1u << shift) < sel.span) ++shift;
+  Args a{s.hq, s.hkv, s.ctx, p.head_groups, s.layout, s.scale * kLog2e, sel, shift, p.split};
+  const bool bf16 = s.dtype == DType::bf16;
+  if (s.d == 128) {
+    if (bf16) dispatch_gb<128, true>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+    else dispatch_gb<128, false>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+  } else {
+    if (bf16) dispatch_gb<64, true>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+    else dispatch_gb<64, false>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+  }
+  check_launch("attn_split_kernel launch");
+  attn_merge_kernel<<<s.batch * s.hq, s.d, 0, st>>>(workspace, p.split.n_splits, s.d, out);
+  check_launch("attn_merge_kernel launch");
+}
+
+void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st) {
+  if (s.dtype != DType::bf16 && s.dtype != DType::fp16)
+    throw std::invalid_argument("gpu::fill_qkv: dtype must be bf16 or fp16");
+  const bool bf16 = s.dtype == DType::bf16;
+  const std::uint64_t nq = static_cast<std::uint64_t>(s.batch) * s.hq * s.d;
+  const std::uint64_t nkv = static_cast<std::uint64_t>(s.batch) * s.hkv * s.ctx * s.d;
+  // Same seeds and scales as kvf::access::fill_qkv.
+  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(q), nq, seed * 3 + 1, 4.0f, bf16);
+  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(k), nkv, seed * 3 + 2, 1.0f, bf16);
+  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(v), nkv, seed * 3 + 3, 1.0f, bf16);
+  check_launch("fill_kernel launch");
+}
+
+}  // namespace kvf::access::gpu
