@@ -1,0 +1,822 @@
+// The access study: is coalesced access why position-aware (block) KV selection beats similarity-aware
+// (scattered token) selection at equal budget, and does the gap widen with context only because the
+// working set leaves the L2/LLC?
+//
+// Run:   build/bin/bench_access [--quick] [--out DIR]   (state figures against `bench_stream` in the same DIR)
+// Parts: gather   runs of R bytes (32 B .. 64 KiB) at random run-aligned offsets without replacement
+//                 from a pool of >= 4x the LLC, plus a sequential arm; huge pages on/off (CPU).
+//        attention split-KV sparse decode: dense / block (centroid top-k, sink + latest kept) / token
+//                 (same budget, uniform or clustered scatter), NHD/HND, per-head or shared selection.
+//        routing  block scores vs centroids + top-k, token scores vs keys + top-k: alone and end to end.
+// Every case is verified before it is timed: gather checksums against the fill pattern, attention
+// outputs against the fp32 reference (max |out - ref| / max |ref| < kAttnTolerance).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "access.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/study.hpp"
+#include "kvf/units.hpp"
+
+#if defined(KVF_HAVE_CUDA)
+#include "access_gpu.hpp"
+#include "kvf/cuda_backend.hpp"
+#endif
+
+namespace {
+
+namespace ka = kvf::access;
+using kvf::Backend;
+using kvf::BufferHandle;
+using kvf::MemKind;
+
+constexpr std::uint64_t kSeed = 0xacce55;
+
+std::string fmt(double x, int prec = 3) {
+  std::ostringstream o;
+  o.precision(prec);
+  o << x;
+  return o.str();
+}
+
+bool is_cuda(const Backend& be) { return be.name() == "cuda"; }
+
+// ------------------------------------------------------------------------------------------ shared state
+// Owned by the cases (shared_ptr), so it is destroyed with them, before the backend goes away.
+struct KvData {
+  std::string key;
+  ka::AttnShape s;
+  BufferHandle q, k, v;                      // on the backend's "device"
+  std::vector<std::uint16_t> hq, hk, hv;     // host copies for the reference (CUDA backend only)
+  std::map<std::uint32_t, std::vector<float>> centroids;  // per block size, fp32 on the host
+  const void* host_q() const { return hq.empty() ? q->ptr : hq.data(); }
+  const void* host_k() const { return hk.empty() ? k->ptr : hk.data(); }
+  const void* host_v() const { return hv.empty() ? v->ptr : hv.data(); }
+};
+
+struct Shared {
+  std::unique_ptr<KvData> kv;
+  std::string pool_key;
+  BufferHandle pool;
+  std::map<std::string, double> medians;  // "<key>|<mode>" -> median seconds
+  std::uint64_t sink = 0;
+
+  KvData& ensure_kv(Backend& be, const ka::AttnShape& s, bool huge) {
+    const std::string key = std::to_string(s.batch) + "x" + std::to_string(s.hq) + "x" + std::to_string(s.hkv) + "x" +
+                            std::to_string(s.d) + "x" + std::to_string(s.ctx) + ka::to_string(s.dtype) +
+                            ka::to_string(s.layout) + (huge ? "h" : "n");
+    if (kv && kv->key == key) return *kv;
+    kv.reset();
+    auto d = std::make_unique<KvData>();
+    d->key = key;
+    d->s = s;
+    const kvf::AllocOptions ao{.huge_pages = huge};
+    const std::size_t eb = ka::dtype_bytes(s.dtype);
+    d->q = BufferHandle(be, s.q_elems() * eb, MemKind::device, ao);
+    d->k = BufferHandle(be, s.kv_elems() * eb, MemKind::device, ao);
+    d->v = BufferHandle(be, s.kv_elems() * eb, MemKind::device, ao);
+    if (!is_cuda(be)) {
+      ka::fill_qkv(s, d->q->ptr, d->k->ptr, d->v->ptr, kSeed);
+    } else {
+#if defined(KVF_HAVE_CUDA)
+      const ka::gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale()};
+      ka::gpu::fill_qkv(dims, d->q->ptr, d->k->ptr, d->v->ptr, kSeed, kvf::cuda_stream(be));
+      be.synchronize();
+      // The reference reads host copies of exactly the bytes the GPU holds.
+      d->hq.resize(s.q_elems() * eb / 2);
+      d->hk.resize(s.kv_elems() * eb / 2);
+      d->hv.resize(s.kv_elems() * eb / 2);
+      KVF_CUDA_CHECK(cudaMemcpy(d->hq.data(), d->q->ptr, s.q_elems() * eb, cudaMemcpyDeviceToHost));
+      KVF_CUDA_CHECK(cudaMemcpy(d->hk.data(), d->k->ptr, s.kv_elems() * eb, cudaMemcpyDeviceToHost));
+      KVF_CUDA_CHECK(cudaMemcpy(d->hv.data(), d->v->ptr, s.kv_elems() * eb, cudaMemcpyDeviceToHost));
+#endif
+    }
+    kv = std::move(d);
+    return *kv;
+  }
+
+  const std::vector<float>& centroids(KvData& d, std::uint32_t block) {
+    auto it = d.centroids.find(block);
+    if (it == d.centroids.end()) {
+      std::vector<float> c;
+      ka::build_centroids(d.s, d.host_k(), block, c);
+      it = d.centroids.emplace(block, std::move(c)).first;
+    }
+    return it->second;
+  }
+
+  const kvf::Buffer& ensure_pool(Backend& be, std::uint64_t bytes, bool huge) {
+    const std::string key = std::to_string(bytes) + (huge ? "h" : "n");
+    if (pool_key != key) {
+      pool.reset();
+      pool = BufferHandle(be, bytes, MemKind::device, {.huge_pages = huge});
+      be.fill(pool.get(), kSeed);
+      pool_key = key;
+    }
+    return pool.get();
+  }
+
+  void record(const std::string& key, const std::string& mode, double med) { medians[key + "|" + mode] = med; }
+  std::optional<double> median(const std::string& key, const std::string& mode) const {
+    const auto it = medians.find(key + "|" + mode);
+    if (it == medians.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+// ------------------------------------------------------------------------------------------------ gather
+class GatherCase final : public kvf::Case {
+ public:
+  std::shared_ptr<Shared> sh;
+  ka::GatherGeom g;
+  bool huge = true, prefetch = true;
+  std::string seq_key;  // sequential arm of the same pool/huge setting (for the vs_seq note)
+  bool is_seq = false;
+#if defined(KVF_HAVE_CUDA)
+  BufferHandle dsum;
+  int sms = 0;
+#endif
+
+  void setup(Backend& be) override {
+    const auto& pool = sh->ensure_pool(be, g.pool_bytes, huge);
+    if (!is_cuda(be) && huge && !pool.huge) note_ += "huge pages not granted; ";
+#if defined(KVF_HAVE_CUDA)
+    if (is_cuda(be)) {
+      dsum = BufferHandle(be, 8, MemKind::device);
+      sms = kvf::cuda_props(be).multiProcessorCount;
+    }
+#endif
+  }
+  bool has_verify() const override { return true; }
+  std::uint64_t once(Backend& be) {
+    if (!is_cuda(be)) return ka::gather_cpu(sh->pool->ptr, g, prefetch);
+#if defined(KVF_HAVE_CUDA)
+    KVF_CUDA_CHECK(cudaMemsetAsync(dsum->ptr, 0, 8, kvf::cuda_stream(be)));
+    ka::gpu::gather(sh->pool->ptr, g, dsum.get().as<unsigned long long>(), sms, kvf::cuda_stream(be));
+    be.synchronize();
+    std::uint64_t r = 0;
+    KVF_CUDA_CHECK(cudaMemcpy(&r, dsum->ptr, 8, cudaMemcpyDeviceToHost));
+    return r;
+#else
+    return 0;
+#endif
+  }
+  void verify(Backend& be) override {
+    const std::uint64_t got = once(be), want = ka::gather_ref(kSeed, g);
+    if (got != want)
+      throw kvf::VerifyError("gather checksum " + std::to_string(got) + " differs from the reference " +
+                             std::to_string(want) + " (run " + std::to_string(g.run_bytes) + " B)");
+  }
+  void run(Backend& be) override {
+    if (!is_cuda(be)) {
+      sh->sink += ka::gather_cpu(sh->pool->ptr, g, prefetch);
+      return;
+    }
+#if defined(KVF_HAVE_CUDA)
+    ka::gpu::gather(sh->pool->ptr, g, dsum.get().as<unsigned long long>(), sms, kvf::cuda_stream(be));
+#endif
+  }
+  void teardown(Backend&) override {
+#if defined(KVF_HAVE_CUDA)
+    dsum.reset();
+#endif
+  }
+  std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
+    std::string n = note_;
+    note_.clear();
+    if (is_seq) sh->record(seq_key, mode, m.median);
+    if (!is_seq)
+      if (auto s = sh->median(seq_key, mode)) n += "vs_seq=" + fmt(*s / m.median);
+    return n;
+  }
+
+ private:
+  std::string note_;
+};
+
+// --------------------------------------------------------------------------------------------- attention
+enum class Routing { none, alone, end_to_end };
+const char* to_string(Routing r) { return r == Routing::none ? "none" : r == Routing::alone ? "alone" : "end_to_end"; }
+
+struct AttnSpec {
+  ka::AttnShape s;
+  ka::Arm arm = ka::Arm::dense;
+  std::uint32_t block = 32;
+  double keep = 1.0;
+  std::string keep_text = "1";
+  bool shared = false;
+  ka::Scatter scatter = ka::Scatter::uniform;
+  Routing routing = Routing::none;
+  bool huge = true;
+  std::uint32_t cluster_mean = 8;
+};
+
+class AttnCase final : public kvf::Case {
+ public:
+  std::shared_ptr<Shared> sh;
+  AttnSpec sp;
+  std::string config_key;  // same shape/layout/dtype: where the dense median lives
+  std::string pair_key;    // + keep/block/select: where the block median lives (for token cases)
+
+  void setup(Backend& be) override {
+    KvData& d = sh->ensure_kv(be, sp.s, sp.huge);
+    data_ = &d;
+    kb_ = sp.arm == ka::Arm::dense ? 0 : ka::sparse_blocks(sp.s.ctx, sp.block, sp.keep);
+    sel_ = make_selection();
+    if (sp.routing != Routing::none) {
+      if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block);
+    }
+    gpu_ = is_cuda(be);
+    if (!gpu_) {
+      ka::plan_cpu(sp.s, sel_, ws_);
+      out_.assign(sp.s.q_elems(), 0.0f);
+    } else {
+#if defined(KVF_HAVE_CUDA)
+      dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale()};
+      const int sms = kvf::cuda_props(be).multiProcessorCount;
+      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms);
+      didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
+      KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
+      dws_ = BufferHandle(be, ka::gpu::attention_workspace_floats(dims_, plan_) * 4, MemKind::device);
+      dout_ = BufferHandle(be, sp.s.q_elems() * 4, MemKind::device);
+#endif
+    }
+  }
+
+  bool has_verify() const override { return true; }
+  void verify(Backend& be) override {
+    // Routing: the routed selection must equal the one prepared at setup (same scores, same top-k).
+    if (sp.routing != Routing::none) {
+      route(be);
+      if (routed_.idx != sel_.idx) throw kvf::VerifyError("routed selection differs from the setup selection");
+    }
+    std::vector<float> out(sp.s.q_elems()), ref(sp.s.q_elems());
+    attend(be);
+    be.synchronize();
+    if (!gpu_) {
+      out = out_;
+    } else {
+#if defined(KVF_HAVE_CUDA)
+      KVF_CUDA_CHECK(cudaMemcpy(out.data(), dout_->ptr, out.size() * 4, cudaMemcpyDeviceToHost));
+#endif
+    }
+    ka::attention_ref(sp.s, data_->host_q(), data_->host_k(), data_->host_v(), sel_, ref.data());
+    const double err = ka::attention_rel_error(out.data(), ref.data(), out.size());
+    err_ = err;
+    if (!(err < ka::kAttnTolerance))
+      throw kvf::VerifyError("attention output differs from the fp32 reference: max|out-ref|/max|ref| = " +
+                             fmt(err) + " >= " + fmt(ka::kAttnTolerance) + " (arm " + ka::to_string(sp.arm) + ")");
+  }
+
+  void run(Backend& be) override {
+    if (sp.routing != Routing::none) route(be);
+    if (sp.routing != Routing::alone) attend(be);
+  }
+
+  void teardown(Backend&) override {
+    ws_ = {};
+    out_ = {};
+#if defined(KVF_HAVE_CUDA)
+    didx_.reset();
+    dws_.reset();
+    dout_.reset();
+#endif
+  }
+
+  std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
+    std::string n = "verify_err=" + fmt(err_, 2);
+    if (sp.routing != Routing::none) return n;
+    if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
+    if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
+    if (sp.arm != ka::Arm::dense)
+      if (auto dm = sh->median(config_key, mode)) n += "; speedup_vs_dense=" + fmt(*dm / m.median);
+    if (sp.arm == ka::Arm::token)
+      if (auto bm = sh->median(pair_key, mode)) n += "; block_over_token=" + fmt(*bm / m.median);
+    return n;
+  }
+
+  // Bytes and FLOPs before measuring (also used by --list).
+  void account(const ka::Selection& sel_shape_only) {
+    const double att_b = ka::attention_bytes(sp.s, sel_shape_only), att_f = ka::attention_flops(sp.s, sel_shape_only);
+    const double eb = ka::dtype_bytes(sp.s.dtype);
+    const double lists = sp.shared ? sp.s.batch : double(sp.s.batch) * sp.s.hkv;
+    double rb = 0, rf = 0;
+    if (sp.routing != Routing::none) {
+      if (sp.arm == ka::Arm::block) {
+        const double nb = sp.s.ctx / sp.block;
+        rb = double(sp.s.batch) * sp.s.hkv * nb * sp.s.d * 4 + lists * nb * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * nb * sp.s.d;
+      } else {
+        rb = double(sp.s.batch) * sp.s.hkv * sp.s.ctx * sp.s.d * eb + lists * sp.s.ctx * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * double(sp.s.ctx) * sp.s.d;
+      }
+    }
+    bytes = (sp.routing == Routing::alone ? 0 : att_b) + rb;
+    flops = (sp.routing == Routing::alone ? 0 : att_f) + rf;
+  }
+
+ private:
+  KvData* data_ = nullptr;
+  std::uint32_t kb_ = 0;
+  ka::Selection sel_, routed_;
+  ka::AttnWorkspace ws_;
+  std::vector<float> out_, scores_;
+  bool gpu_ = false;
+  double err_ = 0;
+#if defined(KVF_HAVE_CUDA)
+  ka::gpu::AttnDims dims_{};
+  ka::gpu::AttnPlan plan_{};
+  BufferHandle didx_, dws_, dout_;
+#endif
+
+  ka::Selection make_selection() {
+    const auto& s = sp.s;
+    switch (sp.arm) {
+      case ka::Arm::dense: {
+        std::uint32_t span = 256;
+        while (s.ctx % span) span /= 2;
+        return ka::select_dense(s, span);
+      }
+      case ka::Arm::block: {
+        std::vector<float> sc;
+        ka::score_blocks(s, data_->host_q(), sh->centroids(*data_, sp.block), sp.block, sp.shared, sc);
+        return ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, sc);
+      }
+      case ka::Arm::token:
+        if (sp.routing != Routing::none) {
+          std::vector<float> sc;
+          ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc);
+          return ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+        }
+        return ka::select_tokens_random(s, sp.block, kb_, sp.shared, sp.scatter, sp.cluster_mean, kSeed + s.ctx);
+    }
+    return {};
+  }
+
+  // Routing on the CPU (both backends: the GPU top-k is not implemented; see the report).
+  void route(Backend&) {
+    const auto& s = sp.s;
+    if (sp.arm == ka::Arm::block) {
+      ka::score_blocks(s, data_->host_q(), data_->centroids.at(sp.block), sp.block, sp.shared, scores_);
+      routed_ = ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_);
+    } else {
+      ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_);
+      routed_ = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, scores_);
+    }
+  }
+
+  void attend(Backend& be) {
+    if (!gpu_) {
+      ka::attention_cpu(sp.s, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_, ws_, out_.data());
+      return;
+    }
+#if defined(KVF_HAVE_CUDA)
+    ka::gpu::attention(dims_, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_.geom, didx_.get().as<std::uint32_t>(),
+                       plan_, dws_.get().as<float>(), dout_.get().as<float>(), kvf::cuda_stream(be));
+#else
+    (void)be;
+#endif
+  }
+};
+
+// ------------------------------------------------------------------------------------------------ parsing
+std::uint32_t parse_ctx(const std::string& t) {
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(t, &pos);
+  } catch (...) {
+    throw kvf::UsageError("--contexts " + t + ": not a number (e.g. 4096, 4K, 64K, 1M)");
+  }
+  std::string suf = t.substr(pos);
+  if (suf == "K" || suf == "k") v <<= 10;
+  else if (suf == "M" || suf == "m") v <<= 20;
+  else if (!suf.empty()) throw kvf::UsageError("--contexts " + t + ": unknown suffix (K or M)");
+  if (v == 0 || v > (1ull << 26)) throw kvf::UsageError("--contexts " + t + ": must be in 1 .. 64M tokens");
+  return static_cast<std::uint32_t>(v);
+}
+
+double parse_keep(const std::string& t) {
+  double v = 0;
+  try {
+    const auto slash = t.find('/');
+    if (slash != std::string::npos) v = std::stod(t.substr(0, slash)) / std::stod(t.substr(slash + 1));
+    else v = std::stod(t);
+  } catch (...) {
+    throw kvf::UsageError("--keep " + t + ": not a fraction (e.g. 1/8 or 0.125)");
+  }
+  if (!(v > 0.0 && v <= 1.0)) throw kvf::UsageError("--keep " + t + ": must be in (0, 1]");
+  return v;
+}
+
+std::uint32_t parse_u32(const std::string& t, const std::string& flag) {
+  try {
+    std::size_t pos = 0;
+    const unsigned long long v = std::stoull(t, &pos);
+    if (pos != t.size() || v > 0xFFFFFFFFull) throw 0;
+    return static_cast<std::uint32_t>(v);
+  } catch (...) {
+    throw kvf::UsageError(flag + " " + t + ": not a non-negative integer");
+  }
+}
+
+std::string ctx_name(std::uint32_t c) {
+  return (c % 1024 == 0) ? std::to_string(c / 1024) + "K" : std::to_string(c);
+}
+
+// ------------------------------------------------------------------------------------------------- study
+class AccessStudy final : public kvf::Study {
+ public:
+  std::string name() const override { return "access"; }
+
+  void add_options(CLI::App& app) override {
+    app.add_option("--parts", parts_, "gather, attention, routing (default all)")->delimiter(',');
+    app.add_option("--contexts", contexts_, "context lengths, e.g. 4K,16K,64K (default CPU 4K,16K,64K,128K)")
+        ->delimiter(',');
+    app.add_option("--keep", keeps_, "keep fractions in (0,1], e.g. 1/8,1/2 (default 1/8, plus 1/2 and 1/32 at one context)")
+        ->delimiter(',');
+    app.add_option("--block-sizes", blocks_, "block sizes of the block arm: 16,32,64,128,256 (default 32 CPU, 64 GPU)")
+        ->delimiter(',');
+    app.add_option("--dtypes", dtypes_, "bf16, fp16, fp8_e4m3 (GPU sm_89+ only) (default bf16)")->delimiter(',');
+    app.add_option("--layouts", layouts_, "NHD, HND (default HND, plus NHD at one context)")->delimiter(',');
+    app.add_option("--head-dims", head_dims_, "64, 128 (default 128)")->delimiter(',');
+    app.add_option("--hq", hq_, "query heads (default 32)");
+    app.add_option("--hkv", hkv_, "KV heads (default 8)");
+    app.add_option("--batch", batch_, "batch (default 1)");
+    app.add_option("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
+    app.add_option("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
+    app.add_option("--cluster-mean", cluster_mean_, "mean run length of the clustered token arm (default 8)");
+    app.add_option("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 (default 32 .. 64Ki)")
+        ->delimiter(',');
+    app.add_option("--pool-mib", pool_mib_, "gather pool sizes in MiB (default max(4x LLC, 128 MiB) on CPU)")
+        ->delimiter(',');
+    app.add_option("--gather-mib", gather_mib_, "bytes read per gather execution, MiB (default min(64, pool/2))");
+    app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
+  }
+
+  std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override {
+    Backend& be = *ctx.backend;
+    const bool gpu = is_cuda(be);
+    const bool quick = ctx.quick;
+    const std::size_t llc = be.info().llc_bytes ? be.info().llc_bytes : (std::size_t{32} << 20);
+    auto sh = std::make_shared<Shared>();
+    std::vector<std::unique_ptr<kvf::Case>> out;
+
+    // ---- validate every flag first (one clear line, exit 2)
+    for (const auto& p : parts_)
+      if (p != "gather" && p != "attention" && p != "routing")
+        throw kvf::UsageError("--parts " + p + ": unknown part (gather, attention, routing)");
+    auto want = [&](const char* p) { return parts_.empty() || std::find(parts_.begin(), parts_.end(), p) != parts_.end(); };
+    std::vector<bool> huges;
+    if (huge_ == "on") huges = {true};
+    else if (huge_ == "off") huges = {false};
+    else if (huge_ == "both" || huge_.empty()) huges = {true, false};
+    else throw kvf::UsageError("--huge-pages " + huge_ + ": allowed on, off, both");
+    if (gpu || (quick && huge_.empty())) huges = {true};
+    std::vector<bool> selects;
+    if (select_ == "per_head") selects = {false};
+    else if (select_ == "shared") selects = {true};
+    else if (select_ == "both") selects = {false, true};
+    else if (!select_.empty()) throw kvf::UsageError("--select " + select_ + ": allowed per_head, shared, both");
+    std::vector<ka::Scatter> scatters;
+    if (scatter_ == "uniform" || (quick && scatter_.empty())) scatters = {ka::Scatter::uniform};
+    else if (scatter_ == "clustered") scatters = {ka::Scatter::clustered};
+    else if (scatter_ == "both" || scatter_.empty()) scatters = {ka::Scatter::uniform, ka::Scatter::clustered};
+    else throw kvf::UsageError("--scatter " + scatter_ + ": allowed uniform, clustered, both");
+    if (cluster_mean_ < 1) throw kvf::UsageError("--cluster-mean " + std::to_string(cluster_mean_) + ": must be >= 1");
+    std::vector<ka::DType> dtypes;
+    for (const auto& t : dtypes_) dtypes.push_back(ka::parse_dtype(t));
+    std::vector<ka::Layout> layouts;
+    for (const auto& t : layouts_) layouts.push_back(ka::parse_layout(t));
+    std::vector<std::uint32_t> ctxs, blocks, dims, runs;
+    std::vector<double> keeps;
+    std::vector<std::string> keep_texts;
+    for (const auto& t : contexts_) ctxs.push_back(parse_ctx(t));
+    for (const auto& t : keeps_) { keeps.push_back(parse_keep(t)); keep_texts.push_back(t); }
+    for (const auto& t : blocks_) {
+      const auto b = parse_u32(t, "--block-sizes");
+      if (b == 0 || (b & (b - 1)) || b > 4096)
+        throw kvf::UsageError("--block-sizes " + t + ": must be a power of two from 1 to 4096");
+      blocks.push_back(b);
+    }
+    for (const auto& t : head_dims_) dims.push_back(parse_u32(t, "--head-dims"));
+    for (const auto& t : run_bytes_) runs.push_back(parse_u32(t, "--run-bytes"));
+    for (auto d : dtypes) {
+      if (d == ka::DType::fp8_e4m3) {
+        if (!gpu) throw kvf::UsageError("--dtypes fp8_e4m3: not available on the cpu backend (bf16, fp16)");
+        throw kvf::UsageError("--dtypes fp8_e4m3: not implemented in the access kernels yet (bf16, fp16)");
+      }
+    }
+    const bool user_sweep = !contexts_.empty() || !keeps_.empty() || !blocks_.empty() || !dtypes_.empty() ||
+                            !layouts_.empty() || !head_dims_.empty() || !select_.empty();
+
+    // ---- defaults
+    if (dtypes.empty()) dtypes = {ka::DType::bf16};
+    if (layouts.empty()) layouts = {ka::Layout::HND};
+    if (dims.empty()) dims = {128};
+    if (blocks.empty()) blocks = {gpu ? 64u : 32u};
+    if (keeps.empty()) { keeps = {0.125}; keep_texts = {"1/8"}; }
+    if (selects.empty()) selects = {false};
+    if (ctxs.empty()) {
+      if (quick) ctxs = {16384};
+      else if (gpu) ctxs = {4096, 8192, 16384, 32768, 65536, 131072, 262144};
+      else ctxs = {4096, 16384, 65536, 131072};
+    }
+    const std::uint32_t side_ctx = quick ? 16384 : 65536;  // where the side sweeps run by default
+
+    auto base_shape = [&]() {
+      ka::AttnShape s;
+      s.batch = batch_;
+      s.hq = hq_;
+      s.hkv = hkv_;
+      return s;
+    };
+    // Validate shape and budget combinations up front (no case is created for bad input).
+    for (auto d : dims)
+      for (auto dt : dtypes) {
+        ka::AttnShape s = base_shape();
+        s.d = d;
+        s.dtype = dt;
+        ka::validate_shape(s);
+        for (auto c : ctxs) {
+          s.ctx = c;
+          for (auto b : blocks)
+            for (double k : keeps) (void)ka::sparse_blocks(c, b, k);
+        }
+      }
+    const std::uint64_t host_mem = kvf::host_memory_bytes();
+    const std::uint64_t dev_mem = gpu ? be.info().memory_bytes : host_mem;
+
+    // ---- gather
+    if (want("gather")) {
+      std::vector<std::uint64_t> pools;
+      for (const auto& t : pool_mib_) {
+        const auto m = parse_u32(t, "--pool-mib");
+        if (m == 0) throw kvf::UsageError("--pool-mib " + t + ": must be positive");
+        pools.push_back(std::uint64_t{m} << 20);
+      }
+      if (pools.empty()) pools = {std::max<std::uint64_t>(4 * llc, quick ? 64ull << 20 : 128ull << 20)};
+      if (runs.empty()) {
+        if (quick) runs = {256};
+        else runs = {32, 64, 128, 256, 512, 1024, 4096, 16384, 65536};
+      }
+      for (auto p : pools)
+        if (dev_mem && p > dev_mem / 2)
+          throw kvf::UsageError("--pool-mib " + std::to_string(p >> 20) + ": more than half of the memory (" +
+                                kvf::format_bytes(double(dev_mem)) + ")");
+      for (auto p : pools)
+        for (bool huge : huges) {
+          std::uint64_t total = gather_mib_ ? std::uint64_t{gather_mib_} << 20 : std::min<std::uint64_t>(
+                                                                                    gpu ? 256ull << 20 : (quick ? 16ull << 20 : 64ull << 20), p / 2);
+          const std::string seq_key = "seq" + std::to_string(p) + (huge ? "h" : "n");
+          auto add = [&](std::uint64_t R, bool seq) {
+            ka::GatherGeom g{p, R, total / R * R, kSeed, seq};
+            ka::validate_gather(g);
+            auto c = std::make_unique<GatherCase>();
+            c->sh = sh;
+            c->g = g;
+            c->huge = huge;
+            c->is_seq = seq;
+            c->seq_key = seq_key;
+            c->name = std::string("gather/") + (seq ? "seq" : "R" + std::to_string(R)) + "/pool" +
+                      std::to_string(p >> 20) + "MiB/" + (huge ? "huge" : "nohuge");
+            c->params = {{"part", "gather"},
+                         {"arm", seq ? "sequential" : "gather"},
+                         {"run_bytes", std::to_string(R)},
+                         {"pool_mib", std::to_string(p >> 20)},
+                         {"huge", huge ? "on" : "off"},
+                         {"prefetch", "on"},
+                         {"working_set_bytes", std::to_string(g.total_bytes)},
+                         {"llc_bytes", std::to_string(llc)},
+                         {"working_set_vs_llc", fmt(double(g.total_bytes) / double(llc))}};
+            c->bytes = double(g.total_bytes);
+            c->ceiling = kvf::CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+            // Hot samples only where the gathered bytes could fit the cache.
+            c->hot = g.total_bytes <= 2 * llc;
+            const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
+            c->est_seconds = 0.05 + double(p) / (gpu ? 5e11 : 3e9) + (c->hot ? 2 : 1) * std::min(0.55, 8 * t + 0.01) +
+                             double(g.total_bytes) / 1e9;
+            out.push_back(std::move(c));
+          };
+          add(65536, true);
+          for (auto R : runs) add(R, false);
+        }
+    }
+
+    // ---- attention
+    auto add_attn = [&](AttnSpec sp) {
+      auto c = std::make_unique<AttnCase>();
+      c->sh = sh;
+      const auto& s = sp.s;
+      const std::string cfg = ctx_name(s.ctx) + "/" + ka::to_string(s.layout) + "/" + ka::to_string(s.dtype) + "/d" +
+                              std::to_string(s.d) + "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) +
+                              "/b" + std::to_string(s.batch) + (sp.huge ? "" : "/nohuge");
+      c->config_key = cfg;
+      const std::string sel_txt = sp.shared ? "shared" : "per_head";
+      std::string kt = sp.keep_text;
+      std::replace(kt.begin(), kt.end(), '/', ':');
+      c->pair_key = cfg + "/k" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
+      std::string arm = ka::to_string(sp.arm);
+      if (sp.arm == ka::Arm::token && sp.routing == Routing::none) arm += std::string("-") + ka::to_string(sp.scatter);
+      std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
+                       arm + "/" + cfg;
+      if (sp.arm != ka::Arm::dense) nm += "/keep" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
+      c->name = nm;
+      // Shape-only selection for the counts (entries x span per list).
+      ka::Selection shape;
+      std::uint64_t ntok = s.ctx;
+      if (sp.arm != ka::Arm::dense) {
+        const auto kb = ka::sparse_blocks(s.ctx, sp.block, sp.keep);
+        ntok = std::uint64_t{kb} * sp.block;
+        shape.geom.span = sp.arm == ka::Arm::block ? sp.block : 1;
+        shape.geom.n_entries = static_cast<std::uint32_t>(ntok / shape.geom.span);
+        shape.n_lists = sp.shared ? s.batch : s.batch * s.hkv;
+      } else {
+        shape.geom.span = 256;
+        while (s.ctx % shape.geom.span) shape.geom.span /= 2;
+        shape.geom.n_entries = s.ctx / shape.geom.span;
+        shape.n_lists = s.batch;
+      }
+      shape.geom.shared = sp.shared;
+      shape.idx.resize(std::uint64_t{shape.n_lists} * shape.geom.n_entries);
+      c->sp = sp;
+      c->account(shape);
+      const double ws = 2.0 * s.batch * s.hkv * double(ntok) * s.d * ka::dtype_bytes(s.dtype);
+      c->params = {{"part", sp.routing == Routing::none ? "attention" : "routing"},
+                   {"arm", ka::to_string(sp.arm)},
+                   {"ctx", std::to_string(s.ctx)},
+                   {"keep", sp.arm == ka::Arm::dense ? "1" : sp.keep_text},
+                   {"block", sp.arm == ka::Arm::dense ? "" : std::to_string(sp.block)},
+                   {"budget_tokens", std::to_string(ntok)},
+                   {"dtype", ka::to_string(s.dtype)},
+                   {"layout", ka::to_string(s.layout)},
+                   {"head_dim", std::to_string(s.d)},
+                   {"hq", std::to_string(s.hq)},
+                   {"hkv", std::to_string(s.hkv)},
+                   {"batch", std::to_string(s.batch)},
+                   {"select", sp.arm == ka::Arm::dense ? "" : (sp.shared ? "shared" : "per_head")},
+                   {"scatter", sp.arm == ka::Arm::token && sp.routing == Routing::none ? ka::to_string(sp.scatter) : ""},
+                   {"routing", to_string(sp.routing)},
+                   {"huge", sp.huge ? "on" : "off"},
+                   {"working_set_bytes", fmt(ws, 12)},
+                   {"llc_bytes", std::to_string(llc)},
+                   {"working_set_vs_llc", fmt(ws / double(llc))},
+                   {"kv_bytes", fmt(2.0 * double(s.kv_bytes()), 12)}};
+      c->ceiling = kvf::CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+      const double rate = gpu ? 2e12 : 8e9;
+      const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
+      const double fill = 2.0 * double(s.kv_bytes()) / (gpu ? 1e11 : 6e8);  // amortized over the cases sharing it
+      const double ref = 4.0 * s.batch * s.hq * double(ntok) * s.d / (gpu ? 8e9 : 2e9);
+      c->est_seconds = 0.05 + fill / 4 + ref + 2 * std::min(0.6, 8 * t + 0.012 * 7);
+      if (dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(dev_mem)) {
+        out.push_back(kvf::skipped_case(c->name, c->params, "K and V need " + kvf::format_bytes(2.0 * s.kv_bytes()) +
+                                                             ", more than 60% of memory"));
+        return;
+      }
+      out.push_back(std::move(c));
+    };
+
+    auto arms_for = [&](const AttnSpec& base, bool with_dense, const std::vector<ka::Scatter>& scs) {
+      if (with_dense) {
+        AttnSpec d = base;
+        d.arm = ka::Arm::dense;
+        add_attn(d);
+      }
+      AttnSpec b = base;
+      b.arm = ka::Arm::block;
+      add_attn(b);
+      for (auto sc : scs) {
+        AttnSpec t = base;
+        t.arm = ka::Arm::token;
+        t.scatter = sc;
+        add_attn(t);
+      }
+    };
+
+    if (want("attention")) {
+      const bool huge_attn = gpu || huge_ != "off";
+      for (auto dt : dtypes)
+        for (auto d : dims)
+          for (auto lay : layouts)
+            for (auto c : ctxs) {
+              AttnSpec base;
+              base.s = base_shape();
+              base.s.d = d;
+              base.s.dtype = dt;
+              base.s.layout = lay;
+              base.s.ctx = c;
+              base.huge = huge_attn;
+              base.cluster_mean = cluster_mean_;
+              bool first = true;
+              for (std::size_t ki = 0; ki < keeps.size(); ++ki)
+                for (auto b : blocks)
+                  for (bool shs : selects) {
+                    AttnSpec sp = base;
+                    sp.keep = keeps[ki];
+                    sp.keep_text = keep_texts[ki];
+                    sp.block = b;
+                    sp.shared = shs;
+                    arms_for(sp, first, scatters);
+                    first = false;
+                  }
+              if (!user_sweep && c == side_ctx && !quick) {
+                // Side sweeps at one context: keep fraction, and (GPU) block size.
+                for (const char* kt : {"1/2", "1/32"}) {
+                  AttnSpec sp = base;
+                  sp.keep = parse_keep(kt);
+                  sp.keep_text = kt;
+                  sp.block = blocks[0];
+                  arms_for(sp, false, {ka::Scatter::uniform});
+                }
+                if (gpu)
+                  for (std::uint32_t b : {16u, 32u, 128u, 256u}) {
+                    AttnSpec sp = base;
+                    sp.keep = 0.125;
+                    sp.keep_text = "1/8";
+                    sp.block = b;
+                    arms_for(sp, false, {ka::Scatter::uniform});
+                  }
+              }
+            }
+      if (!user_sweep && !quick) {
+        // NHD (runs of one head's row) and shared selection (NHD: runs of hkv rows) at the side context.
+        for (bool shs : {false, true}) {
+          AttnSpec sp;
+          sp.s = base_shape();
+          sp.s.layout = ka::Layout::NHD;
+          sp.s.ctx = side_ctx;
+          sp.keep = 0.125;
+          sp.keep_text = "1/8";
+          sp.block = blocks[0];
+          sp.shared = shs;
+          sp.huge = gpu || huge_ != "off";
+          arms_for(sp, !shs, {ka::Scatter::uniform});
+        }
+        if (gpu) {
+          // fp16 and head dim 64 at the side context.
+          for (auto [dt, d] : {std::pair{ka::DType::fp16, 128u}, std::pair{ka::DType::bf16, 64u}}) {
+            AttnSpec sp;
+            sp.s = base_shape();
+            sp.s.dtype = dt;
+            sp.s.d = d;
+            sp.s.ctx = side_ctx;
+            sp.keep = 0.125;
+            sp.keep_text = "1/8";
+            sp.block = blocks[0];
+            arms_for(sp, true, {ka::Scatter::uniform});
+          }
+        }
+      }
+    }
+
+    // ---- routing: alone and end to end, block (centroids) vs token (keys), at the side context
+    if (want("routing") && !(quick && parts_.empty())) {
+      std::vector<std::uint32_t> rctx = contexts_.empty() ? std::vector<std::uint32_t>{side_ctx} : ctxs;
+      for (auto c : rctx)
+        for (Routing r : {Routing::alone, Routing::end_to_end})
+          for (ka::Arm arm : {ka::Arm::block, ka::Arm::token}) {
+            if (gpu) {
+              out.push_back(kvf::skipped_case(
+                  std::string("route-") + to_string(r) + "/" + ka::to_string(arm) + "/" + ctx_name(c),
+                  {{"part", "routing"}, {"arm", ka::to_string(arm)}, {"ctx", std::to_string(c)}, {"routing", to_string(r)}},
+                  "routing (scores + top-k) runs on the host in this version; GPU top-k not implemented"));
+              continue;
+            }
+            AttnSpec sp;
+            sp.s = base_shape();
+            sp.s.d = dims[0];
+            sp.s.dtype = dtypes[0];
+            sp.s.layout = layouts[0];
+            sp.s.ctx = c;
+            sp.keep = keeps[0];
+            sp.keep_text = keep_texts[0];
+            sp.block = blocks[0];
+            sp.shared = selects[0];
+            sp.arm = arm;
+            sp.routing = r;
+            sp.huge = gpu || huge_ != "off";
+            add_attn(sp);
+          }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_;
+  std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0;
+  std::string select_, scatter_, huge_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  AccessStudy study;
+  return kvf::bench_main(argc, argv, study);
+}
