@@ -24,6 +24,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <atomic>
+#include <cblas.h>
 #include <thread>
 
 #include "frontier_math.hpp"
@@ -105,7 +107,7 @@ double est(double t, double setup_s, int modes = 2) {
   return setup_s + modes * (2 * t + std::max(std::min(0.5, 1000 * t), 5 * t)) + 0.02;
 }
 
-const char* kAllArms = "x,xq,layers,mla,copy,granularity,file,overlap,link";
+const char* kAllArms = "x,xq,layers,mla,copy,granularity,file,overlap,interference,link";
 
 class FrontierStudy final : public kvf::Study {
  public:
@@ -159,6 +161,7 @@ class FrontierStudy final : public kvf::Study {
   void add_file(Out& out, const std::vector<std::size_t>& sizes, std::size_t file_bytes, const md::ModelShape& m, int T);
   void add_overlap(Out& out, const md::ModelShape& m, int T, double f);
   void add_link(Out& out, const std::vector<std::size_t>& sizes);
+  void add_interference(Out& out, const md::ModelShape& m, int N, const std::string& background);
 };
 
 // ---------------------------------------------------------------- validation and case list
@@ -216,7 +219,7 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
       throw kvf::UsageError("--file-size " + file_size_text_ + ": must be a multiple of 2 MiB");
   }
   mem_avail_ = double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
-  if ((arm_on("file") || arm_on("overlap")) && !gpu_) fr::check_file_dir(file_dir_);
+  if ((arm_on("file") || arm_on("overlap") || arm_on("interference")) && !gpu_) fr::check_file_dir(file_dir_);
 
   // Memory: the largest recompute batch and the through-layers prefix must fit.
   const double dev_mem = gpu_ ? double(be.info().memory_bytes) * 0.8 : mem_avail_;
@@ -318,7 +321,17 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
              file_bytes, first_gqa ? *first_gqa : *ms[0], 128);
   }
   if (arm_on("overlap") && first_gqa && !quick_) {
-    for (double f : {0.0, 0.5, 1.0}) add_overlap(out, *first_gqa, 128, f);
+    if (gpu_) {
+      for (int T : {128, 1024})
+        for (double f : {0.0, 0.25, 0.5, 0.75, 1.0}) add_overlap(out, *first_gqa, T, f);
+    } else {
+      for (double f : {0.0, 0.5, 1.0}) add_overlap(out, *first_gqa, 128, f);
+    }
+  }
+  if (arm_on("interference") && first_gqa && !quick_) {
+    const int N = prefix_.empty() ? (gpu_ ? 32768 : 16384) : prefix_[0];
+    for (const char* bg : {"none", "recompute", "copy", "file"})
+      if (!(gpu_ && std::string(bg) == "file")) add_interference(out, *first_gqa, N, bg);
   }
   if (arm_on("link") && gpu_) {
     add_link(out, !sizes.empty() ? sizes : quick_ ? std::vector<std::size_t>{KiB(512)}
@@ -465,8 +478,7 @@ void x_setup_gpu(XState& s, Backend& be) {
   s.gemm = std::make_unique<fr::gpu::LtGemm>();
   s.gemm->plan(s.rows, 2 * s.g.kv_dim(), s.hidden);
 }
-void x_run_gpu(XState& s, Backend& be) {
-  cudaStream_t st = kvf::cuda_stream(be);
+void x_run_gpu(XState& s, cudaStream_t st) {
   if (s.bits != 16)
     fr::gpu::dequant_x(s.dxq->as<std::uint8_t>(), s.dsc->as<float>(), s.rows, s.hidden, s.bits,
                        s.dx->as<std::uint16_t>(), st);
@@ -536,7 +548,7 @@ void FrontierStudy::add_x(Out& out, const md::ModelShape& m, int T, int P, const
   };
   c.on_run = [s, gpu](Backend& be) {
 #if defined(KVF_HAVE_CUDA)
-    if (gpu) return x_run_gpu(*s, be);
+    if (gpu) return x_run_gpu(*s, kvf::cuda_stream(be));
 #endif
     (void)be;
     (void)gpu;
@@ -852,6 +864,7 @@ void FrontierStudy::add_granularity(Out& out, const md::ModelShape& m, int T, co
     c.ceiling = gpu_ ? kvf::CeilingRef{"stream", {{"op", "h2d_pinned"}}, "gbps"}
                      : kvf::CeilingRef{"frontier", {{"arm", "granularity"}, {"copy_bytes", i2s(page)}}, "gbps"};
     c.est_seconds = est(double(page) / (gpu_ ? 20e9 : 5e9) + n * (gpu_ ? 3e-6 : 1e-6), 0.2);
+    c.time_opts.hide_launch = n <= 256;  // more copies than that may not fit the queue behind the blocking kernel
     auto s = std::make_shared<CopyBufs>();
     const bool gpu = gpu_;
     c.on_setup = [s, page, chunk, n, gpu](Backend& be) {
@@ -989,7 +1002,68 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
   params.push_back({"link", gpu_ ? "h2d_pinned" : "file_o_direct"});
   const std::string name = "overlap/" + m.name + "/T" + i2s(T) + "/f" + str(double(rr) / T);
   if (gpu_) {
-    out.push_back(kvf::skipped_case(name, params, "the GPU overlap arm is not written yet (CPU file tier only)"));
+#if defined(KVF_HAVE_CUDA)
+    auto& c = add(out, name, std::move(params));
+    c.flops = 2.0 * rr * m.hidden * 2 * m.kv_dim();
+    c.bytes = double(fetch);
+    c.note = "recompute " + i2s(rr) + " tokens from bf16 X (cuBLASLt) on the timed stream while the other " +
+             i2s(T - rr) + " tokens' K/V cross PCIe (pinned H2D) on a second stream; compare with f=0 and f=1";
+    c.est_seconds = est(c.flops / 300e12 + double(fetch) / 25e9 + 20e-6, 0.3);
+    struct G {
+      XState x;
+      BufferHandle src, dst;
+      cudaStream_t s2 = nullptr;
+      cudaEvent_t fork = nullptr, join = nullptr;
+    };
+    auto s = std::make_shared<G>();
+    const md::ModelShape mm = m;
+    c.on_setup = [s, mm, rr, page](Backend& be) {
+      if (rr > 0) {
+        x_setup_host(s->x, mm, rr, 1, 16, true);
+        x_setup_gpu(s->x, be);
+      }
+      s->src = BufferHandle(be, page, MemKind::pinned_host);
+      s->dst = BufferHandle(be, page, MemKind::device);
+      be.fill(s->src.get(), kSeed + 50);
+      KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
+      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+    };
+    c.on_run = [s, rr, fetch](Backend& be) {
+      cudaStream_t st = kvf::cuda_stream(be);
+      if (fetch > 0) {
+        KVF_CUDA_CHECK(cudaEventRecord(s->fork, st));
+        KVF_CUDA_CHECK(cudaStreamWaitEvent(s->s2, s->fork, 0));
+        KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, fetch, cudaMemcpyHostToDevice, s->s2));
+        KVF_CUDA_CHECK(cudaEventRecord(s->join, s->s2));
+      }
+      if (rr > 0) x_run_gpu(s->x, st);
+      if (fetch > 0) KVF_CUDA_CHECK(cudaStreamWaitEvent(st, s->join, 0));
+    };
+    c.on_verify = [s, rr, fetch, run = c.on_run](Backend& be) {
+      run(be);
+      be.synchronize();
+      if (fetch > 0) {
+        std::vector<unsigned char> h(fetch);
+        be.copy(host_view(h.data(), fetch), s->dst.get(), fetch);
+        if (!fr::check_pattern(h.data(), fetch, kSeed + 50, 0)) throw kvf::VerifyError("overlap: fetched part differs");
+      }
+      if (rr > 0) {
+        download(be, s->x.cache.data(), s->x.dcache, s->x.cache.size() * 2);
+        const auto st = x_check(s->x, s->x.x);
+        if (st.bad) throw kvf::VerifyError("overlap: recomputed part: " + st.first_bad);
+      }
+    };
+    c.on_teardown = [s](Backend&) {
+      if (s->s2) {
+        (void)cudaStreamSynchronize(s->s2);
+        (void)cudaStreamDestroy(s->s2);
+        (void)cudaEventDestroy(s->fork);
+        (void)cudaEventDestroy(s->join);
+      }
+      *s = G{};
+    };
+#endif
     return;
   }
   auto& c = add(out, name, std::move(params));
@@ -1040,6 +1114,188 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
     }
   };
   c.on_teardown = [s](Backend&) { *s = S{}; };
+}
+
+// ---------------------------------------------------------------- interference with a decode step
+// CPU: one thread runs a decode step's attention (one layer, one sequence of N tokens, bf16 K/V) while
+// one background thread recomputes pages (OpenBLAS on one thread), copies 512 KiB pages DRAM to DRAM,
+// or reads pages from the O_DIRECT file tier, for the whole case. GPU: the decode step is a read of
+// the layer's K/V of N tokens (its memory traffic), timed on the main stream while a second stream
+// holds enough page recomputes or pinned H2D page copies to outlast it.
+void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, const std::string& background) {
+  const std::size_t kv_bytes = std::size_t(N) * m.kv_values_per_token() * 2;
+  auto& c = add(out, "interference/" + m.name + "/N" + i2s(N) + "/" + background,
+                {{"arm", "interference"}, {"model", m.name}, {"decode_tokens", i2s(N)}, {"background", background},
+                 {"tokens", "128"}, {"layers", "1"}});
+  c.bytes = double(kv_bytes);
+  c.flops = gpu_ ? 0 : 4.0 * N * m.n_heads * m.head_dim;
+  c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "interference"}, {"background", "none"}, {"decode_tokens", i2s(N)}}, "gbps"};
+  c.note = std::string(gpu_ ? "decode step = read of one layer's K/V of N tokens (read_xor kernel)"
+                            : "decode step = one layer's GQA attention over N tokens on one thread") +
+           "; background: " + background + "; pct_of_ceiling = 100 / slowdown against background none";
+  c.est_seconds = est(double(kv_bytes) / (gpu_ ? 2e12 : 8e9), gpu_ ? 0.5 : 0.5);
+  const md::ModelShape mm = m;
+  const std::string dir = file_dir_;
+  if (!gpu_) {
+    struct S {
+      std::vector<float> q, out, scratch;
+      std::vector<std::uint16_t> k, v;
+      std::thread bg;
+      std::atomic<bool> stop{false};
+      std::atomic<long> bg_iters{0};
+      std::string bg_error;  // written by the background thread before it ends
+      int blas_threads = 0;
+    };
+    auto s = std::make_shared<S>();
+    c.on_setup = [s, mm, N, background, dir](Backend&) {
+      const int D = mm.head_dim;
+      s->q.resize(std::size_t(mm.n_heads) * D);
+      fr::fill_f32_uniform(s->q.data(), s->q.size(), kSeed + 60, 1.f);
+      s->k.resize(std::size_t(N) * mm.kv_dim());
+      s->v.resize(s->k.size());
+      fr::fill_bf16_uniform(s->k.data(), s->k.size(), kSeed + 61, 1.f);
+      fr::fill_bf16_uniform(s->v.data(), s->v.size(), kSeed + 62, 1.f);
+      s->out.resize(s->q.size());
+      s->scratch.resize(std::size_t(mm.n_heads / mm.n_kv_heads) * N);
+      s->blas_threads = openblas_get_num_threads();
+      openblas_set_num_threads(1);
+      s->stop = false;
+      if (background == "none") return;
+      s->bg = std::thread([s, mm, background, dir] {
+       try {
+        if (background == "recompute") {
+          XState x;
+          x_setup_host(x, mm, 128, 1, 16, false);
+          while (!s->stop) { x_run_cpu(x); ++s->bg_iters; }
+        } else if (background == "copy") {
+          const std::size_t pool = std::size_t(128) << 20, page = std::size_t(512) << 10;
+          std::vector<unsigned char> a(pool, 1), b(pool, 2);
+          for (std::size_t off = 0; !s->stop; off = (off + page) % pool) { std::memcpy(b.data() + off, a.data() + off, page); ++s->bg_iters; }
+        } else {
+          fr::DirectFile f(dir, std::size_t(64) << 20, kSeed + 63);
+          const std::size_t page = std::size_t(512) << 10;
+          void* buf = std::aligned_alloc(fr::kDirectAlign, page);
+          for (std::size_t off = 0; !s->stop; off = (off + page) % f.bytes()) { f.read(off, page, buf); ++s->bg_iters; }
+          std::free(buf);
+        }
+       } catch (const std::exception& e) {
+        s->bg_error = e.what();
+       }
+      });
+    };
+    c.on_run = [s, mm, N](Backend&) {
+      fr::decode_attention_cpu(s->q.data(), s->k.data(), s->v.data(), N, mm.n_heads, mm.n_kv_heads, mm.head_dim,
+                               s->out.data(), s->scratch.data());
+    };
+    c.on_verify = [s, mm, N](Backend&) {
+      // Head 0 of the decode output against an fp64 softmax over the same bf16 K/V.
+      fr::decode_attention_cpu(s->q.data(), s->k.data(), s->v.data(), N, mm.n_heads, mm.n_kv_heads, mm.head_dim,
+                               s->out.data(), s->scratch.data());
+      const int D = mm.head_dim, Hkv = mm.n_kv_heads;
+      std::vector<double> sc(N), o(D, 0.0);
+      double mx = -1e300, sum = 0;
+      for (int n = 0; n < N; ++n) {
+        double d = 0;
+        for (int i = 0; i < D; ++i) d += double(s->q[i]) * fr::bf16_to_f32(s->k[std::size_t(n) * Hkv * D + i]);
+        sc[n] = d / std::sqrt(double(D));
+        mx = std::max(mx, sc[n]);
+      }
+      for (auto& x : sc) { x = std::exp(x - mx); sum += x; }
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < D; ++i) o[i] += sc[n] / sum * fr::bf16_to_f32(s->v[std::size_t(n) * Hkv * D + i]);
+      for (int i = 0; i < D; ++i)
+        if (std::fabs(o[i] - s->out[i]) > 1e-3 * (std::fabs(o[i]) + 0.05))
+          throw kvf::VerifyError("decode attention dim " + i2s(i) + ": got " + str(s->out[i]) + " ref " + str(o[i]));
+    };
+    c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
+      if (!s->bg_error.empty() && s->bg.joinable()) s->bg.join();
+      if (!s->bg_error.empty()) throw std::runtime_error("background thread failed: " + s->bg_error);
+      return "background iterations so far: " + i2s(s->bg_iters.load());
+    };
+    c.on_teardown = [s](Backend&) {
+      s->stop = true;
+      if (s->bg.joinable()) s->bg.join();
+      if (s->blas_threads > 0) openblas_set_num_threads(s->blas_threads);
+      s->q.clear(); s->k.clear(); s->v.clear(); s->out.clear(); s->scratch.clear();
+    };
+    return;
+  }
+#if defined(KVF_HAVE_CUDA)
+  struct G {
+    BufferHandle kv, sum, src, dst;
+    XState x;
+    cudaStream_t s2 = nullptr;
+    int reps = 1;
+  };
+  auto s = std::make_shared<G>();
+  auto bg_op = [s, background](cudaStream_t st) {
+    if (background == "recompute") x_run_gpu(s->x, st);
+    else KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, s->src->bytes, cudaMemcpyHostToDevice, st));
+  };
+  c.on_setup = [s, mm, kv_bytes, background, bg_op](Backend& be) {
+    s->kv = BufferHandle(be, kv_bytes, MemKind::device);
+    be.fill(s->kv.get(), kSeed + 64);
+    s->sum = BufferHandle(be, 64, MemKind::device);
+    KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
+    if (background == "none") return;
+    if (background == "recompute") {
+      x_setup_host(s->x, mm, 128, 1, 16, true);
+      x_setup_gpu(s->x, be);
+    } else {
+      s->src = BufferHandle(be, std::size_t(512) << 10, MemKind::pinned_host);
+      s->dst = BufferHandle(be, std::size_t(512) << 10, MemKind::device);
+      be.fill(s->src.get(), kSeed + 65);
+    }
+    // Size the background so it outlasts a decode step several times over.
+    cudaEvent_t a, b;
+    KVF_CUDA_CHECK(cudaEventCreate(&a));
+    KVF_CUDA_CHECK(cudaEventCreate(&b));
+    cudaStream_t st = kvf::cuda_stream(be);
+    float t_dec = 0, t_bg = 0;
+    for (int i = 0; i < 2; ++i) {  // the second round is warm
+      KVF_CUDA_CHECK(cudaEventRecord(a, st));
+      fr::gpu::read_xor(s->kv->ptr, s->kv->bytes, s->sum->as<unsigned long long>(), st);
+      KVF_CUDA_CHECK(cudaEventRecord(b, st));
+      KVF_CUDA_CHECK(cudaEventSynchronize(b));
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&t_dec, a, b));
+      KVF_CUDA_CHECK(cudaEventRecord(a, st));
+      bg_op(st);
+      KVF_CUDA_CHECK(cudaEventRecord(b, st));
+      KVF_CUDA_CHECK(cudaEventSynchronize(b));
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&t_bg, a, b));
+    }
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+    s->reps = std::min(2000, int(std::ceil((4 * t_dec + 0.2) / std::max(t_bg, 1e-3f))) + 2);
+  };
+  c.on_before = [s, background, bg_op](Backend&) {
+    KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
+    if (background == "none") return;
+    for (int i = 0; i < s->reps; ++i) bg_op(s->s2);
+  };
+  c.on_run = [s](Backend& be) {
+    fr::gpu::read_xor(s->kv->ptr, s->kv->bytes, s->sum->as<unsigned long long>(), kvf::cuda_stream(be));
+  };
+  c.on_verify = [s, kv_bytes](Backend& be) {
+    KVF_CUDA_CHECK(cudaMemsetAsync(s->sum->ptr, 0, 8, kvf::cuda_stream(be)));
+    fr::gpu::read_xor(s->kv->ptr, kv_bytes, s->sum->as<unsigned long long>(), kvf::cuda_stream(be));
+    unsigned long long got = 0;
+    be.copy(host_view(&got, 8), s->sum.get(), 8);
+    unsigned long long want = 0;
+    for (std::size_t i = 0; i < kv_bytes / 8; ++i) want ^= kvf::pattern_word(kSeed + 64, i);
+    if (got != want) throw kvf::VerifyError("read_xor: checksum differs from the pattern's");
+  };
+  c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
+    return "background ops queued per sample: " + i2s(s->reps);
+  };
+  c.on_teardown = [s](Backend&) {
+    if (s->s2) {
+      (void)cudaStreamSynchronize(s->s2);
+      (void)cudaStreamDestroy(s->s2);
+    }
+    *s = G{};
+  };
+#endif
 }
 
 // ---------------------------------------------------------------- GPU link arms

@@ -53,6 +53,13 @@ double through_layers_flops(const models::ModelShape& m, int L, int T, int N);
 // h0 = RMSNorm(embed[token]) * g_attn of row r: the GEMM input of layer 0 (for verify).
 std::vector<float> layer0_input(const LayerWeights& w, std::int32_t token);
 
+// ---------------------------------------------------------------- decode step (interference arm)
+// One decode step's attention for one sequence and one layer, on the calling thread: q [Hq][D] fp32,
+// K and V bf16 [N][Hkv][D], out [Hq][D] = softmax(q K^T / sqrt(D)) V per query head (GQA groups).
+// scratch: at least (Hq / Hkv) * N floats. Reads N * Hkv * D * 4 bytes of K/V.
+void decode_attention_cpu(const float* q, const std::uint16_t* k, const std::uint16_t* v, int N, int Hq, int Hkv,
+                          int D, float* out, float* scratch);
+
 // ---------------------------------------------------------------- MLA (DeepSeek-V3)
 // Latent: [c | k_pe] = X Wdkv^T, c = RMSNorm(c) (kv_a_layernorm, gamma = 1), k_pe = RoPE(k_pe);
 // cache row (bf16) = [c (kv_lora_rank) | k_pe (qk_rope_head_dim)], vLLM's MLA layout [slot][576].

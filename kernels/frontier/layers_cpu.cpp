@@ -205,6 +205,45 @@ double through_layers_flops(const models::ModelShape& m, int L, int T, int N) {
   return (L - 1) * (qkv + attn + o + mlp) + 2.0 * T * H * 2 * nkv * D;
 }
 
+void decode_attention_cpu(const float* q, const std::uint16_t* k, const std::uint16_t* v, int N, int Hq, int Hkv,
+                          int D, float* out, float* scratch) {
+  const int G = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> row(D);
+  for (int h = 0; h < Hkv; ++h) {
+    float* s = scratch;  // [G][N]
+    for (int n = 0; n < N; ++n) {
+      const std::uint16_t* kr = k + (std::size_t(n) * Hkv + h) * D;
+      for (int d = 0; d < D; ++d) row[d] = bf16_to_f32(kr[d]);
+      for (int g = 0; g < G; ++g) {
+        const float* qg = q + std::size_t(h * G + g) * D;
+        float acc = 0;
+        for (int d = 0; d < D; ++d) acc += qg[d] * row[d];
+        s[std::size_t(g) * N + n] = acc * scale;
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      float* sg = s + std::size_t(g) * N;
+      float mx = -INFINITY;
+      for (int n = 0; n < N; ++n) mx = std::max(mx, sg[n]);
+      float sum = 0;
+      for (int n = 0; n < N; ++n) { sg[n] = std::exp(sg[n] - mx); sum += sg[n]; }
+      const float inv = 1.0f / sum;
+      for (int n = 0; n < N; ++n) sg[n] *= inv;
+      std::fill_n(out + std::size_t(h * G + g) * D, D, 0.0f);
+    }
+    for (int n = 0; n < N; ++n) {
+      const std::uint16_t* vr = v + (std::size_t(n) * Hkv + h) * D;
+      for (int d = 0; d < D; ++d) row[d] = bf16_to_f32(vr[d]);
+      for (int g = 0; g < G; ++g) {
+        const float p = s[std::size_t(g) * N + n];
+        float* o = out + std::size_t(h * G + g) * D;
+        for (int d = 0; d < D; ++d) o[d] += p * row[d];
+      }
+    }
+  }
+}
+
 MlaGeom mla_geom(const models::ModelShape& m) {
   MlaGeom g;
   g.hidden = m.hidden;

@@ -106,6 +106,18 @@ __global__ void copy1_kernel(unsigned char* __restrict__ dst, const unsigned cha
     dst[i] = src[i];
 }
 
+__global__ void read_xor_kernel(const uint4* __restrict__ src, std::int64_t n16, unsigned long long* out) {
+  unsigned long long acc = 0;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = src[i];
+    acc ^= (static_cast<unsigned long long>(v.y) << 32 | v.x) ^ (static_cast<unsigned long long>(v.w) << 32 | v.z);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
+  if ((threadIdx.x & 31) == 0 && acc) atomicXor(out, acc);
+}
+
 // Enough blocks to fill the GPU several times over, but bounded (grid-stride loops do the rest).
 unsigned capped_grid(std::int64_t work_items) {
   const std::int64_t g = (work_items + kThreads - 1) / kThreads;
@@ -229,6 +241,15 @@ void sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
         static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), std::int64_t(bytes));
   }
   check_launch("sm_copy kernel");
+}
+
+void read_xor(const void* src, std::size_t bytes, unsigned long long* out, cudaStream_t s) {
+  if (bytes % 16 || reinterpret_cast<std::uintptr_t>(src) % 16)
+    throw std::invalid_argument("read_xor: src and bytes must be 16-byte aligned");
+  if (bytes == 0) return;
+  const std::int64_t n16 = std::int64_t(bytes / 16);
+  read_xor_kernel<<<capped_grid(n16), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, out);
+  check_launch("read_xor_kernel");
 }
 
 }  // namespace kvf::frontier::gpu

@@ -43,6 +43,9 @@ void mla_latent_write(const float* Y, int rows, int rank, int rope, float eps, c
 // SM-driven copy (zero-copy read of mapped pinned host memory when src is a device alias);
 // 16-byte accesses when both pointers and bytes are 16-byte aligned, else byte by byte.
 void sm_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t s);
+// XOR of every 8-byte word of src folded into *out (which the caller zeroes): a full-bandwidth read of
+// `bytes` (multiple of 16, src 16-byte aligned), the memory traffic of a decode step over that K/V.
+void read_xor(const void* src, std::size_t bytes, unsigned long long* out, cudaStream_t s);
 
 }  // namespace kvf::frontier::gpu
 #endif

@@ -324,3 +324,30 @@ TEST(ThroughLayers, FlopCountOfOneLayerIsTheKvProjection) {
   EXPECT_DOUBLE_EQ(through_layers_flops(m, 1, 128, 0), 2.0 * 128 * 4096 * 2048);
   EXPECT_GT(through_layers_flops(m, 2, 128, 1024), through_layers_flops(m, 2, 128, 0));
 }
+
+TEST(DecodeStep, AttentionMatchesFp64) {
+  const int N = 300, Hq = 8, Hkv = 2, D = 32;
+  std::vector<float> q(Hq * D), out(Hq * D), scratch((Hq / Hkv) * N);
+  std::vector<std::uint16_t> k(std::size_t(N) * Hkv * D), v(k.size());
+  fill_f32_uniform(q.data(), q.size(), 1, 1.f);
+  fill_bf16_uniform(k.data(), k.size(), 2, 1.f);
+  fill_bf16_uniform(v.data(), v.size(), 3, 1.f);
+  decode_attention_cpu(q.data(), k.data(), v.data(), N, Hq, Hkv, D, out.data(), scratch.data());
+  for (int h = 0; h < Hq; ++h) {
+    const int hk = h / (Hq / Hkv);
+    std::vector<double> s(N);
+    double mx = -1e300, sum = 0;
+    for (int n = 0; n < N; ++n) {
+      double d = 0;
+      for (int i = 0; i < D; ++i) d += double(q[h * D + i]) * bf16_to_f32(k[(std::size_t(n) * Hkv + hk) * D + i]);
+      s[n] = d / std::sqrt(double(D));
+      mx = std::max(mx, s[n]);
+    }
+    for (auto& x : s) { x = std::exp(x - mx); sum += x; }
+    for (int i = 0; i < D; ++i) {
+      double o = 0;
+      for (int n = 0; n < N; ++n) o += s[n] / sum * bf16_to_f32(v[(std::size_t(n) * Hkv + hk) * D + i]);
+      EXPECT_NEAR(out[h * D + i], o, 1e-4) << h << " " << i;
+    }
+  }
+}
