@@ -71,7 +71,7 @@ void kv_reference_row(const float* x, const std::uint16_t* w, const float* bias,
 inline constexpr double kRelTol = 1.0 / 256, kAbsTol = 1.0 / 1024;
 struct VerifyStats {
   std::int64_t checked = 0, bad = 0;
-  double max_abs_err = 0, max_rel_to_rms = 0, rms_ref = 0;
+  double max_abs_err = 0, max_rel_to_rms = 0, rms_ref = 0, rms_err = 0;  // rms_err: over checked values
   std::string first_bad;  // "row r kv k head h dim d: got g ref r"
 };
 // Checks the given rows of the cache against the reference. x_row(r) gives row r's GEMM input.

@@ -251,6 +251,7 @@ VerifyStats verify_rows(const std::vector<int>& rows, const std::vector<std::vec
           const double want = ref[i][kv * kvd + h * D + d];
           const double err = std::fabs(got - want);
           ++st.checked;
+          st.rms_err += err * err;
           st.max_abs_err = std::max(st.max_abs_err, err);
           if (st.rms_ref > 0) st.max_rel_to_rms = std::max(st.max_rel_to_rms, err / st.rms_ref);
           if (!(err <= kRelTol * std::fabs(want) + kAbsTol * st.rms_ref)) {
@@ -262,6 +263,7 @@ VerifyStats verify_rows(const std::vector<int>& rows, const std::vector<std::vec
           }
         }
   }
+  st.rms_err = st.checked ? std::sqrt(st.rms_err / double(st.checked)) : 0;
   return st;
 }
 
