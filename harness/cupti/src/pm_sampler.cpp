@@ -25,10 +25,21 @@ PmSampler::PmSampler(PmSamplerOptions opts) : opts_(std::move(opts)) {
   CUcontext ctx = nullptr;
   status_ = detail::current_context(opts_.device, &ctx);  // also proves a usable device exists
   if (!status_.available()) return;
-  if (status_ = detail::profiler_initialize(); !status_.available()) return;
+  // No GPU is said by the study (it runs its CPU twin); every other reason is printed here, once.
+  auto unavailable = [this] {
+    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
+  };
+  if (status_ = detail::profiler_initialize(); !status_.available()) {
+    unavailable();
+    return;
+  }
   chip_ = opts_.chip;
-  if (chip_.empty())
-    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) return;
+  if (chip_.empty()) {
+    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) {
+      unavailable();
+      return;
+    }
+  }
   const bool user_metrics = !opts_.metrics.empty();
   if (user_metrics) {
     metrics_ = opts_.metrics;

@@ -35,10 +35,21 @@ RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts))
   status_ = detail::current_context(opts_.device, &ctx);
   if (!status_.available()) return;
   context_ = ctx;
-  if (status_ = detail::profiler_initialize(); !status_.available()) return;
+  // No GPU is said by the study (it runs its CPU twin); every other reason is printed here, once.
+  auto unavailable = [this] {
+    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
+  };
+  if (status_ = detail::profiler_initialize(); !status_.available()) {
+    unavailable();
+    return;
+  }
   chip_ = opts_.chip;
-  if (chip_.empty())
-    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) return;
+  if (chip_.empty()) {
+    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) {
+      unavailable();
+      return;
+    }
+  }
   const bool user_metrics = !opts_.metrics.empty();
   metrics_ = user_metrics ? opts_.metrics : default_metrics(chip_, Profiler::range);
 
@@ -63,7 +74,8 @@ RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts))
     std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
     return;
   } catch (const CuptiError& e) {
-    { fail(e.code, "cuptiProfilerHost (config image)"); return; }
+    fail(e.code, "cuptiProfilerHost (config image)");
+    return;
   }
   const std::size_t passes = num_passes(config_);
   if (passes != 1)
@@ -75,6 +87,10 @@ RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts))
   if (CUptiResult r = cuptiRangeProfilerEnable(&ep); r != CUPTI_SUCCESS) { fail(r, "cuptiRangeProfilerEnable"); return; }
   object_ = ep.pRangeProfilerObject;
 
+  prepare_capture();
+}
+
+bool RangeProfiler::prepare_capture() {
   auto names = detail::c_names(metrics_);
   CUpti_RangeProfiler_GetCounterDataSize_Params sp{CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
   sp.pRangeProfilerObject = rp(object_);
@@ -82,16 +98,20 @@ RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts))
   sp.numMetrics = names.size();
   sp.maxNumOfRanges = opts_.max_ranges;
   sp.maxNumRangeTreeNodes = static_cast<std::uint32_t>(opts_.max_ranges);
-  if (CUptiResult r = cuptiRangeProfilerGetCounterDataSize(&sp); r != CUPTI_SUCCESS)
-    { fail(r, "cuptiRangeProfilerGetCounterDataSize"); return; }
+  if (CUptiResult r = cuptiRangeProfilerGetCounterDataSize(&sp); r != CUPTI_SUCCESS) {
+    fail(r, "cuptiRangeProfilerGetCounterDataSize");
+    return false;
+  }
   counter_data_.assign(sp.counterDataSize, 0);
   CUpti_RangeProfiler_CounterDataImage_Initialize_Params ip{
       CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE};
   ip.pRangeProfilerObject = rp(object_);
   ip.counterDataSize = counter_data_.size();
   ip.pCounterData = counter_data_.data();
-  if (CUptiResult r = cuptiRangeProfilerCounterDataImageInitialize(&ip); r != CUPTI_SUCCESS)
-    { fail(r, "cuptiRangeProfilerCounterDataImageInitialize"); return; }
+  if (CUptiResult r = cuptiRangeProfilerCounterDataImageInitialize(&ip); r != CUPTI_SUCCESS) {
+    fail(r, "cuptiRangeProfilerCounterDataImageInitialize");
+    return false;
+  }
 
   CUpti_RangeProfiler_SetConfig_Params cp{CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE};
   cp.pRangeProfilerObject = rp(object_);
@@ -106,7 +126,16 @@ RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts))
   cp.minNestingLevel = 1;
   cp.passIndex = 0;
   cp.targetNestingLevel = 1;
-  if (CUptiResult r = cuptiRangeProfilerSetConfig(&cp); r != CUPTI_SUCCESS) { fail(r, "cuptiRangeProfilerSetConfig"); return; }
+  if (CUptiResult r = cuptiRangeProfilerSetConfig(&cp); r != CUPTI_SUCCESS) {
+    fail(r, "cuptiRangeProfilerSetConfig");
+    return false;
+  }
+  ranges_.clear();
+  open_profiled_.clear();
+  depth_ = pushed_ = dropped_ = 0;
+  decoded_ = false;
+  used_ = false;
+  return true;
 }
 
 RangeProfiler::~RangeProfiler() {
@@ -121,6 +150,8 @@ RangeProfiler::~RangeProfiler() {
 
 void RangeProfiler::start() {
   if (!available() || running_) return;
+  if (used_ && !prepare_capture()) return;  // a new capture: fresh image, ranges restart at 0
+  used_ = true;
   CUpti_RangeProfiler_Start_Params sp{CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
   sp.pRangeProfilerObject = rp(object_);
   if (CUptiResult r = cuptiRangeProfilerStart(&sp); r != CUPTI_SUCCESS) return fail(r, "cuptiRangeProfilerStart");
@@ -143,6 +174,7 @@ void RangeProfiler::push_range(const std::string& name, const std::string& case_
       meta.index = ranges_.size();
       meta.name = same == 0 ? name : name + "#" + std::to_string(same + 1);
       meta.case_name = case_name;
+      if (opts_.sync_at_boundaries) detail::synchronize(static_cast<CUcontext>(context_));
       CUpti_RangeProfiler_PushRange_Params pp{CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE};
       pp.pRangeProfilerObject = rp(object_);
       pp.pRangeName = meta.name.c_str();
@@ -166,6 +198,7 @@ void RangeProfiler::pop_range(double host_clock_mhz) {
   open_profiled_.pop_back();
   if (!profiled || !available() || !running_) return;
   ranges_.back().host_clock_mhz = host_clock_mhz;
+  if (opts_.sync_at_boundaries) detail::synchronize(static_cast<CUcontext>(context_));
   CUpti_RangeProfiler_PopRange_Params pp{CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE};
   pp.pRangeProfilerObject = rp(object_);
   if (CUptiResult r = cuptiRangeProfilerPopRange(&pp); r != CUPTI_SUCCESS) fail(r, "cuptiRangeProfilerPopRange");
@@ -210,6 +243,7 @@ CaptureManifest RangeProfiler::manifest(const std::string& capture, const std::s
   m.extra["dropped_ranges"] = dropped_;
   m.extra["range_mode"] = "user";
   m.extra["replay"] = "none (one pass)";
+  m.extra["sync_at_boundaries"] = opts_.sync_at_boundaries;
   return m;
 }
 

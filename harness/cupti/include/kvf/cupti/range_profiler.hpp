@@ -39,6 +39,11 @@ struct RangeProfilerOptions {
   std::string set = "decode_idleness";
   std::vector<std::string> metrics;   // empty: the chip's default range-profiler set
   std::size_t max_ranges = 1024;      // ranges (decode steps) per capture
+  // Synchronize the context before each push and pop so a range holds exactly the work enqueued inside it,
+  // whatever stream it went to (range boundaries travel in the command stream; a non-blocking stream could
+  // otherwise straddle them). Costs one synchronization per range boundary, which a decode loop that reads its
+  // sampled tokens does anyway.
+  bool sync_at_boundaries = true;
 };
 
 class RangeProfiler {
@@ -53,6 +58,8 @@ class RangeProfiler {
   const std::string& chip() const { return chip_; }
   const std::vector<std::string>& metrics() const { return metrics_; }
 
+  // Begins a capture. A start() after stop() begins a new capture (save the previous one first): the image is
+  // re-initialized and range indices restart at 0.
   void start();
   // `case_name` is the cases.csv case the range belongs to (empty: the capture's case).
   void push_range(const std::string& name, const std::string& case_name = {});
@@ -74,6 +81,7 @@ class RangeProfiler {
  private:
   CaptureManifest manifest(const std::string& capture, const std::string& study, const std::string& case_name) const;
   void fail(int cupti_result, const char* call);
+  bool prepare_capture();  // counter-data image + SetConfig
 
   RangeProfilerOptions opts_;
   CountersStatus status_;
@@ -82,7 +90,7 @@ class RangeProfiler {
   std::vector<std::uint8_t> config_, counter_data_;
   void* object_ = nullptr;  // CUpti_RangeProfiler_Object*
   void* context_ = nullptr;  // CUcontext
-  bool running_ = false, decoded_ = false;
+  bool running_ = false, decoded_ = false, used_ = false;
   std::size_t depth_ = 0, dropped_ = 0, pushed_ = 0;
   std::vector<RangeMeta> ranges_;
   std::vector<bool> open_profiled_;  // per open push: whether it reached CUPTI
