@@ -143,7 +143,7 @@ int bench_main(int argc, char** argv, Study& study) {
                "--benchmark_out_format=json, --benchmark_repetitions) are accepted too."};
   app.add_option("--out", out_dir, "results directory; created, rows appended (default results/runs/<utc>-<study>)");
   app.add_option("--backend", backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)");
-  app.add_flag("--quick", quick, "the quick subset: a few cases, seconds");
+  app.add_flag("--quick", quick, "the quick subset: a few cases, seconds (budget 0.1 s unless --budget is given)");
   app.add_option("--list", list_format, "print the cases (text or json) with estimated seconds and exit")
       ->expected(0, 1)
       ->default_str("text");
@@ -194,6 +194,8 @@ int bench_main(int argc, char** argv, Study& study) {
     return kExitUsage;
   }
   cfg.stop.target_rel_error = noise_pct / 100.0;
+  // --quick is a smoke run: a shorter budget unless one was asked for.
+  if (quick && app.count("--budget") == 0) cfg.stop.budget_s = 0.1;
 
   std::unique_ptr<Backend> be;
   std::vector<std::unique_ptr<Case>> cases;
