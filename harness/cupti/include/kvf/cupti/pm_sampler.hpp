@@ -28,7 +28,7 @@ struct PmSamplerOptions {
   std::vector<std::string> metrics;         // empty: the chip's default PM-sampling set
   std::uint64_t interval_ns = 20000;        // 20 us: several samples per decode step
   std::size_t hw_buffer_bytes = 256u << 20; // device-side record buffer
-  std::uint32_t max_samples = 200000;       // counter-data image capacity
+  std::uint32_t max_samples = 100000;       // counter-data image capacity (2 s at 20 us)
 };
 
 class PmSampler {
