@@ -853,7 +853,7 @@ void FrontierStudy::add_granularity(Out& out, const md::ModelShape& m, int T, co
     std::string unit = chunk == page ? "contiguous page" : "chunk";
     if (chunk == std::size_t(fr::resident_bytes(fr::Resident::kv_bf16, T, m.hidden, m.kv_values_per_token())))
       unit = "per layer";
-    else if (chunk * m.n_kv_heads * m.layers == page) unit = "per layer and KV head (K and V)";
+    else if (chunk * m.n_kv_heads * m.layers == page) unit = "per layer and KV head (K and V), = per layer and 16-token block";
     else if (chunk * 2 * m.n_kv_heads * m.layers == page) unit = "per layer, KV head, K or V";
     auto& c = add(out, "granularity/" + m.name + "/T" + i2s(T) + "/" + kvf::format_bytes(double(chunk)),
                   {{"arm", "granularity"}, {"model", m.name}, {"tokens", i2s(T)}, {"layers", i2s(m.layers)},
@@ -924,21 +924,25 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
   std::vector<std::size_t> all = sizes;
   for (std::size_t bs : all) {
     if (file_bytes % bs) continue;
-    for (const char* arm : {"dd_direct", "file_direct"}) {
-      const bool dd = std::string(arm) == "dd_direct";
+    for (const char* arm : {"dd_direct", "file_direct", "file_direct_huge"}) {
+      const bool dd = std::string(arm) == "dd_direct", huge = std::string(arm) == "file_direct_huge";
       auto& c = add(out, std::string(arm) + "/" + kvf::format_bytes(double(bs)),
                     {{"arm", arm}, {"copy_bytes", i2s(bs)}, {"file_bytes", i2s(file_bytes)}, {"link", "file_o_direct"},
-                     {"src_mem", "file"}, {"dst_mem", "pageable_host"}});
+                     {"src_mem", "file"}, {"dst_mem", "pageable_host"}, {"huge_buffer", huge ? "yes" : "no"}});
       c.bytes = double(file_bytes);
       c.cold = false;  // O_DIRECT bypasses the page cache; CPU cache flushes change nothing
       c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "dd_direct"}, {"copy_bytes", i2s(bs)}}, "gbps"};
       c.note = dd ? "dd if=FILE of=/dev/null bs=copy_bytes iflag=direct, timed around the process (fork+exec included)"
-                  : "sequential pread(O_DIRECT) of the whole file in copy_bytes reads, queue depth 1, like dd";
+                  : std::string("sequential pread(O_DIRECT) of the whole file in copy_bytes reads, queue depth 1, like dd; ") +
+                        (huge ? "destination on 2 MiB huge pages (fewer pages to pin per read)"
+                              : "destination on 4 KiB pages, like dd's buffer");
       c.est_seconds = est(double(file_bytes) / 1e9, double(file_bytes) / 1e9, 1);
       auto buf = std::make_shared<BufferHandle>();
-      c.on_setup = [ensure, buf, bs](Backend& be) {
+      c.on_setup = [ensure, buf, bs, huge](Backend& be) {
         ensure();
-        *buf = BufferHandle(be, bs, MemKind::pageable_host);  // 2 MiB aligned: O_DIRECT-safe
+        kvf::AllocOptions o;
+        o.huge_pages = huge;
+        *buf = BufferHandle(be, bs, MemKind::pageable_host, o);  // 2 MiB aligned either way: O_DIRECT-safe
       };
       c.on_run = [file, buf, bs, dd, file_bytes](Backend&) {
         const auto& f = **file;
@@ -990,7 +994,9 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
     auto off = std::make_shared<std::size_t>(0);
     c.on_setup = [ensure, buf, page](Backend& be) {
       ensure();
-      *buf = BufferHandle(be, page, MemKind::pageable_host);
+      kvf::AllocOptions o;
+      o.huge_pages = false;
+      *buf = BufferHandle(be, page, MemKind::pageable_host, o);
     };
     c.on_before = [off, page, file_bytes](Backend&) {
       static std::mt19937_64 rng(kSeed);
