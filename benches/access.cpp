@@ -56,6 +56,7 @@ struct KvData {
   BufferHandle q, k, v;                      // on the backend's "device"
   std::vector<std::uint16_t> hq, hk, hv;     // host copies for the reference (CUDA backend only)
   std::map<std::uint32_t, std::vector<float>> centroids;  // per block size, fp32 on the host
+  std::map<std::uint32_t, BufferHandle> dcentroids;       // the same on the device (CUDA backend)
   const void* host_q() const { return hq.empty() ? q->ptr : hq.data(); }
   const void* host_k() const { return hk.empty() ? k->ptr : hk.data(); }
   const void* host_v() const { return hv.empty() ? v->ptr : hv.data(); }
@@ -246,16 +247,35 @@ class AttnCase final : public kvf::Case {
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
       dws_ = BufferHandle(be, ka::gpu::attention_workspace_floats(dims_, plan_) * 4, MemKind::device);
       dout_ = BufferHandle(be, sp.s.q_elems() * 4, MemKind::device);
+      sms_ = sms;
+      if (sp.routing != Routing::none) {
+        const std::uint64_t n = sp.arm == ka::Arm::block ? sp.s.ctx / sp.block : sp.s.ctx;
+        dscores_ = BufferHandle(be, std::uint64_t{sel_.n_lists} * n * 4, MemKind::device);
+        dridx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
+        if (sp.arm == ka::Arm::block && !d.dcentroids.count(sp.block)) {
+          const auto& c = d.centroids.at(sp.block);
+          BufferHandle dc(be, c.size() * 4, MemKind::device);
+          KVF_CUDA_CHECK(cudaMemcpy(dc->ptr, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+          d.dcentroids.emplace(sp.block, std::move(dc));
+        }
+      }
 #endif
     }
   }
 
   bool has_verify() const override { return true; }
   void verify(Backend& be) override {
-    // Routing: the routed selection must equal the one prepared at setup (same scores, same top-k).
+    // Routing on the CPU: the routed selection must equal the one prepared at setup (same scores, same
+    // top-k). On the GPU: the routed lists must be well formed and a true top-k of the CPU-recomputed
+    // scores (up to fp32 summation order), and attention then runs on the GPU's own lists.
     if (sp.routing != Routing::none) {
       route(be);
-      if (routed_.idx != sel_.idx) throw kvf::VerifyError("routed selection differs from the setup selection");
+      if (!gpu_) {
+        if (routed_.idx != sel_.idx) throw kvf::VerifyError("routed selection differs from the setup selection");
+      } else {
+        be.synchronize();
+        check_gpu_routing();
+      }
     }
     std::vector<float> out(sp.s.q_elems()), ref(sp.s.q_elems());
     attend(be);
@@ -333,8 +353,51 @@ class AttnCase final : public kvf::Case {
 #if defined(KVF_HAVE_CUDA)
   ka::gpu::AttnDims dims_{};
   ka::gpu::AttnPlan plan_{};
-  BufferHandle didx_, dws_, dout_;
+  BufferHandle didx_, dws_, dout_, dscores_, dridx_;
+  int sms_ = 0;
 #endif
+
+  // GPU routing check: download the lists; structure (sorted, sink + latest, budget) and top-k
+  // quality: no unselected candidate may outscore a selected one by more than the fp32 summation
+  // tolerance of the CPU-recomputed scores. The reference then uses the GPU's own lists.
+  void check_gpu_routing() {
+#if defined(KVF_HAVE_CUDA)
+    ka::Selection g = sel_;
+    KVF_CUDA_CHECK(cudaMemcpy(g.idx.data(), dridx_->ptr, g.idx.size() * 4, cudaMemcpyDeviceToHost));
+    const auto& s = sp.s;
+    const bool blk = sp.arm == ka::Arm::block;
+    const std::uint32_t n = blk ? s.ctx / sp.block : s.ctx;
+    const std::uint32_t nlo = blk ? 1 : sp.block, nhi = nlo;  // forced entries at each end
+    std::vector<float> sc;
+    if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(sp.block), sp.block, sp.shared, sc);
+    else ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc);
+    const std::uint32_t ne = g.geom.n_entries;
+    for (std::uint32_t l = 0; l < g.n_lists; ++l) {
+      const std::uint32_t* e = g.idx.data() + std::uint64_t{l} * ne;
+      const float* x = sc.data() + std::uint64_t{l} * n;
+      std::vector<char> picked(n, 0);
+      float amax = 0;
+      for (std::uint32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+      for (std::uint32_t i = 0; i < ne; ++i) {
+        if (e[i] >= n || (i && e[i] <= e[i - 1]))
+          throw kvf::VerifyError("GPU routing: list " + std::to_string(l) + " not sorted/unique or out of range");
+        picked[e[i]] = 1;
+      }
+      for (std::uint32_t i = 0; i < nlo; ++i)
+        if (!picked[i] || !picked[n - 1 - i])
+          throw kvf::VerifyError("GPU routing: sink or latest entry missing in list " + std::to_string(l));
+      float min_in = INFINITY, max_out = -INFINITY;
+      for (std::uint32_t i = nlo; i < n - nhi; ++i) {
+        if (picked[i]) min_in = std::min(min_in, x[i]);
+        else max_out = std::max(max_out, x[i]);
+      }
+      if (max_out > min_in + 1e-4f * std::max(1.0f, amax))
+        throw kvf::VerifyError("GPU routing: not a top-k: an unselected score " + fmt(max_out) +
+                               " exceeds a selected " + fmt(min_in) + " in list " + std::to_string(l));
+    }
+    sel_ = std::move(g);
+#endif
+  }
 
   ka::Selection make_selection() {
     const auto& s = sp.s;
@@ -360,9 +423,20 @@ class AttnCase final : public kvf::Case {
     return {};
   }
 
-  // Routing on the CPU (both backends: the GPU top-k is not implemented; see the report).
-  void route(Backend&) {
+  void route(Backend& be) {
     const auto& s = sp.s;
+    if (gpu_) {
+#if defined(KVF_HAVE_CUDA)
+      if (sp.arm == ka::Arm::block)
+        ka::gpu::route_blocks(dims_, data_->q->ptr, data_->dcentroids.at(sp.block).get().as<float>(), sp.block, kb_,
+                              sp.shared, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
+                              kvf::cuda_stream(be));
+      else
+        ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared,
+                              dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+#endif
+      return;
+    }
     if (sp.arm == ka::Arm::block) {
       ka::score_blocks(s, data_->host_q(), data_->centroids.at(sp.block), sp.block, sp.shared, scores_);
       routed_ = ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_);
@@ -378,7 +452,9 @@ class AttnCase final : public kvf::Case {
       return;
     }
 #if defined(KVF_HAVE_CUDA)
-    ka::gpu::attention(dims_, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_.geom, didx_.get().as<std::uint32_t>(),
+    // End to end on the GPU: attention reads the lists the routing kernels just wrote.
+    const BufferHandle& lists = sp.routing != Routing::none ? dridx_ : didx_;
+    ka::gpu::attention(dims_, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_.geom, lists.get().as<std::uint32_t>(),
                        plan_, dws_.get().as<float>(), dout_.get().as<float>(), kvf::cuda_stream(be));
 #else
     (void)be;
@@ -782,13 +858,6 @@ class AccessStudy final : public kvf::Study {
       for (auto c : rctx)
         for (Routing r : {Routing::alone, Routing::end_to_end})
           for (ka::Arm arm : {ka::Arm::block, ka::Arm::token}) {
-            if (gpu) {
-              out.push_back(kvf::skipped_case(
-                  std::string("route-") + to_string(r) + "/" + ka::to_string(arm) + "/" + ctx_name(c),
-                  {{"part", "routing"}, {"arm", ka::to_string(arm)}, {"ctx", std::to_string(c)}, {"routing", to_string(r)}},
-                  "routing (scores + top-k) runs on the host in this version; GPU top-k not implemented"));
-              continue;
-            }
             AttnSpec sp;
             sp.s = base_shape();
             sp.s.d = dims[0];

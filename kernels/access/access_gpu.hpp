@@ -40,5 +40,14 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
 // Deterministic fill, the same values as kvf::access::fill_qkv on the host (bf16/fp16/fp8 e4m3).
 void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st);
 
+// Routing on the device, output ready for attention(): scores (fp32, lists x n) then an exact top-k
+// per list with the CPU twin's rule (score descending, ties to the lower index; sink and latest
+// forced), entries in ascending order. Block arm: n = ctx/block, centroids fp32 [batch][hkv][n][d]
+// (built at "prefill"). Token arm: n = ctx, scores against every key.
+void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
+                  std::uint32_t k_blocks, bool shared, float* scores, std::uint32_t* idx, cudaStream_t st);
+void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
+                  bool shared, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st);
+
 }  // namespace kvf::access::gpu
 #endif

@@ -256,6 +256,13 @@ KVF_HD std::uint8_t f32_to_e4m3(float f) {
   return static_cast<std::uint8_t>(sign | best);
 }
 
+// Order-preserving map of a float to a 32-bit key (larger float -> larger key; -0 < +0), used by the
+// GPU top-k's bitwise threshold search (routing_gpu.cu).
+KVF_HD std::uint32_t order_key(float f) {
+  const std::uint32_t u = bits_from_f32(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 // Deterministic KV / q values: uniform-ish in [-1, 1) from the fill pattern (same on host and device).
 KVF_HD float pattern_unit(std::uint64_t seed, std::uint64_t i) {
   return static_cast<float>(static_cast<std::int64_t>(pattern_word(seed, i)) >> 40) * (1.0f / 8388608.0f);

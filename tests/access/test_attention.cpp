@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -137,4 +138,57 @@ TEST(AttnBadInput, ShapeAndNames) {
   EXPECT_THROW(parse_dtype("int4"), kvf::UsageError);
   EXPECT_EQ(parse_layout("NHD"), Layout::NHD);
   EXPECT_EQ(parse_dtype("fp16"), DType::fp16);
+}
+
+// The GPU top-k (routing_gpu.cu) run serially: bitwise search for the k-th largest order key, then
+// keys above it and the first (k - count above) equal keys in index order. It must pick exactly what
+// the CPU twin's nth_element selection picks, ties included.
+namespace {
+std::vector<std::uint32_t> threshold_topk(const float* s, std::uint32_t n, std::uint32_t lo, std::uint32_t hi,
+                                          std::uint32_t kp) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < lo; ++i) out.push_back(i);
+  if (kp) {
+    std::uint32_t T = 0;
+    for (int bit = 31; bit >= 0; --bit) {
+      const std::uint32_t cand = T | (1u << bit);
+      std::uint32_t c = 0;
+      for (std::uint32_t i = lo; i < hi; ++i) c += order_key(s[i]) >= cand;
+      if (c >= kp) T = cand;
+    }
+    std::uint32_t gt = 0;
+    for (std::uint32_t i = lo; i < hi; ++i) gt += order_key(s[i]) > T;
+    std::uint32_t eq = 0;
+    for (std::uint32_t i = lo; i < hi; ++i) {
+      const std::uint32_t key = order_key(s[i]);
+      if (key > T || (key == T && eq++ < kp - gt)) out.push_back(i);
+    }
+  }
+  for (std::uint32_t i = hi; i < n; ++i) out.push_back(i);
+  return out;
+}
+}  // namespace
+
+TEST(Routing, GpuThresholdTopkMatchesCpuSelection) {
+  AttnShape s;
+  s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 64; s.ctx = 4096;
+  const std::uint32_t block = 16, kb = sparse_blocks(s.ctx, block, 1.0 / 8);
+  const std::uint32_t nb = s.ctx / block;
+  std::vector<float> bs(2 * nb), ts(2 * s.ctx);
+  for (std::size_t i = 0; i < bs.size(); ++i) bs[i] = pattern_unit(1, i) * 3.0f;
+  for (std::size_t i = 0; i < ts.size(); ++i) ts[i] = std::round(pattern_unit(2, i) * 20.0f) / 4.0f;  // many ties
+  bs[5] = -0.0f; bs[6] = 0.0f; bs[7] = -2.0f;
+  const Selection sb = select_blocks_by_score(s, block, kb, false, bs);
+  const Selection st = select_tokens_by_score(s, block, kb, false, ts);
+  for (std::uint32_t l = 0; l < 2; ++l) {
+    const auto gb = threshold_topk(bs.data() + l * nb, nb, 1, nb - 1, kb - 2);
+    EXPECT_EQ(gb, std::vector<std::uint32_t>(sb.idx.begin() + l * kb, sb.idx.begin() + (l + 1) * kb));
+    const std::uint32_t budget = kb * block;
+    const auto gt = threshold_topk(ts.data() + l * s.ctx, s.ctx, block, s.ctx - block, budget - 2 * block);
+    EXPECT_EQ(gt, std::vector<std::uint32_t>(st.idx.begin() + l * budget, st.idx.begin() + (l + 1) * budget));
+  }
+  EXPECT_LT(order_key(-1.0f), order_key(-0.5f));
+  EXPECT_LT(order_key(-0.5f), order_key(0.0f));
+  EXPECT_LT(order_key(0.0f), order_key(1e-30f));
+  EXPECT_LT(order_key(1.0f), order_key(2.0f));
 }
