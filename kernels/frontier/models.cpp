@@ -31,7 +31,8 @@ T get_or(const json& j, const char* key, T dflt) {
 
 std::vector<ModelShape> load_models(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw UsageError("--models-file " + path + ": cannot open (expected data/models.json of the source tree)");
+  if (!in)
+    throw UsageError("--models-file " + path + ": cannot open (give the path of data/models.json with --models-file)");
   json doc;
   try {
     doc = json::parse(in);
@@ -104,8 +105,12 @@ const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_vie
 }
 
 std::string default_models_path() {
+  // The source tree baked in at build time, else data/models.json under the working directory.
 #if defined(KVF_SOURCE_DIR)
-  return std::string(KVF_SOURCE_DIR) + "/data/models.json";
+  const std::string baked = std::string(KVF_SOURCE_DIR) + "/data/models.json";
+  if (std::ifstream(baked)) return baked;
+  if (std::ifstream("data/models.json")) return "data/models.json";
+  return baked;
 #else
   return "data/models.json";
 #endif
