@@ -925,6 +925,7 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
   for (std::size_t bs : all) {
     if (file_bytes % bs) continue;
     for (const char* arm : {"dd_direct", "file_direct", "file_direct_huge"}) {
+      if (quick_ && std::string(arm) == "file_direct_huge") continue;
       const bool dd = std::string(arm) == "dd_direct", huge = std::string(arm) == "file_direct_huge";
       auto& c = add(out, std::string(arm) + "/" + kvf::format_bytes(double(bs)),
                     {{"arm", arm}, {"copy_bytes", i2s(bs)}, {"file_bytes", i2s(file_bytes)}, {"link", "file_o_direct"},
@@ -980,7 +981,7 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
     }
   }
   // One page from a random offset: the latency of a single fetch from the SSD tier.
-  {
+  if (!quick_) {
     auto& c = add(out, "file_page/" + m.name + "/T" + i2s(T),
                   {{"arm", "file_page"}, {"model", m.name}, {"tokens", i2s(T)}, {"copy_bytes", i2s(page)},
                    {"file_bytes", i2s(file_bytes)}, {"link", "file_o_direct"}, {"resident_form", "kv_bf16"},
