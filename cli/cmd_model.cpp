@@ -1,18 +1,161 @@
-// Placeholder: `kvf model` (analytic model) is not built yet (issue 6). It says so and exits 2 rather
-// than pretending; the slice that builds it replaces this file.
+// `kvf model --gpu NAME --model NAME [--calibrate DIR]`: the analytic model's predictions for every arm,
+// the recompute/transfer crossovers and the residency action table (text; --json FILE for a serving system).
+// Logic in analysis/report (kvf/report.hpp); docs/report.md describes every term.
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/report.hpp"
 
 namespace kvf::cli {
 
+namespace {
+
+std::string f(double v) { return report::fmt(v); }
+
+void print_model(const report::GpuSpec& g, const report::Shape& m, const report::ActionOptions& ao,
+                 const std::vector<report::ActionClass>& table) {
+  using namespace report;
+  std::printf("GPU %s\n", g.name.c_str());
+  auto field = [&](const char* name, double v, const char* unit) {
+    auto it = g.source.find(name);
+    std::printf("  %-15s %10s %-7s %s\n", name, f(v).c_str(), unit, it == g.source.end() ? "" : it->second.c_str());
+  };
+  field("hbm_tbps", g.hbm_tbps, "TB/s");
+  field("l2_mib", g.l2_mib, "MiB");
+  field("host_link_gbps", g.host_link_gbps, "GB/s");
+  field("nvlink_gbps", g.nvlink_gbps, "GB/s");
+  field("bf16_tflops", g.bf16_tflops, "TFLOP/s");
+  field("sms", g.sms, "");
+  field("launch_us", g.launch_us, "us");
+  field("copy_fixed_us", g.copy_fixed_us, "us");
+  std::printf("Model %s: hidden %s, kv values/token/layer %s, layers %s%s\n\n", m.name.c_str(), f(m.hidden).c_str(),
+              f(m.kv_values_per_token).c_str(), f(m.layers).c_str(), m.mla ? " (MLA)" : "");
+
+  std::printf("Predicted time per page per layer (us), P = pages per call (weight reads amortized over P):\n");
+  std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s\n", "tokens", "P", "recompute_x", "x_int8", "x_int4",
+              "fetch_host", "fetch_nvlink", "dequant_kv8", "kv_bytes");
+  for (double T : ao.tokens)
+    for (double P : {1.0, double(ao.prefill_pages)}) {
+      const double kv = kv_bytes_per_layer(m, T);
+      const std::string nv = g.nvlink_gbps > 0 ? f(transfer(g, kv, 1, g.nvlink_gbps).seconds * 1e6) : "-";
+      const double dq = roofline_s(g, 0, kv + kv_quant_bytes_per_layer(m, T, 8)) + g.launch_us * 1e-6;
+      std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s\n", f(T).c_str(), f(P).c_str(),
+                  f(recompute_x(g, m, T, P, 16).seconds * 1e6).c_str(), f(recompute_x(g, m, T, P, 8).seconds * 1e6).c_str(),
+                  f(recompute_x(g, m, T, P, 4).seconds * 1e6).c_str(),
+                  f(transfer(g, kv, 1, g.host_link_gbps).seconds * 1e6).c_str(), nv.c_str(), f(dq * 1e6).c_str(),
+                  f(kv).c_str());
+    }
+  std::printf("\nThrough L layers from tokens (evict -> recompute; prefix attention not counted), P=1, us per page:\n");
+  std::printf("%7s", "tokens");
+  std::vector<double> Ls = ao.layers;
+  if (Ls.empty()) Ls = {1, 4, 16, m.layers};
+  for (double L : Ls) std::printf(" %12s", ("L=" + f(L)).c_str());
+  std::printf("\n");
+  for (double T : ao.tokens) {
+    std::printf("%7s", f(T).c_str());
+    for (double L : Ls) std::printf(" %12s", L <= m.layers ? f(recompute_layers(g, m, T, 1, L).seconds * 1e6).c_str() : "-");
+    std::printf("\n");
+  }
+
+  std::printf("\nCrossovers, recompute from bf16 X (P=1) vs fetch of the page's K/V (one copy per layer):\n");
+  std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  for (const char* link : {"host", "nvlink"}) {
+    const double bw = std::string(link) == "host" ? g.host_link_gbps : g.nvlink_gbps;
+    if (bw <= 0) {
+      std::printf("  %-6s: link bandwidth unknown\n", link);
+      continue;
+    }
+    for (double L : Ls) {
+      if (L > m.layers) continue;
+      std::vector<double> r, t;
+      for (double T : Ts) {
+        r.push_back(L * recompute_x(g, m, T, 1, 16).seconds);
+        t.push_back(transfer(g, kv_bytes_per_layer(m, T) * L, static_cast<int>(L), bw).seconds);
+      }
+      const auto c = find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated");
+      std::printf("  %-6s L=%-3s %s\n", link, f(L).c_str(), c.text.c_str());
+    }
+  }
+
+  std::printf("\nAction table (cheapest; total us per page = reuse x reuse cost + one-time + HBM price x MiB):\n");
+  std::printf("%8s %7s %6s %6s  %-18s %10s\n", "phase", "tokens", "layers", "reuse", "cheapest", "total_us");
+  for (const auto& c : table) {
+    double best = 0;
+    for (const auto& a : c.costs)
+      if (a.action == c.cheapest) best = a.total_us;
+    std::printf("%8s %7s %6s %6s  %-18s %10s\n", c.phase.c_str(), f(c.tokens).c_str(), f(c.layers).c_str(),
+                f(c.reuse).c_str(), c.cheapest.c_str(), f(best).c_str());
+  }
+}
+
+}  // namespace
+
 void add_model(CLI::App& app) {
-  auto* sub = app.add_subcommand("model", "not available yet: analytic model (issue 6)");
-  sub->allow_extras();
-  sub->callback([] {
-    std::fprintf(stderr, "kvf model: not available: the analytic model is not built yet (issue 6)\n");
-    exit_with(kExitUsage);
+  struct Args {
+    std::string gpu, model, calibrate, json, gpus_path, models_path;
+    std::vector<double> tokens, layers, reuse;
+    int prefill_pages = 16;
+    double hbm_price = -1;
+  };
+  auto args = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "model",
+      "Analytic model: predicted time of every arm, recompute/transfer crossovers and the residency action table "
+      "(docs/report.md)");
+  sub->add_option("--gpu", args->gpu, "GPU from data/gpus.json (H100 SXM, H100 PCIe, H200, A100 SXM 80GB, B200, GH200, L40S)")
+      ->required();
+  sub->add_option("--model", args->model, "Model from data/models.json (e.g. Llama-3.1-8B)")->required();
+  sub->add_option("--calibrate", args->calibrate,
+                  "Results directory whose measured ceilings (stream read, GEMM, host copy) replace the spec peaks");
+  sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)");
+  sub->add_option("--tokens", args->tokens, "Tokens per page (default 16,64,128,256,1024,4096)")->delimiter(',');
+  sub->add_option("--layers", args->layers, "Layer counts (default 1,4,16,all)")->delimiter(',');
+  sub->add_option("--reuse", args->reuse, "Reuse probabilities (default 0.1,0.5,0.9)")->delimiter(',');
+  sub->add_option("--prefill-pages", args->prefill_pages, "Pages per recompute call in prefill")->capture_default_str();
+  sub->add_option("--hbm-price", args->hbm_price,
+                  "Price of 1 MiB resident in HBM, in us (default: the time to fetch 1 MiB over the host link)");
+  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: <source>/data/gpus.json)");
+  sub->add_option("--models-file", args->models_path, "Model shape file (default: <source>/data/models.json)");
+  sub->callback([args] {
+    const auto gpus = report::load_gpus(args->gpus_path.empty() ? report::default_gpus_path() : args->gpus_path);
+    report::GpuSpec g = report::find_gpu(gpus, args->gpu);
+    const auto shapes = report::load_shapes(args->models_path);
+    const report::Shape& m = report::find_shape(shapes, args->model);
+    if (!args->calibrate.empty()) {
+      const auto rs = report::load_results(args->calibrate);
+      std::size_t ceilings = 0;
+      for (const auto& d : report::calibrate(g, rs))
+        if (d.rfind("l2_mib", 0) != 0) ++ceilings;  // the L2 size alone is not a ceiling
+      if (ceilings == 0)
+        throw UsageError("--calibrate " + args->calibrate + ": no stream read, GEMM ceiling or host copy rows to calibrate from");
+    }
+    report::ActionOptions ao;
+    if (!args->tokens.empty()) ao.tokens = args->tokens;
+    if (!args->layers.empty()) ao.layers = args->layers;
+    if (!args->reuse.empty()) ao.reuse = args->reuse;
+    ao.prefill_pages = args->prefill_pages;
+    ao.hbm_price_us_per_mib = args->hbm_price;
+    const auto table = report::action_table(g, m, ao);
+    const auto j = report::action_table_json(g, m, ao, table);
+    if (args->json == "-") {
+      std::cout << j.dump(2) << "\n";
+      exit_with(kExitOk);
+      return;
+    }
+    print_model(g, m, ao, table);
+    if (!args->json.empty()) {
+      std::ofstream out(args->json);
+      out << j.dump(2) << "\n";
+      if (!out) throw UsageError("--json " + args->json + ": cannot write");
+      std::printf("\naction table: %s\n", args->json.c_str());
+    }
+    exit_with(kExitOk);
   });
 }
 

@@ -1,18 +1,52 @@
-// Placeholder: `kvf report` (report) is not built yet (issue 6). It says so and exits 2 rather
-// than pretending; the slice that builds it replaces this file.
+// `kvf report DIR...`: reads one or more results directories (cases.csv, samples.csv, counters.csv,
+// meta.json) and writes <first DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp,
+// SVG and PNG). The logic lives in analysis/report (kvf/report.hpp); this file is flags and output.
+//   exit 0: report written (a partial directory is reported with what is missing), 2: bad input.
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/report.hpp"
 
 namespace kvf::cli {
 
 void add_report(CLI::App& app) {
-  auto* sub = app.add_subcommand("report", "not available yet: report (issue 6)");
-  sub->allow_extras();
-  sub->callback([] {
-    std::fprintf(stderr, "kvf report: not available: the report is not built yet (issue 6)\n");
-    exit_with(kExitUsage);
+  struct Args {
+    std::vector<std::string> dirs;
+    report::ReportOptions opts;
+    bool no_charts = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "report",
+      "Report from results directories: verdicts, crossovers, frontier map, measured vs predicted; report.md, "
+      "report.html and gnuplot charts in DIR/report/ (docs/report.md)");
+  sub->add_option("dirs", args->dirs, "Results directories; several (two GPUs, CPU and GPU) overlay in one report")
+      ->required();
+  sub->add_option("--out", args->opts.out_dir, "Report directory (default: <first DIR>/report)");
+  sub->add_flag("--no-charts", args->no_charts, "Write the .dat/.gp chart files but do not run gnuplot");
+  sub->add_option("--gnuplot", args->opts.gnuplot, "gnuplot executable")->capture_default_str();
+  sub->add_option("--gpus", args->opts.gpus_path, "GPU spec file (default: <source>/data/gpus.json)");
+  sub->add_option("--models-file", args->opts.models_path, "Model shape file (default: <source>/data/models.json)");
+  sub->add_option("--model", args->opts.model, "Model of the frontier map and the predicted crossovers")
+      ->capture_default_str();
+  sub->add_option("--spec-gpu", args->opts.spec_gpu, "GPU whose spec sheet the map predicts when no GPU results are given")
+      ->capture_default_str();
+  sub->callback([args] {
+    args->opts.charts = !args->no_charts;
+    const auto sets = report::load_all(args->dirs);
+    const auto res = report::write_report(sets, args->opts);
+    for (const auto& w : res.warnings) std::fprintf(stderr, "kvf report: warning: %s\n", w.c_str());
+    std::size_t missing = 0;
+    for (const auto& s : sets) missing += s.missing.size();
+    if (missing)
+      std::fprintf(stderr, "kvf report: %zu missing input(s) listed under \"What is missing\" in report.md\n", missing);
+    std::printf("kvf report: %s/report.md, report.html and %zu chart files\n", res.dir.c_str(),
+                res.files.size() >= 2 ? res.files.size() - 2 : 0);
+    exit_with(kExitOk);
   });
 }
 

@@ -1,0 +1,176 @@
+// kvf_report: results directories -> report (markdown, charts, html), the analytic model behind
+// `kvf model`, and the residency action table (keep / compress / demote / recompute / evict).
+//
+// Reading: cases.csv, samples.csv, counters.csv through kvf::read_csv_table (libfccp); meta.json through
+// nlohmann-json. Every problem with an input is a kvf::UsageError naming the file (and line) -> exit 2.
+// A partial directory (interrupted run, a study not run, no counters) loads; what is absent is listed in
+// ResultSet::missing and every claim that needs it is "not measured".
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvf::report {
+
+// ------------------------------------------------------------------------------------------ results
+struct CaseRow {
+  std::string study, case_name, backend, device, mode, note, where;  // where = "file:line"
+  std::map<std::string, std::string> params;                          // non-empty parameter columns
+  long samples = 0;
+  std::optional<double> median_s, q1_s, q3_s, bytes, flops, gbps, tflops, ceiling_value;
+  const std::string& param(const std::string& name) const;  // "" when absent
+  std::optional<double> num(const std::string& name) const;  // parameter as a number (nullopt when absent)
+  bool measured() const { return samples > 0 && median_s.has_value(); }
+};
+
+struct CounterRow {
+  std::string study, case_name, source, capture, range, chip, metric, unit;
+  long range_index = 0;
+  std::optional<double> t_start_ns, t_end_ns, value;
+};
+
+struct ResultSet {
+  std::string dir;            // as given
+  std::string label;          // "<device> (<backend>)", made unique across the sets of one report
+  std::string device, backend, suite_version, git_sha, started, finished;
+  bool has_meta = false, has_samples = false, has_counters = false;
+  std::size_t n_samples = 0;
+  std::uint64_t llc_bytes = 0;
+  std::vector<std::string> studies_run;    // from meta.json (or cases.csv when meta.json lacks them)
+  std::vector<CaseRow> cases;
+  std::vector<CounterRow> counters;
+  std::vector<std::string> missing;        // one line each: what this directory lacks
+  std::vector<const CaseRow*> rows(const std::string& study) const;  // measured rows of one study
+};
+
+// Throws UsageError: directory or cases.csv missing, a required column missing, a malformed row or
+// number (file:line), a samples.csv/counters.csv row naming no case. Missing samples.csv, meta.json,
+// counters.csv or studies are recorded in `missing`.
+ResultSet load_results(const std::string& dir);
+// Loads each and checks they agree on the suite version (UsageError naming both meta.json files).
+std::vector<ResultSet> load_all(const std::vector<std::string>& dirs);
+
+// ------------------------------------------------------------------------------------------ model
+struct GpuSpec {
+  std::string name;
+  double hbm_tbps = 0, l2_mib = 0, host_link_gbps = 0, nvlink_gbps = 0, bf16_tflops = 0;
+  int sms = 0;
+  double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
+  std::map<std::string, std::string> source;  // field -> where the number comes from
+  std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
+};
+std::string default_gpus_path();  // <source>/data/gpus.json
+// Throws UsageError naming the file/field when the file is missing or a GPU lacks a field or a source.
+std::vector<GpuSpec> load_gpus(const std::string& path);
+const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name);  // UsageError lists known
+
+// Model shape: the subset of data/models.json (loaded through kernels/frontier/models.hpp) the model needs.
+struct Shape {
+  std::string name;
+  double hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, layers = 0, intermediate = 0;
+  double kv_values_per_token = 0;  // per layer: 2*Hkv*D (GQA), kv_lora_rank + rope dim (MLA)
+  bool mla = false, moe = false;
+  double q_lora = 0, kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  double moe_intermediate = 0, n_routed = 0, n_shared = 0, experts_per_tok = 0, first_k_dense = 0;
+  double kv_out() const { return mla ? kv_values_per_token : 2 * n_kv_heads * head_dim; }  // GEMM output width
+};
+std::vector<Shape> load_shapes(const std::string& path = {});  // default: data/models.json
+const Shape& find_shape(const std::vector<Shape>& all, const std::string& name);
+
+// One roofline step: max(flops / peak, bytes / bandwidth) + launches * launch overhead.
+struct Cost {
+  double seconds = 0, flops = 0, bytes = 0;
+  int launches = 0, copies = 0;
+  std::string bound;  // "compute" | "memory" | "link" | "fixed"
+};
+double roofline_s(const GpuSpec& g, double flops, double bytes);
+// Recompute one page's K/V for one layer from resident X (bits 16 = bf16, 8, 4), P pages per call:
+// dequant (bits < 16) -> GEMM [T*P, H] x [H, kv_out] -> RoPE + paged write. Weight reads are per call,
+// so per page they are amortized over P. Returns the cost per page.
+Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, int bits);
+// One page of T tokens through L whole layers from token embeddings (evict -> recompute from scratch),
+// P pages per call; attention over the page only (prefix attention not counted: a lower bound).
+Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers);
+// Copies of `bytes` in `copies` calls over a link of `gbps`: copies * fixed + bytes / bandwidth.
+Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps);
+double kv_bytes_per_layer(const Shape& m, double tokens);             // bf16
+double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits);  // + fp32 scale per 128 values
+double x_bytes_per_layer(const Shape& m, double tokens, int bits);    // bf16 / int8 / int4 (+ scales)
+
+// Replace spec peaks with ceilings measured in `rs` (stream read, GEMM ceiling, host copy, per-copy fixed
+// cost fitted from copy sizes). Returns the fields replaced (also appended to g.calibration).
+std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs);
+// A spec built only from a results directory (e.g. a CPU run): every ceiling measured, none assumed
+// except launch/copy overheads (0 on the CPU).
+GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus);
+
+// Prediction for one measured case row (nullopt when the model has no term for it); `why` says how.
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr);
+
+// ------------------------------------------------------------------------------------------ actions
+struct ActionOptions {
+  std::vector<double> tokens = {16, 64, 128, 256, 1024, 4096};
+  std::vector<double> layers;                       // default: 1, 4, 16, model layers
+  std::vector<double> reuse = {0.1, 0.5, 0.9};
+  int prefill_pages = 16;                           // pages per recompute call in prefill (decode: 1)
+  double hbm_price_us_per_mib = -1;                 // < 0: the time to fetch 1 MiB over the host link
+};
+struct ActionCost {
+  std::string action;
+  double hbm_bytes = 0, host_bytes = 0, reuse_us = 0, one_time_us = 0, total_us = 0;
+};
+struct ActionClass {
+  double tokens = 0, layers = 0, reuse = 0;
+  std::string phase;  // "decode" | "prefill"
+  std::vector<ActionCost> costs;
+  std::string cheapest;
+};
+std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const ActionOptions& o);
+nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionOptions& o,
+                                 const std::vector<ActionClass>& t);
+
+// ------------------------------------------------------------------------------------------ analysis
+// Linear interpolation of the first sign change of d(x) = a(x) - b(x) between consecutive x.
+struct Crossover {
+  bool found = false;
+  double x = 0;
+  std::string text;  // "T* = 183 tokens" or "outside measured range (16..512): recompute faster throughout"
+};
+Crossover find_crossover(const std::vector<double>& x, const std::vector<double>& a, const std::vector<double>& b,
+                         const std::string& a_name, const std::string& b_name, const std::string& unit,
+                         const std::string& range_word = "measured");  // "evaluated" for model points
+// Linear interpolation of y at x over sorted (xs, ys); nullopt outside [xs.front(), xs.back()].
+std::optional<double> interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x);
+
+struct Verdict {
+  std::string claim, device, verdict, figures, rule;  // verdict: supported | refuted | not measured
+};
+std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets);
+
+// Fixed formatting used everywhere in the report: %.4g, "-" for missing.
+std::string fmt(double v);
+std::string fmt(const std::optional<double>& v);
+
+// ------------------------------------------------------------------------------------------ report
+struct ReportOptions {
+  std::string out_dir;           // default: <first dir>/report
+  bool charts = true;            // run gnuplot
+  std::string gnuplot = "gnuplot";
+  std::string gpus_path, models_path;
+  std::string model = "Llama-3.1-8B";   // shape used by the frontier map (section 4)
+  std::string spec_gpu = "H100 SXM";    // spec-sheet GPU predicted when no GPU results are given
+};
+struct ReportResult {
+  std::string dir;
+  std::vector<std::string> files, warnings;
+  bool gnuplot_ran = false;
+};
+std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
+                            const std::vector<std::string>& chart_notes);
+ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o);
+
+}  // namespace kvf::report

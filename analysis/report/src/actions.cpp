@@ -1,0 +1,184 @@
+// The residency action table: for a page class (tokens, layers, reuse probability, phase) the cost of
+// each action and the cheapest. Costs are in microseconds:
+//   total = reuse_probability * reuse_us + one_time_us + hbm_price_us_per_mib * hbm_MiB
+// keep            resident bf16 K/V; nothing on reuse
+// compress_int8/4 resident int8/int4 K/V (+ fp32 scale per 128 values); quantize once, dequantize on reuse
+// demote          K/V written to host memory (D2H, overlapped: not counted), fetched on reuse (H2D), one copy per layer
+// recompute_x     resident bf16 layer input X; K/V recomputed on reuse (GEMM + RoPE + paged write)
+// recompute_x_int8/int4  XQuant-style: resident quantized X, dequantize + the same recompute
+// evict           nothing resident; on reuse the page's tokens run through the layers again
+// Phase: decode recomputes one page per call (P = 1, weights read per page); prefill batches
+// `prefill_pages` pages per call (weight reads amortized over P).
+#include <cmath>
+#include <cstdio>
+
+#include "kvf/errors.hpp"
+#include "kvf/report.hpp"
+
+namespace kvf::report {
+
+std::string fmt(double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
+
+std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const ActionOptions& o) {
+  std::vector<double> layers = o.layers;
+  if (layers.empty()) {
+    for (double l : {1.0, 4.0, 16.0})
+      if (l < m.layers) layers.push_back(l);
+    layers.push_back(m.layers);
+  }
+  for (double l : layers)
+    if (l < 1 || l > m.layers)
+      throw UsageError("--layers " + fmt(l) + ": " + m.name + " has " + fmt(m.layers) + " layers");
+  for (double t : o.tokens)
+    if (t < 1) throw UsageError("--tokens " + fmt(t) + ": must be 1 or more");
+  for (double p : o.reuse)
+    if (p < 0 || p > 1) throw UsageError("--reuse " + fmt(p) + ": a probability in [0, 1]");
+  if (o.prefill_pages < 1) throw UsageError("--prefill-pages " + std::to_string(o.prefill_pages) + ": must be 1 or more");
+  if (g.host_link_gbps <= 0) throw UsageError(g.name + ": host link bandwidth unknown: the demote action needs it");
+  const double price =
+      o.hbm_price_us_per_mib >= 0 ? o.hbm_price_us_per_mib : double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
+  const double MiB = 1 << 20;
+
+  std::vector<ActionClass> out;
+  for (const char* phase : {"decode", "prefill"}) {
+    const double P = std::string(phase) == "decode" ? 1 : o.prefill_pages;
+    for (double T : o.tokens)
+      for (double L : layers)
+        for (double p : o.reuse) {
+          ActionClass c;
+          c.tokens = T;
+          c.layers = L;
+          c.reuse = p;
+          c.phase = phase;
+          const double kv = kv_bytes_per_layer(m, T) * L;
+          auto add = [&](const std::string& name, double hbm, double host, double reuse_s, double once_s) {
+            ActionCost a;
+            a.action = name;
+            a.hbm_bytes = hbm;
+            a.host_bytes = host;
+            a.reuse_us = reuse_s * 1e6;
+            a.one_time_us = once_s * 1e6;
+            a.total_us = p * a.reuse_us + a.one_time_us + price * hbm / MiB;
+            c.costs.push_back(a);
+          };
+          add("keep", kv, 0, 0, 0);
+          for (int bits : {8, 4}) {
+            const double q = kv_quant_bytes_per_layer(m, T, bits) * L;
+            // one pass per layer: read one form, write the other
+            const double pass = L * (roofline_s(g, 0, (q + kv) / L) + g.launch_us * 1e-6);
+            add(bits == 8 ? "compress_int8" : "compress_int4", q, 0, pass, pass);
+          }
+          {
+            // The D2H write-back runs on a copy engine, overlapped with compute: not on the critical path (0).
+            const double fetch = transfer(g, kv, static_cast<int>(L), g.host_link_gbps).seconds;
+            add("demote", 0, kv, fetch, 0);
+          }
+          for (int bits : {16, 8, 4}) {
+            const double x = x_bytes_per_layer(m, T, bits) * L;
+            const double t = L * recompute_x(g, m, T, P, bits).seconds;
+            add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0);
+          }
+          add("evict", 0, 0, recompute_layers(g, m, T, P, L).seconds, 0);
+          const ActionCost* best = &c.costs.front();
+          for (const auto& a : c.costs)
+            if (a.total_us < best->total_us) best = &a;  // ties: the first listed (keep before the rest)
+          c.cheapest = best->action;
+          out.push_back(std::move(c));
+        }
+  }
+  return out;
+}
+
+nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionOptions& o,
+                                 const std::vector<ActionClass>& t) {
+  nlohmann::json j;
+  j["schema"] = "kvfrontier action table v1";
+  j["gpu"] = g.name;
+  j["model"] = m.name;
+  j["cost_unit"] = "microseconds per page";
+  j["cost_rule"] = "total_us = reuse * reuse_us + one_time_us + hbm_price_us_per_mib * hbm_bytes / 2^20";
+  const double price =
+      o.hbm_price_us_per_mib >= 0 ? o.hbm_price_us_per_mib : double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
+  j["hbm_price_us_per_mib"] = price;
+  j["hbm_price_source"] = o.hbm_price_us_per_mib >= 0 ? "--hbm-price" : "default: time to fetch 1 MiB over the host link";
+  j["phases"] = {{"decode", {{"pages_per_call", 1}}}, {"prefill", {{"pages_per_call", o.prefill_pages}}}};
+  nlohmann::json spec;
+  spec["hbm_tbps"] = g.hbm_tbps;
+  spec["host_link_gbps"] = g.host_link_gbps;
+  spec["bf16_tflops"] = g.bf16_tflops;
+  spec["launch_us"] = g.launch_us;
+  spec["copy_fixed_us"] = g.copy_fixed_us;
+  spec["calibrated"] = g.calibration;
+  j["ceilings"] = spec;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& c : t) {
+    nlohmann::json r;
+    r["tokens"] = c.tokens;
+    r["layers"] = c.layers;
+    r["reuse"] = c.reuse;
+    r["phase"] = c.phase;
+    r["cheapest"] = c.cheapest;
+    nlohmann::json costs = nlohmann::json::object();
+    for (const auto& a : c.costs)
+      costs[a.action] = {{"total_us", a.total_us}, {"reuse_us", a.reuse_us}, {"one_time_us", a.one_time_us},
+                         {"hbm_bytes", a.hbm_bytes}, {"host_bytes", a.host_bytes}};
+    r["costs"] = costs;
+    rows.push_back(r);
+  }
+  j["classes"] = rows;
+  return j;
+}
+
+// ------------------------------------------------------------------------------------------ crossovers
+std::optional<double> interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+  if (xs.empty() || xs.size() != ys.size() || x < xs.front() || x > xs.back()) return std::nullopt;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i] == x) return ys[i];
+    if (i + 1 < xs.size() && xs[i] < x && x < xs[i + 1])
+      return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i]);
+  }
+  return std::nullopt;
+}
+
+Crossover find_crossover(const std::vector<double>& x, const std::vector<double>& a, const std::vector<double>& b,
+                         const std::string& a_name, const std::string& b_name, const std::string& unit,
+                         const std::string& range_word) {
+  Crossover c;
+  if (x.empty()) {
+    c.text = "not measured";
+    return c;
+  }
+  const std::string range = "(" + fmt(x.front()) + ".." + fmt(x.back()) + " " + unit + ")";
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double d = a[i] - b[i];
+    if (d == 0) {
+      c.found = true;
+      c.x = x[i];
+      c.text = fmt(c.x) + " " + unit + " (" + range_word + " point)";
+      return c;
+    }
+    if (i + 1 < x.size()) {
+      const double d2 = a[i + 1] - b[i + 1];
+      if ((d < 0) != (d2 < 0) && d2 != 0) {
+        c.found = true;
+        c.x = x[i] + (x[i + 1] - x[i]) * d / (d - d2);
+        c.text = fmt(c.x) + " " + unit + " (interpolated between " + fmt(x[i]) + " and " + fmt(x[i + 1]) + ")";
+        return c;
+      }
+    }
+  }
+  if (x.size() == 1) {
+    c.text = "one " + range_word + " point " + range + ": " + (a[0] < b[0] ? a_name : b_name) + " faster there; crossover unknown";
+    return c;
+  }
+  c.text = "outside " + range_word + " range " + range + ": " + (a[0] < b[0] ? a_name : b_name) + " faster throughout";
+  return c;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,237 @@
+// Loading results directories for the report: cases.csv (required), samples.csv, meta.json, counters.csv
+// (each optional: absence is recorded and reported, never guessed around).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kvf/errors.hpp"
+#include "kvf/report.hpp"
+#include "kvf/results.hpp"
+#include "kvf/table.hpp"
+
+namespace kvf::report {
+
+namespace fs = std::filesystem;
+
+const std::string& CaseRow::param(const std::string& name) const {
+  static const std::string empty;
+  auto it = params.find(name);
+  return it == params.end() ? empty : it->second;
+}
+
+std::optional<double> CaseRow::num(const std::string& name) const {
+  const std::string& s = param(name);
+  if (s.empty()) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used != s.size()) return std::nullopt;
+    return v;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::vector<const CaseRow*> ResultSet::rows(const std::string& study) const {
+  std::vector<const CaseRow*> out;
+  for (const auto& r : cases)
+    if (r.study == study && r.measured()) out.push_back(&r);
+  return out;
+}
+
+namespace {
+
+std::string where(const CsvTable& t, std::size_t row) { return t.path + ":" + std::to_string(t.line[row]); }
+
+long whole(const CsvTable& t, std::size_t row, const std::string& col) {
+  auto v = parse_number(t, row, col);
+  if (!v) return 0;
+  if (*v < 0 || static_cast<double>(static_cast<long>(*v)) != *v)
+    throw UsageError(where(t, row) + ": column '" + col + "': '" + t.at(row, col) + "' is not a whole number >= 0");
+  return static_cast<long>(*v);
+}
+
+const std::vector<std::string> kAllStudies = {"stream", "access", "frontier", "idleness"};
+
+}  // namespace
+
+ResultSet load_results(const std::string& dir) {
+  ResultSet rs;
+  rs.dir = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UsageError(dir + ": no such results directory");
+  const fs::path d(dir);
+
+  // meta.json (optional, but without it the device is only what cases.csv says)
+  const fs::path meta_path = d / "meta.json";
+  nlohmann::json meta;
+  if (fs::exists(meta_path)) {
+    std::ifstream in(meta_path);
+    try {
+      meta = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(meta_path.string() + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!meta.is_object()) throw UsageError(meta_path.string() + ": expected a JSON object");
+    rs.has_meta = true;
+    rs.suite_version = meta.value("suite_version", "");
+    rs.git_sha = meta.value("git_sha", "");
+    if (rs.suite_version.empty()) throw UsageError(meta_path.string() + ": no 'suite_version'");
+    if (meta.contains("device") && meta["device"].is_object()) {
+      rs.device = meta["device"].value("name", "");
+      rs.backend = meta["device"].value("backend", "");
+      if (meta["device"].contains("llc_bytes") && meta["device"]["llc_bytes"].is_number())
+        rs.llc_bytes = meta["device"]["llc_bytes"].get<std::uint64_t>();
+    }
+    if (meta.contains("studies") && meta["studies"].is_object()) {
+      for (auto it = meta["studies"].begin(); it != meta["studies"].end(); ++it) {
+        rs.studies_run.push_back(it.key());
+        const auto& s = it.value();
+        if (!s.is_object()) continue;
+        const std::string st = s.value("status", "");
+        if (!st.empty() && st != "complete")
+          rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (interrupted run: only finished cases are reported)");
+        const std::string a = s.value("started_utc", ""), b = s.value("finished_utc", "");
+        if (!a.empty() && (rs.started.empty() || a < rs.started)) rs.started = a;
+        if (!b.empty() && (rs.finished.empty() || b > rs.finished)) rs.finished = b;
+      }
+    }
+    if (rs.started.empty()) rs.started = meta.value("created_utc", "");
+  } else {
+    rs.missing.push_back("meta.json missing: device details, suite version and run times unknown");
+  }
+
+  // cases.csv (required)
+  const fs::path cases_path = d / "cases.csv";
+  if (!fs::exists(cases_path)) throw UsageError(cases_path.string() + ": no such file (not a kvf results directory)");
+  const CsvTable ct = read_csv_table(cases_path.string());
+  for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "median_s"}) ct.require_column(c);
+  const auto& fixed = case_columns();
+  std::vector<std::string> param_cols;
+  for (const auto& h : ct.header)
+    if (std::find(fixed.begin(), fixed.end(), h) == fixed.end()) param_cols.push_back(h);
+  auto opt = [&](std::size_t i, const char* col) -> std::optional<double> {
+    if (!ct.column(col)) return std::nullopt;
+    return parse_number(ct, i, col);
+  };
+  std::set<std::string> case_keys;
+  std::set<std::string> studies_in_cases;
+  for (std::size_t i = 0; i < ct.rows.size(); ++i) {
+    CaseRow r;
+    r.where = where(ct, i);
+    r.study = ct.at(i, "study");
+    r.case_name = ct.at(i, "case");
+    r.backend = ct.at(i, "backend");
+    r.device = ct.at(i, "device");
+    r.mode = ct.at(i, "mode");
+    if (r.study.empty() || r.case_name.empty()) throw UsageError(r.where + ": empty 'study' or 'case'");
+    if (!r.mode.empty() && r.mode != "cold" && r.mode != "hot")
+      throw UsageError(r.where + ": column 'mode': '" + r.mode + "' (allowed: cold, hot)");
+    if (ct.column("note")) r.note = ct.at(i, "note");
+    r.samples = whole(ct, i, "samples");
+    r.median_s = parse_number(ct, i, "median_s");
+    r.q1_s = opt(i, "q1_s");
+    r.q3_s = opt(i, "q3_s");
+    r.bytes = opt(i, "bytes");
+    r.flops = opt(i, "flops");
+    r.gbps = opt(i, "gbps");
+    r.tflops = opt(i, "tflops");
+    r.ceiling_value = opt(i, "ceiling_value");
+    if (r.median_s && *r.median_s < 0) throw UsageError(r.where + ": column 'median_s': negative time");
+    for (const auto& p : param_cols) {
+      const std::string& v = ct.at(i, p);
+      if (!v.empty()) r.params[p] = v;
+    }
+    case_keys.insert(r.study + "\x1f" + r.case_name);
+    studies_in_cases.insert(r.study);
+    if (rs.device.empty()) rs.device = r.device;
+    if (rs.backend.empty()) rs.backend = r.backend;
+    rs.cases.push_back(std::move(r));
+  }
+  if (rs.studies_run.empty()) rs.studies_run.assign(studies_in_cases.begin(), studies_in_cases.end());
+
+  // samples.csv (optional for the report: the summary columns of cases.csv carry the figures)
+  const fs::path samples_path = d / "samples.csv";
+  if (fs::exists(samples_path)) {
+    const CsvTable st = read_csv_table(samples_path.string());
+    for (const char* c : {"study", "case", "mode", "seconds"}) st.require_column(c);
+    for (std::size_t i = 0; i < st.rows.size(); ++i) {
+      auto v = parse_number(st, i, "seconds");
+      if (!v) throw UsageError(where(st, i) + ": column 'seconds': empty");
+      if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case")))
+        throw UsageError(where(st, i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
+                         "' that cases.csv does not list");
+    }
+    rs.has_samples = true;
+    rs.n_samples = st.rows.size();
+  } else {
+    rs.missing.push_back("samples.csv missing: raw samples not available (summaries from cases.csv only)");
+  }
+
+  // counters.csv (optional: written by `kvf counters` on a GPU run of the idleness study)
+  const fs::path counters_path = d / "counters.csv";
+  if (fs::exists(counters_path)) {
+    const CsvTable kt = read_csv_table(counters_path.string());
+    for (const char* c : {"study", "case", "source", "metric", "value"}) kt.require_column(c);
+    for (std::size_t i = 0; i < kt.rows.size(); ++i) {
+      CounterRow c;
+      c.study = kt.at(i, "study");
+      c.case_name = kt.at(i, "case");
+      c.source = kt.at(i, "source");
+      c.metric = kt.at(i, "metric");
+      c.value = parse_number(kt, i, "value");
+      if (kt.column("capture")) c.capture = kt.at(i, "capture");
+      if (kt.column("range")) c.range = kt.at(i, "range");
+      if (kt.column("chip")) c.chip = kt.at(i, "chip");
+      if (kt.column("unit")) c.unit = kt.at(i, "unit");
+      if (kt.column("range_index")) c.range_index = whole(kt, i, "range_index");
+      if (kt.column("t_start_ns")) c.t_start_ns = parse_number(kt, i, "t_start_ns");
+      if (kt.column("t_end_ns")) c.t_end_ns = parse_number(kt, i, "t_end_ns");
+      if (c.metric.empty()) throw UsageError(where(kt, i) + ": empty 'metric'");
+      rs.counters.push_back(std::move(c));
+    }
+    rs.has_counters = true;
+  } else {
+    rs.missing.push_back("counters.csv missing: idleness not measured here (GPU run of the idleness study + `kvf counters`)");
+  }
+
+  for (const auto& s : kAllStudies)
+    if (!studies_in_cases.count(s)) rs.missing.push_back("study " + s + ": no rows in cases.csv (not run)");
+  std::size_t skipped = 0;
+  for (const auto& r : rs.cases)
+    if (!r.measured()) ++skipped;
+  if (skipped)
+    rs.missing.push_back(std::to_string(skipped) + " case rows without samples (skipped or failed; reasons in their notes)");
+
+  rs.label = (rs.device.empty() ? std::string("unknown device") : rs.device) + " (" +
+             (rs.backend.empty() ? std::string("?") : rs.backend) + ")";
+  return rs;
+}
+
+std::vector<ResultSet> load_all(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) throw UsageError("kvf report: no results directory given");
+  std::vector<ResultSet> sets;
+  for (const auto& d : dirs) sets.push_back(load_results(d));
+  const ResultSet* first = nullptr;
+  for (const auto& s : sets) {
+    if (!s.has_meta) continue;
+    if (!first) {
+      first = &s;
+      continue;
+    }
+    if (s.suite_version != first->suite_version)
+      throw UsageError((fs::path(s.dir) / "meta.json").string() + ": suite version " + s.suite_version + " differs from " +
+                       (fs::path(first->dir) / "meta.json").string() + " (" + first->suite_version +
+                       "): results of different suite versions cannot be overlaid");
+  }
+  // Unique labels: the same device twice gets " #2", " #3".
+  std::map<std::string, int> seen;
+  for (auto& s : sets) {
+    const int n = ++seen[s.label];
+    if (n > 1) s.label += " #" + std::to_string(n);
+  }
+  return sets;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,690 @@
+// `kvf report`: report.md (deterministic: input order, fixed number format, no clock but meta.json's),
+// gnuplot charts (.dat + .gp written, SVG + PNG drawn when gnuplot runs) and a self-contained report.html.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "kvf/errors.hpp"
+#include "series.hpp"
+
+extern char** environ;
+
+namespace kvf::report {
+
+using namespace detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ------------------------------------------------------------------------------------------ charts
+struct Line {
+  std::string title, style = "linespoints";
+  std::vector<std::pair<double, double>> pts;
+  std::vector<std::string> labels;  // with labels: one per point
+};
+struct Plot {
+  std::string name, title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  std::vector<Line> lines;
+  std::vector<std::string> extra;  // gnuplot commands before plot (arrows, ranges)
+};
+
+std::string gq(const std::string& s) {  // gnuplot double-quoted string
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+bool has_points(const Plot& p) {
+  for (const auto& l : p.lines)
+    if (!l.pts.empty()) return true;
+  return false;
+}
+
+void write_plot(const Plot& p, const fs::path& dir) {
+  std::ofstream dat(dir / (p.name + ".dat"));
+  std::ostringstream plot;
+  int idx = 0;
+  for (const auto& l : p.lines) {
+    if (l.pts.empty()) continue;
+    dat << "# " << l.title << "\n";
+    for (std::size_t i = 0; i < l.pts.size(); ++i) {
+      dat << fmt(l.pts[i].first) << " " << fmt(l.pts[i].second);
+      if (!l.labels.empty()) dat << " " << gq(l.labels[i]);
+      dat << "\n";
+    }
+    dat << "\n\n";
+    plot << (idx ? ", \\\n     " : "plot ") << "'" << p.name << ".dat' index " << idx
+         << (l.labels.empty() ? " using 1:2 with " + l.style : " using 1:2:3 with labels " + l.style) << " title "
+         << gq(l.title);
+    ++idx;
+  }
+  std::ofstream gp(dir / (p.name + ".gp"));
+  gp << "# kvf report: " << p.title << "\n"
+     << "set terminal svg size 960,720 noenhanced font 'Helvetica,12' background rgb 'white'\n"
+     << "set output '" << p.name << ".svg'\n"
+     << "set title " << gq(p.title) << "\n"
+     << "set xlabel " << gq(p.xlabel) << "\nset ylabel " << gq(p.ylabel) << "\n"
+     << "set grid\nset key below left Left reverse\n";
+  if (p.logx) gp << "set logscale x 2\n";
+  if (p.logy) gp << "set logscale y\n";
+  for (const auto& e : p.extra) gp << e << "\n";
+  gp << plot.str() << "\n"
+     << "set terminal pngcairo size 960,720 noenhanced font 'Helvetica,10' background rgb 'white'\n"
+     << "set output '" << p.name << ".png'\n"
+     << "replot\nset output\n";
+}
+
+// Runs gnuplot in `dir` on `gp`; output to gnuplot.log. Returns "" or why it failed.
+std::string run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& gp) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addchdir_np(&fa, dir.c_str());
+  posix_spawn_file_actions_addopen(&fa, 1, "gnuplot.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<std::string> args = {gnuplot, gp};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, gnuplot.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return gnuplot + ": cannot run (" + std::strerror(rc) + ")";
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status)) return gnuplot + " " + gp + ": killed by a signal";
+  if (WEXITSTATUS(status) == 127) return gnuplot + ": not found";
+  if (WEXITSTATUS(status) != 0) return gnuplot + " " + gp + ": exit " + std::to_string(WEXITSTATUS(status)) + " (see gnuplot.log)";
+  return "";
+}
+
+// ------------------------------------------------------------------------------------------ markdown helpers
+std::string row(const std::vector<std::string>& cells) {
+  std::string s = "|";
+  for (const auto& c : cells) {
+    std::string e;
+    for (char ch : c) e += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    s += " " + e + " |";
+  }
+  return s + "\n";
+}
+std::string header(const std::vector<std::string>& cells) {
+  std::string s = row(cells) + "|";
+  for (std::size_t i = 0; i < cells.size(); ++i) s += "---|";
+  return s + "\n";
+}
+std::string us(const std::optional<double>& s) { return s ? fmt(*s * 1e6) : "-"; }
+
+struct Ctx {
+  const std::vector<ResultSet>& sets;
+  const ReportOptions& o;
+  std::vector<GpuSpec> gpus;
+  std::vector<Shape> shapes;
+  std::string gpus_error, shapes_error;
+  std::vector<Plot> plots;
+};
+
+std::string chart_ref(Ctx& cx, Plot p) {
+  if (!has_points(p)) return "";
+  const std::string name = p.name;
+  cx.plots.push_back(std::move(p));
+  return "![" + name + "](" + name + ".svg)\n\n";
+}
+
+// ------------------------------------------------------------------------------------------ sections
+std::string section_inputs(Ctx& cx) {
+  std::string s = "## Inputs\n\n";
+  s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
+               "samples", "counters"});
+  int i = 0;
+  for (const auto& r : cx.sets)
+    s += row({std::to_string(++i), "`" + r.dir + "`", r.label, r.backend, r.has_meta ? r.suite_version : "-",
+              r.git_sha.empty() ? "-" : r.git_sha, r.started.empty() ? "-" : r.started,
+              r.finished.empty() ? "-" : r.finished, std::to_string(r.cases.size()),
+              r.has_samples ? std::to_string(r.n_samples) : "missing",
+              r.has_counters ? std::to_string(r.counters.size()) : "missing"});
+  s += "\n### What is missing\n\n";
+  bool any = false;
+  for (const auto& r : cx.sets)
+    for (const auto& m : r.missing) {
+      s += "- " + r.label + ": " + m + "\n";
+      any = true;
+    }
+  if (!any) s += "Nothing: every file and study is present.\n";
+  return s + "\n";
+}
+
+std::string section_verdicts(Ctx& cx) {
+  std::string s = "## Verdicts\n\n";
+  const auto vs = verdicts(cx.sets);
+  s += header({"claim", "device", "verdict", "figures"});
+  for (const auto& v : vs) s += row({v.claim, v.device, "**" + v.verdict + "**", v.figures});
+  s += "\nRules (docs/report.md):\n\n";
+  std::set<std::string> seen;
+  for (const auto& v : vs)
+    if (seen.insert(v.rule).second) s += "- " + v.rule + "\n";
+  return s + "\n";
+}
+
+std::string section_gather(Ctx& cx) {
+  std::string s = "## 1. Gather bandwidth against run length\n\n";
+  Plot p{"gather", "Gather bandwidth against run length", "run length (bytes)", "GB/s", true, false, {}, {}};
+  std::string table;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, Line> lines;
+    std::optional<double> ceiling;
+    for (const auto* r : rs.rows("access")) {
+      if (r->param("part") != "gather") continue;
+      const auto rb = r->num("run_bytes");
+      if (!rb || !r->gbps) continue;
+      const std::string key = r->param("arm") + " huge=" + r->param("huge") + " " + r->mode;
+      auto& l = lines[key];
+      l.title = rs.label + ": " + key;
+      l.pts.emplace_back(*rb, *r->gbps);
+      if (r->ceiling_value && (!ceiling || *r->ceiling_value > *ceiling)) ceiling = r->ceiling_value;
+      table += row({rs.label, r->param("arm"), r->param("huge"), r->mode, fmt(*rb), fmt(r->gbps),
+                    r->ceiling_value ? fmt(100 * *r->gbps / *r->ceiling_value) : "-"});
+    }
+    double lo = 1e300, hi = 0;
+    for (auto& [k, l] : lines) {
+      std::sort(l.pts.begin(), l.pts.end());
+      lo = std::min(lo, l.pts.front().first);
+      hi = std::max(hi, l.pts.back().first);
+      p.lines.push_back(l);
+    }
+    if (ceiling && hi > 0) {
+      Line c;
+      c.title = rs.label + ": stream read ceiling " + fmt(*ceiling) + " GB/s";
+      c.style = "lines dt 2 lw 2";
+      c.pts = {{lo, *ceiling}, {hi, *ceiling}};
+      p.lines.push_back(c);
+    }
+  }
+  if (table.empty()) return s + "Not measured: no access-study gather rows (part=gather) in any directory.\n\n";
+  s += chart_ref(cx, p);
+  s += header({"device", "arm", "huge pages", "mode", "run bytes", "GB/s", "% of stream read ceiling"}) + table;
+  return s + "\n";
+}
+
+std::string section_block_token(Ctx& cx) {
+  std::string s = "## 2. Contiguous blocks against scattered tokens, by context length\n\n";
+  Plot p{"block_token", "Attention latency: block vs token, by context", "context (tokens)", "median latency (us)", true,
+         true, {}, {}};
+  std::string table, knees;
+  int knee_n = 0;
+  for (const auto& rs : cx.sets) {
+    for (const auto& g : access_groups(rs)) {
+      Line b, t;
+      b.title = rs.label + " keep=" + g.keep + " " + g.mode + " block";
+      t.title = rs.label + " keep=" + g.keep + " " + g.mode + " token";
+      for (std::size_t i = 0; i < g.ctx.size(); ++i) {
+        b.pts.emplace_back(g.ctx[i], g.block_s[i] * 1e6);
+        t.pts.emplace_back(g.ctx[i], g.token_s[i] * 1e6);
+        table += row({rs.label, "`" + g.key + "`", fmt(g.ctx[i]), fmt(g.block_s[i] * 1e6), fmt(g.token_s[i] * 1e6),
+                      fmt(g.token_s[i] / g.block_s[i]), g.ws_vs_llc[i] > 0 ? fmt(g.ws_vs_llc[i]) : "-"});
+      }
+      p.lines.push_back(b);
+      p.lines.push_back(t);
+      if (auto k = knee_ctx(g)) {
+        knees += "- " + rs.label + " `" + g.key + "`: working set crosses the LLC/L2 at ctx " + fmt(*k) + "\n";
+        if (knee_n++ < 8)
+          p.extra.push_back("set arrow from " + fmt(*k) + ", graph 0 to " + fmt(*k) + ", graph 1 nohead dt 3 lc rgb 'gray'");
+      }
+    }
+  }
+  if (table.empty()) return s + "Not measured: no access-study attention rows with both block and token arms.\n\n";
+  s += chart_ref(cx, p);
+  s += header({"device", "group", "ctx", "block us (best block size)", "token us", "token/block", "working set / LLC"}) + table;
+  s += "\nL2/LLC knee (dotted lines in the chart):\n\n" + (knees.empty() ? "- no group's context range crosses the LLC/L2\n" : knees);
+  return s + "\n";
+}
+
+std::string section_frontier(Ctx& cx) {
+  std::string s = "## 3. Recompute against transfer, by tokens per page\n\n";
+  Plot p{"recompute_transfer", "Recompute vs transfer per page", "tokens per page", "median time per page (us)", true,
+         true, {}, {}};
+  std::string table;
+  Line cross;
+  cross.title = "crossovers";
+  cross.style = "points pt 7 ps 1.8 lc rgb 'black'";
+  for (const auto& rs : cx.sets) {
+    std::set<std::string> drawn;
+    for (const auto& c : crossovers(rs)) {
+      table += row({rs.label, c.rec.label() + " (" + c.rec.mode + ")", c.link, fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
+                    std::to_string(c.tokens.size()), c.c.text, c.dropped ? std::to_string(c.dropped) : "0"});
+      if (drawn.insert("r" + c.rec.label()).second) {
+        Line l;
+        l.title = rs.label + " recompute " + c.rec.label();
+        for (std::size_t i = 0; i < c.rec.tokens.size(); ++i) l.pts.emplace_back(c.rec.tokens[i], c.rec.secs[i] * 1e6);
+        p.lines.push_back(l);
+      }
+      Line x;
+      x.title = rs.label + " " + c.link + " for " + c.rec.label();
+      x.style = "linespoints dt 2";
+      for (std::size_t i = 0; i < c.tokens.size(); ++i) x.pts.emplace_back(c.tokens[i], c.xfer_s[i] * 1e6);
+      p.lines.push_back(x);
+      if (c.c.found) {
+        const auto y = interpolate(c.tokens, c.rec_s, c.c.x);
+        if (y) cross.pts.emplace_back(c.c.x, *y * 1e6);
+      }
+    }
+  }
+  if (!cross.pts.empty()) p.lines.push_back(cross);
+  if (table.empty()) {
+    s += "Not measured: no frontier-study recompute rows with a fetch measured at the same page size.\n\n";
+  } else {
+    s += chart_ref(cx, p);
+    s += "Transfer time at each page's K/V bytes is interpolated linearly between measured copy sizes; pages outside "
+         "the measured sizes are dropped (last column). Crossovers are interpolated between measured token counts.\n\n";
+    s += header({"device", "recompute", "fetch", "tokens measured", "points", "crossover", "dropped"}) + table + "\n";
+  }
+  // The GPU answer from spec sheets: what the model predicts where no GPU was measured.
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) {
+    s += "Model predictions not available: " + cx.gpus_error + cx.shapes_error + "\n\n";
+    return s;
+  }
+  const Shape* m = nullptr;
+  for (const auto& sh : cx.shapes)
+    if (sh.name == cx.o.model) m = &sh;
+  if (!m) return s + "Model predictions not available: model " + cx.o.model + " not in data/models.json\n\n";
+  s += "### Model: recompute from bf16 X (P=1) against a pinned host fetch, " + m->name + ", spec-sheet peaks\n\n";
+  s += header({"GPU", "layers", "recompute 128 tok (us)", "fetch 128 tok (us)", "predicted crossover"});
+  const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  for (const auto& g : cx.gpus) {
+    for (double L : {1.0, 4.0}) {
+      std::vector<double> r, t;
+      for (double T : Ts) {
+        r.push_back(L * recompute_x(g, *m, T, 1, 16).seconds);
+        t.push_back(transfer(g, kv_bytes_per_layer(*m, T) * L, static_cast<int>(L), g.host_link_gbps).seconds);
+      }
+      const auto c = find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated");
+      s += row({g.name, fmt(L), fmt(r[3] * 1e6), fmt(t[3] * 1e6), c.text});
+    }
+  }
+  return s + "\n";
+}
+
+std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label, Ctx& cx, const std::string& chart,
+                      double reuse) {
+  ActionOptions o;
+  o.reuse = {reuse};
+  std::vector<ActionClass> t;
+  try {
+    t = action_table(g, m, o);
+  } catch (const UsageError& e) {
+    return "- " + label + ": not computed (" + e.what() + ")\n\n";
+  }
+  std::vector<double> Ls;
+  for (const auto& c : t)
+    if (std::find(Ls.begin(), Ls.end(), c.layers) == Ls.end()) Ls.push_back(c.layers);
+  std::string s = "### " + label + " (" + m.name + ", decode, reuse probability " + fmt(reuse) + ")\n\n";
+  std::vector<std::string> h = {"tokens \\ layers"};
+  for (double L : Ls) h.push_back(fmt(L));
+  s += header(h);
+  Plot p{chart, "Cheapest action: " + label + ", " + m.name + ", decode, reuse " + fmt(reuse), "tokens per page", "layers", true,
+         true, {}, {}};
+  std::map<std::string, Line> by_action;
+  std::vector<double> Ts;
+  for (const auto& c : t)
+    if (c.phase == "decode" && std::find(Ts.begin(), Ts.end(), c.tokens) == Ts.end()) Ts.push_back(c.tokens);
+  for (double T : Ts) {
+    std::vector<std::string> cells = {fmt(T)};
+    for (double L : Ls)
+      for (const auto& c : t)
+        if (c.phase == "decode" && c.tokens == T && c.layers == L) {
+          cells.push_back(c.cheapest);
+          auto& l = by_action[c.cheapest];
+          l.title = c.cheapest;
+          l.style = "points pt 5 ps 3";
+          l.pts.emplace_back(T, L);
+        }
+    s += row(cells);
+  }
+  for (auto& [k, l] : by_action) p.lines.push_back(l);
+  p.extra.push_back("set offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05");
+  s += "\n";
+  if (!chart.empty()) s += chart_ref(cx, p);
+  return s;
+}
+
+std::string section_map(Ctx& cx) {
+  std::string s = "## 4. Frontier map: tokens per page x layers -> cheapest action\n\n";
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) return s + "Not available: " + cx.gpus_error + cx.shapes_error + "\n\n";
+  const Shape* m = nullptr;
+  for (const auto& sh : cx.shapes)
+    if (sh.name == cx.o.model) m = &sh;
+  if (!m) return s + "Not available: model " + cx.o.model + " not in data/models.json\n\n";
+  s += "Costs per page in microseconds: reuse probability x reuse cost + one-time cost + HBM price x resident MiB "
+       "(price: the time to fetch 1 MiB over the host link). `kvf model --json` writes the full table.\n\n";
+  bool any_gpu = false;
+  int i = 0;
+  for (const auto& rs : cx.sets) {
+    ++i;
+    if (rs.backend != "cuda") continue;
+    any_gpu = true;
+    const GpuSpec g = spec_from_results(rs, cx.gpus);
+    for (double p : {0.1, 0.5, 0.9})
+      s += map_table(g, *m, rs.label + ", calibrated", cx, p == 0.5 ? "frontier_map_" + std::to_string(i) : "", p);
+  }
+  if (!any_gpu) {
+    try {
+      const GpuSpec& g = find_gpu(cx.gpus, cx.o.spec_gpu);
+      s += "No GPU results given: the map below is the model's prediction from spec-sheet peaks (not measured).\n\n";
+      for (double p : {0.1, 0.5, 0.9})
+        s += map_table(g, *m, g.name + " spec sheet", cx, p == 0.5 ? "frontier_map_spec" : "", p);
+    } catch (const UsageError& e) {
+      s += std::string("- ") + e.what() + "\n\n";
+    }
+  }
+  return s;
+}
+
+std::string section_idle(Ctx& cx) {
+  std::string s = "## 5. Idleness in decode\n\n";
+  Plot p{"idleness", "Idleness against batch (median over decode ranges)", "batch", "idle %", true, false, {}, {"set yrange [0:100]"}};
+  Plot ts{"pm_sampling", "PM sampling time series", "time (ms)", "value", false, false, {}, {}};
+  std::string table;
+  std::size_t pm = 0;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, Line> lines;
+    for (const auto& st : idle_stats(rs)) {
+      table += row({rs.label, st.case_name, st.batch ? fmt(*st.batch) : "-", st.metric, fmt(st.median), std::to_string(st.ranges)});
+      if (st.batch) {
+        auto& l = lines[st.metric];
+        l.title = rs.label + " " + st.metric;
+        l.pts.emplace_back(*st.batch, st.median);
+      }
+    }
+    for (auto& [k, l] : lines) {
+      std::sort(l.pts.begin(), l.pts.end());
+      p.lines.push_back(l);
+    }
+    std::map<std::string, Line> series;
+    std::optional<double> t0;
+    for (const auto& c : rs.counters)
+      if (c.source == "pm_sampling" && c.t_start_ns && (!t0 || *c.t_start_ns < *t0)) t0 = c.t_start_ns;
+    for (const auto& c : rs.counters) {
+      if (c.source != "pm_sampling" || !c.t_start_ns || !c.value) continue;
+      auto& l = series[c.metric];
+      l.title = rs.label + " " + c.metric;
+      l.style = "lines";
+      l.pts.emplace_back((*c.t_start_ns - *t0) / 1e6, *c.value);
+      ++pm;
+    }
+    for (auto& [k, l] : series) ts.lines.push_back(l);
+  }
+  if (table.empty() && pm == 0)
+    return s + "Not measured: no counters.csv with kvf:idle_* ranges or PM samples (needs a GPU run of the idleness "
+               "study and `kvf counters`).\n\n";
+  s += chart_ref(cx, p) + chart_ref(cx, ts);
+  if (!table.empty())
+    s += header({"device", "case", "batch", "definition", "median idle %", "ranges"}) + table;
+  s += "\nPM samples: " + std::to_string(pm) + "\n\n";
+  return s;
+}
+
+std::string section_predicted(Ctx& cx) {
+  std::string s = "## 6. Measured against model-predicted, every arm\n\n";
+  if (!cx.gpus_error.empty()) return s + "Not available: " + cx.gpus_error + "\n\n";
+  Plot p{"predicted", "Measured vs predicted (median, us)", "predicted (us)", "measured (us)", true, true, {}, {}};
+  std::string table, ceilings;
+  double lo = 1e300, hi = 0;
+  for (const auto& rs : cx.sets) {
+    const GpuSpec g = spec_from_results(rs, cx.gpus);
+    ceilings += "- " + rs.label + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
+                " TFLOP/s, host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) + " us, per copy " +
+                fmt(g.copy_fixed_us) + " us; measured: " + std::to_string(g.calibration.size()) + " field(s)";
+    for (const auto& c : g.calibration) ceilings += "; " + c;
+    ceilings += "\n";
+    std::map<std::string, Line> lines;
+    for (const auto& r : rs.cases) {
+      if (!r.measured()) continue;
+      std::string why;
+      const auto pr = predict_row(g, r, &why);
+      table += row({rs.label, r.study, r.case_name, r.mode, us(r.median_s), us(pr), pr ? fmt(*pr / *r.median_s) : "-",
+                    pr ? why : "no model term"});
+      if (pr && *pr > 0 && *r.median_s > 0) {
+        auto& l = lines[r.study];
+        l.title = rs.label + " " + r.study;
+        l.style = "points";
+        l.pts.emplace_back(*pr * 1e6, *r.median_s * 1e6);
+        lo = std::min({lo, *pr * 1e6, *r.median_s * 1e6});
+        hi = std::max({hi, *pr * 1e6, *r.median_s * 1e6});
+      }
+    }
+    for (auto& [k, l] : lines) p.lines.push_back(l);
+  }
+  if (table.empty()) return s + "Not measured: no measured case rows.\n\n";
+  if (hi > 0) {
+    Line d;
+    d.title = "measured = predicted";
+    d.style = "lines dt 2 lc rgb 'gray'";
+    d.pts = {{lo, lo}, {hi, hi}};
+    p.lines.push_back(d);
+  }
+  s += "Ceilings used (spec sheet, replaced by the ceilings measured in the same directory):\n\n" + ceilings + "\n";
+  s += chart_ref(cx, p);
+  s += header({"device", "study", "case", "mode", "measured us", "predicted us", "predicted/measured", "model term"}) + table;
+  return s + "\n";
+}
+
+// ------------------------------------------------------------------------------------------ html
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+std::string inline_md(const std::string& s) {
+  // `code` and **bold** only (what render_markdown emits)
+  std::string e = esc(s), o;
+  bool code = false, bold = false;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    if (e[i] == '`') {
+      o += code ? "</code>" : "<code>";
+      code = !code;
+    } else if (!code && e.compare(i, 2, "**") == 0) {
+      o += bold ? "</b>" : "<b>";
+      bold = !bold;
+      ++i;
+    } else {
+      o += e[i];
+    }
+  }
+  return o;
+}
+std::vector<std::string> split_row(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cur;
+  for (std::size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+      cur += '|';
+      ++i;
+    } else if (line[i] == '|') {
+      cells.push_back(cur.size() >= 2 ? cur.substr(1, cur.size() - 2) : cur);
+      cur.clear();
+    } else {
+      cur += line[i];
+    }
+  }
+  return cells;
+}
+
+std::string to_html(const std::string& md, const fs::path& dir) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kvfrontier report</title>\n<style>"
+       "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+       "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;"
+       "text-align:left;vertical-align:top}th{background:#f0f0f0}code{background:#f6f6f6}svg{max-width:100%;height:auto}"
+       "</style></head><body>\n";
+  std::istringstream in(md);
+  std::string line;
+  bool in_table = false, in_list = false, header_row = false;
+  auto close = [&] {
+    if (in_table) h << "</table>\n";
+    if (in_list) h << "</ul>\n";
+    in_table = in_list = false;
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("|", 0) == 0) {
+      if (line.rfind("|---", 0) == 0) continue;
+      if (!in_table) {
+        close();
+        h << "<table>\n";
+        in_table = true;
+        header_row = true;
+      }
+      h << "<tr>";
+      for (const auto& c : split_row(line)) h << (header_row ? "<th>" : "<td>") << inline_md(c) << (header_row ? "</th>" : "</td>");
+      h << "</tr>\n";
+      header_row = false;
+      continue;
+    }
+    if (line.rfind("- ", 0) == 0) {
+      if (!in_list) {
+        close();
+        h << "<ul>\n";
+        in_list = true;
+      }
+      h << "<li>" << inline_md(line.substr(2)) << "</li>\n";
+      continue;
+    }
+    close();
+    if (line.empty()) continue;
+    if (line.rfind("### ", 0) == 0) h << "<h3>" << inline_md(line.substr(4)) << "</h3>\n";
+    else if (line.rfind("## ", 0) == 0) h << "<h2>" << inline_md(line.substr(3)) << "</h2>\n";
+    else if (line.rfind("# ", 0) == 0) h << "<h1>" << inline_md(line.substr(2)) << "</h1>\n";
+    else if (line.rfind("![", 0) == 0) {
+      const auto a = line.find("](");
+      const std::string file = line.substr(a + 2, line.size() - a - 3);
+      std::ifstream svg(dir / file);
+      std::stringstream buf;
+      buf << svg.rdbuf();
+      std::string text = buf.str();
+      const auto start = text.find("<svg");
+      if (svg && start != std::string::npos) h << "<figure>" << text.substr(start) << "</figure>\n";
+      else h << "<p><i>chart " << esc(file) << " not drawn</i></p>\n";
+    } else {
+      h << "<p>" << inline_md(line) << "</p>\n";
+    }
+  }
+  close();
+  h << "</body></html>\n";
+  return h.str();
+}
+
+Ctx make_ctx(const std::vector<ResultSet>& sets, const ReportOptions& o) {
+  Ctx cx{sets, o, {}, {}, {}, {}, {}};
+  try {
+    cx.gpus = load_gpus(o.gpus_path.empty() ? default_gpus_path() : o.gpus_path);
+  } catch (const UsageError& e) {
+    cx.gpus_error = e.what();
+  }
+  try {
+    cx.shapes = load_shapes(o.models_path);
+  } catch (const UsageError& e) {
+    cx.shapes_error = e.what();
+  }
+  return cx;
+}
+
+std::string render(Ctx& cx, const std::vector<std::string>& chart_notes) {
+  std::string s = "# kvfrontier report\n\n";
+  s += "Medians of raw samples; every GPU figure comes from the directories below, every prediction from "
+       "data/gpus.json peaks replaced by ceilings measured in the same directory. A claim without its inputs is "
+       "\"not measured\".\n\n";
+  s += section_inputs(cx);
+  s += section_verdicts(cx);
+  s += section_gather(cx);
+  s += section_block_token(cx);
+  s += section_frontier(cx);
+  s += section_map(cx);
+  s += section_idle(cx);
+  s += section_predicted(cx);
+  if (!chart_notes.empty()) {
+    s += "## Charts\n\n";
+    for (const auto& n : chart_notes) s += "- " + n + "\n";
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
+                            const std::vector<std::string>& chart_notes) {
+  Ctx cx = make_ctx(sets, o);
+  return render(cx, chart_notes);
+}
+
+ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o) {
+  ReportResult res;
+  const fs::path dir = o.out_dir.empty() ? fs::path(sets.at(0).dir) / "report" : fs::path(o.out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UsageError(dir.string() + ": cannot create the report directory (" + ec.message() + ")");
+  res.dir = dir.string();
+  // First pass collects the charts; their notes (gnuplot ran or not) go into the markdown of the second.
+  Ctx cx = make_ctx(sets, o);
+  (void)render(cx, {});
+  std::vector<std::string> notes;
+  fs::remove(dir / "gnuplot.log", ec);
+  for (const auto& p : cx.plots) {
+    write_plot(p, dir);
+    res.files.push_back((dir / (p.name + ".gp")).string());
+  }
+  if (!o.charts) {
+    notes.push_back("charts not drawn (--no-charts): .dat and .gp files are written; run `gnuplot NAME.gp` in this directory");
+  } else {
+    bool missing = false;
+    for (const auto& p : cx.plots) {
+      if (missing) break;
+      const std::string err = run_gnuplot(o.gnuplot, dir, p.name + ".gp");
+      if (err.empty()) {
+        for (const char* ext : {".svg", ".png"}) {
+          const fs::path f = dir / (p.name + ext);
+          if (!fs::exists(f) || fs::file_size(f) == 0) res.warnings.push_back(f.string() + ": empty or not written");
+          else res.files.push_back(f.string());
+        }
+        res.gnuplot_ran = true;
+      } else {
+        res.warnings.push_back(err);
+        if (err.find("not found") != std::string::npos || err.find("cannot run") != std::string::npos) missing = true;
+      }
+    }
+    if (missing) notes.push_back("gnuplot not found: charts not drawn; .dat and .gp files are written (install gnuplot-nox)");
+  }
+  Ctx cx2 = make_ctx(sets, o);
+  const std::string md = render(cx2, notes);
+  {
+    std::ofstream f(dir / "report.md", std::ios::binary);
+    f << md;
+    if (!f) throw UsageError((dir / "report.md").string() + ": cannot write");
+  }
+  res.files.push_back((dir / "report.md").string());
+  {
+    std::ofstream f(dir / "report.html", std::ios::binary);
+    f << to_html(md, dir);
+  }
+  res.files.push_back((dir / "report.html").string());
+  return res;
+}
+
+}  // namespace kvf::report
