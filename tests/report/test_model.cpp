@@ -1,0 +1,230 @@
+// Model arithmetic against hand-computed cases (every expected number is worked out in the comment).
+#include <gtest/gtest.h>
+
+#include "kvf/errors.hpp"
+#include "kvf/report.hpp"
+
+using namespace kvf::report;
+
+namespace {
+
+// A round-number GPU: 1 TB/s, 100 TFLOP/s, 5 us per launch, 10 us per copy, 50 GB/s host link.
+GpuSpec toy() {
+  GpuSpec g;
+  g.name = "toy";
+  g.hbm_tbps = 1;
+  g.bf16_tflops = 100;
+  g.launch_us = 5;
+  g.copy_fixed_us = 10;
+  g.host_link_gbps = 50;
+  g.nvlink_gbps = 0;
+  return g;
+}
+// hidden 1024, 2 KV heads x 64: K/V GEMM output width 256, 256 K/V values per token per layer.
+Shape small() {
+  Shape m;
+  m.name = "small";
+  m.hidden = 1024;
+  m.n_heads = 16;
+  m.n_kv_heads = 2;
+  m.head_dim = 64;
+  m.layers = 4;
+  m.intermediate = 4096;
+  m.kv_values_per_token = 256;
+  return m;
+}
+
+}  // namespace
+
+TEST(Model, BytesPerPage) {
+  const Shape m = small();
+  EXPECT_DOUBLE_EQ(kv_bytes_per_layer(m, 64), 64 * 256 * 2);            // 32768
+  EXPECT_DOUBLE_EQ(kv_quant_bytes_per_layer(m, 64, 8), 64 * (256 + 8));   // 2 groups of 128 -> 2 x 4 B scales
+  EXPECT_DOUBLE_EQ(kv_quant_bytes_per_layer(m, 64, 4), 64 * (128 + 8));
+  EXPECT_DOUBLE_EQ(x_bytes_per_layer(m, 64, 16), 64 * 2048);
+  EXPECT_DOUBLE_EQ(x_bytes_per_layer(m, 64, 4), 64 * (512 + 32));         // 8 groups x 4 B
+}
+
+TEST(Model, RecomputeOnePage) {
+  // T=64, P=1, bf16 X.
+  // GEMM: flops 2*64*1024*256 = 33,554,432 -> 0.33554 us at 100 TFLOP/s;
+  //       bytes W 256*1024*2 = 524,288 + X 64*1024*2 = 131,072 + Y fp32 64*256*4 = 65,536 = 720,896 -> 0.720896 us
+  //       memory bound: 0.720896 + 5 us launch.
+  // RoPE+write: 64*256*(4+2) = 98,304 B -> 0.098304 us + 5 us.
+  // Total 10.8192 us.
+  const Cost c = recompute_x(toy(), small(), 64, 1, 16);
+  EXPECT_NEAR(c.seconds * 1e6, 10.8192, 1e-9);
+  EXPECT_EQ(c.launches, 2);
+  EXPECT_EQ(c.bound, "fixed");
+}
+
+TEST(Model, WeightReadsAmortizedOverPages) {
+  // T=64, P=4 (256 rows). GEMM flops 134,217,728 -> 1.34217728 us; bytes 524,288 + 524,288 + 262,144 = 1,310,720
+  // -> 1.31072 us: compute bound, 1.34217728 + 5. RoPE: 256*1536 = 393,216 B -> 0.393216 + 5.
+  // Per call 11.73539328 us; per page / 4 = 2.93384832 us.
+  const Cost c = recompute_x(toy(), small(), 64, 4, 16);
+  EXPECT_NEAR(c.seconds * 1e6, 2.93384832, 1e-9);
+  // Per page the weights are read a quarter as often: per-page bytes = 1,704,... / 4
+  EXPECT_NEAR(c.bytes, (1310720.0 + 393216.0) / 4, 1e-6);
+}
+
+TEST(Model, QuantizedXAddsADequantPass) {
+  // int4 X, T=64, P=1: dequant reads 64*544 = 34,816 B, writes 131,072 B: 165,888 B -> 0.165888 us + 5 us.
+  const double base = recompute_x(toy(), small(), 64, 1, 16).seconds * 1e6;
+  const Cost c = recompute_x(toy(), small(), 64, 1, 4);
+  EXPECT_NEAR(c.seconds * 1e6, base + 5.165888, 1e-9);
+  EXPECT_EQ(c.launches, 3);
+}
+
+TEST(Model, TransferFixedCostPerCopy) {
+  // 1 MB at 50 GB/s = 20 us; + 10 us per copy.
+  EXPECT_NEAR(transfer(toy(), 1e6, 1, 50).seconds * 1e6, 30, 1e-9);
+  EXPECT_NEAR(transfer(toy(), 1e6, 2, 50).seconds * 1e6, 40, 1e-9);
+  EXPECT_EQ(transfer(toy(), 1e6, 1, 50).bound, "link");
+  EXPECT_THROW(transfer(toy(), 1e6, 1, 0), kvf::UsageError);
+}
+
+TEST(Model, Roofline) {
+  EXPECT_NEAR(roofline_s(toy(), 1e12, 1e6), 0.01, 1e-15);   // 1 TFLOP at 100 TFLOP/s = 10 ms
+  EXPECT_NEAR(roofline_s(toy(), 1e6, 1e9), 1e-3, 1e-15);    // 1 GB at 1 TB/s = 1 ms
+  GpuSpec g = toy();
+  g.bf16_tflops = 0;
+  EXPECT_THROW(roofline_s(g, 1, 1), kvf::UsageError);       // unknown peak: never guessed
+}
+
+TEST(Model, ThroughLayersDense) {
+  // One layer, T=16, P=1. attention params: 1024*(1024 + 256) + 1024*1024 = 2,359,296; qdim 1024.
+  // proj: flops 2*16*2,359,296 = 75,497,472 (0.755 us); bytes 2*2,359,296 + 16*1024*4 + 16*256*2 = 4,792,320 (4.79 us)
+  // attn over the page: flops 2*16*16*1024 = 524,288; bytes 16*1024*4 = 65,536 (0.0655 us)
+  // MLP: 3*1024*4096 = 12,582,912 params: flops 402,653,184 (4.03 us); bytes 25,165,824 + 65,536 = 25,231,360 (25.23 us)
+  // total = 4.79232 + 0.065536 + 25.23136 + 3 * 5 = 45.089216 us
+  const Cost c = recompute_layers(toy(), small(), 16, 1, 1);
+  EXPECT_NEAR(c.seconds * 1e6, 45.089216, 1e-9);
+  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 3).seconds, 3 * c.seconds, 1e-15);
+}
+
+TEST(Actions, HandComputedClass) {
+  ActionOptions o;
+  o.tokens = {64};
+  o.layers = {1};
+  o.reuse = {0.1};
+  o.hbm_price_us_per_mib = 1;
+  const auto t = action_table(toy(), small(), o);
+  ASSERT_EQ(t.size(), 2u);  // decode, prefill
+  const ActionClass& c = t[0];
+  EXPECT_EQ(c.phase, "decode");
+  auto cost = [&](const std::string& a) {
+    for (const auto& x : c.costs)
+      if (x.action == a) return x;
+    ADD_FAILURE() << a;
+    return ActionCost{};
+  };
+  // keep: 32768 B = 1/32 MiB at 1 us/MiB
+  EXPECT_NEAR(cost("keep").total_us, 0.03125, 1e-12);
+  // demote: fetch 10 us + 32768 B / 50 GB/s = 10.65536 us on reuse; 0.1 x that
+  EXPECT_NEAR(cost("demote").reuse_us, 10.65536, 1e-9);
+  EXPECT_NEAR(cost("demote").total_us, 1.065536, 1e-9);
+  // compress_int8: 16896 B resident; pass (16896 + 32768) B at 1 TB/s + 5 us = 5.049664 us, once and on reuse
+  EXPECT_NEAR(cost("compress_int8").reuse_us, 5.049664, 1e-9);
+  EXPECT_NEAR(cost("compress_int8").total_us, 0.1 * 5.049664 + 5.049664 + 16896.0 / 1048576, 1e-9);
+  // recompute_x: 10.8192 us on reuse (see Model.RecomputeOnePage), X 131072 B resident = 0.125 MiB
+  EXPECT_NEAR(cost("recompute_x").total_us, 1.08192 + 0.125, 1e-9);
+  EXPECT_EQ(c.cheapest, "keep");
+  EXPECT_EQ(c.costs.size(), 8u);
+  const auto j = action_table_json(toy(), small(), o, t);
+  EXPECT_EQ(j["classes"][0]["cheapest"], "keep");
+  EXPECT_EQ(j["classes"][1]["phase"], "prefill");
+  EXPECT_DOUBLE_EQ(j["hbm_price_us_per_mib"].get<double>(), 1.0);
+}
+
+TEST(Actions, DefaultPriceIsAFetchOfOneMiB) {
+  ActionOptions o;
+  o.tokens = {64};
+  o.layers = {1};
+  o.reuse = {0.5};
+  const auto t = action_table(toy(), small(), o);
+  // 1 MiB / 50 GB/s = 20.97152 us per MiB; keep = 1/32 of that
+  for (const auto& a : t[0].costs)
+    if (a.action == "keep") {
+      EXPECT_NEAR(a.total_us, 20.97152 / 32, 1e-9);
+    }
+}
+
+TEST(Actions, BadClassesAreUsageErrors) {
+  ActionOptions o;
+  o.layers = {5};  // small() has 4 layers
+  EXPECT_THROW(action_table(toy(), small(), o), kvf::UsageError);
+  o.layers = {1};
+  o.reuse = {1.5};
+  EXPECT_THROW(action_table(toy(), small(), o), kvf::UsageError);
+}
+
+TEST(Crossover, InterpolatedBetweenMeasuredPoints) {
+  // d = a - b: +10 at 16, -122 at 128 -> 16 + 112 * 10 / 132 = 24.4848...
+  const auto c = find_crossover({16, 128, 512}, {40, 48, 90}, {30, 170, 650}, "recompute", "transfer", "tokens");
+  ASSERT_TRUE(c.found);
+  EXPECT_NEAR(c.x, 16 + 112.0 * 10 / 132, 1e-12);
+  EXPECT_EQ(c.text, "24.48 tokens (interpolated between 16 and 128)");
+}
+
+TEST(Crossover, OutsideMeasuredRangeIsSaid) {
+  const auto c = find_crossover({16, 128}, {1, 2}, {5, 9}, "recompute", "transfer", "tokens");
+  EXPECT_FALSE(c.found);
+  EXPECT_EQ(c.text, "outside measured range (16..128 tokens): recompute faster throughout");
+  const auto one = find_crossover({128}, {3}, {2}, "recompute", "transfer", "tokens");
+  EXPECT_EQ(one.text, "one measured point (128..128 tokens): transfer faster there; crossover unknown");
+  const auto exact = find_crossover({16, 64}, {5, 7}, {5, 9}, "r", "t", "tokens");
+  EXPECT_EQ(exact.text, "16 tokens (measured point)");
+}
+
+TEST(Crossover, Interpolate) {
+  EXPECT_NEAR(*interpolate({65536, 1048576}, {30, 330}, 524288), 170, 1e-9);
+  EXPECT_FALSE(interpolate({65536, 1048576}, {30, 330}, 65535));
+  EXPECT_FALSE(interpolate({65536, 1048576}, {30, 330}, 1048577));
+  EXPECT_EQ(*interpolate({65536}, {30}, 65536), 30);
+}
+
+TEST(Format, FixedFourSignificantDigits) {
+  EXPECT_EQ(fmt(24.484848), "24.48");
+  EXPECT_EQ(fmt(1e-7), "1e-07");
+  EXPECT_EQ(fmt(std::optional<double>{}), "-");
+  EXPECT_EQ(fmt(std::numeric_limits<double>::quiet_NaN()), "-");
+}
+
+TEST(Specs, EveryGpuHasEveryFieldAndASource) {
+  const auto gpus = load_gpus(default_gpus_path());
+  std::vector<std::string> names;
+  for (const auto& g : gpus) names.push_back(g.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"H100 SXM", "H100 PCIe", "H200", "A100 SXM 80GB", "B200", "GH200", "L40S"}));
+  for (const auto& g : gpus)
+    for (const char* f : {"hbm_tbps", "l2_mib", "host_link_gbps", "nvlink_gbps", "bf16_tflops", "sms"})
+      EXPECT_FALSE(g.source.at(f).empty()) << g.name << " " << f;
+  EXPECT_EQ(find_gpu(gpus, "NVIDIA H100 80GB HBM3").name, "H100 SXM");  // CUDA device name -> spec
+  EXPECT_EQ(find_gpu(gpus, "h200").name, "H200");
+  EXPECT_THROW(find_gpu(gpus, "V100"), kvf::UsageError);
+}
+
+TEST(Specs, ModelShapesComeFromModelsJson) {
+  const auto shapes = load_shapes();
+  const Shape& m = find_shape(shapes, "Llama-3.1-8B");
+  EXPECT_EQ(m.kv_values_per_token, 2048);
+  EXPECT_EQ(m.kv_out(), 2048);
+  const Shape& d = find_shape(shapes, "DeepSeek-V3");
+  EXPECT_TRUE(d.mla);
+  EXPECT_EQ(d.kv_values_per_token, 576);  // 512 latent + 64 rope
+  EXPECT_THROW(find_shape(shapes, "GPT-9"), kvf::UsageError);
+}
+
+TEST(Specs, H100SpecSheetPrediction) {
+  // H100 SXM, Llama-3.1-8B, T=128, P=1, bf16 X (hand-computed):
+  // GEMM bytes 2048*4096*2 + 128*4096*2 + 128*2048*4 = 16,777,216 + 1,048,576 + 1,048,576 = 18,874,368 B
+  //   -> 5.634139 us at 3.35 TB/s (flops 2,147,483,648 -> 2.1705 us: memory bound) + 4 us launch
+  // RoPE+write 128*2048*6 = 1,572,864 B -> 0.469512 us + 4 us.  Total 14.103651 us.
+  // Fetch 524,288 B at 64 GB/s = 8.192 us + 10 us = 18.192 us.
+  const auto gpus = load_gpus(default_gpus_path());
+  const auto shapes = load_shapes();
+  const GpuSpec& g = find_gpu(gpus, "H100 SXM");
+  const Shape& m = find_shape(shapes, "Llama-3.1-8B");
+  EXPECT_NEAR(recompute_x(g, m, 128, 1, 16).seconds * 1e6, 14.103651, 1e-5);
+  EXPECT_NEAR(transfer(g, kv_bytes_per_layer(m, 128), 1, g.host_link_gbps).seconds * 1e6, 18.192, 1e-9);
+}

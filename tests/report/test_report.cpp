@@ -1,0 +1,220 @@
+// Golden result sets -> exact report numbers (crossover interpolation, verdict rules), deterministic
+// report.md, charts non-empty, partial and malformed inputs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kvf/errors.hpp"
+#include "kvf/report.hpp"
+
+using namespace kvf::report;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFx = KVF_REPORT_FIXTURES;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path tmpdir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("kvf_report_test_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kvf::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+const Verdict& find(const std::vector<Verdict>& vs, const std::string& prefix) {
+  for (const auto& v : vs)
+    if (v.claim.rfind(prefix, 0) == 0) return v;
+  throw std::runtime_error("no verdict " + prefix);
+}
+
+}  // namespace
+
+TEST(Load, GpuFixture) {
+  const ResultSet rs = load_results(kFx + "/gpu");
+  EXPECT_EQ(rs.label, "NVIDIA H100 80GB HBM3 (cuda)");
+  EXPECT_EQ(rs.suite_version, "0.1.0");
+  EXPECT_TRUE(rs.has_samples);
+  EXPECT_TRUE(rs.has_counters);
+  EXPECT_EQ(rs.cases.size(), 19u);
+  EXPECT_EQ(rs.rows("frontier").size(), 8u);  // the p2p row has no samples
+  ASSERT_EQ(rs.missing.size(), 1u);
+  EXPECT_EQ(rs.missing[0], "1 case rows without samples (skipped or failed; reasons in their notes)");
+}
+
+TEST(Verdicts, GoldenGpuSet) {
+  const auto vs = verdicts(load_all({kFx + "/gpu"}));
+  ASSERT_EQ(vs.size(), 7u);
+  // Claim 1: recompute 48 us; fetch interpolated at 524288 B between 64 KiB (30 us) and 1 MiB (330 us) = 170 us.
+  const auto& c1 = find(vs, "Recompute ~50 us");
+  EXPECT_EQ(c1.verdict, "supported");
+  EXPECT_EQ(c1.figures, "Llama-3.1-8B: recompute 48 us (cold), fetch 170 us (cold)");
+  // Claim 2: medians over all ranges: SM 40 (30,40,50), issue 80 (70,80,90), tensor 97 (95,97,99).
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").verdict, "refuted");
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").figures, "median 40% over 3 ranges");
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - issue").verdict, "supported");
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - tensor").figures, "median 97% over 3 ranges");
+  // Claim 3: at 16 tokens the fetch (30 us) beats recompute (40 us): refuted; crossover 24.48 tokens.
+  const auto& c3 = find(vs, "Recompute wins for small pages");
+  EXPECT_EQ(c3.verdict, "refuted");
+  EXPECT_NE(c3.figures.find("crossover 24.48 tokens (interpolated between 16 and 128)"), std::string::npos) << c3.figures;
+  EXPECT_NE(c3.figures.find("T=512 90 us / 650 us"), std::string::npos) << c3.figures;
+  // Claim 4: int4 X 278528 B <= K/V 524288 B, 60 us < 170 us.
+  const auto& c4 = find(vs, "XQuant-style");
+  EXPECT_EQ(c4.verdict, "supported");
+  EXPECT_NE(c4.figures.find("recompute 60 us vs h2d_pinned 170 us"), std::string::npos) << c4.figures;
+  // Claim 5: token/block 2x at 1024, 3x at 8192; the range crosses the L2 at ctx 3413.
+  const auto& c5 = find(vs, "Contiguous blocks");
+  EXPECT_EQ(c5.verdict, "supported");
+  EXPECT_NE(c5.figures.find("token/block 2x at ctx 1024, 3x at ctx 8192"), std::string::npos) << c5.figures;
+  EXPECT_NE(c5.figures.find("1 groups cross the LLC/L2 knee"), std::string::npos) << c5.figures;
+  for (const auto& v : vs) EXPECT_EQ(v.device, "NVIDIA H100 80GB HBM3 (cuda)");
+}
+
+TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {
+  const auto vs = verdicts(load_all({kFx + "/cpu_partial"}));
+  for (const auto& v : vs) EXPECT_EQ(v.verdict, "not measured") << v.claim << ": " << v.figures;
+  EXPECT_EQ(find(vs, "Recompute ~50 us").figures, "CPU results: the claim is about a GPU");
+  EXPECT_EQ(find(vs, "More than 60%").figures, "no counters.csv");
+}
+
+TEST(Verdicts, OverlayKeepsEachDevice) {
+  const auto vs = verdicts(load_all({kFx + "/gpu", kFx + "/cpu_partial"}));
+  ASSERT_EQ(vs.size(), 14u);
+  // grouped by claim, then in command-line order
+  EXPECT_EQ(vs[0].device, "NVIDIA H100 80GB HBM3 (cuda)");
+  EXPECT_EQ(vs[1].device, "AMD EPYC (cpu)");
+  EXPECT_EQ(vs[1].verdict, "not measured");
+}
+
+TEST(Calibrate, CeilingsAndFittedCopyCost) {
+  const auto gpus = load_gpus(default_gpus_path());
+  GpuSpec g = find_gpu(gpus, "H100 SXM");
+  const auto done = calibrate(g, load_results(kFx + "/gpu"));
+  EXPECT_EQ(done.size(), 5u);
+  EXPECT_DOUBLE_EQ(g.hbm_tbps, 3.0);
+  EXPECT_DOUBLE_EQ(g.bf16_tflops, 700);
+  // h2d_pinned rows lie exactly on t = 10 us + n / 3.2768 GB/s
+  EXPECT_NEAR(g.host_link_gbps, 3.2768, 1e-9);
+  EXPECT_NEAR(g.copy_fixed_us, 10, 1e-6);
+  EXPECT_DOUBLE_EQ(g.l2_mib, 50);
+  EXPECT_EQ(g.launch_us, 4);  // not measurable: the spec file's assumption stays
+  EXPECT_EQ(g.source.at("hbm_tbps").rfind("measured: 3000 GB/s", 0), 0u) << g.source.at("hbm_tbps");
+}
+
+TEST(Predict, RowsUseCalibratedCeilings) {
+  const auto gpus = load_gpus(default_gpus_path());
+  const ResultSet rs = load_results(kFx + "/gpu");
+  const GpuSpec g = spec_from_results(rs, gpus);
+  for (const auto& r : rs.cases) {
+    if (r.case_name == "h2d_pinned/1 MiB") {
+      EXPECT_NEAR(*predict_row(g, r) * 1e6, 330, 1e-6);
+    }
+    // stream read: 1 GiB at the 3000 GB/s ceiling = 357.9 us
+    if (r.case_name == "read/device/1024MiB") {
+      EXPECT_NEAR(*predict_row(g, r), 1073741824.0 / 3e12, 1e-12);
+    }
+    if (r.study == "idleness") {
+      EXPECT_FALSE(predict_row(g, r));
+    }
+  }
+}
+
+TEST(Report, GoldenNumbersAndDeterminism) {
+  const auto sets = load_all({kFx + "/gpu"});
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown(sets, o, {});
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | Llama-3.1-8B x/bf16 L1 P1 (cold) | h2d_pinned | 16..512 | 3 | "
+                    "24.48 tokens (interpolated between 16 and 128) | 0 |"),
+            std::string::npos);
+  EXPECT_NE(md.find("working set crosses the LLC/L2 at ctx 3413"), std::string::npos);
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | cold | 4096 | 2000 | 66.67 |"), std::string::npos);
+  EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64) |"), std::string::npos);
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d_pinned/1 MiB | cold | 330 | 330 | 1 |"),
+            std::string::npos);
+  EXPECT_EQ(md, render_markdown(sets, o, {}));
+  // Same input written twice: byte-identical report.md.
+  const fs::path a = tmpdir("det_a"), b = tmpdir("det_b");
+  o.out_dir = a.string();
+  write_report(sets, o);
+  o.out_dir = b.string();
+  write_report(sets, o);
+  EXPECT_EQ(slurp(a / "report.md"), slurp(b / "report.md"));
+  EXPECT_TRUE(fs::exists(a / "recompute_transfer.gp"));
+  EXPECT_TRUE(fs::exists(a / "recompute_transfer.dat"));
+}
+
+TEST(Report, ChartsExistAndAreNonEmpty) {
+  if (std::system("gnuplot --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const auto sets = load_all({kFx + "/gpu"});
+  ReportOptions o;
+  o.out_dir = tmpdir("charts").string();
+  const auto res = write_report(sets, o);
+  EXPECT_TRUE(res.gnuplot_ran);
+  EXPECT_TRUE(res.warnings.empty()) << res.warnings.front();
+  for (const char* c : {"gather", "block_token", "recompute_transfer", "frontier_map_1", "idleness", "pm_sampling", "predicted"})
+    for (const char* ext : {".svg", ".png"}) {
+      const fs::path f = fs::path(o.out_dir) / (std::string(c) + ext);
+      ASSERT_TRUE(fs::exists(f)) << f;
+      EXPECT_GT(fs::file_size(f), 1000u) << f;
+    }
+  // report.html is self-contained: the SVGs are inlined, no file references remain.
+  const std::string html = slurp(fs::path(o.out_dir) / "report.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find(".svg\""), std::string::npos);
+  EXPECT_EQ(html.find("<img"), std::string::npos);
+}
+
+TEST(Report, MissingGnuplotKeepsTheMarkdown) {
+  const auto sets = load_all({kFx + "/gpu"});
+  ReportOptions o;
+  o.out_dir = tmpdir("nognuplot").string();
+  o.gnuplot = "/nonexistent/gnuplot";
+  const auto res = write_report(sets, o);
+  EXPECT_FALSE(res.gnuplot_ran);
+  const std::string md = slurp(fs::path(o.out_dir) / "report.md");
+  EXPECT_NE(md.find("gnuplot not found: charts not drawn"), std::string::npos);
+  EXPECT_NE(md.find("## Verdicts"), std::string::npos);
+}
+
+TEST(Report, PartialDirectorySaysWhatIsMissing) {
+  const auto sets = load_all({kFx + "/cpu_partial"});
+  ReportOptions o;
+  const std::string md = render_markdown(sets, o, {});
+  EXPECT_NE(md.find("- AMD EPYC (cpu): study stream: status 'running' in meta.json (interrupted run: only finished cases are reported)"),
+            std::string::npos);
+  EXPECT_NE(md.find("- AMD EPYC (cpu): samples.csv missing"), std::string::npos);
+  EXPECT_NE(md.find("- AMD EPYC (cpu): study access: no rows in cases.csv (not run)"), std::string::npos);
+  EXPECT_NE(md.find("Not measured: no access-study gather rows"), std::string::npos);
+  // No GPU results: the frontier map is the spec-sheet prediction, said so.
+  EXPECT_NE(md.find("No GPU results given: the map below is the model's prediction from spec-sheet peaks (not measured)."),
+            std::string::npos);
+}
+
+TEST(BadInput, FileAndLine) {
+  EXPECT_EQ(message_of([] { load_results(kFx + "/badnumber"); }).find(kFx + "/badnumber/cases.csv:3: column 'median_s'"), 0u);
+  EXPECT_NE(message_of([] { load_results(kFx + "/missingcol"); }).find("missing column 'median_s'"), std::string::npos);
+  EXPECT_NE(message_of([] { load_results(kFx + "/badquote"); }).find("badquote/cases.csv"), std::string::npos);
+  EXPECT_NE(message_of([] { load_results(kFx + "/nocases"); }).find("cases.csv: no such file"), std::string::npos);
+  EXPECT_NE(message_of([] { load_results(kFx + "/nope"); }).find("no such results directory"), std::string::npos);
+  const std::string mixed = message_of([] { load_all({kFx + "/gpu", kFx + "/gpu_v2"}); });
+  EXPECT_NE(mixed.find("gpu_v2/meta.json: suite version 0.2.0 differs from"), std::string::npos) << mixed;
+}
