@@ -54,7 +54,7 @@ struct KvData {
   std::string key;
   ka::AttnShape s;
   BufferHandle q, k, v;                      // on the backend's "device"
-  std::vector<std::uint16_t> hq, hk, hv;     // host copies for the reference (CUDA backend only)
+  std::vector<unsigned char> hq, hk, hv;     // host copies for the reference (CUDA backend only)
   std::map<std::uint32_t, std::vector<float>> centroids;  // per block size, fp32 on the host
   std::map<std::uint32_t, BufferHandle> dcentroids;       // the same on the device (CUDA backend)
   const void* host_q() const { return hq.empty() ? q->ptr : hq.data(); }
@@ -79,10 +79,9 @@ struct Shared {
     d->key = key;
     d->s = s;
     const kvf::AllocOptions ao{.huge_pages = huge};
-    const std::size_t eb = ka::dtype_bytes(s.dtype);
-    d->q = BufferHandle(be, s.q_elems() * eb, MemKind::device, ao);
-    d->k = BufferHandle(be, s.kv_elems() * eb, MemKind::device, ao);
-    d->v = BufferHandle(be, s.kv_elems() * eb, MemKind::device, ao);
+    d->q = BufferHandle(be, s.q_bytes(), MemKind::device, ao);
+    d->k = BufferHandle(be, s.kv_bytes(), MemKind::device, ao);
+    d->v = BufferHandle(be, s.kv_bytes(), MemKind::device, ao);
     if (!is_cuda(be)) {
       ka::fill_qkv(s, d->q->ptr, d->k->ptr, d->v->ptr, kSeed);
     } else {
@@ -91,12 +90,12 @@ struct Shared {
       ka::gpu::fill_qkv(dims, d->q->ptr, d->k->ptr, d->v->ptr, kSeed, kvf::cuda_stream(be));
       be.synchronize();
       // The reference reads host copies of exactly the bytes the GPU holds.
-      d->hq.resize(s.q_elems() * eb / 2);
-      d->hk.resize(s.kv_elems() * eb / 2);
-      d->hv.resize(s.kv_elems() * eb / 2);
-      KVF_CUDA_CHECK(cudaMemcpy(d->hq.data(), d->q->ptr, s.q_elems() * eb, cudaMemcpyDeviceToHost));
-      KVF_CUDA_CHECK(cudaMemcpy(d->hk.data(), d->k->ptr, s.kv_elems() * eb, cudaMemcpyDeviceToHost));
-      KVF_CUDA_CHECK(cudaMemcpy(d->hv.data(), d->v->ptr, s.kv_elems() * eb, cudaMemcpyDeviceToHost));
+      d->hq.resize(s.q_bytes());
+      d->hk.resize(s.kv_bytes());
+      d->hv.resize(s.kv_bytes());
+      KVF_CUDA_CHECK(cudaMemcpy(d->hq.data(), d->q->ptr, s.q_bytes(), cudaMemcpyDeviceToHost));
+      KVF_CUDA_CHECK(cudaMemcpy(d->hk.data(), d->k->ptr, s.kv_bytes(), cudaMemcpyDeviceToHost));
+      KVF_CUDA_CHECK(cudaMemcpy(d->hv.data(), d->v->ptr, s.kv_bytes(), cudaMemcpyDeviceToHost));
 #endif
     }
     kv = std::move(d);
@@ -584,10 +583,21 @@ class AccessStudy final : public kvf::Study {
     }
     for (const auto& t : head_dims_) dims.push_back(parse_u32(t, "--head-dims"));
     for (const auto& t : run_bytes_) runs.push_back(parse_u32(t, "--run-bytes"));
+    bool have_fp8 = false;
+#if defined(KVF_HAVE_CUDA)
+    if (gpu) {
+      const auto& pr = kvf::cuda_props(be);
+      have_fp8 = pr.major * 10 + pr.minor >= 89;
+    }
+#endif
     for (auto d : dtypes) {
       if (d == ka::DType::fp8_e4m3) {
         if (!gpu) throw kvf::UsageError("--dtypes fp8_e4m3: not available on the cpu backend (bf16, fp16)");
-        throw kvf::UsageError("--dtypes fp8_e4m3: not implemented in the access kernels yet (bf16, fp16)");
+        if (!have_fp8)
+          throw kvf::UsageError("--dtypes fp8_e4m3: this GPU (" + be.info().arch +
+                                ") has no fp8 conversion instructions (needs sm_89 or newer; use bf16, fp16)");
+        if (want("routing") && !parts_.empty())
+          throw kvf::UsageError("--dtypes fp8_e4m3 with --parts routing: routing supports bf16, fp16");
       }
     }
     const bool user_sweep = !contexts_.empty() || !keeps_.empty() || !blocks_.empty() || !dtypes_.empty() ||
@@ -837,7 +847,9 @@ class AccessStudy final : public kvf::Study {
         }
         if (gpu) {
           // fp16 and head dim 64 at the side context.
-          for (auto [dt, d] : {std::pair{ka::DType::fp16, 128u}, std::pair{ka::DType::bf16, 64u}}) {
+          std::vector<std::pair<ka::DType, std::uint32_t>> extra = {{ka::DType::fp16, 128u}, {ka::DType::bf16, 64u}};
+          if (have_fp8) extra.push_back({ka::DType::fp8_e4m3, 128u});
+          for (auto [dt, d] : extra) {
             AttnSpec sp;
             sp.s = base_shape();
             sp.s.dtype = dt;
@@ -861,7 +873,7 @@ class AccessStudy final : public kvf::Study {
             AttnSpec sp;
             sp.s = base_shape();
             sp.s.d = dims[0];
-            sp.s.dtype = dtypes[0];
+            sp.s.dtype = dtypes[0] == ka::DType::fp8_e4m3 ? ka::DType::bf16 : dtypes[0];
             sp.s.layout = layouts[0];
             sp.s.ctx = c;
             sp.keep = keeps[0];

@@ -22,15 +22,20 @@ void validate_gather(const GatherGeom& g);
 // --------------------------------------------------------------------------------------------- attention
 struct AttnShape {
   std::uint32_t batch = 1, hq = 32, hkv = 8, d = 128, ctx = 4096;
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;  // of K and V
   Layout layout = Layout::HND;
+  // The query stays 16-bit: bf16 when K/V are fp8 e4m3 (as in fp8-KV decode kernels).
+  DType q_dtype() const { return dtype == DType::fp8_e4m3 ? DType::bf16 : dtype; }
   std::uint32_t group() const { return hq / hkv; }
   float scale() const;  // 1/sqrt(d)
   std::uint64_t kv_elems() const { return std::uint64_t{batch} * hkv * ctx * d; }   // per K (or V)
   std::uint64_t kv_bytes() const { return kv_elems() * dtype_bytes(dtype); }        // per K (or V)
   std::uint64_t q_elems() const { return std::uint64_t{batch} * hq * d; }
+  std::uint64_t q_bytes() const { return q_elems() * dtype_bytes(q_dtype()); }
 };
 // Throws UsageError: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx 0.
+// (fp8 e4m3 is valid here: the twin and the reference support it; whether a device has it is the
+// bench's question.)
 void validate_shape(const AttnShape& s);
 
 enum class Arm { dense, block, token };
@@ -74,7 +79,7 @@ void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& c
 // Token scores (n_lists x ctx): sum over the list's query heads of q . k (reads every key).
 void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores);
 
-// Fills q, k, v (dtype elements) with deterministic values; q scaled so softmax is not flat.
+// Fills q (q_dtype) and k, v (dtype) with deterministic values; q scaled so softmax is not flat.
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed);
 
 // Scratch of the twin, sized once outside the timed region.

@@ -151,20 +151,21 @@ KVF_HD SplitGeom make_splits(std::uint64_t n_tokens, std::uint64_t items_without
   return g;
 }
 
-// GPU attention tiling: a token row of d 16-bit elements is read by d/8 lanes (16 bytes each), so a
-// warp covers 32/(d/8) tokens and a CTA of kAttnWarps warps covers tokens_per_cta() per step; a lane
-// group `grp` (0 <= grp < tokens_per_cta) handles token base + u * tokens_per_cta + grp of unrolled
-// step u. Each selected token of a split is visited exactly once (tests/access/test_access_math.cpp).
+// GPU attention tiling: a token row of d elements of eb bytes is read by d*eb/16 lanes (16 bytes, i.e.
+// 16/eb elements, each), so a warp covers 32/(d*eb/16) tokens and a CTA of kAttnWarps warps covers
+// tokens_per_cta() per step; a lane group `grp` (0 <= grp < tokens_per_cta) handles token
+// base + u * tokens_per_cta + grp of unrolled step u. Each selected token of a split is visited exactly
+// once (tests/access/test_access_math.cpp).
 inline constexpr int kAttnWarps = 4;
-KVF_HD constexpr int attn_lanes_per_token(int d) { return d / 8; }
-KVF_HD constexpr int attn_tokens_per_warp(int d) { return 32 / attn_lanes_per_token(d); }
-KVF_HD constexpr int attn_tokens_per_cta(int d) { return kAttnWarps * attn_tokens_per_warp(d); }
-KVF_HD int attn_group_of_thread(int d, int thread) {
-  return (thread / 32) * attn_tokens_per_warp(d) + (thread % 32) / attn_lanes_per_token(d);
+KVF_HD constexpr int attn_lanes_per_token(int d, int eb = 2) { return d * eb / 16; }
+KVF_HD constexpr int attn_tokens_per_warp(int d, int eb = 2) { return 32 / attn_lanes_per_token(d, eb); }
+KVF_HD constexpr int attn_tokens_per_cta(int d, int eb = 2) { return kAttnWarps * attn_tokens_per_warp(d, eb); }
+KVF_HD int attn_group_of_thread(int d, int thread, int eb = 2) {
+  return (thread / 32) * attn_tokens_per_warp(d, eb) + (thread % 32) / attn_lanes_per_token(d, eb);
 }
-KVF_HD int attn_sub_of_thread(int d, int thread) { return (thread % 32) % attn_lanes_per_token(d); }
-KVF_HD std::uint64_t attn_token_of(int d, std::uint64_t base, int u, int grp) {
-  return base + static_cast<std::uint64_t>(u) * attn_tokens_per_cta(d) + grp;
+KVF_HD int attn_sub_of_thread(int d, int thread, int eb = 2) { return (thread % 32) % attn_lanes_per_token(d, eb); }
+KVF_HD std::uint64_t attn_token_of(int d, std::uint64_t base, int u, int grp, int eb = 2) {
+  return base + static_cast<std::uint64_t>(u) * attn_tokens_per_cta(d, eb) + grp;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -241,19 +242,25 @@ KVF_HD float e4m3_to_f32(std::uint8_t v) {
   else r = f32_from_bits(((exp + 120u) << 23) | (man << 20));
   return sign ? -r : r;
 }
+// f32 -> e4m3, round to nearest even, saturating to +-448 (the usual "satfinite" KV quantization).
 KVF_HD std::uint8_t f32_to_e4m3(float f) {
-  // Round to nearest even by search over the 127 finite magnitudes (host-side fills only).
-  const std::uint8_t sign = f < 0 ? 0x80 : 0;
-  const float a = f < 0 ? -f : f;
-  if (!(a == a)) return 0x7F;
-  std::uint8_t best = 0;
-  float bestd = a;
-  for (std::uint32_t c = 1; c < 0x7F; ++c) {
-    const float d = e4m3_to_f32(static_cast<std::uint8_t>(c)) - a;
-    const float ad = d < 0 ? -d : d;
-    if (ad < bestd || (ad == bestd && (c & 1u) == 0)) { bestd = ad; best = static_cast<std::uint8_t>(c); }
+  std::uint32_t u = bits_from_f32(f);
+  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  u &= 0x7FFFFFFFu;
+  if (u > 0x7F800000u) return 0x7F;                                       // NaN
+  if (u >= 0x43E00000u) return static_cast<std::uint8_t>(sign | 0x7E);   // >= 448 (and inf): saturate
+  if (u < 0x3C800000u) {                                                  // below 2^-6: subnormal, units of 2^-9
+    const float q = f32_from_bits(u) * 512.0f;                            // exact (power-of-two scale)
+    std::uint32_t r = static_cast<std::uint32_t>(q);
+    const float frac = q - static_cast<float>(r);
+    if (frac > 0.5f || (frac == 0.5f && (r & 1u))) ++r;                  // r == 8 is 2^-6: the smallest normal
+    return static_cast<std::uint8_t>(sign | r);
   }
-  return static_cast<std::uint8_t>(sign | best);
+  std::uint32_t h = (((u >> 23) - 120u) << 3) | ((u >> 20) & 7u);
+  const std::uint32_t rest = u & 0xFFFFFu;
+  if (rest > 0x80000u || (rest == 0x80000u && (h & 1u))) ++h;
+  if (h > 0x7Eu) h = 0x7Eu;  // rounding up past 448 saturates
+  return static_cast<std::uint8_t>(sign | h);
 }
 
 // Order-preserving map of a float to a 32-bit key (larger float -> larger key; -0 < +0), used by the

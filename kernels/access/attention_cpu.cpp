@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -29,13 +30,30 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1.0e30f;  // "minus infinity" that keeps exp2 arithmetic finite
 
 inline float to_f32(DType t, const void* p, std::uint64_t i) {
+  if (t == DType::fp8_e4m3) return e4m3_to_f32(static_cast<const std::uint8_t*>(p)[i]);
   const std::uint16_t h = static_cast<const std::uint16_t*>(p)[i];
   return t == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
 
 #if defined(__AVX512F__)
+// Element type of K/V rows.
 template <DType T>
-inline __m512 load16(const std::uint16_t* p) {
+using Elem = std::conditional_t<T == DType::fp8_e4m3, std::uint8_t, std::uint16_t>;
+
+// 16 elements -> fp32.
+template <DType T>
+inline __m512 load16(const Elem<T>* p) {
+  if constexpr (T == DType::fp8_e4m3) {
+    // e4m3 s.eeee.mmm: normal -> f32 bits sign | (e + 120) << 23 | m << 20; subnormal (e = 0) -> m * 2^-9.
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+    const __m512i em = _mm512_and_si512(x, _mm512_set1_epi32(0x7F));
+    const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(em, 20), _mm512_set1_epi32(120 << 23));
+    const __mmask16 sub = _mm512_cmplt_epu32_mask(em, _mm512_set1_epi32(8));
+    const __m512 subv = _mm512_mul_ps(_mm512_cvtepi32_ps(em), _mm512_set1_ps(0.001953125f));
+    const __m512 mag = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), sub, subv);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+  }
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   if constexpr (T == DType::bf16) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -73,10 +91,13 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // One work item, AVX-512. q: fp32 [G][D] (and qb: the same in bf16, 64-byte aligned); scores are
 // multiplied by qscale = scale*log2e. Writes m (log2 domain), l, acc.
 template <int D, int G, DType T>
-void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::uint64_t tstride,
+void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride,
                  const std::uint32_t* list, const SelGeom& sg, std::uint64_t t0, std::uint64_t t1,
                  const float* q, const std::uint16_t* qb, float qscale, float* m_out, float* l_out, float* acc_out,
                  bool prefetch) {
+  using E = Elem<T>;
+  const E* kbase = static_cast<const E*>(kbase_v);
+  const E* vbase = static_cast<const E*>(vbase_v);
   constexpr int NV = D / 16;                          // zmm per row
   constexpr int DC = (256 / G) < D ? (256 / G) : D;   // PV: dims per pass (G * DC/16 <= 16 accumulators)
   constexpr int NC = DC / 16;
@@ -93,7 +114,7 @@ void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::ui
     const std::uint64_t p = sg.token(list, t) * tstride;
     const char* kp = reinterpret_cast<const char*>(kbase + p);
     const char* vp = reinterpret_cast<const char*>(vbase + p);
-    for (int x = 0; x < D * 2; x += 64) {
+    for (int x = 0; x < D * static_cast<int>(sizeof(E)); x += 64) {
       _mm_prefetch(kp + x, _MM_HINT_T0);
       _mm_prefetch(vp + x, _MM_HINT_T0);
     }
@@ -113,7 +134,7 @@ void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::ui
       // bf16 x bf16 products are exact in fp32: vdpbf16ps on the raw K row and the bf16 query.
       constexpr int NB = D / 32;
       for (int i = 0; i < n; ++i) {
-        const std::uint16_t* kr = kbase + pos[i];
+        const E* kr = kbase + pos[i];
         __m512bh kb[NB];
         for (int j = 0; j < NB; ++j) kb[j] = (__m512bh)_mm512_loadu_si512(kr + 32 * j);
         if constexpr (G % 4 == 0) {
@@ -141,7 +162,7 @@ void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::ui
     } else
 #endif
     for (int i = 0; i < n; ++i) {
-      const std::uint16_t* kr = kbase + pos[i];
+      const E* kr = kbase + pos[i];
       __m512 kv[NV];
       for (int j = 0; j < NV; ++j) kv[j] = load16<T>(kr + 16 * j);
       if constexpr (G % 4 == 0) {
@@ -187,7 +208,7 @@ void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::ui
         for (int j = 0; j < NC; ++j)
           a[g][j] = _mm512_mul_ps(_mm512_load_ps(&acc[g][dc + 16 * j]), _mm512_set1_ps(alpha[g]));
       for (int i = 0; i < n; ++i) {
-        const std::uint16_t* vr = vbase + pos[i] + dc;
+        const E* vr = vbase + pos[i] + dc;
         __m512 vv[NC];
         for (int j = 0; j < NC; ++j) vv[j] = load16<T>(vr + 16 * j);
         for (int g = 0; g < G; ++g) {
@@ -208,7 +229,7 @@ void item_avx512(const std::uint16_t* kbase, const std::uint16_t* vbase, std::ui
 #endif
 
 // Portable fallback (and the path for group sizes without an AVX-512 instantiation).
-void item_portable(DType T, int D, int G, const std::uint16_t* kbase, const std::uint16_t* vbase,
+void item_portable(DType T, int D, int G, const void* kbase, const void* vbase,
                    std::uint64_t tstride, const std::uint32_t* list, const SelGeom& sg, std::uint64_t t0,
                    std::uint64_t t1, const float* q, float qscale, float* m_out, float* l_out, float* acc_out,
                    bool prefetch) {
@@ -217,9 +238,10 @@ void item_portable(DType T, int D, int G, const std::uint16_t* kbase, const std:
     const std::uint64_t p = sg.token(list, t) * tstride;
     if (prefetch && t + 2 * kChunk < t1) {
       const std::uint64_t pp = sg.token(list, t + 2 * kChunk) * tstride;
-      for (int x = 0; x < D; x += 32) {
-        __builtin_prefetch(kbase + pp + x, 0, 3);
-        __builtin_prefetch(vbase + pp + x, 0, 3);
+      const std::uint64_t eb = dtype_bytes(T);
+      for (std::uint64_t x = 0; x < D * eb; x += 64) {
+        __builtin_prefetch(static_cast<const char*>(kbase) + pp * eb + x, 0, 3);
+        __builtin_prefetch(static_cast<const char*>(vbase) + pp * eb + x, 0, 3);
       }
     }
     for (int d = 0; d < D; ++d) {
@@ -247,15 +269,16 @@ void item_portable(DType T, int D, int G, const std::uint16_t* kbase, const std:
   }
 }
 
-using ItemFn = void (*)(const std::uint16_t*, const std::uint16_t*, std::uint64_t, const std::uint32_t*,
+using ItemFn = void (*)(const void*, const void*, std::uint64_t, const std::uint32_t*,
                         const SelGeom&, std::uint64_t, std::uint64_t, const float*, const std::uint16_t*, float,
                         float*, float*, float*, bool);
 
 ItemFn pick_item(DType t, int d, int g) {
 #if defined(__AVX512F__)
 #define KVF_ACCESS_PICK(D_, G_)                                                                   \
-  if (d == D_ && g == G_) return t == DType::bf16 ? &item_avx512<D_, G_, DType::bf16>           \
-                                                  : &item_avx512<D_, G_, DType::fp16>;
+  if (d == D_ && g == G_) return t == DType::bf16   ? &item_avx512<D_, G_, DType::bf16>         \
+                                  : t == DType::fp16 ? &item_avx512<D_, G_, DType::fp16>         \
+                                                     : &item_avx512<D_, G_, DType::fp8_e4m3>;
   KVF_ACCESS_PICK(64, 1) KVF_ACCESS_PICK(64, 2) KVF_ACCESS_PICK(64, 4) KVF_ACCESS_PICK(64, 8)
   KVF_ACCESS_PICK(64, 16) KVF_ACCESS_PICK(128, 1) KVF_ACCESS_PICK(128, 2) KVF_ACCESS_PICK(128, 4)
   KVF_ACCESS_PICK(128, 8) KVF_ACCESS_PICK(128, 16)
@@ -283,8 +306,9 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
   const std::uint64_t tstride = kv_token_stride(s.layout, s.hkv, s.d);
   const float qscale = s.scale() * kLog2e;
   const ItemFn fn = pick_item(s.dtype, D, G);
-  const auto* k16 = static_cast<const std::uint16_t*>(kv);
-  const auto* v16 = static_cast<const std::uint16_t*>(vv);
+  const auto* kc = static_cast<const char*>(kv);
+  const auto* vc = static_cast<const char*>(vv);
+  const std::uint64_t eb = dtype_bytes(s.dtype);
   float* part = ws.part.data();
   const std::size_t rec = static_cast<std::size_t>(D) + 2;  // m, l, acc[D]
 #pragma omp parallel
@@ -301,11 +325,11 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
       for (int g = 0; g < G; ++g)
         for (int d = 0; d < D; ++d) {
           const std::uint64_t qi = (b * s.hq + h * G + g) * D + d;
-          qb[g * D + d] = static_cast<const std::uint16_t*>(qv)[qi];
-          q[g * D + d] = to_f32(s.dtype, qv, qi);
+          qb[g * D + d] = static_cast<const std::uint16_t*>(qv)[qi];  // q is 16-bit for every K/V dtype
+          q[g * D + d] = to_f32(s.q_dtype(), qv, qi);
         }
-      const std::uint16_t* kb = k16 + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d);
-      const std::uint16_t* vb = v16 + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d);
+      const void* kb = kc + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d) * eb;
+      const void* vb = vc + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d) * eb;
       const std::uint32_t* list = sel.idx.data() + sel.geom.list_offset(b, h, s.hkv);
       const std::uint64_t t0 = ws.split.begin(sp), t1 = ws.split.end(sp);
       if (fn) fn(kb, vb, tstride, list, sel.geom, t0, t1, q, qb, qscale, mt, lt, at, prefetch);

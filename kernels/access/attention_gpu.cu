@@ -9,10 +9,12 @@
 // The lane groups are combined through shared memory into one (m, l, acc) per query head and split;
 // a merge kernel combines the splits. fp32 accumulation throughout.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "access_gpu.hpp"
 
@@ -32,60 +34,80 @@ struct Args {
   SplitGeom split;
 };
 
-template <bool BF16>
-__device__ __forceinline__ void cvt8(const uint4 u, float f[8]) {
+// 16 bytes -> 8 (16-bit types) or 16 (fp8 e4m3) floats, in memory order.
+template <DType T>
+__device__ __forceinline__ void cvt16B(const uint4 u, float* f) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if constexpr (BF16) {
+    if constexpr (T == DType::bf16) {
       f[2 * i] = __uint_as_float(w[i] << 16);
       f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    } else {
+    } else if constexpr (T == DType::fp16) {
       f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] & 0xFFFFu)));
       f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
+    } else {
+      // e4m3 -> f16 is exact (one cvt per pair on sm_89+), f16 -> f32 exact.
+      const __half2 lo = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xFFFFu), __NV_E4M3));
+      const __half2 hi = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3));
+      const float2 a = __half22float2(lo), b = __half22float2(hi);
+      f[4 * i] = a.x;
+      f[4 * i + 1] = a.y;
+      f[4 * i + 2] = b.x;
+      f[4 * i + 3] = b.y;
     }
   }
 }
 
-template <int D, int GB, int U, bool BF16>
+template <DType T>
+struct KvType {
+  static constexpr int bytes = T == DType::fp8_e4m3 ? 1 : 2;
+  static constexpr int per16 = 16 / bytes;                                // elements per 16-byte load
+  static constexpr DType q = T == DType::fp8_e4m3 ? DType::bf16 : T;      // the query stays 16-bit
+};
+
+template <int D, int GB, int U, DType T>
 __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_t* __restrict__ q,
-                                                              const std::uint16_t* __restrict__ k,
-                                                              const std::uint16_t* __restrict__ v,
+                                                              const unsigned char* __restrict__ k,
+                                                              const unsigned char* __restrict__ v,
                                                               const std::uint32_t* __restrict__ idx, const Args a,
                                                               float* __restrict__ ws) {
-  constexpr int LT = attn_lanes_per_token(D);
-  constexpr int TPC = attn_tokens_per_cta(D);
+  constexpr int EB = KvType<T>::bytes;
+  constexpr int EPL = KvType<T>::per16;  // elements per lane
+  constexpr int LT = attn_lanes_per_token(D, EB);
+  constexpr int TPC = attn_tokens_per_cta(D, EB);
   constexpr int NG = TPC;  // lane groups per CTA
-  const int grp = attn_group_of_thread(D, threadIdx.x);
-  const int sub = attn_sub_of_thread(D, threadIdx.x);
+  const int grp = attn_group_of_thread(D, threadIdx.x, EB);
+  const int sub = attn_sub_of_thread(D, threadIdx.x, EB);
   const std::uint32_t sp = blockIdx.x;
   const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
   const std::uint32_t b = blockIdx.z;
   const std::uint32_t G = a.hq / a.hkv;
   const std::uint32_t qh0 = h * G + hg * GB;
 
-  float qf[GB][8];
+  float qf[GB][EPL];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * D) + sub);
-    cvt8<BF16>(u, qf[g]);
+    const uint4* qrow = reinterpret_cast<const uint4*>(q + (static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * D + sub * EPL);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) qf[g][j] *= a.qscale;
+    for (int c = 0; c < EPL / 8; ++c) cvt16B<KvType<T>::q>(__ldg(qrow + c), &qf[g][8 * c]);
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) qf[g][j] *= a.qscale;
   }
-  const std::uint64_t row0 = kv_row(a.layout, b, 0, h, a.ctx, a.hkv, D) + static_cast<std::uint64_t>(sub) * 8;
-  const std::uint16_t* kb = k + row0;
-  const std::uint16_t* vb = v + row0;
-  const std::uint64_t ts = kv_token_stride(a.layout, a.hkv, D);
+  const std::uint64_t row0 = kv_row(a.layout, b, 0, h, a.ctx, a.hkv, D) * EB + static_cast<std::uint64_t>(sub) * 16;
+  const unsigned char* kb = k + row0;
+  const unsigned char* vb = v + row0;
+  const std::uint64_t ts = kv_token_stride(a.layout, a.hkv, D) * EB;  // bytes between tokens of one head
   const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
   const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
 
-  float m[GB], l[GB], acc[GB][8];
+  float m[GB], l[GB], acc[GB][EPL];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
     m[g] = kNegBig;
     l[g] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
+    for (int j = 0; j < EPL; ++j) acc[g][j] = 0.0f;
   }
 
   for (std::uint32_t base = t0; base < t1; base += static_cast<std::uint32_t>(TPC) * U) {
@@ -109,13 +131,13 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
     float s[U][GB];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float kf[8];
-      cvt8<BF16>(kr[u], kf);
+      float kf[EPL];
+      cvt16B<T>(kr[u], kf);
 #pragma unroll
       for (int g = 0; g < GB; ++g) {
         float x = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) x = fmaf(qf[g][j], kf[j], x);
+        for (int j = 0; j < EPL; ++j) x = fmaf(qf[g][j], kf[j], x);
         s[u][g] = x;
       }
     }
@@ -135,19 +157,19 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
       m[g] = mx;
       l[g] *= alpha;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[g][j] *= alpha;
+      for (int j = 0; j < EPL; ++j) acc[g][j] *= alpha;
 #pragma unroll
       for (int u = 0; u < U; ++u) s[u][g] = ok[u] ? exp2f(s[u][g] - mx) : 0.0f;  // now p
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float vf[8];
-      cvt8<BF16>(vr[u], vf);
+      float vf[EPL];
+      cvt16B<T>(vr[u], vf);
 #pragma unroll
       for (int g = 0; g < GB; ++g) {
         l[g] += s[u][g];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
+        for (int j = 0; j < EPL; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
       }
     }
   }
@@ -164,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
 #pragma unroll
   for (int g = 0; g < GB; ++g)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sm_acc[grp][g][sub * 8 + j] = acc[g][j];
+    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
   __syncthreads();
   for (int e = threadIdx.x; e < GB * D; e += kThreads) {
     const int g = e / D, d = e % D;
@@ -204,36 +226,41 @@ __global__ void attn_merge_kernel(const float* __restrict__ ws, std::uint32_t ns
   }
 }
 
-template <int D, int GB, int U, bool BF16>
+template <int D, int GB, int U, DType T>
 void launch_split(const AttnDims& s, const void* q, const void* k, const void* v, const std::uint32_t* idx,
                   const Args& a, float* ws, cudaStream_t st) {
   const dim3 grid(a.split.n_splits, s.hkv * a.head_groups, s.batch);
-  attn_split_kernel<D, GB, U, BF16><<<grid, kThreads, 0, st>>>(static_cast<const std::uint16_t*>(q),
-                                                              static_cast<const std::uint16_t*>(k),
-                                                              static_cast<const std::uint16_t*>(v), idx, a, ws);
+  attn_split_kernel<D, GB, U, T><<<grid, kThreads, 0, st>>>(static_cast<const std::uint16_t*>(q),
+                                                           static_cast<const unsigned char*>(k),
+                                                           static_cast<const unsigned char*>(v), idx, a, ws);
 }
 
-// Unroll (token rows in flight per lane group): 8 for 1 head per CTA, 4 for 2 and 4, 2 for 8 (register
-// budget; chosen so ptxas reports no spills on sm_80, sm_90 and sm_100).
-template <int D, bool BF16>
+// Unroll (token rows in flight per lane group) and heads per CTA, chosen so ptxas reports no spills on
+// sm_80, sm_90 and sm_100: 16-bit K/V: 1 head -> 8 rows, 2 or 4 heads -> 4, 8 heads -> 2; fp8 K/V
+// (16 elements per lane): at most 4 heads per CTA, 1 head -> 8 rows, 2 or 4 heads -> 4.
+template <int D, DType T>
 void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void* k, const void* v,
                  const std::uint32_t* idx, const Args& a, float* ws, cudaStream_t st) {
   switch (gb) {
-    case 1: return launch_split<D, 1, 8, BF16>(s, q, k, v, idx, a, ws, st);
-    case 2: return launch_split<D, 2, 4, BF16>(s, q, k, v, idx, a, ws, st);
-    case 4: return launch_split<D, 4, 4, BF16>(s, q, k, v, idx, a, ws, st);
-    case 8: return launch_split<D, 8, 2, BF16>(s, q, k, v, idx, a, ws, st);
-    default: throw std::invalid_argument("gpu::attention: heads per CTA must be 1, 2, 4 or 8");
+    case 1: return launch_split<D, 1, 8, T>(s, q, k, v, idx, a, ws, st);
+    case 2: return launch_split<D, 2, 4, T>(s, q, k, v, idx, a, ws, st);
+    case 4: return launch_split<D, 4, 4, T>(s, q, k, v, idx, a, ws, st);
+    case 8:
+      if constexpr (T != DType::fp8_e4m3) return launch_split<D, 8, 2, T>(s, q, k, v, idx, a, ws, st);
+      [[fallthrough]];
+    default: throw std::invalid_argument("gpu::attention: unsupported heads per CTA");
   }
 }
 
+std::uint32_t max_heads_per_cta(DType t) { return t == DType::fp8_e4m3 ? 4u : 8u; }
 int unroll_for(std::uint32_t gb) { return gb == 8 ? 2 : gb == 1 ? 8 : 4; }
 
-__global__ void fill_kernel(std::uint16_t* p, std::uint64_t n, std::uint64_t seed, float mul, bool bf16) {
+__global__ void fill_kernel(void* p, std::uint64_t n, std::uint64_t seed, float mul, DType t) {
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     const float x = pattern_unit(seed, i) * mul;
-    p[i] = bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
+    if (t == DType::fp8_e4m3) static_cast<std::uint8_t*>(p)[i] = f32_to_e4m3(x);
+    else static_cast<std::uint16_t*>(p)[i] = t == DType::bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
   }
 }
 
@@ -246,16 +273,16 @@ void check_launch(const char* what) {
 
 AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count) {
   if (s.d != 64 && s.d != 128) throw std::invalid_argument("gpu::attention: head dim must be 64 or 128");
-  if (s.dtype != DType::bf16 && s.dtype != DType::fp16)
-    throw std::invalid_argument("gpu::attention: dtype must be bf16 or fp16");
   if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
   const std::uint32_t G = s.hq / s.hkv;
   if (G == 0 || G > 16 || (G & (G - 1))) throw std::invalid_argument("gpu::attention: group must be 1, 2, 4, 8, 16");
   AttnPlan p;
-  p.heads_per_cta = G > 8 ? 8 : G;
+  const std::uint32_t hmax = max_heads_per_cta(s.dtype);
+  p.heads_per_cta = G > hmax ? hmax : G;
   p.head_groups = G / p.heads_per_cta;
-  const std::uint64_t quantum = static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d))) *
-                                unroll_for(p.heads_per_cta);
+  const std::uint64_t quantum =
+      static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
+      unroll_for(p.heads_per_cta);
   // >= 4 CTAs per SM when the work allows, no split shorter than 128 tokens.
   p.split = make_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
                         static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1), 4, 128, quantum);
@@ -273,13 +300,18 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   std::uint32_t shift = 0;
   while ((1u << shift) < sel.span) ++shift;
   Args a{s.hq, s.hkv, s.ctx, p.head_groups, s.layout, s.scale * kLog2e, sel, shift, p.split};
-  const bool bf16 = s.dtype == DType::bf16;
-  if (s.d == 128) {
-    if (bf16) dispatch_gb<128, true>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
-    else dispatch_gb<128, false>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
-  } else {
-    if (bf16) dispatch_gb<64, true>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
-    else dispatch_gb<64, false>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+  auto go = [&](auto dc, auto tc) {
+    dispatch_gb<decltype(dc)::value, decltype(tc)::value>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+  };
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  using TB = std::integral_constant<DType, DType::bf16>;
+  using TH = std::integral_constant<DType, DType::fp16>;
+  using T8 = std::integral_constant<DType, DType::fp8_e4m3>;
+  switch (s.dtype) {
+    case DType::bf16: s.d == 128 ? go(D128{}, TB{}) : go(D64{}, TB{}); break;
+    case DType::fp16: s.d == 128 ? go(D128{}, TH{}) : go(D64{}, TH{}); break;
+    case DType::fp8_e4m3: s.d == 128 ? go(D128{}, T8{}) : go(D64{}, T8{}); break;
   }
   check_launch("attn_split_kernel launch");
   attn_merge_kernel<<<s.batch * s.hq, s.d, 0, st>>>(workspace, p.split.n_splits, s.d, out);
@@ -287,15 +319,13 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
 }
 
 void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st) {
-  if (s.dtype != DType::bf16 && s.dtype != DType::fp16)
-    throw std::invalid_argument("gpu::fill_qkv: dtype must be bf16 or fp16");
-  const bool bf16 = s.dtype == DType::bf16;
   const std::uint64_t nq = static_cast<std::uint64_t>(s.batch) * s.hq * s.d;
   const std::uint64_t nkv = static_cast<std::uint64_t>(s.batch) * s.hkv * s.ctx * s.d;
-  // Same seeds and scales as kvf::access::fill_qkv.
-  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(q), nq, seed * 3 + 1, 4.0f, bf16);
-  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(k), nkv, seed * 3 + 2, 1.0f, bf16);
-  fill_kernel<<<1024, 256, 0, st>>>(static_cast<std::uint16_t*>(v), nkv, seed * 3 + 3, 1.0f, bf16);
+  const DType qt = s.dtype == DType::fp8_e4m3 ? DType::bf16 : s.dtype;
+  // Same seeds, scales and encodings as kvf::access::fill_qkv.
+  fill_kernel<<<1024, 256, 0, st>>>(q, nq, seed * 3 + 1, 4.0f, qt);
+  fill_kernel<<<1024, 256, 0, st>>>(k, nkv, seed * 3 + 2, 1.0f, s.dtype);
+  fill_kernel<<<1024, 256, 0, st>>>(v, nkv, seed * 3 + 3, 1.0f, s.dtype);
   check_launch("fill_kernel launch");
 }
 

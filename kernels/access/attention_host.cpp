@@ -31,7 +31,6 @@ void validate_shape(const AttnShape& s) {
   if (g > 16 || (g & (g - 1)))
     throw UsageError("group hq/hkv = " + std::to_string(g) + ": allowed 1, 2, 4, 8, 16");
   if (s.ctx == 0 || s.batch == 0) throw UsageError("context and batch must be positive");
-  if (s.dtype == DType::fp8_e4m3) throw UsageError("--dtypes fp8_e4m3: not available on the cpu backend (bf16, fp16)");
 }
 
 const char* to_string(Arm a) { return a == Arm::dense ? "dense" : a == Arm::block ? "block" : "token"; }
@@ -176,28 +175,34 @@ Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::u
 }
 
 // ------------------------------------------------------------------------------------------------ routing
-static inline float elem(const AttnShape& s, const void* p, std::uint64_t i) {
+static inline float elem_of(DType t, const void* p, std::uint64_t i) {
+  if (t == DType::fp8_e4m3) return e4m3_to_f32(static_cast<const std::uint8_t*>(p)[i]);
   const std::uint16_t h = static_cast<const std::uint16_t*>(p)[i];
-  return s.dtype == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
+  return t == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
+// Element i of K or V.
+static inline float elem(const AttnShape& s, const void* p, std::uint64_t i) { return elem_of(s.dtype, p, i); }
+// Element i of q.
+static inline float qelem(const AttnShape& s, const void* p, std::uint64_t i) { return elem_of(s.q_dtype(), p, i); }
 
-// dot(qsum, row) over d elements of a 16-bit row.
-static inline float dot_row(const AttnShape& s, const float* qs, const std::uint16_t* row) {
+// dot(qsum, row) over d elements of a K row (element offset r).
+static inline float dot_row(const AttnShape& s, const float* qs, const void* k, std::uint64_t r) {
 #if defined(__AVX512F__)
-  __m512 a = _mm512_setzero_ps();
-  for (std::uint32_t j = 0; j < s.d; j += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j));
-    const __m512 k = s.dtype == DType::bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                                            : _mm512_cvtph_ps(h);
-    a = _mm512_fmadd_ps(k, _mm512_loadu_ps(qs + j), a);
+  if (s.dtype != DType::fp8_e4m3) {
+    const std::uint16_t* row = static_cast<const std::uint16_t*>(k) + r;
+    __m512 a = _mm512_setzero_ps();
+    for (std::uint32_t j = 0; j < s.d; j += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j));
+      const __m512 kv = s.dtype == DType::bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                                               : _mm512_cvtph_ps(h);
+      a = _mm512_fmadd_ps(kv, _mm512_loadu_ps(qs + j), a);
+    }
+    return _mm512_reduce_add_ps(a);
   }
-  return _mm512_reduce_add_ps(a);
-#else
-  float a = 0;
-  for (std::uint32_t j = 0; j < s.d; ++j)
-    a += qs[j] * (s.dtype == DType::bf16 ? bf16_to_f32(row[j]) : fp16_to_f32(row[j]));
-  return a;
 #endif
+  float a = 0;
+  for (std::uint32_t j = 0; j < s.d; ++j) a += qs[j] * elem(s, k, r + j);
+  return a;
 }
 
 void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent) {
@@ -221,7 +226,7 @@ static void q_sum(const AttnShape& s, const void* q, std::uint32_t b, std::uint3
   const std::uint32_t G = s.group();
   for (std::uint32_t d = 0; d < s.d; ++d) {
     float a = 0;
-    for (std::uint32_t g = 0; g < G; ++g) a += elem(s, q, (std::uint64_t{b} * s.hq + h * G + g) * s.d + d);
+    for (std::uint32_t g = 0; g < G; ++g) a += qelem(s, q, (std::uint64_t{b} * s.hq + h * G + g) * s.d + d);
     out[d] = a;
   }
 }
@@ -254,7 +259,7 @@ void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& c
 void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores) {
   const std::uint32_t nl = n_lists(s, shared);
   scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
-  const auto* k16 = static_cast<const std::uint16_t*>(k);
+  const std::uint64_t eb = dtype_bytes(s.dtype);
   for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
     const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
     float qs[128];
@@ -263,8 +268,9 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
 #pragma omp parallel for schedule(static)
     for (std::uint32_t t = 0; t < s.ctx; ++t) {
       const std::uint64_t r = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d);
-      if (t + 16 < s.ctx) __builtin_prefetch(k16 + kv_row(s.layout, b, t + 16, h, s.ctx, s.hkv, s.d), 0, 0);
-      const float a = dot_row(s, qs, k16 + r);
+      if (t + 16 < s.ctx)
+        __builtin_prefetch(static_cast<const char*>(k) + kv_row(s.layout, b, t + 16, h, s.ctx, s.hkv, s.d) * eb, 0, 0);
+      const float a = dot_row(s, qs, k, r);
       if (shared) out[t] += a;  // heads run one after another: no race
       else out[t] = a;
     }
@@ -273,17 +279,17 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
 
 // -------------------------------------------------------------------------------------------------- fills
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed) {
-  auto put = [&](void* p, std::uint64_t n, std::uint64_t sd, float mul) {
-    auto* h = static_cast<std::uint16_t*>(p);
+  auto put = [](DType t, void* p, std::uint64_t n, std::uint64_t sd, float mul) {
 #pragma omp parallel for schedule(static)
     for (std::uint64_t i = 0; i < n; ++i) {
       const float x = pattern_unit(sd, i) * mul;
-      h[i] = s.dtype == DType::bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
+      if (t == DType::fp8_e4m3) static_cast<std::uint8_t*>(p)[i] = f32_to_e4m3(x);
+      else static_cast<std::uint16_t*>(p)[i] = t == DType::bf16 ? f32_to_bf16(x) : f32_to_fp16(x);
     }
   };
-  put(q, s.q_elems(), seed * 3 + 1, 4.0f);
-  put(k, s.kv_elems(), seed * 3 + 2, 1.0f);
-  put(v, s.kv_elems(), seed * 3 + 3, 1.0f);
+  put(s.q_dtype(), q, s.q_elems(), seed * 3 + 1, 4.0f);
+  put(s.dtype, k, s.kv_elems(), seed * 3 + 2, 1.0f);
+  put(s.dtype, v, s.kv_elems(), seed * 3 + 3, 1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------- reference
@@ -297,7 +303,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
     const std::uint64_t b = bq / s.hq, hq = bq % s.hq, h = hq / G;
     const std::uint32_t* list = sel.idx.data() + sel.geom.list_offset(b, h, s.hkv);
     std::vector<float> qf(D), sc(n);
-    for (std::uint32_t d = 0; d < D; ++d) qf[d] = elem(s, q, bq * D + d);
+    for (std::uint32_t d = 0; d < D; ++d) qf[d] = qelem(s, q, bq * D + d);
     double mx = -1e300;
     for (std::uint64_t t = 0; t < n; ++t) {
       const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d);
@@ -330,7 +336,7 @@ double attention_rel_error(const float* out, const float* ref, std::size_t n) {
 
 double attention_bytes(const AttnShape& s, const Selection& sel) {
   const double rows = static_cast<double>(s.batch) * s.hkv * sel.geom.n_tokens();
-  return 2.0 * rows * s.d * dtype_bytes(s.dtype) + static_cast<double>(s.q_elems()) * dtype_bytes(s.dtype) +
+  return 2.0 * rows * s.d * dtype_bytes(s.dtype) + static_cast<double>(s.q_bytes()) +
          static_cast<double>(sel.idx.size()) * 4.0;
 }
 double attention_flops(const AttnShape& s, const Selection& sel) {

@@ -142,6 +142,28 @@ TEST(AccessMath, Bf16Fp16RoundTrip) {
 }
 
 TEST(AccessMath, E4m3) {
+  // Encoding equals a brute-force nearest-even search over the finite codes, saturating at 448.
+  auto brute = [](float f) {
+    const std::uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    const float a = std::fabs(f);
+    std::uint8_t best = 0;
+    float bestd = a;
+    for (std::uint32_t c = 1; c < 0x7F; ++c) {
+      const float d = std::fabs(e4m3_to_f32(static_cast<std::uint8_t>(c)) - a);
+      if (d < bestd || (d == bestd && (c & 1u) == 0)) { bestd = d; best = static_cast<std::uint8_t>(c); }
+    }
+    return static_cast<std::uint8_t>(sign | best);
+  };
+  for (std::uint64_t i = 0; i < 200000; ++i) {
+    const float x = pattern_unit(77, i) * (i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.02f : 500.0f);
+    ASSERT_EQ(f32_to_e4m3(x), brute(std::fmin(std::fmax(x, -448.0f), 448.0f))) << x;
+  }
+  for (std::uint32_t c = 0; c + 1 < 0x7F; ++c) {  // ties between neighbouring codes round to even
+    const float lo = e4m3_to_f32(static_cast<std::uint8_t>(c)), hi = e4m3_to_f32(static_cast<std::uint8_t>(c + 1));
+    EXPECT_EQ(f32_to_e4m3(0.5f * (lo + hi)), (c & 1u) ? c + 1 : c);
+  }
+  EXPECT_EQ(f32_to_e4m3(1000.0f), 0x7E);
+  EXPECT_EQ(f32_to_e4m3(-1000.0f), 0xFE);
   EXPECT_EQ(e4m3_to_f32(0x38), 1.0f);
   EXPECT_EQ(e4m3_to_f32(0x7E), 448.0f);
   EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
@@ -176,13 +198,14 @@ TEST(AccessMath, GpuGatherVectorDecomposition) {
 }
 
 TEST(AccessMath, GpuAttentionTilingCoversEachTokenOnce) {
-  for (int d : {64, 128}) {
-    const int tpc = attn_tokens_per_cta(d), lanes = attn_lanes_per_token(d);
-    EXPECT_EQ(lanes * attn_tokens_per_warp(d), 32);
+  for (auto [d, eb] : {std::pair{64, 2}, std::pair{128, 2}, std::pair{64, 1}, std::pair{128, 1}}) {
+    const int tpc = attn_tokens_per_cta(d, eb), lanes = attn_lanes_per_token(d, eb);
+    EXPECT_EQ(lanes * attn_tokens_per_warp(d, eb), 32);
+    EXPECT_EQ(lanes * 16, d * eb);  // 16 bytes per lane cover the row
     // Every thread maps to one (group, sub) pair and every pair is used once.
     std::set<std::pair<int, int>> pairs;
     for (int t = 0; t < 32 * kAttnWarps; ++t) {
-      const int grp = attn_group_of_thread(d, t), sub = attn_sub_of_thread(d, t);
+      const int grp = attn_group_of_thread(d, t, eb), sub = attn_sub_of_thread(d, t, eb);
       ASSERT_LT(grp, tpc);
       ASSERT_LT(sub, lanes);
       pairs.insert({grp, sub});
@@ -195,7 +218,7 @@ TEST(AccessMath, GpuAttentionTilingCoversEachTokenOnce) {
         for (std::uint64_t base = sg.begin(sp); base < sg.end(sp); base += static_cast<std::uint64_t>(tpc) * U)
           for (int u = 0; u < U; ++u)
             for (int grp = 0; grp < tpc; ++grp) {
-              const std::uint64_t t = attn_token_of(d, base, u, grp);
+              const std::uint64_t t = attn_token_of(d, base, u, grp, eb);
               if (t < sg.end(sp)) ++hits[t];
             }
       for (int t = 0; t < 1000; ++t) ASSERT_EQ(hits[t], 1) << "d=" << d << " U=" << U << " t=" << t;
