@@ -21,8 +21,12 @@ std::vector<float> bf16_weights(std::size_t n, std::uint64_t seed, float scale,
   if (keep) *keep = std::move(b);
   return f;
 }
+// OpenMP only for large work: on a loaded 2-core machine a fork/join can stall for a scheduler
+// quantum (~20 ms measured), more than these loops cost on one thread at T = 128.
+constexpr std::int64_t kOmpMin = std::int64_t(1) << 22;
+
 void rmsnorm(const float* x, const float* g, float eps, int rows, int n, float* y) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(rows) * n > kOmpMin)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * n;
     double ss = 0;
@@ -99,7 +103,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
   s.tmp.resize(std::size_t(T) * std::max(H, qd));
   std::vector<std::int32_t> pos(T);
   for (int t = 0; t < T; ++t) pos[t] = N + t;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
   for (int t = 0; t < T; ++t)
     std::copy_n(w.embed.data() + std::size_t(tokens[t] % w.embed_rows) * H, H, s.h.data() + std::size_t(t) * H);
   const float scale = 1.0f / std::sqrt(float(D));
@@ -122,7 +126,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
                      pos.data(), slot, page_cache[l].data());
       if (last) break;
       // Append the page's K (biased, rotated) and V to the prefix cache in fp32.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * kvd > kOmpMin)
       for (int t = 0; t < T; ++t)
         for (int h = 0; h < nkv; ++h) {
           const float* kr = kvrows.data() + std::size_t(t) * 2 * kvd + h * D;
@@ -142,7 +146,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
         }
     }
     // Q: bias + RoPE in place.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * qd > kOmpMin)
     for (int t = 0; t < T; ++t)
       for (int hq = 0; hq < nh; ++hq) {
         float* qr = q + std::size_t(t) * ld + hq * D;
@@ -162,7 +166,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
         const int nt = std::min(qchunk, T - t0), keys = N + t0 + nt;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, D, scale, q + std::size_t(t0) * ld + hq * D,
                     ld, pc.k_at(l, hk), D, 0.0f, s.s.data(), keys);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(nt) * keys > kOmpMin)
         for (int i = 0; i < nt; ++i) {
           float* sr = s.s.data() + std::size_t(i) * keys;
           const int valid = N + t0 + i + 1;
@@ -180,19 +184,19 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
     }
     // h += attn Wo^T
     gemm_xwT(s.attn.data(), w.wo.data(), s.tmp.data(), T, H, qd);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
     for (std::size_t i = 0; i < std::size_t(T) * H; ++i) s.h[i] += s.tmp[i];
     // MLP: gate|up = xn Wgu^T; act = silu(gate) * up; h += act Wd^T
     rmsnorm(s.h.data(), w.g_mlp.data(), w.eps, T, H, s.xn.data());
     gemm_xwT(s.xn.data(), w.wgu.data(), s.gu.data(), T, 2 * I, H);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * I > kOmpMin)
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < I; ++i) {
         const float g = s.gu[std::size_t(t) * 2 * I + i], u = s.gu[std::size_t(t) * 2 * I + I + i];
         s.act[std::size_t(t) * I + i] = g / (1.0f + std::exp(-g)) * u;
       }
     gemm_xwT(s.act.data(), w.wd.data(), s.tmp.data(), T, H, I);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
     for (std::size_t i = 0; i < std::size_t(T) * H; ++i) s.h[i] += s.tmp[i];
   }
 }
@@ -258,7 +262,7 @@ MlaGeom mla_geom(const models::ModelShape& m) {
 void mla_latent_write_cpu(const float* Y, int rows, MlaGeom g, float eps, const float* cos_sin,
                           const std::int32_t* pos, const std::int64_t* slot, std::uint16_t* cache) {
   const int lat = g.latent(), half = g.rope / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(rows) * g.latent() > kOmpMin)
   for (int r = 0; r < rows; ++r) {
     const float* y = Y + std::size_t(r) * lat;
     std::uint16_t* out = cache + std::size_t(slot[r]) * lat;

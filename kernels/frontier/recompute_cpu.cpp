@@ -169,7 +169,7 @@ namespace {
 template <class Out, class Conv>
 void dequant_impl(const std::uint8_t* q, const float* scales, int rows, int hidden, int bits, Out* x, Conv conv) {
   const int groups = (hidden + kQuantGroup - 1) / kQuantGroup;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::int64_t(rows) * hidden > (std::int64_t(1) << 22))
   for (int r = 0; r < rows; ++r) {
     const float* sc = scales + std::size_t(r) * groups;
     Out* xr = x + std::size_t(r) * hidden;
