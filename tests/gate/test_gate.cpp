@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -426,4 +427,47 @@ TEST(GateOutput, CsvHasOneRowPerCase) {
   EXPECT_EQ(static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n')), r.cases.size() + 1);
   EXPECT_NE(csv.find("MISSING,stream,write,cold,op=write"), std::string::npos) << csv;
   EXPECT_NE(csv.find("NEW,stream,copy,cold,op=copy"), std::string::npos) << csv;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Noise never fails the build; an honest slowdown always does. Deterministic: a fixed-seed mt19937
+// (its output sequence is fixed by the standard) turned into roughly normal noise by summing uniforms.
+
+namespace {
+struct Noise {
+  std::mt19937_64 rng{20261122};
+  double normal() {  // Irwin-Hall: the sum of 12 uniforms minus 6, mean 0, sd 1
+    double s = 0;
+    for (int i = 0; i < 12; ++i) s += static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    return s - 6;
+  }
+  std::vector<double> samples(int n, double median, double rel_sd) {
+    std::vector<double> v;
+    for (int i = 0; i < n; ++i) v.push_back(median * std::max(0.05, 1 + rel_sd * normal()));
+    return v;
+  }
+};
+}  // namespace
+
+TEST(GateProperties, SameDistributionNeverSlower) {
+  Noise nz;
+  int slower = 0, trials = 0;
+  for (int n : {5, 8, 12, 30}) {
+    for (double sd : {0.005, 0.01, 0.03, 0.1, 0.3}) {
+      for (int t = 0; t < 100; ++t, ++trials) {
+        if (verdict_of(nz.samples(n, 1e-3, sd), nz.samples(n, 1e-3, sd)) == g::Verdict::slower) ++slower;
+      }
+    }
+  }
+  EXPECT_EQ(slower, 0) << "of " << trials << " same-distribution comparisons";
+}
+
+TEST(GateProperties, TenPercentSlowdownWithLowNoiseAlwaysCaught) {
+  Noise nz;
+  for (int n : {5, 10, 30}) {
+    for (int t = 0; t < 100; ++t) {
+      ASSERT_EQ(verdict_of(nz.samples(n, 1e-3, 0.01), nz.samples(n, 1.1e-3, 0.01)), g::Verdict::slower)
+          << "n=" << n << " trial " << t;
+    }
+  }
 }
