@@ -51,6 +51,13 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
                   f(transfer(g, kv, 1, g.host_link_gbps).seconds * 1e6).c_str(), nv.c_str(), f(dq * 1e6).c_str(),
                   f(kv).c_str());
     }
+  if (m.mla) {
+    std::printf("\nMLA: up-projection of the latent to per-head K/V (us per page per layer), after recompute_x "
+                "(the latent):\n%7s %4s %12s\n", "tokens", "P", "mla_up");
+    for (double T : ao.tokens)
+      for (double P : {1.0, double(ao.prefill_pages)})
+        std::printf("%7s %4s %12s\n", f(T).c_str(), f(P).c_str(), f(mla_up(g, m, T, P).seconds * 1e6).c_str());
+  }
   std::printf("\nThrough L layers from tokens (evict -> recompute; prefix attention not counted), P=1, us per page:\n");
   std::printf("%7s", "tokens");
   std::vector<double> Ls = ao.layers;

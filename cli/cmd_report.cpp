@@ -44,8 +44,11 @@ void add_report(CLI::App& app) {
     for (const auto& s : sets) missing += s.missing.size();
     if (missing)
       std::fprintf(stderr, "kvf report: %zu missing input(s) listed under \"What is missing\" in report.md\n", missing);
-    std::printf("kvf report: %s/report.md, report.html and %zu chart files\n", res.dir.c_str(),
-                res.files.size() >= 2 ? res.files.size() - 2 : 0);
+    std::size_t images = 0;
+    for (const auto& f : res.files)
+      if (f.size() > 4 && (f.compare(f.size() - 4, 4, ".svg") == 0 || f.compare(f.size() - 4, 4, ".png") == 0)) ++images;
+    std::printf("kvf report: %s/report.md, report.html, %zu chart images%s\n", res.dir.c_str(), images,
+                res.gnuplot_ran ? "" : " (gnuplot did not run: .dat/.gp files only)");
     exit_with(kExitOk);
   });
 }

@@ -228,3 +228,15 @@ TEST(Specs, H100SpecSheetPrediction) {
   EXPECT_NEAR(recompute_x(g, m, 128, 1, 16).seconds * 1e6, 14.103651, 1e-5);
   EXPECT_NEAR(transfer(g, kv_bytes_per_layer(m, 128), 1, g.host_link_gbps).seconds * 1e6, 18.192, 1e-9);
 }
+
+TEST(Model, MlaUpProjection) {
+  // DeepSeek-V3: kv_lora 512, 128 heads x (128 nope + 128 v) = 32768 outputs. T=128, P=1 on the toy GPU:
+  // flops 2*128*512*32768 = 4,294,967,296 -> 42.949673 us at 100 TFLOP/s;
+  // bytes 512*32768*2 + 128*512*2 + 128*32768*2 = 33,554,432 + 131,072 + 8,388,608 = 42,074,112 -> 42.074112 us
+  // compute bound: 42.94967296 + 5 us launch.
+  const auto shapes = load_shapes();
+  const Cost c = mla_up(toy(), find_shape(shapes, "DeepSeek-V3"), 128, 1);
+  EXPECT_NEAR(c.seconds * 1e6, 47.94967296, 1e-9);
+  EXPECT_EQ(c.bound, "compute");
+  EXPECT_THROW(mla_up(toy(), small(), 128, 1), kvf::UsageError);
+}

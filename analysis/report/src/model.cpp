@@ -203,6 +203,15 @@ Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, 
   return c;
 }
 
+Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages) {
+  if (!m.mla) throw UsageError(m.name + ": not an MLA model (no latent to up-project)");
+  const double rows = tokens * pages, out = m.n_heads * (m.qk_nope + m.v_head);
+  Cost c;
+  add_kernel(c, g, 2 * rows * m.kv_lora * out, m.kv_lora * out * 2 + rows * m.kv_lora * 2 + rows * out * 2);
+  finish(c, g, pages);
+  return c;
+}
+
 Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers) {
   const double rows = tokens * pages, H = m.hidden;
   double attn_params = 0, qdim = 0;

@@ -353,7 +353,10 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
     s += row(cells);
   }
   for (auto& [k, l] : by_action) p.lines.push_back(l);
-  p.extra.push_back("set offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05");
+  if (!Ts.empty() && !Ls.empty()) {
+    p.extra.push_back("set xrange [" + fmt(Ts.front() / 1.5) + ":" + fmt(Ts.back() * 1.5) + "]");
+    p.extra.push_back("set yrange [" + fmt(Ls.front() / 1.5) + ":" + fmt(Ls.back() * 1.5) + "]");
+  }
   s += "\n";
   if (!chart.empty()) s += chart_ref(cx, p);
   return s;

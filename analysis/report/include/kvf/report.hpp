@@ -92,6 +92,9 @@ double roofline_s(const GpuSpec& g, double flops, double bytes);
 // dequant (bits < 16) -> GEMM [T*P, H] x [H, kv_out] -> RoPE + paged write. Weight reads are per call,
 // so per page they are amortized over P. Returns the cost per page.
 Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, int bits);
+// MLA (DeepSeek-V3): the up-projection of one page's latent into per-head K (nope part) and V, one layer,
+// P pages per call: GEMM [T*P, kv_lora] x [kv_lora, heads*(qk_nope + v_head)], bf16 out.
+Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages);
 // One page of T tokens through L whole layers from token embeddings (evict -> recompute from scratch),
 // P pages per call; attention over the page only (prefix attention not counted: a lower bound).
 Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers);
