@@ -1249,6 +1249,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     XState x;
     cudaStream_t s2 = nullptr;
     int reps = 1;
+    long samples = 0, drained = 0;
   };
   auto s = std::make_shared<G>();
   auto bg_op = [s, background](cudaStream_t st) {
@@ -1289,10 +1290,18 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     }
     (void)cudaEventDestroy(a);
     (void)cudaEventDestroy(b);
-    s->reps = std::min(2000, int(std::ceil((4 * t_dec + 0.2) / std::max(t_bg, 1e-3f))) + 2);
+    s->reps = std::min(2000, int(std::ceil((4 * t_dec + 1.0f) / std::max(t_bg, 1e-3f))) + 2);
   };
   c.on_before = [s, background, bg_op](Backend&) {
+    // Background still queued when the next sample begins: it outlasted the decode step it was meant
+    // to run beside. Counted, so a drained background cannot pass for no interference.
+    if (s->samples > 0 && background != "none") {
+      const cudaError_t q = cudaStreamQuery(s->s2);
+      if (q == cudaSuccess) ++s->drained;
+      else if (q != cudaErrorNotReady) kvf::cuda_check(q, "cudaStreamQuery(background)");
+    }
     KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
+    ++s->samples;
     if (background == "none") return;
     for (int i = 0; i < s->reps; ++i) bg_op(s->s2);
   };
@@ -1309,7 +1318,8 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     if (got != want) throw kvf::VerifyError("read_xor: checksum differs from the pattern's");
   };
   c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
-    return "background ops queued per sample: " + i2s(s->reps);
+    return "background ops queued per sample: " + i2s(s->reps) + "; background drained before the decode ended in " +
+           i2s(s->drained) + " of " + i2s(s->samples - 1) + " samples (0 expected)";
   };
   c.on_teardown = [s](Backend&) {
     if (s->s2) {
