@@ -15,9 +15,10 @@ namespace kvf::access::gpu {
 // gather_ref(). 16-byte loads; runs >= 512 B are read by whole warps, shorter runs by lane groups.
 void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int sm_count, cudaStream_t s);
 
-// Split-KV decode attention (bf16, fp16). One CTA = (split, kv head x head group, batch); 4 warps; a
-// token row is read by d/8 lanes with 16-byte loads, 2 to 8 rows of K and V in flight per lane group
-// before use. Same plan (split policy) for every arm: it depends on the selected-token count only.
+// Split-KV decode attention (K/V bf16, fp16, or fp8 e4m3 with a bf16 query: sm_89+). One CTA =
+// (split, kv head x head group, batch); 4 warps; a token row is read by d*bytes/16 lanes with 16-byte
+// loads, 2 to 8 rows of K and V in flight per lane group before use. Same plan (split policy) for every
+// arm: it depends on the selected-token count only.
 struct AttnPlan {
   SplitGeom split;
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
@@ -37,7 +38,7 @@ std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);
 void attention(const AttnDims& s, const void* q, const void* k, const void* v, const SelGeom& sel,
                const std::uint32_t* idx, const AttnPlan& p, float* workspace, float* out, cudaStream_t st);
 
-// Deterministic fill, the same values as kvf::access::fill_qkv on the host (bf16/fp16/fp8 e4m3).
+// Deterministic fill, the same values as kvf::access::fill_qkv on the host (bf16/fp16/fp8 e4m3 K/V).
 void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st);
 
 // Routing on the device, output ready for attention(): scores (fp32, lists x n) then an exact top-k

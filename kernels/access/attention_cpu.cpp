@@ -293,8 +293,9 @@ ItemFn pick_item(DType t, int d, int g) {
 void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws) {
   ws.threads = omp_get_max_threads();
   const std::uint64_t lists_items = std::uint64_t{s.batch} * s.hkv;
-  // >= 4 items per thread, no split under 256 tokens; chunks in whole softmax steps.
-  ws.split = make_splits(sel.geom.n_tokens(), lists_items, static_cast<std::uint32_t>(ws.threads), 4, 256, kChunk);
+  // >= 16 items per thread (dynamic scheduling balances them when a core is shared), no split under
+  // 256 tokens; chunks in whole softmax steps.
+  ws.split = make_splits(sel.geom.n_tokens(), lists_items, static_cast<std::uint32_t>(ws.threads), 16, 256, kChunk);
   ws.part.assign(std::uint64_t{s.batch} * s.hq * ws.split.n_splits * (s.d + 2), 0.0f);
 }
 
@@ -317,7 +318,7 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
     alignas(64) std::uint16_t qb[16 * 128];
     alignas(64) float mt[16], lt[16];
     alignas(64) float at[16 * 128];
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (std::uint64_t it = 0; it < n_items; ++it) {
       const std::uint32_t sp = static_cast<std::uint32_t>(it % ns);
       const std::uint64_t bh = it / ns;

@@ -1,9 +1,10 @@
 // GPU split-KV sparse decode attention of the access study (dense, block and token arms run the same
 // kernel; they differ only in the selection list: entries of `span` tokens).
 //
-// CTA = (split, kv head x head group, batch), 4 warps. A token row (d 16-bit elements) is read by d/8
-// lanes with one 16-byte non-coherent load each (attn_* tiling in access_math.hpp); each lane group
-// holds the query heads of its CTA in fp32 registers (8 elements per head), loads U tokens' K and V
+// CTA = (split, kv head x head group, batch), 4 warps. A token row (d elements of 2 bytes, or 1 byte for
+// fp8 e4m3) is read by d*bytes/16 lanes with one 16-byte non-coherent load each (attn_* tiling in
+// access_math.hpp); each lane group holds the query heads of its CTA in fp32 registers (8 or 16
+// elements per head per lane; the query is bf16 when K/V are fp8), loads U tokens' K and V
 // rows before using any (so 2U independent 16-byte loads per lane are in flight), reduces the QK
 // partial dots over its lanes with xor shuffles, and keeps an online softmax (log2 domain, fp32).
 // The lane groups are combined through shared memory into one (m, l, acc) per query head and split;
