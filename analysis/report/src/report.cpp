@@ -166,11 +166,50 @@ std::string section_inputs(Ctx& cx) {
   return s + "\n";
 }
 
+// What the model says for a claim on a directory's device (GPU: calibrated with the directory; CPU: the
+// --spec-gpu spec sheet, labelled). Never used for the verdict itself.
+std::string model_says(Ctx& cx, const ResultSet& rs, const std::string& claim) {
+  const bool c1 = claim.rfind("Recompute ~50 us", 0) == 0, c3 = claim.rfind("Recompute wins", 0) == 0;
+  if ((!c1 && !c3) || !cx.gpus_error.empty() || !cx.shapes_error.empty()) return "-";
+  const Shape* m = nullptr;
+  for (const auto& sh : cx.shapes)
+    if (sh.name == cx.o.model) m = &sh;
+  if (!m) return "-";
+  GpuSpec g;
+  std::string tag;
+  try {
+    if (rs.backend == "cuda") {
+      g = spec_from_results(rs, cx.gpus);
+      tag = "calibrated";
+    } else {
+      g = find_gpu(cx.gpus, cx.o.spec_gpu);
+      tag = g.name + " spec sheet";
+    }
+    if (c1)
+      return m->name + ", " + tag + ": recompute " + fmt(recompute_x(g, *m, 128, 1, 16).seconds * 1e6) + " us, fetch " +
+             fmt(transfer(g, kv_bytes_per_layer(*m, 128), 1, g.host_link_gbps).seconds * 1e6) + " us";
+    const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+    std::vector<double> r, t;
+    for (double T : Ts) {
+      r.push_back(recompute_x(g, *m, T, 1, 16).seconds);
+      t.push_back(transfer(g, kv_bytes_per_layer(*m, T), 1, g.host_link_gbps).seconds);
+    }
+    return m->name + ", " + tag + ": crossover " + find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated").text;
+  } catch (const UsageError& e) {
+    return std::string("- (") + e.what() + ")";
+  }
+}
+
 std::string section_verdicts(Ctx& cx) {
   std::string s = "## Verdicts\n\n";
   const auto vs = verdicts(cx.sets);
-  s += header({"claim", "device", "verdict", "figures"});
-  for (const auto& v : vs) s += row({v.claim, v.device, "**" + v.verdict + "**", v.figures});
+  s += header({"claim", "device", "verdict", "figures", "model predicts"});
+  for (const auto& v : vs) {
+    const ResultSet* rs = nullptr;
+    for (const auto& r : cx.sets)
+      if (r.label == v.device) rs = &r;
+    s += row({v.claim, v.device, "**" + v.verdict + "**", v.figures, rs ? model_says(cx, *rs, v.claim) : "-"});
+  }
   s += "\nRules (docs/report.md):\n\n";
   std::set<std::string> seen;
   for (const auto& v : vs)
