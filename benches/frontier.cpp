@@ -1319,7 +1319,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
   };
   c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
     return "background ops queued per sample: " + i2s(s->reps) + "; background drained before the decode ended in " +
-           i2s(s->drained) + " of " + i2s(s->samples - 1) + " samples (0 expected)";
+           i2s(s->drained) + " of " + i2s(s->samples - 1) + " executions, warm-up included (0 expected)";
   };
   c.on_teardown = [s](Backend&) {
     if (s->s2) {
