@@ -181,6 +181,9 @@ TEST(Report, ChartsExistAndAreNonEmpty) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find(".svg\""), std::string::npos);
   EXPECT_EQ(html.find("<img"), std::string::npos);
+  // each inlined figure has its own ids (gnuplot reuses gpPt0.. in every SVG)
+  EXPECT_NE(html.find("id='f2_gpPt0'"), std::string::npos);
+  EXPECT_EQ(html.find("href='#gpPt"), std::string::npos);
 }
 
 TEST(Report, MissingGnuplotKeepsTheMarkdown) {

@@ -569,6 +569,30 @@ std::vector<std::string> split_row(const std::string& line) {
   return cells;
 }
 
+// Several gnuplot SVGs inlined in one page share ids (gpPt0, textbox, ...): prefix each figure's ids and
+// the references to them so every figure points at its own definitions.
+std::string scope_ids(const std::string& svg, int n) {
+  const std::string pre = "f" + std::to_string(n) + "_";
+  std::string out;
+  out.reserve(svg.size() + svg.size() / 20);
+  for (std::size_t i = 0; i < svg.size();) {
+    bool done = false;
+    for (const char* pat : {"id='", "id=\"", "href='#", "href=\"#", "url(#"}) {
+      const std::size_t n = std::strlen(pat);
+      if (svg.compare(i, n, pat) == 0 && (std::strcmp(pat, "id='") != 0 && std::strcmp(pat, "id=\"") != 0 ? true
+                                              : (i == 0 || svg[i - 1] == ' ' || svg[i - 1] == '\t' || svg[i - 1] == '\n'))) {
+        out += pat;
+        out += pre;
+        i += n;
+        done = true;
+        break;
+      }
+    }
+    if (!done) out += svg[i++];
+  }
+  return out;
+}
+
 std::string to_html(const std::string& md, const fs::path& dir) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kvfrontier report</title>\n<style>"
@@ -579,6 +603,7 @@ std::string to_html(const std::string& md, const fs::path& dir) {
   std::istringstream in(md);
   std::string line;
   bool in_table = false, in_list = false, header_row = false;
+  int figures = 0;
   auto close = [&] {
     if (in_table) h << "</table>\n";
     if (in_list) h << "</ul>\n";
@@ -621,7 +646,7 @@ std::string to_html(const std::string& md, const fs::path& dir) {
       buf << svg.rdbuf();
       std::string text = buf.str();
       const auto start = text.find("<svg");
-      if (svg && start != std::string::npos) h << "<figure>" << text.substr(start) << "</figure>\n";
+      if (svg && start != std::string::npos) h << "<figure>" << scope_ids(text.substr(start), ++figures) << "</figure>\n";
       else h << "<p><i>chart " << esc(file) << " not drawn</i></p>\n";
     } else {
       h << "<p>" << inline_md(line) << "</p>\n";
