@@ -435,7 +435,8 @@ std::string section_map(Ctx& cx) {
 
 std::string section_idle(Ctx& cx) {
   std::string s = "## 5. Idleness in decode\n\n";
-  Plot p{"idleness", "Idleness against batch (median over decode ranges)", "batch", "idle %", true, false, {}, {"set yrange [0:100]"}};
+  Plot p{"idleness", "Idleness against batch (median over decode ranges; CPU: 1 - achieved/GEMM ceiling)", "batch",
+         "idle %", true, false, {}, {"set yrange [0:100]"}};
   Plot ts{"pm_sampling", "PM sampling time series", "time (ms)", "value", false, false, {}, {}};
   std::string table;
   std::size_t pm = 0;
@@ -468,11 +469,14 @@ std::string section_idle(Ctx& cx) {
     for (auto& [k, l] : series) ts.lines.push_back(l);
   }
   if (table.empty() && pm == 0)
-    return s + "Not measured: no counters.csv with kvf:idle_* ranges or PM samples (needs a GPU run of the idleness "
-               "study and `kvf counters`).\n\n";
+    return s + "Not measured: no counters.csv with kvf:idle_* rows or PM samples (the idleness study writes them; on a "
+               "GPU after `kvf counters`).\n\n";
   s += chart_ref(cx, p) + chart_ref(cx, ts);
   if (!table.empty())
-    s += header({"device", "case", "batch", "definition", "median idle %", "ranges"}) + table;
+    s += "Definitions: kvf:idle_sm_pct = no resident warp (memory waits count as busy), kvf:idle_issue_pct = issue "
+         "slots idle, kvf:idle_tensor_pct = tensor pipe idle (GPU, CUPTI, one range per decode step); "
+         "kvf:idle_compute_pct = 1 - achieved FLOP/s over the GEMM ceiling (CPU model).\n\n" +
+         header({"device", "case", "batch", "definition", "median idle %", "ranges"}) + table;
   s += "\nPM samples: " + std::to_string(pm) + "\n\n";
   return s;
 }

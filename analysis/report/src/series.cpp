@@ -193,8 +193,11 @@ std::optional<double> knee_ctx(const AccessGroup& g) {
 std::vector<IdleStat> idle_stats(const ResultSet& rs) {
   std::map<std::pair<std::string, std::string>, std::vector<double>> vals;
   for (const auto& c : rs.counters) {
-    if (c.source != "range" || !c.value) continue;
-    if (c.metric != "kvf:idle_sm_pct" && c.metric != "kvf:idle_issue_pct" && c.metric != "kvf:idle_tensor_pct") continue;
+    if (!c.value) continue;
+    const bool gpu = c.source == "range" && (c.metric == "kvf:idle_sm_pct" || c.metric == "kvf:idle_issue_pct" ||
+                                             c.metric == "kvf:idle_tensor_pct");
+    const bool cpu = c.source == "cpu_model" && c.metric == "kvf:idle_compute_pct";  // 1 - achieved / GEMM ceiling
+    if (!gpu && !cpu) continue;
     vals[{c.case_name, c.metric}].push_back(*c.value);
   }
   std::vector<IdleStat> out;

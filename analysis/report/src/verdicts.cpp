@@ -95,7 +95,9 @@ std::vector<Verdict> claim2(const ResultSet& rs) {
         ranges += s.ranges;
       }
     if (all.empty()) {
-      v.figures = rs.has_counters ? "no " + metric + " ranges in counters.csv" : "no counters.csv";
+      v.figures = rs.backend == "cpu"  ? "CPU results: the claim is about a GPU (CPU compute idleness: section 5)"
+                  : rs.has_counters    ? "no " + metric + " ranges in counters.csv"
+                                       : "no counters.csv";
     } else {
       // median over ranges: recompute from the raw values, not the median of medians
       std::vector<double> raw;
