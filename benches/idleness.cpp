@@ -1,0 +1,570 @@
+// The idleness study (issue 5): how idle is compute during memory-bound decode, by which definition, and is
+// recompute placed beside decode free?
+//
+// Run:   build/bin/bench_idleness [--quick] [--models Llama-3.1-8B] [--batches 1,16] [--contexts 1024,4096]
+//        [--layers 1] [--arms decode,prefill,corun] [--metric-set decode_idleness] [--out DIR]
+//
+// Workload (kernels/decode/): a decoder layer's decode step (RMSNorm, QKV projection, RoPE, attention over
+// context C, O projection, SwiGLU MLP) over L layers for a batch of B sequences; a prefill chunk for contrast.
+// Every step is verified against a reference of one layer (kernels/decode/decode.hpp: tolerance) before timing.
+//
+// CPU: idleness = 1 - achieved FLOP/s over the GEMM ceiling measured first in the same run (case
+// gemm_ceiling), memory use = achieved bytes/s over the read ceiling (case read_ceiling, or the stream study's
+// read row when present). Written to the note and to DIR/counters.csv (source "cpu_model", the long format of
+// harness/cupti/counters_io.hpp). Hardware counters through perf events where the kernel allows; absent
+// otherwise (said once, and in every note).
+// GPU: every measured step is also run under the CUPTI range profiler (one range per step, one pass) and the
+// Activity API (kernel records: gaps between kernels vs idleness inside kernels); the images are saved under
+// DIR/counters/ and counters.csv joins them to the cases. Without the collector (no privileges, another
+// profiler attached): one line, timings only.
+// Co-run: recompute from X (the frontier study's arm) on a second thread (CPU) or stream (GPU) while decode
+// steps run: decode slowdown and recompute pages/s against each alone.
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "decode.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/pattern.hpp"
+#include "kvf/study.hpp"
+#include "kvf/units.hpp"
+#include "layers.hpp"
+#include "models.hpp"
+#include "recompute.hpp"
+#include "stream.hpp"
+
+#if defined(KVF_HAVE_CUDA)
+#include "decode_gpu.hpp"
+#include "kvf/cuda_backend.hpp"
+#endif
+#if defined(KVF_HAVE_CUPTI)
+#include "kvf/cupti/activity.hpp"
+#include "kvf/cupti/metric_sets.hpp"
+#include "kvf/cupti/range_profiler.hpp"
+#endif
+
+namespace {
+
+using kvf::Backend;
+using kvf::Param;
+namespace dc = kvf::decode;
+namespace fr = kvf::frontier;
+namespace md = kvf::models;
+
+constexpr std::uint64_t kSeed = 0x1d1e;
+std::string g_out_dir;  // the results directory (main() makes sure bench_main gets an explicit --out)
+
+class FnCase final : public kvf::Case {
+ public:
+  std::function<void(Backend&)> on_setup, on_run, on_teardown, on_before, on_verify;
+  std::function<std::string(Backend&, const kvf::Summary&, const std::string&)> on_after;
+  void setup(Backend& be) override { if (on_setup) on_setup(be); }
+  bool has_verify() const override { return static_cast<bool>(on_verify); }
+  void verify(Backend& be) override { on_verify(be); }
+  void before_sample(Backend& be) override { if (on_before) on_before(be); }
+  void run(Backend& be) override { on_run(be); }
+  void teardown(Backend& be) override { if (on_teardown) on_teardown(be); }
+  std::string after_measure(Backend& be, const kvf::Summary& s, const std::string& mode) override {
+    return on_after ? on_after(be, s, mode) : std::string{};
+  }
+};
+
+std::string num(double v, int prec = 4) {
+  std::ostringstream o;
+  o.precision(prec);
+  o << v;
+  return o.str();
+}
+std::string i2s(long long v) { return std::to_string(v); }
+std::string ctx_name(int c) { return c % 1024 == 0 ? i2s(c / 1024) + "K" : i2s(c); }
+
+// Seconds a case takes: setup + warm-up and samples of each mode under the default stop rule.
+double est(double t, double setup_s, int modes = 2) {
+  return setup_s + modes * (2 * t + std::max(std::min(0.5, 1000 * t), 5 * t)) + 0.02;
+}
+
+const char* kAllArms = "decode,prefill,corun";
+
+// Ceilings measured in this run, looked up in the results directory (rows are written as each case ends).
+double ceiling_value(const kvf::CeilingRef& ref, const std::string& mode) {
+  if (g_out_dir.empty()) return 0;
+  const auto v = kvf::find_ceiling(g_out_dir, ref, mode);
+  return v ? *v * (ref.metric == "tflops" ? 1e12 : 1e9) : 0;
+}
+
+class IdlenessStudy final : public kvf::Study {
+ public:
+  std::string name() const override { return "idleness"; }
+
+  void add_options(CLI::App& app) override {
+    app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B)")->delimiter(',');
+    app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
+    app.add_option("--batches", batches_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
+        ->delimiter(',');
+    app.add_option("--contexts", contexts_, "contexts C in tokens, multiples of 1024 in 1K..128K (default CPU 1024,4096; "
+                   "GPU 1024,8192,32768,131072)")->delimiter(',');
+    app.add_option("--layers", layers_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
+    app.add_option("--prefill-tokens", prefill_tokens_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
+    app.add_option("--arms", arms_, std::string("arms to run (default all): ") + kAllArms)->delimiter(',');
+    app.add_option("--metric-set", metric_set_, "range-profiler metric set (GPU): decode_idleness (default)");
+    app.add_option("--metrics", metrics_, "range-profiler metrics instead of the set's (must fit one pass)")
+        ->delimiter(',');
+    app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
+    app.add_flag("--no-counters", no_counters_, "GPU: timings only, no CUPTI collection");
+  }
+
+  std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
+
+ private:
+  std::vector<std::string> models_, arms_, metrics_;
+  std::string models_file_, metric_set_ = "decode_idleness", chip_;
+  std::vector<int> batches_, contexts_;
+  int layers_ = -1, prefill_tokens_ = 0;
+  bool no_counters_ = false, gpu_ = false, quick_ = false;
+  std::vector<md::ModelShape> all_;
+  std::map<std::string, std::shared_ptr<fr::LayerWeights>> weights_;
+  std::string perf_reason_;
+  bool perf_ok_ = false;
+  std::string cpu_name_;
+
+  using Out = std::vector<std::unique_ptr<kvf::Case>>;
+  bool arm_on(const std::string& a) const {
+    return arms_.empty() || std::find(arms_.begin(), arms_.end(), a) != arms_.end();
+  }
+  FnCase& add(Out& out, std::string name, std::vector<Param> params) {
+    auto c = std::make_unique<FnCase>();
+    c->name = std::move(name);
+    c->params = std::move(params);
+    auto& r = *c;
+    out.push_back(std::move(c));
+    return r;
+  }
+  // Layer weights of a model, built once and shared by every case of the model.
+  std::shared_ptr<fr::LayerWeights> weights(const md::ModelShape& m) {
+    auto& w = weights_[m.name];
+    if (!w) w = std::make_shared<fr::LayerWeights>(fr::make_layer_weights(m, kSeed));
+    return w;
+  }
+  void validate_counters_flags();
+  void add_ceilings(Out& out);
+  void add_decode(Out& out, const md::ModelShape& m, int B, int C, int L, const std::string& arm,
+                  const std::string& background);
+  void add_prefill(Out& out, const md::ModelShape& m, int T, int N, int L);
+  void add_recompute_alone(Out& out, const md::ModelShape& m);
+#if defined(KVF_HAVE_CUDA)
+  void add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, int C, int L, const std::string& background);
+  void add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P);
+#endif
+  std::string cpu_after(FnCase& c, const kvf::Summary& s, const std::string& mode, const std::function<void()>& once);
+};
+
+// ---------------------------------------------------------------- validation and case list
+void IdlenessStudy::validate_counters_flags() {
+  if (metric_set_ != "decode_idleness")
+    throw kvf::UsageError("--metric-set " + metric_set_ + ": unknown metric set; allowed: decode_idleness "
+                          "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
+#if defined(KVF_HAVE_CUPTI)
+  if (!chip_.empty() || !metrics_.empty()) {
+    // Offline check with the Profiler Host API: unknown chip, unknown metric, more than one pass -> exit 2.
+    const std::string chip = chip_.empty() ? std::string("GH100") : chip_;
+    kvf::cupti::require_study_chip(chip);
+    auto set = kvf::cupti::default_set(chip, kvf::cupti::Profiler::range);
+    if (!metrics_.empty()) set.metrics = metrics_;
+    set.one_pass = true;
+    const auto chk = kvf::cupti::check_set(chip, set);
+    if (!chk.ok()) throw kvf::UsageError("--metrics: " + chk.problem());
+  }
+#else
+  if (!chip_.empty() || !metrics_.empty())
+    throw kvf::UsageError(std::string(!chip_.empty() ? "--chip " + chip_ : "--metrics") +
+                          ": metric checks need a build with CUDA and CUPTI (this build has neither)");
+#endif
+}
+
+std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyContext& ctx) {
+  Backend& be = *ctx.backend;
+  gpu_ = be.name() == "cuda";
+  quick_ = ctx.quick;
+#if !defined(KVF_HAVE_CUDA)
+  if (gpu_) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
+#endif
+  validate_counters_flags();
+  for (const auto& a : arms_)
+    if (("," + std::string(kAllArms) + ",").find("," + a + ",") == std::string::npos)
+      throw kvf::UsageError("--arms " + a + ": unknown arm; allowed: " + kAllArms);
+  for (int b : batches_) dc::validate_batch(b);
+  for (int c : contexts_) dc::validate_context(c);
+  if (prefill_tokens_ != 0 && (prefill_tokens_ < 16 || prefill_tokens_ > 4096))
+    throw kvf::UsageError("--prefill-tokens " + i2s(prefill_tokens_) + ": must be 16..4096");
+  all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
+  const std::vector<std::string> names = models_.empty() ? std::vector<std::string>{"Llama-3.1-8B"} : models_;
+  std::vector<const md::ModelShape*> ms;
+  for (const auto& n : names) ms.push_back(&md::find_model(all_, n));
+  const int L = layers_ > 0 ? layers_ : (gpu_ ? 4 : 1);
+  if (layers_ != -1 && layers_ < 1) throw kvf::UsageError("--layers " + i2s(layers_) + ": must be 1 or more");
+  for (const auto* m : ms)
+    if (L > m->layers)
+      throw kvf::UsageError("--layers " + i2s(L) + ": " + m->name + " has " + i2s(m->layers) + " layers");
+  const std::vector<int> Bs = !batches_.empty() ? batches_
+                              : quick_          ? std::vector<int>{1, 16}
+                              : gpu_            ? std::vector<int>{1, 4, 16, 64, 256}
+                                                : std::vector<int>{1, 4, 16, 64};
+  const std::vector<int> Cs = !contexts_.empty() ? contexts_
+                              : quick_           ? std::vector<int>{1024}
+                              : gpu_             ? std::vector<int>{1024, 8192, 32768, 131072}
+                                                 : std::vector<int>{1024, 4096};
+  // Memory: weights + one layer's K/V must fit (bad input when the user asked for it; skipped otherwise).
+  const double mem = gpu_ ? double(be.info().memory_bytes) * 0.85
+                          : double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
+  if (!gpu_) {
+    const auto p = dc::probe_perf();
+    perf_ok_ = p.available;
+    perf_reason_ = p.reason;
+    if (!perf_ok_) std::fprintf(stderr, "bench_idleness: CPU hardware counters absent: %s\n", p.reason.c_str());
+  }
+  cpu_name_ = be.info().name;
+
+  Out out;
+  add_ceilings(out);
+  for (const auto* m : ms) {
+    const std::string why = dc::unsupported_reason(*m);
+    if (!why.empty()) {
+      out.push_back(kvf::skipped_case("decode/" + m->name, {{"arm", "decode"}, {"model", m->name}}, why));
+      continue;
+    }
+    if (arm_on("decode"))
+      for (int C : Cs)
+        for (int B : Bs) {
+          const double need = dc::layer_params(*m) * (gpu_ ? 2 : 4) + dc::kv_layer_bytes(*m, B, C);
+          if (need > mem) {
+            const std::string msg = m->name + " B " + i2s(B) + " C " + i2s(C) + ": weights and one layer's K/V need " +
+                                    kvf::format_bytes(need) + ", more than the " + kvf::format_bytes(mem) + " usable";
+            if (!batches_.empty() && !contexts_.empty()) throw kvf::UsageError("--batches/--contexts " + msg);
+            out.push_back(kvf::skipped_case("decode/" + m->name + "/B" + i2s(B) + "/C" + ctx_name(C) + "/L" + i2s(L),
+                                            {{"arm", "decode"}, {"model", m->name}, {"batch", i2s(B)},
+                                             {"context", i2s(C)}, {"layers", i2s(L)}},
+                                            msg));
+            continue;
+          }
+          add_decode(out, *m, B, C, L, "decode", "none");
+        }
+    if (arm_on("prefill") && !quick_) {
+      const int T = prefill_tokens_ ? prefill_tokens_ : (gpu_ ? 512 : 128);
+      add_prefill(out, *m, T, Cs.front(), L);
+    }
+    if (arm_on("corun") && !quick_) {
+      const int B = gpu_ ? 16 : 16, C = gpu_ ? 32768 : 4096;
+      add_decode(out, *m, B, C, L, "corun", "none");
+      add_recompute_alone(out, *m);
+      add_decode(out, *m, B, C, L, "corun", "recompute");
+      if (gpu_)
+        out.push_back(kvf::skipped_case("corun/" + m->name + "/green_context",
+                                        {{"arm", "corun"}, {"model", m->name}, {"background", "recompute_green_ctx"}},
+                                        "recompute on a separate SM partition (green contexts) is not built yet"));
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- ceilings
+void IdlenessStudy::add_ceilings(Out& out) {
+  if (gpu_) {
+#if defined(KVF_HAVE_CUDA)
+    // GPU ceilings: cuBLASLt bf16 GEMM (the tensor pipe) and a device read (read_xor), both in this run.
+    {
+      const int n = 8192;
+      auto& c = add(out, "gemm_ceiling/" + i2s(n), {{"arm", "gemm_ceiling"}, {"gemm_m", i2s(n)}});
+      c.flops = 2.0 * n * n * n;
+      c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
+      c.note = "cuBLASLt bf16 x bf16 -> fp32 (TN), square: tensor-pipe ceiling of this run";
+      c.est_seconds = est(c.flops / 600e12, 1.0);
+      auto g = std::make_shared<std::unique_ptr<dc::gpu::GemmCeiling>>();
+      c.on_setup = [g, n](Backend& be) { *g = std::make_unique<dc::gpu::GemmCeiling>(n, kvf::cuda_stream(be)); };
+      c.on_run = [g](Backend& be) { (*g)->run(kvf::cuda_stream(be)); };
+      c.on_teardown = [g](Backend&) { g->reset(); };
+    }
+    {
+      const std::size_t bytes = std::size_t(4) << 30;
+      auto& c = add(out, "read_ceiling/4GiB", {{"arm", "read_ceiling"}, {"array_bytes", i2s(bytes)}});
+      c.bytes = double(bytes);
+      c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"};
+      c.note = "device read with 16-byte loads (frontier read_xor): the DRAM ceiling of this run";
+      c.est_seconds = est(bytes / 3e12, 0.5);
+      auto s = std::make_shared<std::unique_ptr<dc::gpu::ReadCeiling>>();
+      c.on_setup = [s, bytes](Backend& be) { *s = std::make_unique<dc::gpu::ReadCeiling>(bytes, kvf::cuda_stream(be)); };
+      c.on_run = [s](Backend& be) { (*s)->run(kvf::cuda_stream(be)); };
+      c.on_teardown = [s](Backend&) { s->reset(); };
+    }
+#endif
+    return;
+  }
+  {
+    const int n = quick_ ? 1024 : 2048;
+    auto& c = add(out, "gemm_ceiling/" + i2s(n), {{"arm", "gemm_ceiling"}, {"gemm_m", i2s(n)}});
+    c.flops = 2.0 * n * n * n;
+    c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
+    c.note = "OpenBLAS cblas_sgemm fp32, square, all cores (OpenMP splits N, one-thread OpenBLAS per slice, as in "
+             "the decode twin): the CPU compute ceiling of this run";
+    c.est_seconds = est(c.flops / 180e9, 0.1);
+    c.cold = false;  // compute bound: cold and hot are the same figure
+    struct S { std::vector<float> a, b, y; };
+    auto s = std::make_shared<S>();
+    c.on_setup = [s, n](Backend&) {
+      s->a.resize(std::size_t(n) * n);
+      s->b.resize(std::size_t(n) * n);
+      s->y.resize(std::size_t(n) * n);
+      fr::fill_f32_uniform(s->a.data(), s->a.size(), 1, 1.f);
+      fr::fill_f32_uniform(s->b.data(), s->b.size(), 2, 1.f);
+    };
+    c.on_run = [s, n](Backend&) { dc::gemm_omp(s->a.data(), s->b.data(), s->y.data(), n, n, n); };
+    c.on_teardown = [s](Backend&) { *s = S{}; };
+  }
+  for (const char* kind : {"plain", "prefetch"}) {
+    const std::size_t bytes = quick_ ? std::size_t(128) << 20 : std::size_t(512) << 20;
+    const bool pf = std::string(kind) == "prefetch";
+    auto& c = add(out, "read_ceiling/" + std::string(kind) + "/" + i2s(bytes >> 20) + "MiB",
+                  {{"arm", "read_ceiling"}, {"kernel", kind}, {"array_bytes", i2s(bytes)}});
+    c.bytes = double(bytes);
+    c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"};
+    c.note = "all-core read (the stream study's kernels); the read ceiling is the better of plain and prefetch";
+    c.est_seconds = est(double(bytes) / 20e9, 0.3, 1);
+    c.hot = false;  // larger than the LLC either way; cold is the honest one
+    struct S { void* p = nullptr; std::size_t n = 0; std::uint64_t sink = 0; };
+    auto s = std::make_shared<S>();
+    c.on_setup = [s, bytes](Backend&) {
+      s->p = kvf::host_alloc(bytes, true);
+      s->n = bytes;
+      std::memset(s->p, 1, bytes);
+    };
+    c.on_run = [s, pf](Backend&) {
+      s->sink ^= pf ? kvf::stream::cpu_read_prefetch(s->p, s->n) : kvf::stream::cpu_read(s->p, s->n);
+    };
+    c.on_teardown = [s](Backend&) {
+      if (s->p) kvf::host_free(s->p, s->n);
+      s->p = nullptr;
+    };
+  }
+}
+
+// CPU idleness of a measured case: note text and counters.csv rows. `once` runs one more step (perf counters).
+std::string IdlenessStudy::cpu_after(FnCase& c, const kvf::Summary& s, const std::string& mode,
+                                     const std::function<void()>& once) {
+  const double gemm = ceiling_value({"idleness", {{"arm", "gemm_ceiling"}}, "tflops"}, "hot");
+  const double rd = std::max(ceiling_value({"idleness", {{"arm", "read_ceiling"}}, "gbps"}, "cold"),
+                             ceiling_value({"stream", {{"op", "read"}}, "gbps"}, mode));
+  const auto x = dc::cpu_idleness(c.flops, c.bytes, s.median, gemm, rd);
+  auto rows = dc::cpu_rows("idleness", c.name, mode, cpu_name_, x);
+  std::string perf = "perf counters: absent (" + perf_reason_ + ")";
+  if (perf_ok_ && once) {
+    const auto pc = dc::perf_count(once);
+    if (pc.ok) {
+      rows.push_back({"idleness", c.name, "perf", "perf", mode == "cold" ? 0 : 1, mode, cpu_name_, "cycles",
+                      pc.cycles, "cycle"});
+      rows.push_back({"idleness", c.name, "perf", "perf", mode == "cold" ? 0 : 1, mode, cpu_name_, "instructions",
+                      pc.instructions, "instruction"});
+      perf = "perf (calling thread, one extra step): ipc=" + num(pc.instructions / std::max(pc.cycles, 1.0), 3);
+    }
+  }
+  if (!g_out_dir.empty()) dc::append_counters_csv(g_out_dir, rows);
+  return "cpu_idle_compute_pct=" + num(x.idle_compute_pct, 3) + " achieved_gflops=" + num(x.achieved_gflops) +
+         " gemm_ceiling_gflops=" + num(x.ceiling_gflops) + " mem_use_pct=" + num(x.mem_use_pct, 3) +
+         " achieved_gbps=" + num(x.achieved_gbps) + " read_ceiling_gbps=" + num(x.read_ceiling_gbps) + "; " + perf;
+}
+
+// ---------------------------------------------------------------- decode step (and its co-run arms)
+void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, int L, const std::string& arm,
+                               const std::string& background) {
+  const double wb = gpu_ ? 2 : 4;
+  std::string name = arm + "/" + m.name + "/B" + i2s(B) + "/C" + ctx_name(C) + "/L" + i2s(L);
+  if (arm == "corun") name += "/bg_" + background;
+  auto& c = add(out, name,
+                {{"arm", arm}, {"model", m.name}, {"batch", i2s(B)}, {"context", i2s(C)}, {"layers", i2s(L)},
+                 {"background", background}, {"weight_bytes", num(wb)}});
+  c.flops = dc::decode_flops(m, B, C, L);
+  c.bytes = dc::decode_bytes(m, B, C, L, wb);
+  c.ceiling = arm == "corun" ? kvf::CeilingRef{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"}
+                             : kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"};
+  const double t = gpu_ ? c.bytes / 2.5e12 + L * 60e-6 : c.bytes / 15e9 + c.flops / 150e9;
+  c.est_seconds = est(t, gpu_ ? 1.0 : 0.4 + 0.25 * std::min(B, 2));
+  c.note = std::string("bytes = ") + (gpu_ ? "bf16" : "fp32 (bf16 values)") +
+           " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "
+           "every layer (each exceeds the LLC/L2)" +
+           (arm == "corun" ? std::string("; pct_of_ceiling = 100 / slowdown against background none") : "");
+  const std::size_t mem_cap = std::size_t(double(kvf::host_memory_bytes()) * 0.3);
+  if (!gpu_) {
+    struct S {
+      std::shared_ptr<fr::LayerWeights> w;
+      dc::DecodeState st;
+      // co-run background
+      std::thread bg;
+      std::atomic<bool> stop{false};
+      std::atomic<long> pages{0};
+      std::chrono::steady_clock::time_point t0;
+      std::string bg_error;
+      std::unique_ptr<dc::RecomputeState> rc;
+    };
+    auto s = std::make_shared<S>();
+    const md::ModelShape mm = m;
+    c.on_setup = [this, s, mm, B, C, L, background, mem_cap](Backend&) {
+      s->w = weights(mm);
+      const double per = dc::kv_layer_bytes(mm, B, C);
+      const int copies = std::max(1, std::min(L, int(double(mem_cap) / std::max(per, 1.0))));
+      s->st = dc::make_decode_state(mm, B, C, copies, kSeed);
+      if (background == "recompute") {
+        s->rc = std::make_unique<dc::RecomputeState>(dc::make_recompute_state(mm, 128, 1, kSeed + 90));
+        s->stop = false;
+        s->bg = std::thread([s] {
+          omp_set_num_threads(1);  // one background thread: the recompute runs beside the decode step's team
+          try {
+            while (!s->stop) {
+              dc::recompute_cpu(*s->rc);
+              ++s->pages;
+            }
+          } catch (const std::exception& e) {
+            s->bg_error = e.what();
+          }
+        });
+      }
+    };
+    c.on_verify = [s, B](Backend&) {
+      std::vector<int> rows = {0};
+      if (B > 1) rows.push_back(B - 1);
+      const auto r = dc::verify_cpu(*s->w, s->st, rows);
+      if (!r.ok()) throw kvf::VerifyError("decode layer vs reference: " + r.text());
+    };
+    c.on_before = [s](Backend&) {
+      if (s->bg.joinable() && s->t0 == std::chrono::steady_clock::time_point{}) {
+        s->pages = 0;
+        s->t0 = std::chrono::steady_clock::now();
+      }
+    };
+    c.on_run = [s, L](Backend&) { dc::decode_step_cpu(*s->w, s->st, L); };
+    c.on_after = [this, s, L, &c](Backend&, const kvf::Summary& sm, const std::string& mode) {
+      std::string extra = cpu_after(c, sm, mode, [s, L] { dc::decode_step_cpu(*s->w, s->st, L); });
+      extra += "; K/V copies " + i2s(s->st.copies()) + " for " + i2s(L) + " layers";
+      if (s->bg.joinable()) {
+        if (!s->bg_error.empty()) throw std::runtime_error("background recompute failed: " + s->bg_error);
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->t0).count();
+        extra += "; background recompute pages_per_s=" + num(double(s->pages.load()) / el) + " (T=128, 1 page per call)";
+        s->pages = 0;
+        s->t0 = std::chrono::steady_clock::now();
+      }
+      return extra;
+    };
+    c.on_teardown = [s](Backend&) {
+      s->stop = true;
+      if (s->bg.joinable()) s->bg.join();
+      s->rc.reset();
+      s->st = dc::DecodeState{};
+      s->w.reset();
+    };
+    return;
+  }
+#if defined(KVF_HAVE_CUDA)
+  add_decode_gpu(c, m, B, C, L, background);
+#endif
+}
+
+// ---------------------------------------------------------------- recompute alone (co-run reference)
+void IdlenessStudy::add_recompute_alone(Out& out, const md::ModelShape& m) {
+  const int T = 128, P = 1;
+  auto& c = add(out, "corun/" + m.name + "/recompute_alone/T" + i2s(T),
+                {{"arm", "corun"}, {"model", m.name}, {"background", "recompute_alone"}, {"tokens", i2s(T)}});
+  c.flops = 2.0 * T * P * m.hidden * 2 * m.kv_dim();
+  c.bytes = 2.0 * m.kv_dim() * m.hidden * (gpu_ ? 2 : 4) + double(T) * P * m.hidden * 2;
+  c.note = "recompute one page of T tokens from bf16 X (the frontier study's arm: K/V GEMM, RoPE, paged write); "
+           "pages/s alone = 1 / median";
+  c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
+  c.est_seconds = est(gpu_ ? 30e-6 : c.flops / 100e9, 0.3);
+  if (!gpu_) {
+    auto s = std::make_shared<std::unique_ptr<dc::RecomputeState>>();
+    const md::ModelShape mm = m;
+    c.on_setup = [s, mm, T, P](Backend&) {
+      *s = std::make_unique<dc::RecomputeState>(dc::make_recompute_state(mm, T, P, kSeed + 90));
+    };
+    c.on_run = [s](Backend&) { dc::recompute_cpu(**s); };
+    c.on_after = [](Backend&, const kvf::Summary& sm, const std::string&) {
+      return "pages_per_s=" + num(1.0 / sm.median);
+    };
+    c.on_teardown = [s](Backend&) { s->reset(); };
+    return;
+  }
+#if defined(KVF_HAVE_CUDA)
+  add_recompute_gpu(c, m, T, P);
+#endif
+}
+
+// ---------------------------------------------------------------- prefill chunk
+void IdlenessStudy::add_prefill(Out& out, const md::ModelShape& m, int T, int N, int L) {
+  const double wb = gpu_ ? 2 : 4;
+  auto& c = add(out, "prefill/" + m.name + "/T" + i2s(T) + "/N" + ctx_name(N) + "/L" + i2s(L),
+                {{"arm", "prefill"}, {"model", m.name}, {"tokens", i2s(T)}, {"context", i2s(N)}, {"layers", i2s(L)},
+                 {"weight_bytes", num(wb)}});
+  c.flops = dc::prefill_flops(m, T, N, L);
+  c.bytes = dc::prefill_bytes(m, T, N, L, wb);
+  c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
+  c.note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
+  if (gpu_) {
+    out.pop_back();
+    out.push_back(kvf::skipped_case("prefill/" + m.name + "/T" + i2s(T), {{"arm", "prefill"}, {"model", m.name}},
+                                    "the GPU prefill chunk (causal multi-query attention kernel) is not built yet"));
+    return;
+  }
+  c.cold = false;  // weights exceed the LLC; compute bound
+  c.est_seconds = est(c.flops / 150e9, 0.5, 1);
+  struct S {
+    std::shared_ptr<fr::LayerWeights> w;
+    dc::PrefillState st;
+  };
+  auto s = std::make_shared<S>();
+  const md::ModelShape mm = m;
+  c.on_setup = [this, s, mm, T, N](Backend&) {
+    s->w = weights(mm);
+    s->st = dc::make_prefill_state(mm, T, N, kSeed);
+  };
+  c.on_run = [s, L](Backend&) { dc::prefill_step_cpu(*s->w, s->st, L); };
+  c.on_after = [this, s, L, &c](Backend&, const kvf::Summary& sm, const std::string& mode) {
+    return cpu_after(c, sm, mode, [s, L] { dc::prefill_step_cpu(*s->w, s->st, L); });
+  };
+  c.on_teardown = [s](Backend&) { *s = S{}; };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The study writes counters.csv next to cases.csv: make the results directory explicit for bench_main.
+  std::vector<std::string> args(argv, argv + argc);
+  bool has_out = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--out" && i + 1 < args.size()) { has_out = true; g_out_dir = args[i + 1]; }
+    if (args[i].rfind("--out=", 0) == 0) { has_out = true; g_out_dir = args[i].substr(6); }
+  }
+  if (!has_out) {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+    g_out_dir = "results/runs/" + std::string(buf) + "-idleness";
+    args.push_back("--out");
+    args.push_back(g_out_dir);
+  }
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  dc::use_openmp_blas();  // all BLAS parallelism through OpenMP (kernels/decode/decode.hpp)
+  IdlenessStudy s;
+  return kvf::bench_main(int(args.size()), av.data(), s);
+}

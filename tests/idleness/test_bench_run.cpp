@@ -1,0 +1,44 @@
+// A real CPU run of bench_idleness on a tiny model: cases verified, counters.csv rows (source cpu_model) joined to
+// the decode cases, and the co-run arm's figures in the notes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+TEST(IdlenessBench, CpuRunWritesCountersCsv) {
+  const std::filesystem::path out = std::filesystem::path(KVF_IDLENESS_TMP) / "run";
+  std::filesystem::remove_all(out);
+  const std::string cmd = std::string(KVF_BENCH_IDLENESS) + " --backend cpu --models-file " KVF_IDLENESS_TEST_DIR
+                          "/tiny_models.json --models Tiny-GQA --batches 1,4 --contexts 1024 --layers 2"
+                          " --prefill-tokens 32 --budget 0.05 --min-samples 2 --warmup 1 --out " +
+                          out.string() + " >/dev/null 2>" + (out.parent_path() / "run.err").string();
+  std::filesystem::create_directories(out.parent_path());
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st));
+  ASSERT_EQ(WEXITSTATUS(st), 0) << slurp(out.parent_path() / "run.err");
+  const std::string cases = slurp(out / "cases.csv");
+  EXPECT_NE(cases.find("decode/Tiny-GQA/B4/C1K/L2,cpu,"), std::string::npos) << cases;
+  EXPECT_NE(cases.find("cpu_idle_compute_pct="), std::string::npos);
+  EXPECT_NE(cases.find("background recompute pages_per_s="), std::string::npos);
+  EXPECT_EQ(cases.find(",no,"), std::string::npos) << "a verify failed";
+  const std::string counters = slurp(out / "counters.csv");
+  EXPECT_EQ(counters.rfind("study,case,source,capture,range_index,range,t_start_ns,t_end_ns,chip,metric,value,unit\n", 0), 0u);
+  for (const char* c : {"decode/Tiny-GQA/B1/C1K/L2", "decode/Tiny-GQA/B4/C1K/L2", "prefill/Tiny-GQA/T32/N1K/L2"}) {
+    EXPECT_NE(counters.find(std::string("idleness,") + c + ",cpu_model,cpu_model,1,hot,,,"), std::string::npos) << c;
+  }
+  EXPECT_NE(counters.find(",kvf:idle_compute_pct,"), std::string::npos);
+  EXPECT_NE(counters.find(",kvf:mem_use_pct,"), std::string::npos);
+}
