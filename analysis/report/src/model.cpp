@@ -312,11 +312,14 @@ std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs) {
     std::snprintf(buf, sizeof buf, "%.4g GB/s, best stream op=read (%s) in %s", v->first, v->second.c_str(), rs.dir.c_str());
     note("hbm_tbps", buf);
   }
-  if (auto v = best(rs, "frontier", {{"arm", "gemm_ceiling"}}, true)) {
-    g.bf16_tflops = v->first;
-    std::snprintf(buf, sizeof buf, "%.4g TFLOP/s, frontier arm=gemm_ceiling (%s) in %s", v->first, v->second.c_str(),
-                  rs.dir.c_str());
-    note("bf16_tflops", buf);
+  for (const char* study : {"frontier", "idleness"}) {  // the frontier study's GEMM ceiling, else the idleness study's
+    if (auto v = best(rs, study, {{"arm", "gemm_ceiling"}}, true)) {
+      g.bf16_tflops = v->first;
+      std::snprintf(buf, sizeof buf, "%.4g TFLOP/s, %s arm=gemm_ceiling (%s) in %s", v->first, study, v->second.c_str(),
+                    rs.dir.c_str());
+      note("bf16_tflops", buf);
+      break;
+    }
   }
   // Host link: fit a + n/B over the frontier's pinned H2D copy sizes; else the stream study's best H2D.
   std::vector<std::pair<double, double>> pts;
@@ -430,6 +433,13 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
     return std::nullopt;  // file tier, overlap: no model term (disk not modelled)
   }
   if (r.study == "access") return roof(r.backend == "cuda" ? 1 : 0, "roofline(flops, bytes) of the row");
+  if (r.study == "idleness") {
+    if (arm == "gemm_ceiling") return roof(1, "flops / GEMM peak");
+    if (arm == "read_ceiling") return roof(1, "bytes / memory bandwidth");
+    if (arm == "decode" || arm == "prefill")
+      return roof(8 * static_cast<int>(r.num("layers").value_or(1)), "roofline(flops, bytes) + 8 launches per layer");
+    return std::nullopt;  // co-run: interference is not modelled
+  }
   return std::nullopt;
 }
 
