@@ -684,8 +684,8 @@ class AccessStudy final : public kvf::Study {
                          {"working_set_vs_llc", fmt(double(g.total_bytes) / double(llc))}};
             c->bytes = double(g.total_bytes);
             c->ceiling = kvf::CeilingRef{"stream", {{"op", "read"}}, "gbps"};
-            // Hot samples only where the gathered bytes could fit the cache.
-            c->hot = g.total_bytes <= 2 * llc;
+            // Hot samples only where the gathered bytes fit the cache (else hot = cold, and time is short).
+            c->hot = g.total_bytes < llc;
             const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
             c->est_seconds = 0.05 + double(p) / (gpu ? 5e11 : 3e9) + (c->hot ? 2 : 1) * std::min(0.55, 8 * t + 0.01) +
                              double(g.total_bytes) / 1e9;
