@@ -335,8 +335,10 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
       if (!(gpu_ && std::string(bg) == "file")) add_interference(out, *first_gqa, N, bg);
   }
   if (arm_on("link") && gpu_) {
-    add_link(out, !sizes.empty() ? sizes : quick_ ? std::vector<std::size_t>{KiB(512)}
-                                                 : std::vector<std::size_t>{KiB(32), KiB(512), KiB(2048), KiB(64 << 10)});
+    add_link(out, !sizes.empty() ? sizes
+                  : quick_       ? std::vector<std::size_t>{KiB(512)}
+                                 : std::vector<std::size_t>{KiB(16), KiB(32), KiB(128), KiB(512), KiB(2048), KiB(8192),
+                                                            KiB(64 << 10)});
   }
   return out;
 }
@@ -920,7 +922,6 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
     if (!*file) *file = std::make_shared<fr::DirectFile>(dir, file_bytes, kSeed + 30);
     return *file;
   };
-  const std::size_t page = std::size_t(fr::resident_bytes(fr::Resident::kv_bf16, T, m.hidden, m.kv_values_per_token()));
   std::vector<std::size_t> all = sizes;
   for (std::size_t bs : all) {
     if (file_bytes % bs) continue;
@@ -980,12 +981,16 @@ void FrontierStudy::add_file(Out& out, const std::vector<std::size_t>& sizes, st
       c.on_teardown = [buf](Backend&) { buf->reset(); };
     }
   }
-  // One page from a random offset: the latency of a single fetch from the SSD tier.
-  if (!quick_) {
+  // One page from a random offset: the latency of a single fetch from the SSD tier, at the page sizes
+  // of the recompute arms' token counts (the report interpolates fetch time at kv_bytes_per_page).
+  for (int Tp : quick_ ? std::vector<int>{} : std::vector<int>{16, T, 512}) {
+    const int T = Tp;
+    const std::size_t page = std::size_t(fr::resident_bytes(fr::Resident::kv_bf16, T, m.hidden, m.kv_values_per_token()));
+    if (page > file_bytes || page % fr::kDirectAlign) continue;
     auto& c = add(out, "file_page/" + m.name + "/T" + i2s(T),
                   {{"arm", "file_page"}, {"model", m.name}, {"tokens", i2s(T)}, {"copy_bytes", i2s(page)},
                    {"file_bytes", i2s(file_bytes)}, {"link", "file_o_direct"}, {"resident_form", "kv_bf16"},
-                   {"resident_bytes_per_page", i2s(page)}});
+                   {"resident_bytes_per_page", i2s(page)}, {"kv_bytes_per_page", i2s(page)}});
     c.bytes = double(page);
     c.cold = false;
     c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "dd_direct"}, {"copy_bytes", i2s(page)}}, "gbps"};
