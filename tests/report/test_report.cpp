@@ -53,8 +53,8 @@ TEST(Load, GpuFixture) {
   EXPECT_EQ(rs.suite_version, "0.1.0");
   EXPECT_TRUE(rs.has_samples);
   EXPECT_TRUE(rs.has_counters);
-  EXPECT_EQ(rs.cases.size(), 19u);
-  EXPECT_EQ(rs.rows("frontier").size(), 8u);  // the p2p row has no samples
+  EXPECT_EQ(rs.cases.size(), 21u);
+  EXPECT_EQ(rs.rows("frontier").size(), 10u);  // the p2p row has no samples
   ASSERT_EQ(rs.missing.size(), 1u);
   EXPECT_EQ(rs.missing[0], "1 case rows without samples (skipped or failed; reasons in their notes)");
 }
@@ -76,6 +76,9 @@ TEST(Verdicts, GoldenGpuSet) {
   EXPECT_EQ(c3.verdict, "refuted");
   EXPECT_NE(c3.figures.find("crossover 24.48 tokens (interpolated between 16 and 128)"), std::string::npos) << c3.figures;
   EXPECT_NE(c3.figures.find("T=512 90 us / 650 us"), std::string::npos) << c3.figures;
+  // layers: 100/170 = 0.5882 at L=1, 300/330 = 0.9091 at L=2 (the advantage shrinks with layers)
+  EXPECT_NE(c3.figures.find("through-layers T=128: L=1 recompute/fetch 0.5882, L=2 0.9091"), std::string::npos)
+      << c3.figures;
   // Claim 4: int4 X 278528 B <= K/V 524288 B, 60 us < 170 us.
   const auto& c4 = find(vs, "XQuant-style");
   EXPECT_EQ(c4.verdict, "supported");

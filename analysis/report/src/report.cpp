@@ -264,7 +264,14 @@ std::string section_block_token(Ctx& cx) {
   std::string table, knees;
   int knee_n = 0;
   for (const auto& rs : cx.sets) {
-    for (const auto& g : access_groups(rs)) {
+    const auto groups = access_groups(rs);
+    bool any_cold = false;
+    for (const auto& g : groups) any_cold = any_cold || g.mode == "cold";
+    int drawn = 0;
+    for (const auto& g : groups) {
+      // chart: cold groups when measured, at most 12 per directory; the table has every group
+      const bool draw = (!any_cold || g.mode == "cold") && drawn < 12;
+      if (draw) ++drawn;
       Line b, t;
       b.title = rs.label + " keep=" + g.keep + " " + g.mode + " block";
       t.title = rs.label + " keep=" + g.keep + " " + g.mode + " token";
@@ -274,8 +281,10 @@ std::string section_block_token(Ctx& cx) {
         table += row({rs.label, "`" + g.key + "`", fmt(g.ctx[i]), fmt(g.block_s[i] * 1e6), fmt(g.token_s[i] * 1e6),
                       fmt(g.token_s[i] / g.block_s[i]), g.ws_vs_llc[i] > 0 ? fmt(g.ws_vs_llc[i]) : "-"});
       }
-      p.lines.push_back(b);
-      p.lines.push_back(t);
+      if (draw) {
+        p.lines.push_back(b);
+        p.lines.push_back(t);
+      }
       if (auto k = knee_ctx(g)) {
         knees += "- " + rs.label + " `" + g.key + "`: working set crosses the LLC/L2 at ctx " + fmt(*k) + "\n";
         if (knee_n++ < 8)
@@ -300,9 +309,12 @@ std::string section_frontier(Ctx& cx) {
   cross.style = "points pt 7 ps 1.8 lc rgb 'black'";
   for (const auto& rs : cx.sets) {
     std::set<std::string> drawn;
+    const std::string primary = primary_link(rs);
     for (const auto& c : crossovers(rs)) {
       table += row({rs.label, c.rec.label() + " (" + c.rec.mode + ")", c.link, fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
                     std::to_string(c.tokens.size()), c.c.text, c.dropped ? std::to_string(c.dropped) : "0"});
+      // The chart keeps to one page per call and the device's own fetch (the table has every combination).
+      if (c.rec.pages != 1 || c.link != primary) continue;
       if (drawn.insert("r" + c.rec.label()).second) {
         Line l;
         l.title = rs.label + " recompute " + c.rec.label();

@@ -61,6 +61,7 @@ std::string RecSeries::label() const {
   std::string s = model + " " + arm;
   if (!xdtype.empty()) s += "/" + xdtype;
   s += " L" + fmt(layers) + " P" + fmt(pages);
+  if (!prefix.empty()) s += " N" + prefix;
   return s;
 }
 
@@ -82,6 +83,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
         s.model = r->param("model");
         s.arm = arm;
         s.xdtype = r->param("xdtype");
+        s.prefix = r->param("prefix");
         s.mode = mode;
         s.layers = r->num("layers").value_or(1);
         s.pages = r->num("pages").value_or(1);

@@ -20,7 +20,7 @@ std::string primary_link(const ResultSet& rs);
 
 // Recompute arms of the frontier study over tokens per page, one series per (model, arm, xdtype, layers, pages).
 struct RecSeries {
-  std::string model, arm, xdtype, mode;
+  std::string model, arm, xdtype, mode, prefix;
   double layers = 1, pages = 1;
   std::vector<double> tokens, secs, kv_bytes, resident;
   std::string label() const;

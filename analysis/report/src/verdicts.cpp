@@ -2,6 +2,7 @@
 // repeated in each Verdict::rule; a claim whose inputs are missing is "not measured", never guessed.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "series.hpp"
 
@@ -23,7 +24,9 @@ const char* kClaim3 = "Recompute wins for small pages and few layers";
 const char* kRule3 =
     "Recompute arm x bf16, P=1, L=1 (preferred model as claim 1) against the device's fetch (GPU: h2d_pinned, CPU: file_page), "
     "at >= 2 token counts with both measured. Supported iff recompute < fetch at the smallest page and the ratio "
-    "recompute/fetch is larger at the largest page than at the smallest (the advantage shrinks with page size); else refuted.";
+    "recompute/fetch is larger at the largest page than at the smallest (the advantage shrinks with page size), and, where the "
+    "through-layers arm is measured at >= 2 layer counts (P=1, one page size, fetch at its K/V bytes), recompute/fetch is "
+    "larger at the most layers than at the fewest; else refuted.";
 const char* kClaim4 = "XQuant-style X caching beats fetching K/V at equal memory";
 const char* kRule4 =
     "Rows arm=xq (int8/int4 X). Eligible: resident_bytes_per_page <= kv_bytes_per_page (no more memory than bf16 K/V) with "
@@ -135,11 +138,35 @@ Verdict claim3(const ResultSet& rs) {
     return v;
   }
   const double r0 = r.front() / t.front(), r1 = r.back() / t.back();
-  const bool ok = r.front() < t.front() && r1 > r0;
-  v.verdict = ok ? "supported" : "refuted";
+  bool ok = r.front() < t.front() && r1 > r0;
   const auto c = find_crossover(T, r, t, "recompute", link, "tokens");
   v.figures = x->model + " vs " + link + ": T=" + fmt(T.front()) + " recompute " + us(r.front()) + " / fetch " +
               us(t.front()) + "; T=" + fmt(T.back()) + " " + us(r.back()) + " / " + us(t.back()) + "; crossover " + c.text;
+  // Layers: the through-layers arm (from token ids, P=1, same model) at one page size, >= 2 layer counts.
+  std::map<double, std::map<double, std::pair<double, double>>> by_t;  // T -> L -> (recompute, fetch)
+  for (const auto& s : recs) {
+    if (s.arm != "layers" || s.model != x->model || s.pages != 1) continue;
+    for (std::size_t i = 0; i < s.tokens.size(); ++i)
+      if (auto ft = interpolate(f->bytes, f->secs, s.kv_bytes[i])) by_t[s.tokens[i]].emplace(s.layers, std::make_pair(s.secs[i], *ft));
+  }
+  const std::map<double, std::pair<double, double>>* byl = nullptr;
+  double tl = 0;
+  for (const auto& [tt, m] : by_t)
+    if (m.size() >= 2 && (!byl || tt == 128)) {
+      byl = &m;
+      tl = tt;
+    }
+  if (byl) {
+    const auto& lo = byl->begin()->second;
+    const auto& hi = byl->rbegin()->second;
+    const bool l_ok = lo.first / lo.second < hi.first / hi.second;
+    ok = ok && l_ok;
+    v.figures += "; through-layers T=" + fmt(tl) + ": L=" + fmt(byl->begin()->first) + " recompute/fetch " +
+                 fmt(lo.first / lo.second) + ", L=" + fmt(byl->rbegin()->first) + " " + fmt(hi.first / hi.second);
+  } else {
+    v.figures += "; layers: not measured (fewer than 2 layer counts of the through-layers arm with a fetch at their size)";
+  }
+  v.verdict = ok ? "supported" : "refuted";
   return v;
 }
 
