@@ -151,7 +151,7 @@ TEST(Report, GoldenNumbersAndDeterminism) {
   EXPECT_NE(md.find("working set crosses the LLC/L2 at ctx 3413"), std::string::npos);
   EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | cold | 4096 | 2000 | 66.67 |"), std::string::npos);
   EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64) |"), std::string::npos);
-  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d_pinned/1 MiB | cold | 330 | 330 | 1 |"),
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d_pinned/1 MiB | cold | 330 | - | 330 | 1 |"),
             std::string::npos);
   EXPECT_EQ(md, render_markdown(sets, o, {}));
   // Same input written twice: byte-identical report.md.

@@ -511,8 +511,9 @@ std::string section_predicted(Ctx& cx) {
       if (!r.measured()) continue;
       std::string why;
       const auto pr = predict_row(g, r, &why);
-      table += row({rs.label, r.study, r.case_name, r.mode, us(r.median_s), us(pr), pr ? fmt(*pr / *r.median_s) : "-",
-                    pr ? why : "no model term"});
+      const std::string spread = r.q1_s && r.q3_s ? us(r.q1_s) + ".." + us(r.q3_s) : "-";
+      table += row({rs.label, r.study, r.case_name, r.mode, us(r.median_s), spread, us(pr),
+                    pr ? fmt(*pr / *r.median_s) : "-", pr ? why : "no model term"});
       if (pr && *pr > 0 && *r.median_s > 0) {
         auto& l = lines[r.study];
         l.title = rs.label + " " + r.study;
@@ -534,7 +535,9 @@ std::string section_predicted(Ctx& cx) {
   }
   s += "Ceilings used (spec sheet, replaced by the ceilings measured in the same directory):\n\n" + ceilings + "\n";
   s += chart_ref(cx, p);
-  s += header({"device", "study", "case", "mode", "measured us", "predicted us", "predicted/measured", "model term"}) + table;
+  s += header({"device", "study", "case", "mode", "measured us (median)", "q1..q3 us", "predicted us", "predicted/measured",
+               "model term"}) +
+       table;
   return s + "\n";
 }
 
