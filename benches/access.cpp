@@ -687,7 +687,7 @@ class AccessStudy final : public kvf::Study {
             // Hot samples only where the gathered bytes fit the cache (else hot = cold, and time is short).
             c->hot = g.total_bytes < llc;
             const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
-            c->est_seconds = 0.05 + double(p) / (gpu ? 5e11 : 3e9) + (c->hot ? 2 : 1) * std::min(0.55, 8 * t + 0.01) +
+            c->est_seconds = 0.05 + double(p) / (gpu ? 5e11 : 3e9) + (c->hot ? 2 : 1) * std::min(0.6, std::max(0.2, 10 * t + 0.05)) +
                              double(g.total_bytes) / 1e9;
             out.push_back(std::move(c));
           };
@@ -760,7 +760,8 @@ class AccessStudy final : public kvf::Study {
       const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
       const double fill = 2.0 * double(s.kv_bytes()) / (gpu ? 1e11 : 6e8);  // amortized over the cases sharing it
       const double ref = 4.0 * s.batch * s.hq * double(ntok) * s.d / (gpu ? 8e9 : 2e9);
-      c->est_seconds = 0.05 + fill / 4 + ref + 2 * std::min(0.6, 8 * t + 0.012 * 7);
+      // Per mode: warm-up + samples until 1% error or the 0.5 s budget (cold samples add a flush each).
+      c->est_seconds = 0.05 + fill / 4 + ref + 2 * std::min(0.6, std::max(0.25, 10 * t + 0.1));
       if (dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(dev_mem)) {
         out.push_back(kvf::skipped_case(c->name, c->params, "K and V need " + kvf::format_bytes(2.0 * s.kv_bytes()) +
                                                              ", more than 60% of memory"));
