@@ -25,10 +25,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,7 +39,9 @@
 #include <thread>
 
 #include "decode.hpp"
+#include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/nvtx.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
 #include "kvf/study.hpp"
@@ -54,6 +58,7 @@
 #if defined(KVF_HAVE_CUPTI)
 #include "kvf/cupti/activity.hpp"
 #include "kvf/cupti/metric_sets.hpp"
+#include "kvf/cupti/pm_sampler.hpp"
 #include "kvf/cupti/range_profiler.hpp"
 #endif
 
@@ -106,6 +111,96 @@ double ceiling_value(const kvf::CeilingRef& ref, const std::string& mode) {
   return v ? *v * (ref.metric == "tflops" ? 1e12 : 1e9) : 0;
 }
 
+
+#if defined(KVF_HAVE_CUDA)
+// ---------------------------------------------------------------- GPU arms
+std::string sanitize(std::string s) {
+  for (auto& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
+  return s;
+}
+
+#if defined(KVF_HAVE_CUPTI)
+void append_cupti_rows(const std::vector<kvf::cupti::CounterRow>& rows) {
+  if (g_out_dir.empty() || rows.empty()) return;
+  kvf::CsvAppender out((std::filesystem::path(g_out_dir) / "counters.csv").string(), kvf::cupti::counter_columns());
+  for (const auto& r : rows) out.append(kvf::cupti::to_fields(r));
+}
+#endif
+
+// Counters of a GPU case, after its timings (hot mode only, once): (1) range profiler, one range per step named like
+// the step's NVTX range, (2) PM sampling across many steps, (3) Activity API kernel records per step. Separate
+// phases: the first two both program the device-wide PM hardware. Returns the note text.
+#if defined(KVF_HAVE_CUPTI)
+std::string collect_counters(const std::string& case_name, const std::function<void(cudaStream_t)>& step,
+                             cudaStream_t st, const kvf::cupti::RangeProfilerOptions& opts, bool& said_unavailable) {
+#if defined(KVF_HAVE_CUPTI)
+  namespace cu = kvf::cupti;
+  const std::string cap = sanitize(case_name);
+  std::string note;
+  const int steps = 8;
+  {
+    cu::RangeProfiler prof(opts);
+    if (!prof.available()) {
+      if (!said_unavailable)
+        std::fprintf(stderr, "bench_idleness: GPU counters unavailable, timings only: %s\n", prof.status().reason.c_str());
+      said_unavailable = true;
+      return "counters: unavailable (" + prof.status().reason + ")";
+    }
+    prof.start();
+    for (int i = 0; i < steps; ++i) {
+      const std::string rn = "idleness/" + case_name + "/step";
+      kvf::NvtxRange nvtx(rn);
+      cu::ScopedRange r(prof, rn, case_name);
+      step(st);
+    }
+    prof.stop();
+    prof.save(g_out_dir, "range_" + cap, "idleness", case_name);
+    append_cupti_rows(prof.rows("idleness", case_name));
+    note += "counters: " + std::to_string(steps) + " range-profiler steps";
+  }
+  {
+    cu::PmSampler pm;
+    if (pm.available()) {
+      pm.start();
+      for (int i = 0; i < 64; ++i) {
+        step(st);
+        if (i % 8 == 7) {
+          (void)cudaStreamSynchronize(st);
+          pm.decode();
+        }
+      }
+      (void)cudaStreamSynchronize(st);
+      pm.stop();
+      pm.save(g_out_dir, "pm_" + cap, "idleness", case_name);
+      append_cupti_rows(pm.rows("idleness", case_name));
+      note += ", " + std::to_string(pm.samples()) + " PM samples over 64 steps" + (pm.overflowed() ? " (overflowed)" : "");
+    } else {
+      note += ", PM sampling unavailable (" + pm.status().reason + ")";
+    }
+  }
+  {
+    cu::KernelTracer tr;
+    if (tr.available()) {
+      for (int i = 0; i < steps; ++i) {
+        (void)cudaStreamSynchronize(st);
+        tr.begin_window("step" + std::to_string(i), case_name);
+        step(st);
+        (void)cudaStreamSynchronize(st);
+        tr.end_window();
+      }
+      tr.flush();
+      tr.save(g_out_dir, "activity_" + cap, "idleness", case_name);
+      append_cupti_rows(tr.rows("idleness", case_name));
+      note += ", kernel records of " + std::to_string(steps) + " steps";
+    }
+  }
+  return note;
+#endif
+}
+#endif
+#endif
+
 class IdlenessStudy final : public kvf::Study {
  public:
   std::string name() const override { return "idleness"; }
@@ -137,6 +232,7 @@ class IdlenessStudy final : public kvf::Study {
   bool no_counters_ = false, gpu_ = false, quick_ = false;
   std::vector<md::ModelShape> all_;
   std::map<std::string, std::shared_ptr<fr::LayerWeights>> weights_;
+  bool counters_unavailable_said_ = false;
   std::string perf_reason_;
   bool perf_ok_ = false;
   std::string cpu_name_;
@@ -237,6 +333,19 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
     if (!perf_ok_) std::fprintf(stderr, "bench_idleness: CPU hardware counters absent: %s\n", p.reason.c_str());
   }
   cpu_name_ = be.info().name;
+#if defined(KVF_HAVE_CUPTI)
+  if (gpu_ && !no_counters_) {
+    // Bad metrics (unknown, more than one pass) are bad input before anything runs; an unavailable collector is not.
+    kvf::cupti::RangeProfilerOptions o;
+    o.set = metric_set_;
+    o.metrics = metrics_;
+    kvf::cupti::RangeProfiler probe(o);
+    if (!probe.available()) {
+      std::fprintf(stderr, "bench_idleness: GPU counters unavailable, timings only: %s\n", probe.status().reason.c_str());
+      counters_unavailable_said_ = true;
+    }
+  }
+#endif
 
   Out out;
   add_ceilings(out);
@@ -379,8 +488,15 @@ std::string IdlenessStudy::cpu_after(FnCase& c, const kvf::Summary& s, const std
       perf = "perf (calling thread, one extra step): ipc=" + num(pc.instructions / std::max(pc.cycles, 1.0), 3);
     }
   }
+  // The device's ridge point and the batch where the decode GEMMs turn compute bound (weights as the twin stores them).
+  const double wb = 4, ridge = dc::ridge_flop_per_byte(gemm, rd), bound = dc::bound_batch(gemm, rd, wb);
+  rows.push_back({"idleness", c.name, "cpu_model", "cpu_model", mode == "cold" ? 0 : 1, mode, cpu_name_,
+                  "kvf:ridge_flop_per_byte", ridge, "FLOP/byte"});
+  rows.push_back({"idleness", c.name, "cpu_model", "cpu_model", mode == "cold" ? 0 : 1, mode, cpu_name_,
+                  "kvf:bound_batch", bound, "sequences"});
   if (!g_out_dir.empty()) dc::append_counters_csv(g_out_dir, rows);
-  return "cpu_idle_compute_pct=" + num(x.idle_compute_pct, 3) + " achieved_gflops=" + num(x.achieved_gflops) +
+  return "ridge_flop_per_byte=" + num(ridge, 3) + " bound_batch=" + num(bound, 3) + " (fp32 weights); " +
+         "cpu_idle_compute_pct=" + num(x.idle_compute_pct, 3) + " achieved_gflops=" + num(x.achieved_gflops) +
          " gemm_ceiling_gflops=" + num(x.ceiling_gflops) + " mem_use_pct=" + num(x.mem_use_pct, 3) +
          " achieved_gbps=" + num(x.achieved_gbps) + " read_ceiling_gbps=" + num(x.read_ceiling_gbps) + "; " + perf;
 }
@@ -399,7 +515,8 @@ void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, 
   c.ceiling = arm == "corun" ? kvf::CeilingRef{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"}
                              : kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"};
   const double t = gpu_ ? c.bytes / 2.5e12 + L * 60e-6 : c.bytes / 15e9 + c.flops / 150e9;
-  c.est_seconds = est(t, gpu_ ? 1.0 : 0.4 + 0.25 * std::min(B, 2));
+  // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps).
+  c.est_seconds = gpu_ ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2)) : est(t, 0.4 + 0.25 * std::min(B, 2));
   c.note = std::string("bytes = ") + (gpu_ ? "bf16" : "fp32 (bf16 values)") +
            " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "
            "every layer (each exceeds the LLC/L2)" +
@@ -542,6 +659,114 @@ void IdlenessStudy::add_prefill(Out& out, const md::ModelShape& m, int T, int N,
   };
   c.on_teardown = [s](Backend&) { *s = S{}; };
 }
+
+#if defined(KVF_HAVE_CUDA)
+void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, int C, int L,
+                                   const std::string& background) {
+  struct G {
+    std::shared_ptr<fr::LayerWeights> w;
+    std::unique_ptr<dc::gpu::DecodeGpu> dec;
+    std::unique_ptr<dc::gpu::RecomputeGpu> rc;
+    cudaStream_t s2 = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    int reps = 1;
+    bool counted = false;
+  };
+  auto s = std::make_shared<G>();
+  const md::ModelShape mm = m;
+  c.on_setup = [this, s, mm, B, C, L, background](Backend& be) {
+    s->w = weights(mm);
+    const double free_b = double(be.info().memory_bytes) * 0.8 - dc::layer_params(mm) * 2;
+    const int copies = std::max(1, std::min(L, int(free_b / std::max(1.0, dc::kv_layer_bytes(mm, B, C)))));
+    cudaStream_t st = kvf::cuda_stream(be);
+    s->dec = std::make_unique<dc::gpu::DecodeGpu>(*s->w, mm, B, C, copies, kSeed, kvf::cuda_props(be).multiProcessorCount, st);
+    if (background == "recompute") {
+      s->rc = std::make_unique<dc::gpu::RecomputeGpu>(mm, 128, 1, kSeed + 90, st);
+      KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
+      KVF_CUDA_CHECK(cudaEventCreate(&s->e0));
+      KVF_CUDA_CHECK(cudaEventCreate(&s->e1));
+      // Size the background so it outlasts a step several times: time both alone once.
+      float t_dec = 0, t_bg = 0;
+      for (int i = 0; i < 2; ++i) {
+        KVF_CUDA_CHECK(cudaEventRecord(s->e0, st));
+        s->dec->step(L, st);
+        KVF_CUDA_CHECK(cudaEventRecord(s->e1, st));
+        KVF_CUDA_CHECK(cudaEventSynchronize(s->e1));
+        KVF_CUDA_CHECK(cudaEventElapsedTime(&t_dec, s->e0, s->e1));
+        KVF_CUDA_CHECK(cudaEventRecord(s->e0, st));
+        s->rc->run(st);
+        KVF_CUDA_CHECK(cudaEventRecord(s->e1, st));
+        KVF_CUDA_CHECK(cudaEventSynchronize(s->e1));
+        KVF_CUDA_CHECK(cudaEventElapsedTime(&t_bg, s->e0, s->e1));
+      }
+      s->reps = std::min(20000, int(std::ceil(4 * t_dec / std::max(t_bg, 1e-3f))) + 2);
+    }
+  };
+  c.on_verify = [s, B](Backend& be) {
+    std::vector<int> rows = {0};
+    if (B > 1) rows.push_back(B - 1);
+    const auto r = s->dec->verify(*s->w, rows, kvf::cuda_stream(be));
+    if (!r.ok()) throw kvf::VerifyError("GPU decode layer vs reference: " + r.text());
+  };
+  c.on_before = [s](Backend&) {
+    if (!s->rc) return;
+    // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
+    KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
+    KVF_CUDA_CHECK(cudaEventRecord(s->e0, s->s2));
+    for (int i = 0; i < s->reps; ++i) s->rc->run(s->s2);
+    KVF_CUDA_CHECK(cudaEventRecord(s->e1, s->s2));
+  };
+  c.on_run = [s, L](Backend& be) { s->dec->step(L, kvf::cuda_stream(be)); };
+  c.on_after = [this, s, L, &c](Backend& be, const kvf::Summary&, const std::string& mode) {
+    const double gemm = ceiling_value({"idleness", {{"arm", "gemm_ceiling"}}, "tflops"}, mode);
+    const double rd = ceiling_value({"idleness", {{"arm", "read_ceiling"}}, "gbps"}, mode);
+    std::string note = "ridge_flop_per_byte=" + num(dc::ridge_flop_per_byte(gemm, rd), 3) +
+                       " bound_batch=" + num(dc::bound_batch(gemm, rd, 2), 3) + " (bf16 weights); K/V copies " +
+                       i2s(s->dec->copies()) + " for " + i2s(L) + " layers";
+    if (s->rc) {
+      KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
+      float ms = 0;
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, s->e0, s->e1));
+      note += "; background recompute pages_per_s=" + num(s->reps / (ms * 1e-3)) +
+              " over the last sample's queue (" + i2s(s->reps) + " pages, T=128; includes its time after the step ended)";
+    }
+#if defined(KVF_HAVE_CUPTI)
+    if (mode == "hot" && !no_counters_ && !s->counted) {
+      s->counted = true;
+      kvf::cupti::RangeProfilerOptions o;
+      o.set = metric_set_;
+      o.metrics = metrics_;
+      note += "; " + collect_counters(c.name, [s, L](cudaStream_t st) { s->dec->step(L, st); }, kvf::cuda_stream(be), o,
+                                      counters_unavailable_said_);
+    }
+#else
+    (void)be;
+    if (mode == "hot") note += "; counters: this build has no CUPTI";
+#endif
+    return note;
+  };
+  c.on_teardown = [s](Backend&) {
+    if (s->s2) { (void)cudaStreamSynchronize(s->s2); (void)cudaStreamDestroy(s->s2); }
+    if (s->e0) (void)cudaEventDestroy(s->e0);
+    if (s->e1) (void)cudaEventDestroy(s->e1);
+    s->s2 = nullptr; s->e0 = s->e1 = nullptr;
+    s->rc.reset();
+    s->dec.reset();
+    s->w.reset();
+  };
+}
+
+void IdlenessStudy::add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P) {
+  auto s = std::make_shared<std::unique_ptr<dc::gpu::RecomputeGpu>>();
+  const md::ModelShape mm = m;
+  c.on_setup = [s, mm, T, P](Backend& be) {
+    *s = std::make_unique<dc::gpu::RecomputeGpu>(mm, T, P, kSeed + 90, kvf::cuda_stream(be));
+  };
+  c.on_run = [s](Backend& be) { (*s)->run(kvf::cuda_stream(be)); };
+  c.on_after = [](Backend&, const kvf::Summary& sm, const std::string&) { return "pages_per_s=" + num(1.0 / sm.median); };
+  c.on_teardown = [s](Backend&) { s->reset(); };
+}
+#endif
 
 }  // namespace
 

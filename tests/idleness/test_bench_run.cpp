@@ -41,4 +41,5 @@ TEST(IdlenessBench, CpuRunWritesCountersCsv) {
   }
   EXPECT_NE(counters.find(",kvf:idle_compute_pct,"), std::string::npos);
   EXPECT_NE(counters.find(",kvf:mem_use_pct,"), std::string::npos);
+  EXPECT_NE(counters.find(",kvf:bound_batch,"), std::string::npos);
 }

@@ -152,7 +152,7 @@ TEST(DecodeMath, Validation) {
 TEST(Counters, RowsAndCsv) {
   const auto x = dc::cpu_idleness(10e9, 4e9, 0.5, 100e9, 16e9);
   const auto rows = dc::cpu_rows("idleness", "decode/x", "hot", "cpu", x);
-  ASSERT_EQ(rows.size(), 7u);
+  ASSERT_EQ(rows.size(), 7u);  // the bench adds kvf:ridge_flop_per_byte and kvf:bound_batch
   EXPECT_EQ(rows[0].source, "cpu_model");
   EXPECT_EQ(rows[0].range, "hot");
   const auto dir = std::filesystem::temp_directory_path() / "kvf_idleness_counters_test";
@@ -173,4 +173,34 @@ TEST(Counters, RowsAndCsv) {
   EXPECT_EQ(n, 14);
   EXPECT_TRUE(saw_idle);
   std::filesystem::remove_all(dir);
+}
+
+// The GPU kernels' per-element bodies (decode_math.hpp), run on the CPU over every index, write what the twin's
+// loops write: q, the new K/V row at position C-1, the SwiGLU output, and the device fill matches the host fill.
+#include "decode_math.hpp"
+TEST(GpuElems, QkvPostSwigluFillMatchTwin) {
+  const auto m = tiny(512, 8, 2, 64, 1024, true);
+  const auto w = fr::make_layer_weights(m, 11);
+  auto s = dc::make_decode_state(m, 3, 1024, 1, 11);
+  std::copy(s.h0.begin(), s.h0.end(), s.h.begin());
+  dc::decode_layer_cpu(w, s, 0);  // leaves qkv (GEMM output), qb, K/V at C-1, gu and act of the last layer
+  const int B = s.B, Hq = s.Hq, Hkv = s.Hkv, D = s.D, C = s.C;
+  std::vector<std::uint16_t> q(s.qb.size(), 0), k(s.k[0].size(), 0), v(s.v[0].size(), 0);
+  const std::int64_t n = std::int64_t(B) * (Hq + 2 * Hkv) * (D / 2);
+  for (std::int64_t i = 0; i < n; ++i)
+    kvf::decode::elems::qkv_post(i, s.qkv.data(), w.bqkv.data(), Hq, Hkv, D, C, s.rope.cs.data(), q.data(), k.data(),
+                                 v.data());
+  EXPECT_EQ(q, s.qb);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hkv; ++h)
+      for (int d = 0; d < D; ++d) {
+        const std::size_t at = ((std::size_t(b) * Hkv + h) * C + (C - 1)) * D + d;
+        ASSERT_EQ(k[at], s.k[0][at]) << b << " " << h << " " << d;
+        ASSERT_EQ(v[at], s.v[0][at]) << b << " " << h << " " << d;
+      }
+  for (std::int64_t e = 0; e < std::int64_t(B) * s.I; ++e)
+    ASSERT_EQ(fr::bf16_to_f32(kvf::decode::elems::swiglu(e, s.gu.data(), s.I)), s.act[e]) << e;
+  std::vector<std::uint16_t> host(1000);
+  fr::fill_bf16_uniform(host.data(), host.size(), 77, 1.0f);
+  for (std::size_t i = 0; i < host.size(); ++i) ASSERT_EQ(kvf::decode::elems::fill_bf16(77, i, 1.0f), host[i]);
 }

@@ -1,0 +1,317 @@
+// GPU decode step: cuBLASLt GEMMs (frontier LtGemm), access split-KV attention, fused small kernels.
+#include <cuda_runtime.h>
+#include <library_types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "access.hpp"
+#include "access_gpu.hpp"
+#include "decode_gpu.hpp"
+#include "decode_math.hpp"
+#include "recompute.hpp"
+#include "recompute_gpu.hpp"
+
+namespace kvf::decode::gpu {
+namespace {
+
+namespace fr = kvf::frontier;
+namespace ka = kvf::access;
+
+constexpr int kThreads = 256;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define DC_CHECK(x) check((x), #x)
+
+int grid_for(std::int64_t n) {
+  return int(std::max<std::int64_t>(1, std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65536)));
+}
+
+// RAII device allocation.
+struct Dev {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  Dev() = default;
+  explicit Dev(std::size_t n) : bytes(n) { DC_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 16))); }
+  Dev(Dev&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
+  Dev& operator=(Dev&& o) noexcept {
+    if (this != &o) { reset(); p = o.p; bytes = o.bytes; o.p = nullptr; }
+    return *this;
+  }
+  ~Dev() { reset(); }
+  void reset() { if (p) (void)cudaFree(p); p = nullptr; }
+  template <class T> T* as() const { return static_cast<T*>(p); }
+};
+template <class T>
+Dev upload(const std::vector<T>& v) {
+  Dev d(v.size() * sizeof(T));
+  if (!v.empty()) DC_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+Dev upload_bf16(const std::vector<float>& v) {  // exact: the values are bf16 already
+  std::vector<std::uint16_t> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) h[i] = fr::f32_to_bf16(v[i]);
+  return upload(h);
+}
+
+// ---------------------------------------------------------------- kernels
+__global__ void fill_bf16_kernel(std::uint16_t* p, std::int64_t n, std::uint64_t seed, float scale) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    p[i] = elems::fill_bf16(seed, std::uint64_t(i), scale);
+}
+
+// One block per row: optionally h += add (written back), then xn = bf16(h / rms(h) * g).
+__global__ void add_rmsnorm_kernel(float* h, const float* add, const float* g, float eps, int H, std::uint16_t* xn) {
+  __shared__ float red[kThreads / 32];
+  float* hr = h + std::int64_t(blockIdx.x) * H;
+  const float* ar = add ? add + std::int64_t(blockIdx.x) * H : nullptr;
+  float ss = 0;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    float x = hr[i];
+    if (ar) { x += ar[i]; hr[i] = x; }
+    ss += x * x;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(red[0] / float(H) + eps);
+  std::uint16_t* xr = xn + std::int64_t(blockIdx.x) * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) xr[i] = elems::rms_elem(hr[i], inv, g[i]);
+}
+
+__global__ void qkv_post_kernel(std::int64_t n, const float* qkv, const float* bias, int Hq, int Hkv, int D, int C,
+                                const float* cs, std::uint16_t* q, std::uint16_t* kc, std::uint16_t* vc) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    elems::qkv_post(i, qkv, bias, Hq, Hkv, D, C, cs, q, kc, vc);
+}
+__global__ void cast_bf16_kernel(std::int64_t n, const float* in, std::uint16_t* out) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    out[i] = fr::f32_to_bf16(in[i]);
+}
+__global__ void swiglu_kernel(std::int64_t n, const float* gu, int I, std::uint16_t* act) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    act[i] = elems::swiglu(i, gu, I);
+}
+__global__ void add_kernel(std::int64_t n, float* h, const float* d) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    h[i] += d[i];
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- DecodeGpu
+struct DecodeGpu::Impl {
+  int B = 0, C = 0, H = 0, Hq = 0, Hkv = 0, D = 0, I = 0, qo = 0;
+  float eps = 1e-5f;
+  RopeRow rope;
+  Dev wqkv, wo, wgu, wd, bqkv, g_attn, g_mlp, cs;
+  std::vector<Dev> k, v;
+  Dev h0, h, xn, qkv, q, attn, attn_b, tmp, gu, act, idx, ws;
+  std::vector<float> h0_host;
+  fr::gpu::LtGemm g_qkv, g_o, g_gu, g_d;
+  ka::gpu::AttnDims dims{};
+  ka::SelGeom sel{};
+  ka::gpu::AttnPlan plan{};
+};
+
+std::size_t DecodeGpu::device_bytes(const md::ModelShape& m, int B, int C, int kv_copies) {
+  return std::size_t(layer_params(m) * 2) + std::size_t(kv_copies) * std::size_t(kv_layer_bytes(m, B, C)) +
+         std::size_t(B) * (std::size_t(m.hidden) * 16 + std::size_t(m.intermediate) * 12 + std::size_t(m.q_dim()) * 16);
+}
+
+DecodeGpu::DecodeGpu(const fr::LayerWeights& w, const md::ModelShape& m, int B, int C, int kv_copies,
+                     std::uint64_t seed, int sm_count, cudaStream_t s)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.B = B; d.C = C; d.H = m.hidden; d.Hq = m.n_heads; d.Hkv = m.n_kv_heads; d.D = m.head_dim; d.I = m.intermediate;
+  d.eps = float(m.rms_eps);
+  const int qd = d.Hq * d.D, kvd = d.Hkv * d.D;
+  d.qo = qd + 2 * kvd;
+  d.wqkv = upload_bf16(w.wqkv);
+  d.wo = upload_bf16(w.wo);
+  d.wgu = upload_bf16(w.wgu);
+  d.wd = upload_bf16(w.wd);
+  if (!w.bqkv.empty()) d.bqkv = upload(w.bqkv);
+  d.g_attn = upload(w.g_attn);
+  d.g_mlp = upload(w.g_mlp);
+  d.rope = rope_row(m, C - 1);
+  d.cs = upload(d.rope.cs);
+  const std::int64_t kvn = std::int64_t(B) * d.Hkv * C * d.D;
+  for (int c = 0; c < kv_copies; ++c) {
+    d.k.emplace_back(std::size_t(kvn) * 2);
+    d.v.emplace_back(std::size_t(kvn) * 2);
+    fill_bf16_kernel<<<grid_for(kvn), kThreads, 0, s>>>(d.k.back().as<std::uint16_t>(), kvn, seed + 10 + 2 * c, 1.0f);
+    fill_bf16_kernel<<<grid_for(kvn), kThreads, 0, s>>>(d.v.back().as<std::uint16_t>(), kvn, seed + 11 + 2 * c, 1.0f);
+    DC_CHECK(cudaGetLastError());
+  }
+  d.h0_host.resize(std::size_t(B) * d.H);
+  fr::fill_f32_uniform(d.h0_host.data(), d.h0_host.size(), seed + 1, 1.0f);
+  d.h0 = upload(d.h0_host);
+  d.h = Dev(d.h0_host.size() * 4);
+  d.xn = Dev(std::size_t(B) * d.H * 2);
+  d.qkv = Dev(std::size_t(B) * d.qo * 4);
+  d.q = Dev(std::size_t(B) * qd * 2);
+  d.attn = Dev(std::size_t(B) * qd * 4);
+  d.attn_b = Dev(std::size_t(B) * qd * 2);
+  d.tmp = Dev(std::size_t(B) * d.H * 4);
+  d.gu = Dev(std::size_t(B) * 2 * d.I * 4);
+  d.act = Dev(std::size_t(B) * d.I * 2);
+  d.g_qkv.plan(B, d.qo, d.H);
+  d.g_o.plan(B, d.H, qd);
+  d.g_gu.plan(B, 2 * d.I, d.H);
+  d.g_d.plan(B, d.H, d.I);
+  // Dense selection (every token, entries of 16) and the access study's split-KV plan.
+  ka::AttnShape sh;
+  sh.batch = B; sh.hq = d.Hq; sh.hkv = d.Hkv; sh.d = d.D; sh.ctx = C; sh.dtype = ka::DType::bf16;
+  sh.layout = ka::Layout::HND;
+  ka::validate_shape(sh);
+  const auto sel = ka::select_dense(sh, 16);
+  d.sel = sel.geom;
+  d.idx = upload(sel.idx);
+  d.dims = {std::uint32_t(B), std::uint32_t(d.Hq), std::uint32_t(d.Hkv), std::uint32_t(d.D), std::uint32_t(C),
+            ka::DType::bf16, ka::Layout::HND, sh.scale()};
+  d.plan = ka::gpu::plan_attention(d.dims, d.sel, sm_count);
+  d.ws = Dev(ka::gpu::attention_workspace_floats(d.dims, d.plan) * 4);
+  // Load every kernel module once before anything is timed (lazy loading under a blocking kernel deadlocks).
+  step(1, s);
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+
+DecodeGpu::~DecodeGpu() = default;
+int DecodeGpu::copies() const { return int(impl_->k.size()); }
+
+void DecodeGpu::layer(int copy, cudaStream_t s) {
+  Impl& d = *impl_;
+  const int B = d.B, qd = d.Hq * d.D;
+  add_rmsnorm_kernel<<<B, kThreads, 0, s>>>(d.h.as<float>(), nullptr, d.g_attn.as<float>(), d.eps, d.H,
+                                            d.xn.as<std::uint16_t>());
+  d.g_qkv.run(d.xn.p, d.wqkv.p, d.qkv.p, s);
+  const std::int64_t nq = std::int64_t(B) * (d.Hq + 2 * d.Hkv) * (d.D / 2);
+  qkv_post_kernel<<<grid_for(nq), kThreads, 0, s>>>(nq, d.qkv.as<float>(), d.bqkv.as<float>(), d.Hq, d.Hkv, d.D, d.C,
+                                                     d.cs.as<float>(), d.q.as<std::uint16_t>(),
+                                                     d.k[copy].as<std::uint16_t>(), d.v[copy].as<std::uint16_t>());
+  ka::gpu::attention(d.dims, d.q.p, d.k[copy].p, d.v[copy].p, d.sel, d.idx.as<std::uint32_t>(), d.plan,
+                     d.ws.as<float>(), d.attn.as<float>(), s);
+  const std::int64_t na = std::int64_t(B) * qd;
+  cast_bf16_kernel<<<grid_for(na), kThreads, 0, s>>>(na, d.attn.as<float>(), d.attn_b.as<std::uint16_t>());
+  d.g_o.run(d.attn_b.p, d.wo.p, d.tmp.p, s);
+  add_rmsnorm_kernel<<<B, kThreads, 0, s>>>(d.h.as<float>(), d.tmp.as<float>(), d.g_mlp.as<float>(), d.eps, d.H,
+                                            d.xn.as<std::uint16_t>());
+  d.g_gu.run(d.xn.p, d.wgu.p, d.gu.p, s);
+  const std::int64_t ni = std::int64_t(B) * d.I;
+  swiglu_kernel<<<grid_for(ni), kThreads, 0, s>>>(ni, d.gu.as<float>(), d.I, d.act.as<std::uint16_t>());
+  d.g_d.run(d.act.p, d.wd.p, d.tmp.p, s);
+  const std::int64_t nh = std::int64_t(B) * d.H;
+  add_kernel<<<grid_for(nh), kThreads, 0, s>>>(nh, d.h.as<float>(), d.tmp.as<float>());
+}
+
+void DecodeGpu::step(int L, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaMemcpyAsync(d.h.p, d.h0.p, d.h0.bytes, cudaMemcpyDeviceToDevice, s));
+  for (int l = 0; l < L; ++l) layer(l % copies(), s);
+}
+
+VerifyResult DecodeGpu::verify(const fr::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaStreamSynchronize(s));
+  const std::size_t kvs = std::size_t(d.Hkv) * d.C * d.D;
+  std::vector<std::vector<double>> refs(rows.size());
+  std::vector<std::uint16_t> kh(kvs), vh(kvs);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::size_t off = std::size_t(rows[r]) * kvs * 2;
+    DC_CHECK(cudaMemcpy(kh.data(), d.k[0].as<char>() + off, kvs * 2, cudaMemcpyDeviceToHost));
+    DC_CHECK(cudaMemcpy(vh.data(), d.v[0].as<char>() + off, kvs * 2, cudaMemcpyDeviceToHost));
+    reference_layer(w, d.h0_host.data() + std::size_t(rows[r]) * d.H, kh.data(), vh.data(), d.C, d.rope, refs[r]);
+  }
+  DC_CHECK(cudaMemcpyAsync(d.h.p, d.h0.p, d.h0.bytes, cudaMemcpyDeviceToDevice, s));
+  layer(0, s);
+  std::vector<float> h(d.h0_host.size());
+  DC_CHECK(cudaMemcpyAsync(h.data(), d.h.p, h.size() * 4, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return compare_rows(h, d.H, rows, refs);
+}
+
+// ---------------------------------------------------------------- recompute from X
+struct RecomputeGpu::Impl {
+  int rows = 0, hidden = 0, nkv = 0, D = 0;
+  Dev w, x, y, cs, pos, slot, cache;
+  fr::gpu::LtGemm gemm;
+};
+RecomputeGpu::RecomputeGpu(const md::ModelShape& m, int T, int P, std::uint64_t seed, cudaStream_t s)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.rows = T * P;
+  d.hidden = m.hidden;
+  d.nkv = m.n_kv_heads;
+  d.D = m.head_dim;
+  const int out = 2 * m.kv_dim();
+  std::vector<std::uint16_t> w(std::size_t(out) * m.hidden), x(std::size_t(d.rows) * m.hidden);
+  fr::fill_bf16_uniform(w.data(), w.size(), seed + 1, float(std::sqrt(3.0 / m.hidden)));
+  fr::fill_bf16_uniform(x.data(), x.size(), seed + 2, 1.0f);
+  d.w = upload(w);
+  d.x = upload(x);
+  d.y = Dev(std::size_t(d.rows) * out * 4);
+  const int pos0 = 4096;
+  d.cs = upload(fr::rope_table(fr::rope_inv_freq(m, m.head_dim), pos0 + T));
+  std::vector<std::int32_t> pos(d.rows);
+  for (int r = 0; r < d.rows; ++r) pos[r] = pos0 + r % T;
+  d.pos = upload(pos);
+  const std::int64_t n_blocks = 2 * ((d.rows + fr::kBlockTokens - 1) / fr::kBlockTokens);
+  d.slot = upload(fr::scattered_slots(d.rows, n_blocks, seed + 4));
+  d.cache = Dev(std::size_t(n_blocks) * 2 * fr::kBlockTokens * m.kv_dim() * 2);
+  d.gemm.plan(d.rows, out, m.hidden);
+  run(s);
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+RecomputeGpu::~RecomputeGpu() = default;
+void RecomputeGpu::run(cudaStream_t s) {
+  Impl& d = *impl_;
+  d.gemm.run(d.x.p, d.w.p, d.y.p, s);
+  fr::gpu::rope_write(d.y.as<float>(), nullptr, d.rows, d.nkv, d.D, d.cs.as<float>(), d.pos.as<std::int32_t>(),
+                      d.slot.as<std::int64_t>(), d.cache.as<std::uint16_t>(), s);
+}
+
+// ---------------------------------------------------------------- ceilings
+struct GemmCeiling::Impl {
+  Dev a, b, y;
+  fr::gpu::LtGemm g;
+};
+GemmCeiling::GemmCeiling(int n, cudaStream_t s) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  const std::int64_t nn = std::int64_t(n) * n;
+  d.a = Dev(std::size_t(nn) * 2);
+  d.b = Dev(std::size_t(nn) * 2);
+  d.y = Dev(std::size_t(nn) * 4);
+  fill_bf16_kernel<<<grid_for(nn), kThreads, 0, s>>>(d.a.as<std::uint16_t>(), nn, 1, 1.0f);
+  fill_bf16_kernel<<<grid_for(nn), kThreads, 0, s>>>(d.b.as<std::uint16_t>(), nn, 2, 1.0f);
+  d.g.plan(n, n, n);
+  run(s);
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+GemmCeiling::~GemmCeiling() = default;
+void GemmCeiling::run(cudaStream_t s) { impl_->g.run(impl_->a.p, impl_->b.p, impl_->y.p, s); }
+
+ReadCeiling::ReadCeiling(std::size_t bytes, cudaStream_t s) : bytes_(bytes) {
+  DC_CHECK(cudaMalloc(&buf_, bytes));
+  DC_CHECK(cudaMalloc(reinterpret_cast<void**>(&sum_), 16));
+  DC_CHECK(cudaMemsetAsync(buf_, 1, bytes, s));
+  run(s);
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+ReadCeiling::~ReadCeiling() {
+  if (buf_) (void)cudaFree(buf_);
+  if (sum_) (void)cudaFree(sum_);
+}
+void ReadCeiling::run(cudaStream_t s) { fr::gpu::read_xor(buf_, bytes_, sum_, s); }
+
+}  // namespace kvf::decode::gpu

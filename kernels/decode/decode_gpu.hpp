@@ -1,0 +1,76 @@
+// GPU side of the idleness study's decode step (only in builds with KVF_HAVE_CUDA): cuBLASLt bf16 x bf16 -> fp32
+// GEMMs (the frontier study's LtGemm), the access study's split-KV decode attention kernel, and small fused
+// kernels whose per-element bodies are in decode_math.hpp. Same function as the CPU twin (decode.hpp), checked
+// against the same reference and tolerance before timing.
+#pragma once
+#if defined(KVF_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "decode.hpp"
+
+namespace kvf::decode::gpu {
+
+class DecodeGpu {
+ public:
+  // Weights: the CPU LayerWeights (bf16 values held in fp32) converted exactly to bf16 and uploaded. K/V: kv_copies
+  // copies of [B][Hkv][C][D] bf16 filled on the device (fill_bf16 of decode_math.hpp). h0: fill_f32 as the twin.
+  DecodeGpu(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int B, int C, int kv_copies,
+            std::uint64_t seed, int sm_count, cudaStream_t s);
+  ~DecodeGpu();
+  DecodeGpu(const DecodeGpu&) = delete;
+  DecodeGpu& operator=(const DecodeGpu&) = delete;
+
+  void step(int L, cudaStream_t s);       // h = h0, then L layers (layer l uses K/V copy l % copies)
+  void layer(int copy, cudaStream_t s);
+  // One layer from h0 checked against reference_layer() for `rows` (synchronizes; restores nothing but h).
+  VerifyResult verify(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
+  int copies() const;
+  static std::size_t device_bytes(const md::ModelShape& m, int B, int C, int kv_copies);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Recompute from X (the frontier study's arm): P pages of T tokens, K/V GEMM (cuBLASLt), RoPE + paged bf16 write.
+class RecomputeGpu {
+ public:
+  RecomputeGpu(const md::ModelShape& m, int T, int P, std::uint64_t seed, cudaStream_t s);
+  ~RecomputeGpu();
+  void run(cudaStream_t s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Ceilings of the same run: cuBLASLt bf16 square GEMM (tensor pipe), device read with 16-byte loads (DRAM).
+class GemmCeiling {
+ public:
+  GemmCeiling(int n, cudaStream_t s);
+  ~GemmCeiling();
+  void run(cudaStream_t s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+class ReadCeiling {
+ public:
+  ReadCeiling(std::size_t bytes, cudaStream_t s);
+  ~ReadCeiling();
+  void run(cudaStream_t s);
+
+ private:
+  void* buf_ = nullptr;
+  unsigned long long* sum_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace kvf::decode::gpu
+#endif
