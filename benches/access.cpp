@@ -534,6 +534,7 @@ class AccessStudy final : public kvf::Study {
         ->delimiter(',');
     app.add_option("--gather-mib", gather_mib_, "bytes read per gather execution, MiB (default min(64, pool/2))");
     app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
+    app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: on, off or both (default on)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override {
@@ -555,6 +556,11 @@ class AccessStudy final : public kvf::Study {
     else if (huge_ == "both" || huge_.empty()) huges = {true, false};
     else throw kvf::UsageError("--huge-pages " + huge_ + ": allowed on, off, both");
     if (gpu || (quick && huge_.empty())) huges = {true};
+    std::vector<bool> prefetches;
+    if (prefetch_ == "on" || prefetch_.empty() || gpu) prefetches = {true};
+    else if (prefetch_ == "off") prefetches = {false};
+    else if (prefetch_ == "both") prefetches = {true, false};
+    else throw kvf::UsageError("--prefetch " + prefetch_ + ": allowed on, off, both");
     std::vector<bool> selects;
     if (select_ == "per_head") selects = {false};
     else if (select_ == "shared") selects = {true};
@@ -661,24 +667,25 @@ class AccessStudy final : public kvf::Study {
         for (bool huge : huges) {
           std::uint64_t total = gather_mib_ ? std::uint64_t{gather_mib_} << 20 : std::min<std::uint64_t>(
                                                                                     gpu ? 256ull << 20 : (quick ? 16ull << 20 : 64ull << 20), p / 2);
-          const std::string seq_key = "seq" + std::to_string(p) + (huge ? "h" : "n");
-          auto add = [&](std::uint64_t R, bool seq) {
+          const std::string seq_key0 = "seq" + std::to_string(p) + (huge ? "h" : "n");
+          auto add = [&](std::uint64_t R, bool seq, bool pf) {
             ka::GatherGeom g{p, R, total / R * R, kSeed, seq};
             ka::validate_gather(g);
             auto c = std::make_unique<GatherCase>();
             c->sh = sh;
             c->g = g;
             c->huge = huge;
+            c->prefetch = pf;
             c->is_seq = seq;
-            c->seq_key = seq_key;
+            c->seq_key = seq_key0 + (pf ? "p" : "n");
             c->name = std::string("gather/") + (seq ? "seq" : "R" + std::to_string(R)) + "/pool" +
-                      std::to_string(p >> 20) + "MiB/" + (huge ? "huge" : "nohuge");
+                      std::to_string(p >> 20) + "MiB/" + (huge ? "huge" : "nohuge") + (pf ? "" : "/noprefetch");
             c->params = {{"part", "gather"},
                          {"arm", seq ? "sequential" : "gather"},
                          {"run_bytes", std::to_string(R)},
                          {"pool_mib", std::to_string(p >> 20)},
                          {"huge", huge ? "on" : "off"},
-                         {"prefetch", "on"},
+                         {"prefetch", gpu ? "" : (pf ? "on" : "off")},
                          {"working_set_bytes", std::to_string(g.total_bytes)},
                          {"llc_bytes", std::to_string(llc)},
                          {"working_set_vs_llc", fmt(double(g.total_bytes) / double(llc))}};
@@ -691,8 +698,10 @@ class AccessStudy final : public kvf::Study {
                              double(g.total_bytes) / 1e9;
             out.push_back(std::move(c));
           };
-          add(65536, true);
-          for (auto R : runs) add(R, false);
+          for (bool pf : prefetches) {
+            add(65536, true, pf);
+            for (auto R : runs) add(R, false, pf);
+          }
         }
     }
 
@@ -893,7 +902,7 @@ class AccessStudy final : public kvf::Study {
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_;
   std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0;
-  std::string select_, scatter_, huge_;
+  std::string select_, scatter_, huge_, prefetch_;
 };
 
 }  // namespace
