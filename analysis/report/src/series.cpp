@@ -93,7 +93,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       if (s.mode != mode) continue;  // cold rows already made this series
       if (std::find(s.tokens.begin(), s.tokens.end(), *T) != s.tokens.end()) continue;
       s.tokens.push_back(*T);
-      s.secs.push_back(*r->median_s);
+      s.secs.push_back(*r->median_s / std::max(1.0, s.pages));  // per page: a call recomputes P pages
       s.kv_bytes.push_back(r->num("kv_bytes_per_page").value_or(0));
       s.resident.push_back(r->num("resident_bytes_per_page").value_or(0));
     }

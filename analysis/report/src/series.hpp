@@ -18,7 +18,8 @@ const XferSeries* find_xfer(const std::vector<XferSeries>& all, const std::strin
 // The fetch a page would take on this device: h2d_pinned on a GPU, the SSD tier (file_page) on a CPU.
 std::string primary_link(const ResultSet& rs);
 
-// Recompute arms of the frontier study over tokens per page, one series per (model, arm, xdtype, layers, pages).
+// Recompute arms of the frontier study over tokens per page, one series per (model, arm, xdtype, layers, pages,
+// prefix). secs is per page: the call's median divided by its P pages.
 struct RecSeries {
   std::string model, arm, xdtype, mode, prefix;
   double layers = 1, pages = 1;
