@@ -35,6 +35,7 @@ struct Plot {
   bool logx = false, logy = false;
   std::vector<Line> lines;
   std::vector<std::string> extra;  // gnuplot commands before plot (arrows, ranges)
+  int logx_base = 2;
 };
 
 std::string gq(const std::string& s) {  // gnuplot double-quoted string
@@ -77,7 +78,7 @@ void write_plot(const Plot& p, const fs::path& dir) {
      << "set title " << gq(p.title) << "\n"
      << "set xlabel " << gq(p.xlabel) << "\nset ylabel " << gq(p.ylabel) << "\n"
      << "set grid\nset key below left Left reverse\n";
-  if (p.logx) gp << "set logscale x 2\n";
+  if (p.logx) gp << "set logscale x " << p.logx_base << "\n";
   if (p.logy) gp << "set logscale y\n";
   for (const auto& e : p.extra) gp << e << "\n";
   gp << plot.str() << "\n"
@@ -496,7 +497,7 @@ std::string section_idle(Ctx& cx) {
 std::string section_predicted(Ctx& cx) {
   std::string s = "## 6. Measured against model-predicted, every arm\n\n";
   if (!cx.gpus_error.empty()) return s + "Not available: " + cx.gpus_error + "\n\n";
-  Plot p{"predicted", "Measured vs predicted (median, us)", "predicted (us)", "measured (us)", true, true, {}, {}};
+  Plot p{"predicted", "Measured vs predicted (median, us)", "predicted (us)", "measured (us)", true, true, {}, {}, 10};
   std::string table, ceilings;
   double lo = 1e300, hi = 0;
   for (const auto& rs : cx.sets) {
