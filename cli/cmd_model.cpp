@@ -91,13 +91,17 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   }
 
   std::printf("\nAction table (cheapest; total us per page = reuse x reuse cost + one-time + HBM price x MiB):\n");
-  std::printf("%8s %7s %6s %6s  %-18s %10s\n", "phase", "tokens", "layers", "reuse", "cheapest", "total_us");
+  std::printf("%8s %7s %6s %6s  %-18s %10s %s\n", "phase", "tokens", "layers", "reuse", "cheapest", "total_us", "source");
   for (const auto& c : table) {
     double best = 0;
+    std::string src;
     for (const auto& a : c.costs)
-      if (a.action == c.cheapest) best = a.total_us;
-    std::printf("%8s %7s %6s %6s  %-18s %10s\n", c.phase.c_str(), f(c.tokens).c_str(), f(c.layers).c_str(),
-                f(c.reuse).c_str(), c.cheapest.c_str(), f(best).c_str());
+      if (a.action == c.cheapest) {
+        best = a.total_us;
+        src = a.source;
+      }
+    std::printf("%8s %7s %6s %6s  %-18s %10s %s\n", c.phase.c_str(), f(c.tokens).c_str(), f(c.layers).c_str(),
+                f(c.reuse).c_str(), c.cheapest.c_str(), f(best).c_str(), src.c_str());
   }
 }
 
@@ -134,8 +138,9 @@ void add_model(CLI::App& app) {
     report::GpuSpec g = report::find_gpu(gpus, args->gpu);
     const auto shapes = report::load_shapes(args->models_path);
     const report::Shape& m = report::find_shape(shapes, args->model);
+    report::ResultSet rs;
     if (!args->calibrate.empty()) {
-      const auto rs = report::load_results(args->calibrate);
+      rs = report::load_results(args->calibrate);
       std::size_t ceilings = 0;
       for (const auto& d : report::calibrate(g, rs))
         if (d.rfind("l2_mib", 0) != 0) ++ceilings;  // the L2 size alone is not a ceiling
@@ -148,6 +153,7 @@ void add_model(CLI::App& app) {
     if (!args->reuse.empty()) ao.reuse = args->reuse;
     ao.prefill_pages = args->prefill_pages;
     ao.hbm_price_us_per_mib = args->hbm_price;
+    if (!args->calibrate.empty()) ao.measured = &rs;  // measured arm times replace the model's where present
     const auto table = report::action_table(g, m, ao);
     const auto j = report::action_table_json(g, m, ao, table);
     if (args->json == "-") {

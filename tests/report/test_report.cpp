@@ -226,3 +226,40 @@ TEST(BadInput, FileAndLine) {
   const std::string mixed = message_of([] { load_all({kFx + "/gpu", kFx + "/gpu_v2"}); });
   EXPECT_NE(mixed.find("gpu_v2/meta.json: suite version 0.2.0 differs from"), std::string::npos) << mixed;
 }
+
+TEST(Actions, MeasuredCostsReplaceTheModel) {
+  // gpu fixture: x bf16 P1 at 16/128/512 tokens = 40/48/90 us; h2d_pinned 30 us at 64 KiB, 170 us at 512 KiB
+  // (interpolated); Llama-3.1-8B K/V per layer: 4096 B per token.
+  const auto gpus = load_gpus(default_gpus_path());
+  const auto shapes = load_shapes();
+  const ResultSet rs = load_results(kFx + "/gpu");
+  const GpuSpec g = spec_from_results(rs, gpus);
+  ActionOptions o;
+  o.tokens = {16, 64, 128, 4096};
+  o.layers = {1, 2};
+  o.reuse = {0.5};
+  o.measured = &rs;
+  const auto t = action_table(g, find_shape(shapes, "Llama-3.1-8B"), o);
+  auto cost = [&](double T, double L, const std::string& phase, const std::string& a) {
+    for (const auto& c : t)
+      if (c.tokens == T && c.layers == L && c.phase == phase)
+        for (const auto& x : c.costs)
+          if (x.action == a) return x;
+    ADD_FAILURE() << a;
+    return ActionCost{};
+  };
+  EXPECT_NEAR(cost(128, 1, "decode", "recompute_x").reuse_us, 48, 1e-9);
+  EXPECT_EQ(cost(128, 1, "decode", "recompute_x").source, "measured");
+  EXPECT_NEAR(cost(128, 2, "decode", "recompute_x").reuse_us, 96, 1e-9);  // per layer x 2
+  // 64 tokens: between 16 (40 us) and 128 (48 us): 40 + 8 * 48/112
+  EXPECT_NEAR(cost(64, 1, "decode", "recompute_x").reuse_us, 40 + 8.0 * 48 / 112, 1e-9);
+  EXPECT_EQ(cost(64, 1, "decode", "recompute_x").source, "interpolated");
+  EXPECT_EQ(cost(4096, 1, "decode", "recompute_x").source, "model");  // beyond 512 tokens: never extrapolated
+  EXPECT_EQ(cost(128, 1, "prefill", "recompute_x").source, "model");  // P=16 not measured
+  EXPECT_NEAR(cost(16, 1, "decode", "demote").reuse_us, 30, 1e-9);     // 64 KiB measured
+  EXPECT_EQ(cost(16, 1, "decode", "demote").source, "measured");
+  EXPECT_NEAR(cost(128, 2, "decode", "demote").reuse_us, 340, 1e-9);   // 2 copies of 512 KiB at 170 us
+  EXPECT_EQ(cost(128, 2, "decode", "demote").source, "interpolated");
+  // int4 X at 128 tokens: P1 row 60 us measured
+  EXPECT_NEAR(cost(128, 1, "decode", "recompute_x_int4").reuse_us, 60, 1e-9);
+}

@@ -12,8 +12,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <algorithm>
+
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "series.hpp"
 
 namespace kvf::report {
 
@@ -45,6 +48,14 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
       o.hbm_price_us_per_mib >= 0 ? o.hbm_price_us_per_mib : double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
   const double MiB = 1 << 20;
 
+  std::vector<detail::RecSeries> recs;
+  std::vector<detail::XferSeries> xfers;
+  const detail::XferSeries* h2d = nullptr;
+  if (o.measured) {
+    recs = detail::recompute_series(*o.measured);
+    xfers = detail::transfer_series(*o.measured);
+    h2d = detail::find_xfer(xfers, "h2d_pinned");
+  }
   std::vector<ActionClass> out;
   for (const char* phase : {"decode", "prefill"}) {
     const double P = std::string(phase) == "decode" ? 1 : o.prefill_pages;
@@ -57,9 +68,11 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
           c.reuse = p;
           c.phase = phase;
           const double kv = kv_bytes_per_layer(m, T) * L;
-          auto add = [&](const std::string& name, double hbm, double host, double reuse_s, double once_s) {
+          auto add = [&](const std::string& name, double hbm, double host, double reuse_s, double once_s,
+                         const std::string& source = "model") {
             ActionCost a;
             a.action = name;
+            a.source = source;
             a.hbm_bytes = hbm;
             a.host_bytes = host;
             a.reuse_us = reuse_s * 1e6;
@@ -76,13 +89,30 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
           }
           {
             // The D2H write-back runs on a copy engine, overlapped with compute: not on the critical path (0).
-            const double fetch = transfer(g, kv, static_cast<int>(L), g.host_link_gbps).seconds;
-            add("demote", 0, kv, fetch, 0);
+            double fetch = transfer(g, kv, static_cast<int>(L), g.host_link_gbps).seconds;
+            std::string src = "model";
+            if (h2d) {
+              const double b = kv / L;
+              if (auto t = interpolate(h2d->bytes, h2d->secs, b)) {
+                fetch = L * *t;
+                src = std::find(h2d->bytes.begin(), h2d->bytes.end(), b) != h2d->bytes.end() ? "measured" : "interpolated";
+              }
+            }
+            add("demote", 0, kv, fetch, 0, src);
           }
           for (int bits : {16, 8, 4}) {
             const double x = x_bytes_per_layer(m, T, bits) * L;
-            const double t = L * recompute_x(g, m, T, P, bits).seconds;
-            add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0);
+            double t = L * recompute_x(g, m, T, P, bits).seconds;
+            std::string src = "model";
+            const std::string arm = bits == 16 ? "x" : "xq", dt = bits == 16 ? "bf16" : bits == 8 ? "int8" : "int4";
+            for (const auto& sr : recs) {
+              if (sr.model != m.name || sr.arm != arm || sr.xdtype != dt || sr.layers != 1 || sr.pages != P) continue;
+              if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page per layer
+                t = L * *v;
+                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
+              }
+            }
+            add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
           }
           add("evict", 0, 0, recompute_layers(g, m, T, P, L).seconds, 0);
           const ActionCost* best = &c.costs.front();
@@ -116,6 +146,7 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
   spec["copy_fixed_us"] = g.copy_fixed_us;
   spec["calibrated"] = g.calibration;
   j["ceilings"] = spec;
+  j["measured_from"] = o.measured ? o.measured->dir : "";
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& c : t) {
     nlohmann::json r;
@@ -127,7 +158,7 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
     nlohmann::json costs = nlohmann::json::object();
     for (const auto& a : c.costs)
       costs[a.action] = {{"total_us", a.total_us}, {"reuse_us", a.reuse_us}, {"one_time_us", a.one_time_us},
-                         {"hbm_bytes", a.hbm_bytes}, {"host_bytes", a.host_bytes}};
+                         {"hbm_bytes", a.hbm_bytes}, {"host_bytes", a.host_bytes}, {"source", a.source}};
     r["costs"] = costs;
     rows.push_back(r);
   }

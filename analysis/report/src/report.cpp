@@ -369,9 +369,10 @@ std::string section_frontier(Ctx& cx) {
 }
 
 std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label, Ctx& cx, const std::string& chart,
-                      double reuse) {
+                      double reuse, const ResultSet* measured = nullptr) {
   ActionOptions o;
   o.reuse = {reuse};
+  o.measured = measured;
   std::vector<ActionClass> t;
   try {
     t = action_table(g, m, o);
@@ -396,7 +397,10 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
     for (double L : Ls)
       for (const auto& c : t)
         if (c.phase == "decode" && c.tokens == T && c.layers == L) {
-          cells.push_back(c.cheapest);
+          std::string src;
+          for (const auto& a : c.costs)
+            if (a.action == c.cheapest && a.source != "model") src = " (" + a.source + ")";
+          cells.push_back(c.cheapest + src);
           auto& l = by_action[c.cheapest];
           l.title = c.cheapest;
           l.style = "points pt 5 ps 3";
@@ -431,7 +435,8 @@ std::string section_map(Ctx& cx) {
     any_gpu = true;
     const GpuSpec g = spec_from_results(rs, cx.gpus);
     for (double p : {0.1, 0.5, 0.9})
-      s += map_table(g, *m, rs.label + ", calibrated", cx, p == 0.5 ? "frontier_map_" + std::to_string(i) : "", p);
+      s += map_table(g, *m, rs.label + ", calibrated, measured costs where present", cx,
+                     p == 0.5 ? "frontier_map_" + std::to_string(i) : "", p, &rs);
   }
   if (!any_gpu) {
     try {

@@ -121,10 +121,15 @@ struct ActionOptions {
   std::vector<double> reuse = {0.1, 0.5, 0.9};
   int prefill_pages = 16;                           // pages per recompute call in prefill (decode: 1)
   double hbm_price_us_per_mib = -1;                 // < 0: the time to fetch 1 MiB over the host link
+  // Measured costs replace the model's where this directory measured them (frontier arms x / xq at the
+  // class's tokens and pages per call, h2d_pinned at the page's K/V bytes per layer); linear interpolation
+  // between measured token counts / copy sizes, never beyond them.
+  const ResultSet* measured = nullptr;
 };
 struct ActionCost {
   std::string action;
   double hbm_bytes = 0, host_bytes = 0, reuse_us = 0, one_time_us = 0, total_us = 0;
+  std::string source = "model";  // of reuse_us: "model" | "measured" | "interpolated"
 };
 struct ActionClass {
   double tokens = 0, layers = 0, reuse = 0;
