@@ -37,6 +37,10 @@ void add_report(CLI::App& app) {
       ->capture_default_str();
   sub->callback([args] {
     args->opts.charts = !args->no_charts;
+    // Flags naming a model or a GPU are checked up front: a typo is bad input (exit 2), not a quiet gap.
+    report::find_shape(report::load_shapes(args->opts.models_path), args->opts.model);
+    report::find_gpu(report::load_gpus(args->opts.gpus_path.empty() ? report::default_gpus_path() : args->opts.gpus_path),
+                     args->opts.spec_gpu);
     const auto sets = report::load_all(args->dirs);
     const auto res = report::write_report(sets, args->opts);
     for (const auto& w : res.warnings) std::fprintf(stderr, "kvf report: warning: %s\n", w.c_str());
