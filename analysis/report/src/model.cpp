@@ -366,7 +366,13 @@ GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus)
     try {
       g = find_gpu(gpus, rs.device);
     } catch (const UsageError&) {
-      g.name = rs.device;  // unknown GPU: only measured ceilings
+      g.name = rs.device;  // unknown GPU: only measured ceilings, plus the spec file's stated overheads
+      if (!gpus.empty()) {
+        g.launch_us = gpus.front().launch_us;
+        g.copy_fixed_us = gpus.front().copy_fixed_us;
+        for (const char* f : {"launch_us", "copy_fixed_us"})
+          if (gpus.front().source.count(f)) g.source[f] = gpus.front().source.at(f);
+      }
     }
   } else {
     g.name = rs.device.empty() ? "cpu" : rs.device;
