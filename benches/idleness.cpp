@@ -578,9 +578,22 @@ void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, 
       }
     };
     c.on_run = [s, L](Backend&) { dc::decode_step_cpu(*s->w, s->st, L); };
-    c.on_after = [this, s, L, &c](Backend&, const kvf::Summary& sm, const std::string& mode) {
+    c.on_after = [this, s, L, &c, mm, B, C](Backend&, const kvf::Summary& sm, const std::string& mode) {
       std::string extra = cpu_after(c, sm, mode, [s, L] { dc::decode_step_cpu(*s->w, s->st, L); });
       extra += "; K/V copies " + i2s(s->st.copies()) + " for " + i2s(L) + " layers";
+      if (mode == "hot") {
+        // Phase split of one extra step: GEMMs (weights) vs attention (K/V) vs the rest, with their rates.
+        auto& st = s->st;
+        st.t_gemm = st.t_attn = st.t_other = 0;
+        st.instrument = true;
+        dc::decode_step_cpu(*s->w, st, L);
+        st.instrument = false;
+        const double wbytes = dc::layer_params(mm) * 4 * L, kvb = dc::kv_layer_bytes(mm, B, C) * L;
+        const double gflop = 2.0 * B * dc::layer_params(mm) * L / 1e9;
+        extra += "; phase split of one step: gemm " + num(st.t_gemm, 3) + " s (" + num(wbytes / st.t_gemm / 1e9, 3) +
+                 " GB/s of weights, " + num(gflop / st.t_gemm, 3) + " GFLOP/s), attention " + num(st.t_attn, 3) +
+                 " s (" + num(kvb / st.t_attn / 1e9, 3) + " GB/s of K/V), other " + num(st.t_other, 3) + " s";
+      }
       if (s->bg.joinable()) {
         if (!s->bg_error.empty()) throw std::runtime_error("background recompute failed: " + s->bg_error);
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->t0).count();

@@ -123,6 +123,9 @@ struct DecodeState {
   RopeRow rope;
   std::vector<float> h0, h, xn, qkv, attn, tmp, gu, act;
   std::vector<std::uint16_t> qb;  // bf16 q [B][Hq][D]
+  // Phase split of one step (instrument = true: steady_clock around each phase; off while timing).
+  bool instrument = false;
+  double t_gemm = 0, t_attn = 0, t_other = 0;
   int copies() const { return int(k.size()); }
 };
 // kv_copies >= 1 distinct K/V copies (layer l uses copy l % kv_copies); filled deterministically.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -305,8 +306,18 @@ DecodeState make_decode_state(const md::ModelShape& m, int B, int C, int kv_copi
 void decode_layer_cpu(const fr::LayerWeights& w, DecodeState& s, int copy) {
   const int B = s.B, H = s.H, D = s.D, Hq = s.Hq, Hkv = s.Hkv, C = s.C, I = s.I, half = D / 2;
   const int qd = Hq * D, kvd = Hkv * D, qo = qd + 2 * kvd;
+  using clk = std::chrono::steady_clock;
+  auto t = clk::now();
+  auto lap = [&](double& acc) {
+    if (!s.instrument) return;
+    const auto n = clk::now();
+    acc += std::chrono::duration<double>(n - t).count();
+    t = n;
+  };
   rmsnorm_bf16(s.h.data(), w.g_attn.data(), s.eps, B, H, s.xn.data());
+  lap(s.t_other);
   gemm(s.xn.data(), w.wqkv.data(), s.qkv.data(), B, qo, H);
+  lap(s.t_gemm);
   std::uint16_t* K = s.k[copy].data();
   std::uint16_t* V = s.v[copy].data();
   const float* cs = s.rope.cs.data();
@@ -333,15 +344,24 @@ void decode_layer_cpu(const fr::LayerWeights& w, DecodeState& s, int copy) {
       }
     }
   }
+  lap(s.t_other);
   ka::attention_cpu(s.shape, s.qb.data(), K, V, s.sel, s.ws, s.attn.data());
+  lap(s.t_attn);
   for (auto& a : s.attn) a = r16(a);
+  lap(s.t_other);
   gemm(s.attn.data(), w.wo.data(), s.tmp.data(), B, H, qd);
+  lap(s.t_gemm);
   add_inplace(s.h.data(), s.tmp.data(), std::size_t(B) * H);
   rmsnorm_bf16(s.h.data(), w.g_mlp.data(), s.eps, B, H, s.xn.data());
+  lap(s.t_other);
   gemm(s.xn.data(), w.wgu.data(), s.gu.data(), B, 2 * I, H);
+  lap(s.t_gemm);
   swiglu_bf16(s.gu.data(), B, I, s.act.data());
+  lap(s.t_other);
   gemm(s.act.data(), w.wd.data(), s.tmp.data(), B, H, I);
+  lap(s.t_gemm);
   add_inplace(s.h.data(), s.tmp.data(), std::size_t(B) * H);
+  lap(s.t_other);
 }
 
 void decode_step_cpu(const fr::LayerWeights& w, DecodeState& s, int L) {
