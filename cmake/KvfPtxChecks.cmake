@@ -31,8 +31,10 @@
 # registers one check per architecture, named <name-prefix>.<arch>.
 include_guard(GLOBAL)
 
-set(KVF_PTX_CHECK_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/../tests/tools/kvf_ptx_check.sh)
-get_filename_component(KVF_PTX_CHECK_SCRIPT ${KVF_PTX_CHECK_SCRIPT} ABSOLUTE)
+# CACHE INTERNAL: include_guard(GLOBAL) skips this file in later directories, whose scope would not
+# see a normal variable set here.
+get_filename_component(_kvf_ptx_script ${CMAKE_CURRENT_LIST_DIR}/../tests/tools/kvf_ptx_check.sh ABSOLUTE)
+set(KVF_PTX_CHECK_SCRIPT ${_kvf_ptx_script} CACHE INTERNAL "checker script of kvf_add_ptx_check")
 
 function(kvf_add_ptx_check)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "NO_SPILLS;REQUIRE_V4_LOADS" "NAME;SOURCE;ARCH" "INCLUDES;DEFINES;LABELS")

@@ -176,6 +176,12 @@ class CpuBackend final : public Backend {
     const int threads = omp_get_max_threads();
     const std::size_t chunk = std::max<std::size_t>(std::size_t{1} << 20, (bytes + threads - 1) / threads);
     const std::size_t n = (bytes + chunk - 1) / chunk;
+    // One chunk: no parallel region (waking the team costs more than a 1 MiB copy, and on a shared
+    // machine it can wait a whole scheduler tick for a descheduled thread).
+    if (n <= 1) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
 #pragma omp parallel for schedule(static)
     for (std::size_t c = 0; c < n; ++c) {
       const std::size_t off = c * chunk, len = std::min(chunk, bytes - off);

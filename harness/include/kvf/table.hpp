@@ -22,7 +22,7 @@ struct CsvTable {
 
 // At most kMaxCsvColumns columns. Throws UsageError naming the file (and line) when the file is
 // missing, has a malformed row, a duplicate column, or too many columns.
-inline constexpr std::size_t kMaxCsvColumns = 96;
+inline constexpr std::size_t kMaxCsvColumns = 160;
 CsvTable read_csv_table(const std::string& path);
 
 // Parses a number field; empty means missing (nullopt). Throws UsageError naming file:line:column
