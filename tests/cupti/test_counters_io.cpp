@@ -125,6 +125,39 @@ TEST(EvaluateDir, MissingImageNamesTheFile) {
   }
 }
 
+TEST(EvaluateDir, KeepsRowsThatNoSavedCaptureProduced) {
+  // The CPU twin writes cpu_model rows straight into counters.csv; re-evaluating the saved GPU
+  // captures must not lose them, and must replace (not duplicate) the rows of the captures it re-reads.
+  const auto dir = fresh_dir("keep_cpu_rows");
+  fs::create_directories(kc::counters_dir(dir));
+  const std::vector<kc::KernelRecord> ks = {{100, 200, 0, 1, 7, 1, "attn"}};
+  kc::write_kernels_csv(kc::counters_dir(dir) / "trace.kernels.csv", ks);
+  kc::CaptureManifest m;
+  m.name = "trace";
+  m.kind = "activity";
+  m.study = "idleness";
+  m.case_name = "b1";
+  m.ranges = {kc::RangeMeta{0, "b1/step0", "", 50, 450, NAN}};
+  kc::save_capture(dir, m, {}, {});
+  kc::CounterRow cpu{"idleness", "b1", "cpu_model", "cpu_model", 0, "cold", 0, 1, "cpu", "kvf:idle_compute_pct", 97.5, "%"};
+  kc::write_counters_csv(dir / "counters.csv", {cpu});
+  const auto first = kc::evaluate_dir(dir);
+  const auto second = kc::evaluate_dir(dir);  // idempotent
+  EXPECT_EQ(first.rows, second.rows);
+  const auto t = kvf::read_csv_table((dir / "counters.csv").string());
+  std::size_t cpu_rows = 0, trace_rows = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    if (t.at(i, "source") == "cpu_model") {
+      ++cpu_rows;
+      EXPECT_EQ(t.at(i, "value"), "97.5");
+    }
+    if (t.at(i, "capture") == "trace") ++trace_rows;
+  }
+  EXPECT_EQ(cpu_rows, 1u);
+  EXPECT_GT(trace_rows, 0u);
+  EXPECT_EQ(t.rows.size(), first.rows);
+}
+
 TEST(EvaluateDir, ActivityCaptureRoundTrip) {
   // Kernel records and windows saved, re-evaluated offline into counters.csv.
   const auto dir = fresh_dir("activity");

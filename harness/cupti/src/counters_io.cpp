@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "kvf/csv.hpp"
+#include "kvf/table.hpp"
 #include "kvf/cupti/activity.hpp"
 #include "kvf/cupti/metric_sets.hpp"
 #include "kvf/errors.hpp"
@@ -272,6 +273,7 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
 
   EvaluateSummary sum;
   std::vector<CounterRow> rows;
+  std::vector<std::string> captured;  // names of the captures re-evaluated below
   for (const auto& p : manifests) {
     nlohmann::json j;
     {
@@ -289,13 +291,32 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
                                              " names no chip)");
       m.chip = chip_txt;
     }
+    captured.push_back(m.name);
     auto r = evaluate_capture(results_dir, m);
     rows.insert(rows.end(), r.begin(), r.end());
     ++sum.captures;
   }
   sum.rows = rows.size();
   sum.csv = results_dir / "counters.csv";
-  write_counters_csv(sum.csv, rows);
+  // Rows that came from no saved capture (the CPU twin's cpu_model and perf rows) cannot be
+  // re-evaluated: keep them as they are, so re-evaluation never loses a measurement.
+  std::string text = csv_line(counter_columns());
+  if (fs::exists(sum.csv)) {
+    const CsvTable old = read_csv_table(sum.csv.string());
+    const std::size_t cap = old.require_column("capture");
+    for (const auto& row : old.rows) {
+      if (std::find(captured.begin(), captured.end(), row[cap]) != captured.end()) continue;
+      std::vector<std::string> fields;
+      for (const auto& col : counter_columns()) {
+        const auto c = old.column(col);
+        fields.push_back(c ? row[*c] : std::string());
+      }
+      text += csv_line(fields);
+      ++sum.rows;
+    }
+  }
+  for (const auto& r : rows) text += csv_line(to_fields(r));
+  write_text(sum.csv, text);
   return sum;
 }
 
