@@ -280,6 +280,10 @@ int bench_main(int argc, char** argv, Study& study) {
     return kExitUsage;
   }
   std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
+  // Google Benchmark's JSON (--benchmark_out) carries the device so `kvf gate` can refuse a mismatch.
+  benchmark::AddCustomContext("kvf_device", be->info().name);
+  benchmark::AddCustomContext("kvf_backend", be->name());
+  benchmark::AddCustomContext("kvf_study", study.name());
 
   // Per-case state across its (mode x repetition) benchmark invocations.
   struct CaseState {
