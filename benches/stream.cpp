@@ -62,6 +62,7 @@ class StreamStudy final : public kvf::Study {
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override {
     Backend& be = *ctx.backend;
+    quick_ = ctx.quick;
     const auto& info = be.info();
     const std::size_t llc = info.llc_bytes ? info.llc_bytes : std::size_t{32} << 20;
     std::size_t bytes;
@@ -101,6 +102,7 @@ class StreamStudy final : public kvf::Study {
  private:
   std::shared_ptr<Arrays> arrays_ = std::make_shared<Arrays>();
   std::string size_text_;
+  bool quick_ = false;
 
   FnCase& add(std::vector<std::unique_ptr<kvf::Case>>& out, const std::string& op, const std::string& extra_name,
               std::vector<kvf::Param> params, std::size_t bytes, double moved, const std::string& note) {
@@ -111,8 +113,8 @@ class StreamStudy final : public kvf::Study {
     c->bytes = moved;
     c->ceiling = kvf::CeilingRef{"stream", {{"op", "read"}}, "gbps"};
     c->note = note;
-    // Estimated: fill + verify + (warm-up + ~budget) per mode.
-    c->est_seconds = 0.3 + static_cast<double>(bytes) / 2e9 + 2 * 0.6;
+    // Estimated: fill + verify + (warm-up + ~budget) per mode (--quick: 0.1 s budget).
+    c->est_seconds = 0.3 + static_cast<double>(bytes) / 2e9 + 2 * (quick_ ? 0.2 : 0.6);
     c->on_teardown = [a = arrays_](Backend&) { a->reset(); };
     auto& ref = *c;
     out.push_back(std::move(c));
