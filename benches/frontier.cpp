@@ -33,6 +33,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
+#include "kvf/fn_case.hpp"
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
 #include "layers.hpp"
@@ -47,6 +48,8 @@
 
 namespace {
 
+using kvf::FnCase;
+
 using kvf::Backend;
 using kvf::BufferHandle;
 using kvf::MemKind;
@@ -56,22 +59,6 @@ namespace md = kvf::models;
 
 constexpr std::uint64_t kSeed = 0xf00d;
 constexpr int kPos0 = 4096;  // pages of the X arms sit at positions 4096 .. 4096 + T - 1
-
-class FnCase final : public kvf::Case {
- public:
-  std::function<void(Backend&)> on_setup, on_run, on_teardown, on_before;
-  std::function<void(Backend&)> on_verify;  // throws kvf::VerifyError
-  std::function<std::string(Backend&, const kvf::Summary&, const std::string&)> on_after;
-  void setup(Backend& be) override { if (on_setup) on_setup(be); }
-  bool has_verify() const override { return static_cast<bool>(on_verify); }
-  void verify(Backend& be) override { on_verify(be); }
-  void before_sample(Backend& be) override { if (on_before) on_before(be); }
-  void run(Backend& be) override { on_run(be); }
-  void teardown(Backend& be) override { if (on_teardown) on_teardown(be); }
-  std::string after_measure(Backend& be, const kvf::Summary& s, const std::string& mode) override {
-    return on_after ? on_after(be, s, mode) : std::string{};
-  }
-};
 
 std::string str(double v) {
   std::ostringstream o;
@@ -146,12 +133,7 @@ class FrontierStudy final : public kvf::Study {
     return arms_.empty() || std::find(arms_.begin(), arms_.end(), a) != arms_.end();
   }
   FnCase& add(Out& out, std::string name, std::vector<Param> params) {
-    auto c = std::make_unique<FnCase>();
-    c->name = std::move(name);
-    c->params = std::move(params);
-    auto& r = *c;
-    out.push_back(std::move(c));
-    return r;
+    return kvf::add_fn_case(out, std::move(name), std::move(params));
   }
   void add_gemm_ceiling(Out& out, Backend& be);
   void add_x(Out& out, const md::ModelShape& m, int T, int P, const std::string& xdtype);

@@ -45,6 +45,7 @@
 #include "kvf/nvtx.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
+#include "kvf/fn_case.hpp"
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
 #include "layers.hpp"
@@ -65,6 +66,8 @@
 
 namespace {
 
+using kvf::FnCase;
+
 using kvf::Backend;
 using kvf::Param;
 namespace dc = kvf::decode;
@@ -73,21 +76,6 @@ namespace md = kvf::models;
 
 constexpr std::uint64_t kSeed = 0x1d1e;
 std::string g_out_dir;  // the results directory (main() makes sure bench_main gets an explicit --out)
-
-class FnCase final : public kvf::Case {
- public:
-  std::function<void(Backend&)> on_setup, on_run, on_teardown, on_before, on_verify;
-  std::function<std::string(Backend&, const kvf::Summary&, const std::string&)> on_after;
-  void setup(Backend& be) override { if (on_setup) on_setup(be); }
-  bool has_verify() const override { return static_cast<bool>(on_verify); }
-  void verify(Backend& be) override { on_verify(be); }
-  void before_sample(Backend& be) override { if (on_before) on_before(be); }
-  void run(Backend& be) override { on_run(be); }
-  void teardown(Backend& be) override { if (on_teardown) on_teardown(be); }
-  std::string after_measure(Backend& be, const kvf::Summary& s, const std::string& mode) override {
-    return on_after ? on_after(be, s, mode) : std::string{};
-  }
-};
 
 std::string num(double v, int prec = 4) {
   std::ostringstream o;
@@ -243,12 +231,7 @@ class IdlenessStudy final : public kvf::Study {
     return arms_.empty() || std::find(arms_.begin(), arms_.end(), a) != arms_.end();
   }
   FnCase& add(Out& out, std::string name, std::vector<Param> params) {
-    auto c = std::make_unique<FnCase>();
-    c->name = std::move(name);
-    c->params = std::move(params);
-    auto& r = *c;
-    out.push_back(std::move(c));
-    return r;
+    return kvf::add_fn_case(out, std::move(name), std::move(params));
   }
   // Layer weights of a model, built once and shared by every case of the model.
   std::shared_ptr<fr::LayerWeights> weights(const md::ModelShape& m) {

@@ -14,6 +14,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
+#include "kvf/fn_case.hpp"
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
 #include "stream.hpp"
@@ -26,22 +27,11 @@
 namespace {
 
 using kvf::Backend;
+using kvf::FnCase;
 using kvf::BufferHandle;
 using kvf::MemKind;
 
 constexpr std::uint64_t kSeed = 0x5eed;
-
-// A case assembled from closures: the stream arms differ only in what they allocate and run.
-class FnCase final : public kvf::Case {
- public:
-  std::function<void(Backend&)> on_setup, on_run, on_teardown;
-  std::function<void(Backend&)> on_verify;  // throws kvf::VerifyError
-  void setup(Backend& be) override { if (on_setup) on_setup(be); }
-  bool has_verify() const override { return static_cast<bool>(on_verify); }
-  void verify(Backend& be) override { on_verify(be); }
-  void run(Backend& be) override { on_run(be); }
-  void teardown(Backend& be) override { if (on_teardown) on_teardown(be); }
-};
 
 // Buffers shared by a case's closures; released at teardown so only one case's memory is live.
 struct Arrays {
