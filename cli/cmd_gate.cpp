@@ -14,7 +14,8 @@ namespace kvf::cli {
 
 void add_gate(CLI::App& app) {
   struct Args {
-    std::string baseline, current, format = "md";
+    std::vector<std::string> baselines;
+    std::string current, format = "md";
     double threshold_pct = 5.0;
     gate::GateOptions opts;
   };
@@ -23,10 +24,13 @@ void add_gate(CLI::App& app) {
       "gate",
       "Regression gate: compare --current with --baseline case by case; exit 1 only for a significant slowdown "
       "beyond the threshold (docs/gate.md)");
-  sub->add_option("--baseline", args->baseline,
+  sub->add_option("--baseline", args->baselines,
                   "Baseline: a results directory (or its cases.csv / samples.csv), or Google Benchmark JSON "
-                  "with --benchmark_repetitions")
-      ->required();
+                  "with --benchmark_repetitions. Repeat it (--baseline A1 --baseline A2 ...) for a baseline of "
+                  "several runs: samples are pooled and how far whole runs moved widens the noise floor")
+      ->required()
+      ->take_all()
+      ->expected(1, -1);
   sub->add_option("--current", args->current, "Current results, same forms as --baseline")->required();
   sub->add_option("--threshold", args->threshold_pct,
                   "Smallest median change (percent) that can fail the build; a trailing % is accepted")
@@ -58,11 +62,15 @@ void add_gate(CLI::App& app) {
     try {
       args->opts.threshold = args->threshold_pct / 100.0;
       gate::ResultSet base, cur;
-      try {
-        base = gate::load_results(args->baseline);
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--baseline: ") + e.what());
+      std::vector<gate::ResultSet> runs;
+      for (const auto& b : args->baselines) {
+        try {
+          runs.push_back(gate::load_results(b));
+        } catch (const UsageError& e) {
+          throw UsageError(std::string("--baseline: ") + e.what());
+        }
       }
+      base = gate::merge_runs(std::move(runs));
       try {
         cur = gate::load_results(args->current);
       } catch (const UsageError& e) {

@@ -471,3 +471,48 @@ TEST(GateProperties, TenPercentSlowdownWithLowNoiseAlwaysCaught) {
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Baselines of several runs
+
+TEST(GateRuns, MergePoolsSamplesAndKeepsEachRunsMedian) {
+  const auto merged = g::merge_runs({set({mk("s", "x", times(1.0, kLowA))}, "r1"),
+                                     set({mk("s", "x", times(1.2, kLowB)), mk("s", "y", times(1.0, kLowA))}, "r2")});
+  ASSERT_EQ(merged.cases.size(), 2u);
+  const auto& x = merged.cases[0];
+  EXPECT_EQ(x.samples.size(), 10u);
+  ASSERT_EQ(x.run_medians.size(), 2u);
+  EXPECT_NEAR(x.run_medians[0], 1.0, 1e-12);
+  EXPECT_NEAR(x.run_medians[1], 1.2 * 1.001, 1e-12);
+  EXPECT_EQ(merged.source, "r1 + r2");
+  // y was measured by one run of two: said, not hidden.
+  ASSERT_EQ(merged.warnings.size(), 1u);
+  EXPECT_NE(merged.warnings[0].find("1 of 2"), std::string::npos);
+}
+
+TEST(GateRuns, RunToRunShiftInTheBaselineWidensTheNoiseFloor) {
+  // Each run is quiet inside (spread < 1%), but whole runs moved by 30% on a shared machine. A current
+  // run 25% above the first baseline run is SLOWER against that run alone, and not against the three.
+  const auto cur = set({mk("s", "x", times(1.25, kLowB))});
+  const auto one = g::run_gate(set({mk("s", "x", times(1.0, kLowA))}), cur, {});
+  EXPECT_EQ(one.cases.at(0).verdict, g::Verdict::slower);
+  const auto three = g::run_gate(g::merge_runs({set({mk("s", "x", times(1.0, kLowA))}),
+                                                set({mk("s", "x", times(1.3, kLowB))}),
+                                                set({mk("s", "x", times(1.05, kLowA))})}),
+                                 cur, {});
+  const auto& r = three.cases.at(0);
+  EXPECT_NE(r.verdict, g::Verdict::slower);
+  EXPECT_EQ(three.exit_code, 0);
+  EXPECT_EQ(r.runs_base, 3u);
+  EXPECT_GT(r.spread_runs, 0.25);
+  EXPECT_NE(r.note.find("baseline runs"), std::string::npos) << r.note;
+}
+
+TEST(GateRuns, RealSlowdownBeyondTheRunToRunShiftStillFails) {
+  const auto base = g::merge_runs({set({mk("s", "x", times(1.0, kLowA))}), set({mk("s", "x", times(1.1, kLowB))}),
+                                   set({mk("s", "x", times(1.05, kLowA))})});
+  const auto r = g::run_gate(base, set({mk("s", "x", times(2.0, kLowB))}), {});
+  EXPECT_EQ(r.cases.at(0).verdict, g::Verdict::slower);
+  EXPECT_EQ(r.exit_code, 1);
+}
+

@@ -280,4 +280,42 @@ ResultSet load_results(const std::string& path) {
   return rs;
 }
 
+ResultSet merge_runs(std::vector<ResultSet> runs) {
+  if (runs.empty()) throw UsageError("no baseline run given");
+  if (runs.size() == 1) return std::move(runs.front());
+  ResultSet out;
+  out.format = runs.front().format;
+  std::map<CaseKey, std::size_t> index;
+  for (auto& run : runs) {
+    out.source += (out.source.empty() ? "" : " + ") + run.source;
+    out.meta_devices.insert(run.meta_devices.begin(), run.meta_devices.end());
+    out.warnings.insert(out.warnings.end(), run.warnings.begin(), run.warnings.end());
+    for (auto& c : run.cases) {
+      auto [it, fresh] = index.try_emplace(c.key, out.cases.size());
+      if (fresh) {
+        CaseData first = c;
+        first.run_medians.clear();
+        first.skipped = true;  // until some run measured it
+        first.samples.clear();
+        first.throttled = 0;
+        out.cases.push_back(std::move(first));
+      }
+      CaseData& m = out.cases[it->second];
+      m.throttled += c.throttled;
+      if (c.skipped || c.samples.empty()) continue;
+      std::vector<double> sorted = c.samples;
+      std::sort(sorted.begin(), sorted.end());
+      m.run_medians.push_back(quantile_sorted(sorted, 0.5));
+      m.samples.insert(m.samples.end(), c.samples.begin(), c.samples.end());
+      m.skipped = false;
+      m.note = c.note;
+    }
+  }
+  for (const auto& c : out.cases)
+    if (!c.skipped && c.run_medians.size() < runs.size())
+      out.warnings.push_back(c.key.label() + ": measured in " + std::to_string(c.run_medians.size()) + " of " +
+                             std::to_string(runs.size()) + " baseline runs");
+  return out;
+}
+
 }  // namespace kvf::gate

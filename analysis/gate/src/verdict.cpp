@@ -88,7 +88,16 @@ void classify(CaseResult& r, const CaseData& b, const CaseData& c, const GateOpt
   r.change = r.median_cur / r.median_base - 1.0;
   r.spread_base = relative_iqr(b.samples);
   r.spread_cur = relative_iqr(c.samples);
-  r.noise_floor = 2.0 * std::max(r.spread_base, r.spread_cur);
+  // Between-run movement of a multi-run baseline counts like a spread: a whole run can shift on a
+  // shared machine by more than the samples inside any one run vary.
+  if (b.run_medians.size() >= 2) {
+    const auto [lo, hi] = std::minmax_element(b.run_medians.begin(), b.run_medians.end());
+    r.spread_runs = (*hi - *lo) / r.median_base;
+    r.runs_base = b.run_medians.size();
+  }
+  r.noise_floor = 2.0 * std::max({r.spread_base, r.spread_cur, r.spread_runs});
+  if (r.spread_runs > std::max(r.spread_base, r.spread_cur))
+    append_note(r.note, "the " + std::to_string(r.runs_base) + " baseline runs' medians differ by " + pct(r.spread_runs));
   r.limit = std::max(o.threshold, r.noise_floor);
   const MwuResult t = mann_whitney_u(c.samples, b.samples);
   r.p = t.p;

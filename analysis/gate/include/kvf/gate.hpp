@@ -59,6 +59,8 @@ struct CaseData {
   int throttled = 0;             // samples dropped because they were flagged throttled
   bool skipped = false;          // cases.csv row with samples = 0 (or a benchmark with an error)
   std::string note;              // why it was skipped, from the note column
+  // One median per run for a baseline merged from several runs (merge_runs); empty for one run.
+  std::vector<double> run_medians;
 };
 
 struct ResultSet {
@@ -72,6 +74,11 @@ struct ResultSet {
 // path: a results directory, its cases.csv / samples.csv / meta.json, or a Google Benchmark JSON
 // file (--benchmark_format=json with --benchmark_repetitions=N). Throws UsageError naming the file.
 ResultSet load_results(const std::string& path);
+// A baseline made of several runs of the same suite (e.g. three `kvf run --quick` on the runner): the
+// samples of each case are pooled, and each run's median is kept so the verdict can see how far whole
+// runs move between each other (on a shared machine: more than the samples inside one run do).
+// Throws UsageError when given no run.
+ResultSet merge_runs(std::vector<ResultSet> runs);
 // The pieces load_results is made of (exposed for tests).
 ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const std::string& source);
 ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source);
@@ -126,6 +133,8 @@ struct CaseResult {
   double median_base = 0, median_cur = 0;  // seconds (0 where not compared)
   double change = 0;                       // median_cur / median_base - 1
   double spread_base = 0, spread_cur = 0;  // relative IQR
+  double spread_runs = 0;                  // (max - min) / median of the baseline runs' medians (0: one run)
+  std::size_t runs_base = 1;               // how many baseline runs measured the case
   double noise_floor = 0, limit = 0;
   double p = 1;
   bool compared = false;                   // both sides measured: the numbers above are meaningful
