@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kvf/bf16.hpp"
 #include "kvf/pattern.hpp"  // KVF_HD, pattern_word
 
 namespace kvf::access {
@@ -174,31 +175,11 @@ KVF_HD std::uint64_t attn_token_of(int d, std::uint64_t base, int u, int grp, in
 enum class DType : int { bf16 = 0, fp16 = 1, fp8_e4m3 = 2 };
 KVF_HD std::uint32_t dtype_bytes(DType t) { return t == DType::fp8_e4m3 ? 1u : 2u; }
 
-KVF_HD float f32_from_bits(std::uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-KVF_HD std::uint32_t bits_from_f32(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-KVF_HD float bf16_to_f32(std::uint16_t h) { return f32_from_bits(std::uint32_t{h} << 16); }
-KVF_HD std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u = bits_from_f32(f);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
+// f32 <-> bits and bf16 conversions: the harness's, shared with every other study.
+using ::kvf::bf16_to_f32;
+using ::kvf::bits_from_f32;
+using ::kvf::f32_from_bits;
+using ::kvf::f32_to_bf16;
 KVF_HD float fp16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = (std::uint32_t{h} & 0x8000u) << 16;
   std::uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kvf/bf16.hpp"
+
 #if defined(__CUDACC__)
 #define KVF_FHD __host__ __device__ __forceinline__
 #else
@@ -19,33 +21,10 @@ inline constexpr int kBlockTokens = 16;
 // Group size of the XQuant-style int8/int4 quantization of X (along the hidden dimension).
 inline constexpr int kQuantGroup = 128;
 
-KVF_FHD float bits_to_float(std::uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-KVF_FHD std::uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-// bf16 stored as uint16_t. Round to nearest even, NaN kept quiet (same as __float2bfloat16_rn).
-KVF_FHD std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u = float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-KVF_FHD float bf16_to_f32(std::uint16_t h) { return bits_to_float(std::uint32_t(h) << 16); }
+// f32 <-> bits and bf16 conversions (round to nearest even, NaN kept quiet, as __float2bfloat16_rn):
+// the harness's, shared with every other study.
+using ::kvf::bf16_to_f32;
+using ::kvf::f32_to_bf16;
 
 // Offset (in elements) of (slot, kv, head, d) in one layer's paged cache. slot = block * 16 + token.
 KVF_FHD std::int64_t cache_index(std::int64_t slot, int kv, int head, int d, int n_kv_heads, int head_dim) {
