@@ -86,7 +86,9 @@ void chunk(std::size_t words, int t, int T, std::size_t& b, std::size_t& e) {
 
 }  // namespace
 
-std::uint64_t cpu_read(const void* src, std::size_t bytes) {
+// Each thread xors its own contiguous chunk with `fold`.
+template <class Fold>
+std::uint64_t xor_all_threads(const void* src, std::size_t bytes, Fold fold) {
   const auto* p = static_cast<const std::uint64_t*>(src);
   const std::size_t words = bytes / 8;
   std::uint64_t acc = 0;
@@ -94,22 +96,15 @@ std::uint64_t cpu_read(const void* src, std::size_t bytes) {
   {
     std::size_t b, e;
     chunk(words, omp_get_thread_num(), omp_get_num_threads(), b, e);
-    acc ^= xor_words(p + b, e - b);
+    acc ^= fold(p + b, e - b);
   }
   return acc;
 }
 
+std::uint64_t cpu_read(const void* src, std::size_t bytes) { return xor_all_threads(src, bytes, xor_words); }
+
 std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes) {
-  const auto* p = static_cast<const std::uint64_t*>(src);
-  const std::size_t words = bytes / 8;
-  std::uint64_t acc = 0;
-#pragma omp parallel reduction(^ : acc)
-  {
-    std::size_t b, e;
-    chunk(words, omp_get_thread_num(), omp_get_num_threads(), b, e);
-    acc ^= xor_words_prefetch(p + b, e - b);
-  }
-  return acc;
+  return xor_all_threads(src, bytes, xor_words_prefetch);
 }
 
 std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes) {
