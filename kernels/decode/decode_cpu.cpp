@@ -556,15 +556,7 @@ void prefill_step_cpu(const fr::LayerWeights& w, PrefillState& s, int L) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, D, scale,
                       s.qkv.data() + std::size_t(t0) * qo + hq * D, qo, s.pc.k_at(0, hk), D, 0.0f, S, keys);
           for (int i = 0; i < nt; ++i) {
-            float* sr = S + std::size_t(i) * keys;
-            const int valid = N + t0 + i + 1;
-            float mx = -INFINITY;
-            for (int j = 0; j < valid; ++j) mx = std::max(mx, sr[j]);
-            float sum = 0;
-            for (int j = 0; j < valid; ++j) { sr[j] = std::exp(sr[j] - mx); sum += sr[j]; }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < valid; ++j) sr[j] *= inv;
-            for (int j = valid; j < keys; ++j) sr[j] = 0;
+            kvf::frontier::causal_softmax_row(S + std::size_t(i) * keys, N + t0 + i + 1, keys);
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, D, keys, 1.0f, S, keys, s.pc.v_at(0, hk), D, 0.0f,
                       s.attn.data() + std::size_t(t0) * qd + hq * D, qd);

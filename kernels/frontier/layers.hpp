@@ -12,6 +12,8 @@
 // One synthetic layer's weights serve every layer (memory: an 8B layer is ~0.9 GB in fp32); the
 // prefix K/V is per layer. Weights are re-read from DRAM every layer either way (they exceed the LLC).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +21,22 @@
 #include "recompute.hpp"
 
 namespace kvf::frontier {
+
+// Causal softmax of one attention row in place: the first `valid` scores become probabilities
+// (max-subtracted, fp32), the masked rest up to `keys` become 0. Shared by every CPU attention over
+// a prefix plus a chunk of new tokens.
+inline void causal_softmax_row(float* row, int valid, int keys) {
+  float mx = -INFINITY;
+  for (int j = 0; j < valid; ++j) mx = std::max(mx, row[j]);
+  float sum = 0;
+  for (int j = 0; j < valid; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < valid; ++j) row[j] *= inv;
+  for (int j = valid; j < keys; ++j) row[j] = 0;
+}
 
 struct LayerWeights {
   int hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, intermediate = 0, embed_rows = 0;

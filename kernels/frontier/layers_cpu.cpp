@@ -168,15 +168,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
                     ld, pc.k_at(l, hk), D, 0.0f, s.s.data(), keys);
 #pragma omp parallel for schedule(static) if (std::int64_t(nt) * keys > kOmpMin)
         for (int i = 0; i < nt; ++i) {
-          float* sr = s.s.data() + std::size_t(i) * keys;
-          const int valid = N + t0 + i + 1;
-          float mx = -INFINITY;
-          for (int j = 0; j < valid; ++j) mx = std::max(mx, sr[j]);
-          float sum = 0;
-          for (int j = 0; j < valid; ++j) { sr[j] = std::exp(sr[j] - mx); sum += sr[j]; }
-          const float inv = 1.0f / sum;
-          for (int j = 0; j < valid; ++j) sr[j] *= inv;
-          for (int j = valid; j < keys; ++j) sr[j] = 0;
+          causal_softmax_row(s.s.data() + std::size_t(i) * keys, N + t0 + i + 1, keys);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, D, keys, 1.0f, s.s.data(), keys, pc.v_at(l, hk),
                     D, 0.0f, s.attn.data() + std::size_t(t0) * qd + hq * D, qd);
