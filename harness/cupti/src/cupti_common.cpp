@@ -3,11 +3,14 @@
 #include <cupti_profiler_target.h>
 #include <cupti_target.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
 #include "internal.hpp"
 #include "kvf/cupti/status.hpp"
+#include "kvf/errors.hpp"
 
 namespace kvf::cupti {
 
@@ -167,6 +170,52 @@ CountersStatus device_chip_name(int device, std::string* chip) {
   CountersStatus st;
   st.availability = Availability::available;
   return st;
+}
+
+CollectorSetup setup_collector(int device, const std::string& chip, const std::vector<std::string>& user_metrics,
+                               const std::string& set, const CollectorKind& kind) {
+  CollectorSetup out;
+  auto unavailable = [&out](CountersStatus st) {
+    out.status = std::move(st);
+    std::fprintf(stderr, "kvf: counters: %s\n", out.status.reason.c_str());
+    return out;
+  };
+  out.status = current_context(device, &out.ctx);  // also proves a usable device exists; "no GPU" is the study's
+  if (!out.status.available()) return out;
+  if (CountersStatus st = profiler_initialize(); !st.available()) return unavailable(std::move(st));
+  out.chip = chip;
+  if (out.chip.empty())
+    if (CountersStatus st = device_chip_name(device, &out.chip); !st.available()) return unavailable(std::move(st));
+  const bool user = !user_metrics.empty();
+  if (user) {
+    out.metrics = user_metrics;
+  } else {
+    const auto& chips = study_chips();
+    const bool study = std::find(chips.begin(), chips.end(), out.chip) != chips.end();
+    out.metrics = default_set(study ? out.chip : "GH100", kind.profiler).metrics;
+  }
+  // Availability first: it fails while another session (or profiler) holds the device's counters.
+  std::vector<std::uint8_t> avail;
+  std::size_t size = 0;
+  if (CUptiResult r = kind.availability(out.ctx, &size, nullptr); r != CUPTI_SUCCESS)
+    return unavailable(classify(r, kind.availability_call));
+  avail.resize(size);
+  if (CUptiResult r = kind.availability(out.ctx, &size, avail.data()); r != CUPTI_SUCCESS)
+    return unavailable(classify(r, kind.availability_call));
+  try {
+    HostSession hs(out.chip, kind.profiler, avail);
+    out.config = hs.config_image(out.metrics);  // UsageError naming an unknown metric
+  } catch (const UsageError&) {
+    if (user) throw;
+    return unavailable({Availability::error,
+                        std::string("GPU counters unavailable: the ") + kind.set_label + " is not valid on chip " + out.chip});
+  } catch (const CuptiError& e) {
+    return unavailable(classify(e.code, "cuptiProfilerHost (config image)"));
+  }
+  if (const std::size_t passes = num_passes(out.config); passes != 1)
+    throw UsageError("metric set '" + set + "' needs " + std::to_string(passes) + " passes on " + out.chip + "; " +
+                     kind.one_pass_why);
+  return out;
 }
 
 }  // namespace detail

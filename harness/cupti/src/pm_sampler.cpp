@@ -22,60 +22,24 @@ void PmSampler::fail(int r, const char* call) {
 PmSampler::PmSampler(PmSamplerOptions opts) : opts_(std::move(opts)) {
   if (opts_.interval_ns == 0) throw UsageError("PmSampler: interval 0: must be at least 1 ns");
   if (opts_.max_samples == 0) throw UsageError("PmSampler: max_samples 0: must be at least 1");
-  CUcontext ctx = nullptr;
-  status_ = detail::current_context(opts_.device, &ctx);  // also proves a usable device exists
+  const int device = opts_.device;
+  detail::CollectorKind kind{
+      Profiler::pm_sampling, "default PM-sampling set", "PM sampling collects in one pass only",
+      "cuptiPmSamplingGetCounterAvailability", [device](CUcontext, std::size_t* size, std::uint8_t* image) {
+        CUpti_PmSampling_GetCounterAvailability_Params ap{CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE};
+        ap.deviceIndex = static_cast<size_t>(device);
+        ap.counterAvailabilityImageSize = image ? *size : 0;
+        ap.pCounterAvailabilityImage = image;
+        const CUptiResult r = cuptiPmSamplingGetCounterAvailability(&ap);
+        *size = ap.counterAvailabilityImageSize;
+        return r;
+      }};
+  detail::CollectorSetup setup = detail::setup_collector(opts_.device, opts_.chip, opts_.metrics, opts_.set, kind);
+  status_ = std::move(setup.status);
+  chip_ = std::move(setup.chip);
+  metrics_ = std::move(setup.metrics);
+  config_ = std::move(setup.config);
   if (!status_.available()) return;
-  // No GPU is said by the study (it runs its CPU twin); every other reason is printed here, once.
-  auto unavailable = [this] {
-    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
-  };
-  if (status_ = detail::profiler_initialize(); !status_.available()) {
-    unavailable();
-    return;
-  }
-  chip_ = opts_.chip;
-  if (chip_.empty()) {
-    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) {
-      unavailable();
-      return;
-    }
-  }
-  const bool user_metrics = !opts_.metrics.empty();
-  if (user_metrics) {
-    metrics_ = opts_.metrics;
-  } else {
-    const auto& chips = study_chips();
-    const bool study = std::find(chips.begin(), chips.end(), chip_) != chips.end();
-    metrics_ = default_set(study ? chip_ : "GH100", Profiler::pm_sampling).metrics;
-  }
-
-  // Availability first: it may fail while a sampling session is active on the device.
-  std::vector<std::uint8_t> avail;
-  {
-    CUpti_PmSampling_GetCounterAvailability_Params ap{CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE};
-    ap.deviceIndex = static_cast<size_t>(opts_.device);
-    CUptiResult r = cuptiPmSamplingGetCounterAvailability(&ap);
-    if (r != CUPTI_SUCCESS) { fail(r, "cuptiPmSamplingGetCounterAvailability"); return; }
-    avail.resize(ap.counterAvailabilityImageSize);
-    ap.pCounterAvailabilityImage = avail.data();
-    r = cuptiPmSamplingGetCounterAvailability(&ap);
-    if (r != CUPTI_SUCCESS) { fail(r, "cuptiPmSamplingGetCounterAvailability"); return; }
-  }
-  try {
-    HostSession hs(chip_, Profiler::pm_sampling, avail);
-    config_ = hs.config_image(metrics_);
-  } catch (const UsageError&) {
-    if (user_metrics) throw;
-    status_ = {Availability::error, "GPU counters unavailable: the default PM-sampling set is not valid on chip " + chip_};
-    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
-    return;
-  } catch (const CuptiError& e) {
-    fail(e.code, "cuptiProfilerHost (config image)");
-    return;
-  }
-  if (const std::size_t passes = num_passes(config_); passes != 1)
-    throw UsageError("metric set '" + opts_.set + "' needs " + std::to_string(passes) + " passes on " + chip_ +
-                     "; PM sampling collects in one pass only");
 
   CUpti_PmSampling_Enable_Params ep{CUpti_PmSampling_Enable_Params_STRUCT_SIZE};
   ep.deviceIndex = static_cast<size_t>(opts_.device);

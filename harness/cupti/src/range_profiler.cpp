@@ -14,14 +14,6 @@ namespace kvf::cupti {
 
 namespace {
 CUpti_RangeProfiler_Object* rp(void* p) { return static_cast<CUpti_RangeProfiler_Object*>(p); }
-
-// The chip's default set; a chip without study sets (e.g. an L40's AD102) gets the GH100 names, which the host API
-// then validates for that chip.
-std::vector<std::string> default_metrics(const std::string& chip, Profiler p) {
-  const auto& chips = study_chips();
-  const bool study = std::find(chips.begin(), chips.end(), chip) != chips.end();
-  return default_set(study ? chip : "GH100", p).metrics;
-}
 }  // namespace
 
 void RangeProfiler::fail(int r, const char* call) {
@@ -31,56 +23,25 @@ void RangeProfiler::fail(int r, const char* call) {
 
 RangeProfiler::RangeProfiler(RangeProfilerOptions opts) : opts_(std::move(opts)) {
   if (opts_.max_ranges == 0) throw UsageError("RangeProfiler: max_ranges 0: must be at least 1");
-  CUcontext ctx = nullptr;
-  status_ = detail::current_context(opts_.device, &ctx);
+  detail::CollectorKind kind{
+      Profiler::range, "default set", "the idleness study requires one pass (a serving loop cannot be replayed)",
+      "cuptiProfilerGetCounterAvailability", [](CUcontext ctx, std::size_t* size, std::uint8_t* image) {
+        CUpti_Profiler_GetCounterAvailability_Params ap{CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
+        ap.ctx = ctx;
+        ap.counterAvailabilityImageSize = image ? *size : 0;
+        ap.pCounterAvailabilityImage = image;
+        const CUptiResult r = cuptiProfilerGetCounterAvailability(&ap);
+        *size = ap.counterAvailabilityImageSize;
+        return r;
+      }};
+  detail::CollectorSetup setup = detail::setup_collector(opts_.device, opts_.chip, opts_.metrics, opts_.set, kind);
+  status_ = std::move(setup.status);
+  context_ = setup.ctx;
+  chip_ = std::move(setup.chip);
+  metrics_ = std::move(setup.metrics);
+  config_ = std::move(setup.config);
   if (!status_.available()) return;
-  context_ = ctx;
-  // No GPU is said by the study (it runs its CPU twin); every other reason is printed here, once.
-  auto unavailable = [this] {
-    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
-  };
-  if (status_ = detail::profiler_initialize(); !status_.available()) {
-    unavailable();
-    return;
-  }
-  chip_ = opts_.chip;
-  if (chip_.empty()) {
-    if (status_ = detail::device_chip_name(opts_.device, &chip_); !status_.available()) {
-      unavailable();
-      return;
-    }
-  }
-  const bool user_metrics = !opts_.metrics.empty();
-  metrics_ = user_metrics ? opts_.metrics : default_metrics(chip_, Profiler::range);
-
-  // Counter availability of this device (which counters the driver lets us program right now).
-  std::vector<std::uint8_t> avail;
-  {
-    CUpti_Profiler_GetCounterAvailability_Params ap{CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
-    ap.ctx = ctx;
-    CUptiResult r = cuptiProfilerGetCounterAvailability(&ap);
-    if (r != CUPTI_SUCCESS) { fail(r, "cuptiProfilerGetCounterAvailability"); return; }
-    avail.resize(ap.counterAvailabilityImageSize);
-    ap.pCounterAvailabilityImage = avail.data();
-    r = cuptiProfilerGetCounterAvailability(&ap);
-    if (r != CUPTI_SUCCESS) { fail(r, "cuptiProfilerGetCounterAvailability"); return; }
-  }
-  try {
-    HostSession hs(chip_, Profiler::range, avail);
-    config_ = hs.config_image(metrics_);  // UsageError naming an unknown metric
-  } catch (const UsageError&) {
-    if (user_metrics) throw;
-    status_ = {Availability::error, "GPU counters unavailable: the default set is not valid on chip " + chip_};
-    std::fprintf(stderr, "kvf: counters: %s\n", status_.reason.c_str());
-    return;
-  } catch (const CuptiError& e) {
-    fail(e.code, "cuptiProfilerHost (config image)");
-    return;
-  }
-  const std::size_t passes = num_passes(config_);
-  if (passes != 1)
-    throw UsageError("metric set '" + opts_.set + "' needs " + std::to_string(passes) + " passes on " + chip_ +
-                     "; the idleness study requires one pass (a serving loop cannot be replayed)");
+  CUcontext ctx = setup.ctx;
 
   CUpti_RangeProfiler_Enable_Params ep{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
   ep.ctx = ctx;
