@@ -10,6 +10,7 @@
 #include "kvf/csv.hpp"
 #include "kvf/table.hpp"
 #include "kvf/cupti/activity.hpp"
+#include "kvf/cupti/clock_alignment.hpp"
 #include "kvf/cupti/metric_sets.hpp"
 #include "kvf/errors.hpp"
 
@@ -274,6 +275,7 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
   EvaluateSummary sum;
   std::vector<CounterRow> rows;
   std::vector<std::string> captured;  // names of the captures re-evaluated below
+  std::vector<CaptureManifest> evaluated;
   for (const auto& p : manifests) {
     nlohmann::json j;
     {
@@ -295,7 +297,11 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
     auto r = evaluate_capture(results_dir, m);
     rows.insert(rows.end(), r.begin(), r.end());
     ++sum.captures;
+    evaluated.push_back(std::move(m));
   }
+  // Whether the PM samples and the kernel records share a clock, from the data itself (see clock_alignment.hpp).
+  auto clock_rows = clock_check_rows(results_dir, evaluated, rows);
+  rows.insert(rows.end(), clock_rows.begin(), clock_rows.end());
   sum.rows = rows.size();
   sum.csv = results_dir / "counters.csv";
   // Rows that came from no saved capture (the CPU twin's cpu_model and perf rows) cannot be

@@ -1,7 +1,7 @@
 // PM sampling: device-wide counters sampled at a fixed interval across many decode steps, with the one-pass
 // "idleness_timeline" set (PM sampling cannot replay at all). Each sample becomes rows (t_start_ns, t_end_ns,
-// metric values); sample timestamps are GPU timestamps in ns (whether they share the Activity API's clock is not
-// verified without a GPU: check against a known kernel before joining the two).
+// metric values); sample timestamps are GPU timestamps in ns. Whether they share the Activity API's clock is not
+// documented: clock_alignment.hpp measures it from a run's own data (kvf:clock_* rows) before the two are joined.
 //
 //   kvf::cupti::PmSampler pm({.interval_ns = 20000});
 //   pm.start();  for (...) { step(); if (s % 64 == 0) pm.decode(); }  pm.stop();
