@@ -1,6 +1,9 @@
 // Model arithmetic against hand-computed cases (every expected number is worked out in the comment).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
 
@@ -239,4 +242,74 @@ TEST(Model, MlaUpProjection) {
   EXPECT_NEAR(c.seconds * 1e6, 47.94967296, 1e-9);
   EXPECT_EQ(c.bound, "compute");
   EXPECT_THROW(mla_up(toy(), small(), 128, 1), kvf::UsageError);
+}
+
+// ------------------------------------------------------------------------------------------ disk, overlap, co-run
+TEST(Model, DiskLatencyPlusBytesOverBandwidth) {
+  GpuSpec g = toy();
+  // no disk figure: the model refuses rather than invent one
+  EXPECT_THROW(disk_s(g, 524288, 1), kvf::UsageError);
+  g.disk_gbps = 2;
+  g.disk_latency_us = 80;
+  // one 512 KiB read: 80 us + 524288 B / 2 GB/s (262.144 us) = 342.144 us
+  EXPECT_NEAR(disk_s(g, 524288, 1), 342.144e-6, 1e-15);
+  // 256 MiB in 512 reads: 512 x 80 us (40.96 ms) + 268435456 / 2e9 (134.217728 ms) = 175.177728 ms
+  EXPECT_NEAR(disk_s(g, 268435456, 512), 0.175177728, 1e-12);
+}
+
+TEST(Model, OverlapIsMaxPlusOneSync) {
+  // both parts: max(10, 4) + 5 us sync = 15 us (the sum would be 14 + 5)
+  EXPECT_NEAR(overlap_s(10e-6, 4e-6, 5e-6), 15e-6, 1e-18);
+  EXPECT_NEAR(overlap_s(3e-6, 40e-6, 5e-6), 45e-6, 1e-18);
+  // one part only (f = 0 or f = 1): no sync
+  EXPECT_NEAR(overlap_s(0, 4e-6, 5e-6), 4e-6, 1e-18);
+  EXPECT_NEAR(overlap_s(3e-6, 0, 5e-6), 3e-6, 1e-18);
+}
+
+TEST(Model, CorunBandwidthSharing) {
+  // decode of 80e6 B alone in 10 ms (8 GB/s); memory 10 GB/s; co-runner 6 GB/s leaves 4 GB/s: 80e6 / 4e9 = 20 ms
+  EXPECT_NEAR(*corun_s(80e6, 0.01, 10e9, 6e9), 0.02, 1e-15);
+  // co-runner 1 GB/s leaves 9 GB/s, more than the decode used alone: no slowdown (10 ms)
+  EXPECT_NEAR(*corun_s(80e6, 0.01, 10e9, 1e9), 0.01, 1e-15);
+  // co-runner 3 GB/s: 80e6 / 7e9 = 11.428571... ms
+  EXPECT_NEAR(*corun_s(80e6, 0.01, 10e9, 3e9), 80e6 / 7e9, 1e-15);
+  // demand at or above the bandwidth: no bound
+  EXPECT_FALSE(corun_s(80e6, 0.01, 10e9, 10e9));
+  EXPECT_FALSE(corun_s(80e6, 0.01, 10e9, 12e9));
+}
+
+// The layer axis of the action table: every action's cost is per layer (K/V bytes, one copy per layer, launches
+// per layer, one layer's forward pass per layer for evict), so for a dense model each total is exactly L times
+// the one-layer total and the cheapest action cannot change with L (docs/report.md, "The layer axis").
+TEST(Model, ActionTableLayerAxisIsProportionalForDenseModels) {
+  const GpuSpec g = toy();
+  const Shape m = small();
+  ActionOptions o;
+  o.tokens = {16, 128, 1024};
+  o.layers = {1, 2, 4};
+  o.reuse = {0.1, 0.9};
+  const auto t = action_table(g, m, o);
+  std::map<std::string, const ActionClass*> one;  // phase/T/p -> the L=1 class
+  auto key = [](const ActionClass& c) { return c.phase + "/" + fmt(c.tokens) + "/" + fmt(c.reuse); };
+  for (const auto& c : t)
+    if (c.layers == 1) one[key(c)] = &c;
+  ASSERT_EQ(one.size(), 12u);
+  for (const auto& c : t) {
+    const ActionClass& b = *one.at(key(c));
+    EXPECT_EQ(c.cheapest, b.cheapest) << key(c) << " L=" << c.layers;
+    ASSERT_EQ(c.costs.size(), b.costs.size());
+    for (std::size_t i = 0; i < c.costs.size(); ++i)
+      EXPECT_NEAR(c.costs[i].total_us, c.layers * b.costs[i].total_us, 1e-9 * c.costs[i].total_us + 1e-12)
+          << c.costs[i].action << " " << key(c) << " L=" << c.layers;
+  }
+  // MoE with dense first layers breaks the proportionality of evict only: layer 1 dense, layers 2.. MoE.
+  Shape moe = small();
+  moe.moe = true;
+  moe.first_k_dense = 1;
+  moe.moe_intermediate = 512;
+  moe.n_routed = 64;
+  moe.n_shared = 1;
+  moe.experts_per_tok = 4;
+  const double e1 = recompute_layers(g, moe, 128, 1, 1).seconds, e4 = recompute_layers(g, moe, 128, 1, 4).seconds;
+  EXPECT_GT(std::fabs(e4 - 4 * e1), 1e-3 * e4);
 }

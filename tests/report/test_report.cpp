@@ -263,3 +263,133 @@ TEST(Actions, MeasuredCostsReplaceTheModel) {
   // int4 X at 128 tokens: P1 row 60 us measured
   EXPECT_NEAR(cost(128, 1, "decode", "recompute_x_int4").reuse_us, 60, 1e-9);
 }
+
+// ------------------------------------------------------------------------------------------ disk, overlap, co-run
+// Fixture cpu_tiers (make_fixtures.py): memory 10 GB/s, 0.1 TFLOP/s, file_page reads at exactly 100 us + n / 1 GB/s.
+namespace {
+const CaseRow& row_of(const ResultSet& rs, const std::string& case_name) {
+  for (const auto& r : rs.cases)
+    if (r.case_name == case_name) return r;
+  throw std::runtime_error("no case " + case_name);
+}
+}  // namespace
+
+TEST(Calibrate, DiskFittedOnFilePageReads) {
+  const ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const GpuSpec g = spec_from_results(rs, load_gpus(default_gpus_path()));
+  EXPECT_NEAR(g.hbm_tbps, 0.01, 1e-15);
+  EXPECT_NEAR(g.bf16_tflops, 0.1, 1e-15);
+  EXPECT_NEAR(g.disk_gbps, 1, 1e-9);
+  EXPECT_NEAR(g.disk_latency_us, 100, 1e-6);
+  EXPECT_EQ(g.source.at("disk_gbps").rfind("measured: 1 GB/s, fit t = a + n/B per read over 3 frontier file_page rows "
+                                           "(3 read sizes) in ", 0), 0u)
+      << g.source.at("disk_gbps");
+  EXPECT_EQ(g.source.at("disk_latency_us"), "measured: 100 us per read, intercept of the same fit");
+}
+
+TEST(Calibrate, DiskFromTheDdRowWithoutTwoReadSizes) {
+  ResultSet rs;
+  rs.dir = "mem";
+  CaseRow dd;
+  dd.study = "frontier";
+  dd.case_name = "dd_direct/512 KiB";
+  dd.mode = "hot";
+  dd.samples = 5;
+  dd.median_s = 0.3;
+  dd.bytes = 268435456;
+  dd.gbps = 0.9;
+  dd.params = {{"arm", "dd_direct"}, {"copy_bytes", "524288"}};
+  rs.cases.push_back(dd);
+  GpuSpec g;
+  calibrate(g, rs);
+  EXPECT_DOUBLE_EQ(g.disk_gbps, 0.9);
+  EXPECT_EQ(g.disk_latency_us, 0);
+  EXPECT_EQ(g.source.at("disk_gbps").rfind("measured: 0.9 GB/s, best frontier arm=dd_direct (hot", 0), 0u);
+  // 512 reads of 512 KiB at 0.9 GB/s, no latency term: 268435456 / 0.9e9 = 0.29826162 s
+  std::string why;
+  EXPECT_NEAR(*predict_row(g, dd, &why), 268435456 / 0.9e9, 1e-12);
+  EXPECT_NE(why.find("dd's process start (fork+exec) not modelled"), std::string::npos) << why;
+}
+
+TEST(Predict, FileTierRows) {
+  const auto gpus = load_gpus(default_gpus_path());
+  const ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const GpuSpec g = spec_from_results(rs, gpus);
+  // 256 MiB in 512 reads: 512 x 100 us + 268435456 / 1e9 = 0.319635456 s
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "file_direct/512 KiB")), 0.319635456, 1e-12);
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "dd_direct/512 KiB")), 0.319635456, 1e-12);
+  // one 64 KiB read: 100 us + 65.536 us
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "file_page/Llama-3.1-8B/T16")), 165.536e-6, 1e-15);
+  // a GPU spec has no disk figure: no prediction, and the reason says so
+  const GpuSpec gpu = spec_from_results(load_results(kFx + "/gpu"), gpus);
+  std::string why;
+  EXPECT_FALSE(predict_row(gpu, row_of(rs, "file_page/Llama-3.1-8B/T16"), &why));
+  EXPECT_EQ(why.rfind("no disk figure", 0), 0u) << why;
+}
+
+TEST(Predict, OverlapMaxAgainstSum) {
+  const auto gpus = load_gpus(default_gpus_path());
+  const auto shapes = load_shapes();
+  const ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const GpuSpec g = spec_from_results(rs, gpus);
+  std::string why;
+  // f = 0.5, Llama-3.1-8B (H 4096, K/V width 2048), 64 tokens recomputed: GEMM max(2*64*4096*2048 / 1e11 =
+  // 10.73741824 ms, (16777216 + 524288 + 524288) B / 1e10) + RoPE/write 64*2048*6 B / 1e10 = 78.6432 us
+  // -> 10.81606144 ms; fetch 262144 B: 100 us + 262.144 us. max + sync (0 on the CPU) = 10.81606144 ms.
+  const CaseRow& half = row_of(rs, "overlap/Llama-3.1-8B/T128/f0.5");
+  EXPECT_NEAR(*predict_row(g, half, &why, &rs, &shapes), 0.01081606144, 1e-12);
+  EXPECT_NE(why.find("sum 1.118e+04 us"), std::string::npos) << why;  // 10816.06144 + 362.144 us
+  // the run's alone rows: 0.5 x 9000 us recompute, 0.5 x 600 us fetch
+  EXPECT_NE(why.find("this run's alone rows (f x t(f=1), (1-f) x t(f=0)): max 4500 us, sum 4800 us"), std::string::npos)
+      << why;
+  // without the model shapes: calibrated on the alone rows, max(4500, 300) us
+  EXPECT_NEAR(*predict_row(g, half, &why, &rs, nullptr), 4500e-6, 1e-15);
+  EXPECT_NE(why.find("calibrated on this run's alone rows"), std::string::npos) << why;
+  // f = 0: the disk term alone, 100 us + 524.288 us; f = 1: recompute_x of 128 tokens, 21.47483648 ms GEMM +
+  // 157.2864 us RoPE/write
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "overlap/Llama-3.1-8B/T128/f0"), &why, &rs, &shapes), 624.288e-6, 1e-15);
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "overlap/Llama-3.1-8B/T128/f1"), &why, &rs, &shapes), 0.02163212288, 1e-12);
+}
+
+TEST(Predict, CorunBandwidthSharing) {
+  const ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const GpuSpec g = spec_from_results(rs, load_gpus(default_gpus_path()));
+  std::string why;
+  // decode 80e6 B alone 10 ms; memcpy co-runner 2 x 60e6 B / 20 ms = 6 GB/s of 10: 80e6 / 4e9 = 20 ms
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "interference/Llama-3.1-8B/N16384/copy"), &why, &rs), 0.02, 1e-15);
+  EXPECT_NE(why.find("predicted slowdown 2 "), std::string::npos) << why;
+  // recompute co-runner 30e6 B / 10 ms = 3 GB/s: 80e6 / 7e9
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "interference/Llama-3.1-8B/N16384/recompute"), &why, &rs), 80e6 / 7e9, 1e-15);
+  // file co-runner 268435456 B / 0.3 s = 0.8948 GB/s leaves more than the decode's 8 GB/s: 10 ms
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "interference/Llama-3.1-8B/N16384/file"), &why, &rs), 0.01, 1e-15);
+  // decode alone: roofline(268435456 / 1e11, 80e6 / 1e10) = 8 ms
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "interference/Llama-3.1-8B/N16384/none"), &why, &rs), 0.008, 1e-15);
+  // idleness: decode 1e9 B alone 0.2 s (5 GB/s), recompute alone 6e8 B / 0.1 s = 6 GB/s: 1e9 / 4e9 = 0.25 s
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_recompute"), &why, &rs), 0.25, 1e-15);
+  EXPECT_NE(why.find("predicted slowdown 1.25 "), std::string::npos) << why;
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_none"), &why, &rs), 0.1, 1e-15);
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/recompute_alone/T128"), &why, &rs), 0.06, 1e-15);
+  // without the run's alone rows: no prediction, with the reason
+  EXPECT_FALSE(predict_row(g, row_of(rs, "interference/Llama-3.1-8B/N16384/copy"), &why));
+  EXPECT_EQ(why, "co-run model: needs this run's alone rows (none given)");
+}
+
+TEST(Report, EveryTierRowHasAPredictionAndThrottlingIsListed) {
+  ReportOptions o;
+  o.charts = false;
+  const auto tiers = load_all({kFx + "/cpu_tiers"});
+  const std::string md = render_markdown(tiers, o, {});
+  EXPECT_NE(md.find("disk 1 GB/s + 100 us per read"), std::string::npos);
+  EXPECT_NE(md.find("Throttled samples: none"), std::string::npos);
+  EXPECT_EQ(md.find("no prediction"), std::string::npos);
+  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | overlap/Llama-3.1-8B/T128/f0.5 | hot | 5000 | - | 1.082e+04 | 2.163 |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | interference/Llama-3.1-8B/N16384/copy | cold | 2.5e+04 | - | 2e+04 | 0.8 |"),
+            std::string::npos);
+  EXPECT_EQ(md, render_markdown(tiers, o, {}));
+  const std::string gmd = render_markdown(load_all({kFx + "/gpu"}), o, {});
+  EXPECT_NE(gmd.find("Throttled samples: 2 in 1 case rows"), std::string::npos);
+  EXPECT_NE(gmd.find("- NVIDIA H100 80GB HBM3 (cuda): frontier `x/Llama-3.1-8B/bf16/T128/P1` (cold): 2 throttled, 5 kept"),
+            std::string::npos);
+  EXPECT_NE(gmd.find("disk - (no disk figure: no file-tier rows)"), std::string::npos);
+}

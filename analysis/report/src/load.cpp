@@ -130,6 +130,7 @@ ResultSet load_results(const std::string& dir) {
       throw UsageError(r.where + ": column 'mode': '" + r.mode + "' (allowed: cold, hot)");
     if (ct.column("note")) r.note = ct.at(i, "note");
     r.samples = whole(ct, i, "samples");
+    if (ct.column("throttled_samples")) r.throttled_samples = whole(ct, i, "throttled_samples");
     r.median_s = parse_number(ct, i, "median_s");
     r.q1_s = opt(i, "q1_s");
     r.q3_s = opt(i, "q3_s");

@@ -252,6 +252,22 @@ Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps) {
   return c;
 }
 
+double disk_s(const GpuSpec& g, double bytes, double reads) {
+  if (g.disk_gbps <= 0) throw UsageError(g.name + ": no disk figure (no file-tier rows to calibrate from): cannot predict a file read");
+  return reads * g.disk_latency_us * 1e-6 + bytes / (g.disk_gbps * 1e9);
+}
+
+double overlap_s(double recompute_s, double fetch_s, double sync_s) {
+  if (recompute_s <= 0) return fetch_s;
+  if (fetch_s <= 0) return recompute_s;
+  return std::max(recompute_s, fetch_s) + sync_s;
+}
+
+std::optional<double> corun_s(double bytes, double alone_s, double bw_bps, double demand_bps) {
+  if (bytes <= 0 || alone_s <= 0 || bw_bps <= demand_bps) return std::nullopt;
+  return bytes / std::min(bytes / alone_s, bw_bps - demand_bps);
+}
+
 // ------------------------------------------------------------------------------------------ calibration
 namespace {
 
@@ -306,7 +322,7 @@ std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs) {
     g.source[field] = "measured: " + text;
     done.push_back(field + " <- " + text);
   };
-  char buf[256];
+  char buf[512];
   if (auto v = best(rs, "stream", {{"op", "read"}}, false)) {
     g.hbm_tbps = v->first / 1000;
     std::snprintf(buf, sizeof buf, "%.4g GB/s, best stream op=read (%s) in %s", v->first, v->second.c_str(), rs.dir.c_str());
@@ -345,6 +361,44 @@ std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs) {
         note("host_link_gbps", buf);
       }
     }
+  }
+  // Disk tier (CPU runs: the frontier's O_DIRECT file reads). Per read t = a + n/B, fitted over the file_page
+  // rows (one read of copy_bytes from a random offset: latency + transfer) when they have 2 sizes or more; else
+  // over the file_direct rows (bytes / copy_bytes sequential reads into 4 KiB pages, like dd; per-read time =
+  // median * copy_bytes / bytes). Else the dd_direct baseline's bandwidth, latency 0 (dd's process start is
+  // inside its time).
+  std::vector<std::pair<double, double>> dpts;
+  std::set<double> dsizes;
+  std::string darm;
+  for (const char* want : {"file_page", "file_direct"}) {
+    dpts.clear();
+    dsizes.clear();
+    for (const auto* r : rs.rows("frontier")) {
+      if (r->param("arm") != want) continue;
+      const auto cb = r->num("copy_bytes");
+      if (!cb || *cb <= 0 || !r->bytes || *r->bytes < *cb) continue;
+      dpts.emplace_back(*cb, *r->median_s / std::round(*r->bytes / *cb));
+      dsizes.insert(*cb);
+    }
+    darm = want;
+    if (dsizes.size() >= 2) break;
+  }
+  if (auto f = fit_affine(dpts)) {
+    g.disk_gbps = 1.0 / f->second / 1e9;
+    std::snprintf(buf, sizeof buf, "%.4g GB/s, fit t = a + n/B per read over %zu frontier %s rows (%zu read sizes) in %s",
+                  g.disk_gbps, dpts.size(), darm.c_str(), dsizes.size(), rs.dir.c_str());
+    note("disk_gbps", buf);
+    g.disk_latency_us = std::max(0.0, f->first * 1e6);
+    if (f->first > 0) std::snprintf(buf, sizeof buf, "%.4g us per read, intercept of the same fit", g.disk_latency_us);
+    else std::snprintf(buf, sizeof buf, "0 us per read: the same fit's intercept is %.4g us (negative), taken as 0", f->first * 1e6);
+    note("disk_latency_us", buf);
+  } else if (auto v = best(rs, "frontier", {{"arm", "dd_direct"}}, false)) {
+    g.disk_gbps = v->first;
+    g.disk_latency_us = 0;
+    std::snprintf(buf, sizeof buf, "%.4g GB/s, best frontier arm=dd_direct (%s; dd iflag=direct, process start included) in %s",
+                  v->first, v->second.c_str(), rs.dir.c_str());
+    note("disk_gbps", buf);
+    note("disk_latency_us", "0 us per read: fewer than 2 file-tier read sizes to fit a latency");
   }
   if (auto v = best(rs, "frontier", {{"arm", "p2p"}}, false)) {
     g.nvlink_gbps = v->first;
@@ -392,21 +446,74 @@ GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus)
 }
 
 // ------------------------------------------------------------------------------------------ per-row prediction
-std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why) {
+namespace {
+
+using Match = std::vector<std::pair<std::string, std::string>>;
+
+bool matches(const CaseRow& r, const Match& m) {
+  for (const auto& [k, v] : m)
+    if (r.param(k) != v) return false;
+  return true;
+}
+
+// A measured row of `run` matching every (param, value): the same mode first, then cold, then hot.
+const CaseRow* alone_row(const ResultSet* run, const std::string& study, const Match& m, const std::string& mode) {
+  if (!run) return nullptr;
+  for (const auto& md : {mode, std::string("cold"), std::string("hot")})
+    for (const auto* r : run->rows(study))
+      if (r->mode == md && matches(*r, m)) return r;
+  return nullptr;
+}
+
+std::string us_text(double s) { return fmt(s * 1e6) + " us"; }
+std::string gbps_text(double bps) { return fmt(bps / 1e9) + " GB/s"; }
+
+}  // namespace
+
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const ResultSet* run,
+                                  const std::vector<Shape>* shapes) {
   auto say = [&](const std::string& s) {
     if (why) *why = s;
+  };
+  auto none = [&](const std::string& s) -> std::optional<double> {
+    say(s);
+    return std::nullopt;
   };
   const double bytes = r.bytes.value_or(0), flops = r.flops.value_or(0);
   const double launch = g.launch_us * 1e-6, fixed = g.copy_fixed_us * 1e-6;
   auto link = [&](double gbps, const char* what, int copies) -> std::optional<double> {
-    if (gbps <= 0 || bytes <= 0) return std::nullopt;
+    if (gbps <= 0 || bytes <= 0) return none(std::string(what) + ": no link figure or no bytes");
     say(std::string(what) + ": copies x fixed + bytes / link");
     return copies * fixed + bytes / (gbps * 1e9);
   };
-  auto roof = [&](int launches, const char* what) -> std::optional<double> {
-    if ((flops > 0 && g.bf16_tflops <= 0) || g.hbm_tbps <= 0 || (flops <= 0 && bytes <= 0)) return std::nullopt;
-    say(std::string(what));
+  auto roof = [&](int launches, const std::string& what) -> std::optional<double> {
+    if (flops > 0 && g.bf16_tflops <= 0) return none("no FLOP/s ceiling (no GEMM ceiling measured, no spec)");
+    if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
+    if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
+    say(what);
     return roofline_s(g, flops, bytes) + launches * launch;
+  };
+  // Co-run: bandwidth sharing between a memory-bound decode step and a co-runner, both from this run's alone
+  // rows: t = bytes / min(bytes / t_alone, memory bandwidth - co-runner bytes / co-runner time).
+  auto corun = [&](const CaseRow* alone, const CaseRow* co, double demand_factor,
+                   const std::string& co_what) -> std::optional<double> {
+    if (!run) return none("co-run model: needs this run's alone rows (none given)");
+    if (!alone) return none("co-run model: no decode-alone row (background none, same shape) in this run");
+    if (!co || !co->bytes || *co->bytes <= 0 || !(*co->median_s > 0))
+      return none("co-run model: no alone row of the co-runner (" + co_what + ") with bytes in this run");
+    if (!(*alone->median_s > 0)) return none("co-run model: the decode-alone row's median is 0");
+    if (g.hbm_tbps <= 0 || bytes <= 0) return none("co-run model: no memory bandwidth or no decode bytes");
+    const double bw = g.hbm_tbps * 1e12, demand = demand_factor * *co->bytes / *co->median_s;
+    const auto t = corun_s(bytes, *alone->median_s, bw, demand);
+    if (!t)
+      return none("co-run model: co-runner demand " + gbps_text(demand) + " >= memory bandwidth " + gbps_text(bw) +
+                  ": bandwidth sharing gives no bound");
+    say("co-run model (bandwidth sharing): decode bytes / min(alone rate " + gbps_text(bytes / *alone->median_s) +
+        ", memory " + gbps_text(bw) + " - co-runner " + gbps_text(demand) + " = " + co_what + " " +
+        (demand_factor == 1 ? "" : fmt(demand_factor) + " x ") + "bytes / time of `" + co->case_name + "` (" +
+        co->mode + ")); decode alone `" + alone->case_name + "` " + us_text(*alone->median_s) +
+        "; predicted slowdown " + fmt(*t / *alone->median_s) + " (shared cores/SMs not modelled)");
+    return t;
   };
   const std::string op = r.param("op"), arm = r.param("arm");
   if (r.study == "stream") {
@@ -427,26 +534,141 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
     if (arm == "granularity") {
       const int n = static_cast<int>(r.num("copies").value_or(1));
       if (r.backend == "cuda") return link(g.host_link_gbps, "host link, one call per chunk", n);
-      if (g.hbm_tbps <= 0) return std::nullopt;
+      if (g.hbm_tbps <= 0) return none("no memory bandwidth");
       say("2 x bytes / memory bandwidth (read + write)");
       return 2 * bytes / (g.hbm_tbps * 1e12);
     }
     if (arm == "memcpy" || arm == "dram_copy") {
-      if (g.hbm_tbps <= 0 || bytes <= 0) return std::nullopt;
+      if (g.hbm_tbps <= 0 || bytes <= 0) return none("no memory bandwidth or no bytes");
       say("2 x bytes / memory bandwidth (read + write)");
       return 2 * bytes / (g.hbm_tbps * 1e12);
     }
-    return std::nullopt;  // file tier, overlap: no model term (disk not modelled)
+    if (arm == "dd_direct" || arm == "file_direct" || arm == "file_direct_huge" || arm == "file_page") {
+      const auto cb = r.num("copy_bytes");
+      if (!cb || *cb <= 0 || bytes < *cb) return none("file-tier row without copy_bytes <= bytes");
+      if (g.disk_gbps <= 0)
+        return none("no disk figure (no file-tier reads of 2 sizes and no dd_direct row to calibrate from)");
+      const double reads = std::round(bytes / *cb);
+      say("disk: reads x latency + bytes / disk bandwidth (" + fmt(reads) + (reads == 1 ? " read" : " reads") + ")" +
+          (arm == "dd_direct"   ? "; dd's process start (fork+exec) not modelled"
+           : arm == "file_direct_huge" ? "; disk fitted on 4 KiB-page destinations, this one is on huge pages"
+                                       : ""));
+      return disk_s(g, bytes, reads);
+    }
+    if (arm == "overlap") {
+      const auto T = r.num("tokens"), rr = r.num("recompute_tokens"), fetch = r.num("copy_bytes");
+      if (!T || !rr || !fetch || *T <= 0) return none("overlap row without tokens, recompute_tokens or copy_bytes");
+      const std::string lk = r.param("link"), model = r.param("model");
+      const double sync = launch;
+      // The run's alone rows: f=0 (fetch the whole page) and f=1 (recompute the whole page), same shape and mode.
+      const CaseRow* f0 = alone_row(run, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
+                                                       {"recompute_tokens", "0"}}, r.mode);
+      const CaseRow* f1 = alone_row(run, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
+                                                       {"recompute_tokens", r.param("tokens")}}, r.mode);
+      std::string measured_alone;
+      std::optional<double> m_rec, m_fetch;
+      if (f0 && f1 && *rr > 0 && *rr < *T) {
+        m_rec = *rr / *T * *f1->median_s;
+        m_fetch = (*T - *rr) / *T * *f0->median_s;
+        measured_alone = "this run's alone rows (f x t(f=1), (1-f) x t(f=0)): max " +
+                         us_text(std::max(*m_rec, *m_fetch)) + ", sum " + us_text(*m_rec + *m_fetch);
+      }
+      const Shape* shape = nullptr;
+      if (shapes)
+        for (const auto& sh : *shapes)
+          if (sh.name == model) shape = &sh;
+      double t_rec = 0, t_fetch = 0;
+      std::string source;
+      try {
+        if (shape || *rr == 0) {
+          // The model's own terms: recompute_x of the recomputed tokens, the link's term of the fetched bytes.
+          if (*rr > 0) t_rec = recompute_x(g, *shape, *rr, 1, 16).seconds;
+          if (*fetch > 0) {
+            if (lk == "file_o_direct") {
+              if (g.disk_gbps <= 0) return none("overlap: no disk figure for the fetched part (no file-tier rows to calibrate from)");
+              t_fetch = disk_s(g, *fetch, 1);
+            } else if (lk == "h2d_pinned") {
+              t_fetch = transfer(g, *fetch, 1, g.host_link_gbps).seconds;
+            } else {
+              return none("overlap: link '" + lk + "' has no model term");
+            }
+          }
+          source = "model: recompute_x(" + fmt(*rr) + " tok) " + us_text(t_rec) + ", " +
+                   (lk == "file_o_direct" ? "disk" : "host link") + "(" + fmt(*fetch) + " B) " + us_text(t_fetch);
+        } else if (m_rec) {
+          t_rec = *m_rec;
+          t_fetch = *m_fetch;
+          source = "calibrated on " + measured_alone.substr(0, measured_alone.find(':')) + ", model " + model +
+                   " not in data/models.json";
+          measured_alone.clear();
+        } else {
+          return none("overlap: model " + model + " not in data/models.json and no f=0/f=1 alone rows in this run");
+        }
+      } catch (const UsageError& e) {
+        return none(std::string("overlap: ") + e.what());
+      }
+      const double t = overlap_s(t_rec, t_fetch, sync);
+      say("pipelined split: max(recompute share, fetch share) + 1 sync (" + us_text(sync) + ") = " + us_text(t) +
+          "; sum " + us_text(t_rec + t_fetch) + " [" + source + "]" +
+          (measured_alone.empty() ? "" : "; " + measured_alone));
+      return t;
+    }
+    if (arm == "interference") {
+      const std::string bg = r.param("background"), model = r.param("model"), N = r.param("decode_tokens");
+      if (bg == "none")
+        return roof(r.backend == "cuda" ? 1 : 0, std::string("decode step alone: roofline(flops, bytes)") +
+                                                     (r.backend == "cuda" ? " + 1 launch" : " (one thread: the all-core ceilings overstate it)"));
+      const CaseRow* alone = alone_row(run, "frontier", {{"arm", "interference"}, {"model", model}, {"decode_tokens", N},
+                                                         {"background", "none"}}, r.mode);
+      if (bg == "recompute")
+        return corun(alone, alone_row(run, "frontier", {{"arm", "x"}, {"model", model}, {"tokens", "128"}, {"pages", "1"},
+                                                        {"layers", "1"}, {"xdtype", "bf16"}}, r.mode),
+                     1, "recompute x T=128 P=1");
+      if (bg == "copy" && r.backend == "cuda")
+        return corun(alone, alone_row(run, "frontier", {{"arm", "h2d_pinned"}, {"copy_bytes", "524288"}}, r.mode), 1,
+                     "512 KiB pinned H2D copies");
+      if (bg == "copy") {
+        // The background copies 512 KiB pages over a 128 MiB pool (DRAM, not cache): the largest memcpy row
+        // measured, cold first; read + write traffic.
+        const CaseRow* co = nullptr;
+        for (const char* md : {"cold", "hot"})
+          if (run && !co)
+            for (const auto* c : run->rows("frontier"))
+              if (c->mode == md && c->param("arm") == "memcpy" && c->num("copy_bytes") &&
+                  (!co || *c->num("copy_bytes") > *co->num("copy_bytes")))
+                co = c;
+        return corun(alone, co, 2, "DRAM copies (read + write)");
+      }
+      if (bg == "file")
+        return corun(alone, alone_row(run, "frontier", {{"arm", "file_direct"}, {"copy_bytes", "524288"}}, r.mode), 1,
+                     "512 KiB O_DIRECT reads (DMA into memory)");
+      return none("interference background '" + bg + "' has no model term");
+    }
+    return none("frontier arm '" + arm + "' has no model term");
   }
   if (r.study == "access") return roof(r.backend == "cuda" ? 1 : 0, "roofline(flops, bytes) of the row");
   if (r.study == "idleness") {
+    const int layer_launches = 8 * static_cast<int>(r.num("layers").value_or(1));
     if (arm == "gemm_ceiling") return roof(1, "flops / GEMM peak");
     if (arm == "read_ceiling") return roof(1, "bytes / memory bandwidth");
-    if (arm == "decode" || arm == "prefill")
-      return roof(8 * static_cast<int>(r.num("layers").value_or(1)), "roofline(flops, bytes) + 8 launches per layer");
-    return std::nullopt;  // co-run: interference is not modelled
+    if (arm == "decode" || arm == "prefill") return roof(layer_launches, "roofline(flops, bytes) + 8 launches per layer");
+    if (arm == "corun") {
+      const std::string bg = r.param("background"), model = r.param("model");
+      if (bg == "none") return roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer");
+      if (bg == "recompute_alone")
+        return roof(r.backend == "cuda" ? 2 : 0, "recompute one page alone: roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
+      if (bg == "recompute") {
+        const CaseRow* alone = alone_row(run, "idleness", {{"arm", "corun"}, {"model", model}, {"batch", r.param("batch")},
+                                                           {"context", r.param("context")}, {"layers", r.param("layers")},
+                                                           {"background", "none"}}, r.mode);
+        return corun(alone, alone_row(run, "idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}, r.mode),
+                     1, "recompute one page alone");
+      }
+      return none("co-run background '" + bg + "' has no model term");
+    }
+    return none("idleness arm '" + arm + "' has no model term");
   }
-  return std::nullopt;
+  return none("study '" + r.study + "' has no model term");
 }
 
 }  // namespace kvf::report

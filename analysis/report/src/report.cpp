@@ -201,6 +201,25 @@ std::string model_says(Ctx& cx, const ResultSet& rs, const std::string& claim) {
   }
 }
 
+// Throttled samples (GPU: SM clock below 75% of the default): left out of every median by the harness.
+std::string throttled_note(Ctx& cx) {
+  std::string list;
+  long cases = 0, total = 0;
+  for (const auto& rs : cx.sets)
+    for (const auto& r : rs.cases)
+      if (r.throttled_samples > 0) {
+        ++cases;
+        total += r.throttled_samples;
+        list += "- " + rs.label + ": " + r.study + " `" + r.case_name + "` (" + r.mode + "): " +
+                std::to_string(r.throttled_samples) + " throttled, " + std::to_string(r.samples) + " kept\n";
+      }
+  if (!cases)
+    return "Throttled samples: none (every case row has throttled_samples 0; the CPU backend never flags any).\n";
+  return "Throttled samples: " + std::to_string(total) + " in " + std::to_string(cases) +
+         " case rows (SM clock below 75% of the default). Every figure above and below excludes them: medians are "
+         "over the kept samples only.\n\n" + list;
+}
+
 std::string section_verdicts(Ctx& cx) {
   std::string s = "## Verdicts\n\n";
   const auto vs = verdicts(cx.sets);
@@ -211,6 +230,7 @@ std::string section_verdicts(Ctx& cx) {
       if (r.label == v.device) rs = &r;
     s += row({v.claim, v.device, "**" + v.verdict + "**", v.figures, rs ? model_says(cx, *rs, v.claim) : "-"});
   }
+  s += "\n" + throttled_note(cx);
   s += "\nRules (docs/report.md):\n\n";
   std::set<std::string> seen;
   for (const auto& v : vs)
@@ -509,17 +529,20 @@ std::string section_predicted(Ctx& cx) {
     const GpuSpec g = spec_from_results(rs, cx.gpus);
     ceilings += "- " + rs.label + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
                 " TFLOP/s, host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) + " us, per copy " +
-                fmt(g.copy_fixed_us) + " us; measured: " + std::to_string(g.calibration.size()) + " field(s)";
+                fmt(g.copy_fixed_us) + " us, disk " +
+                (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
+                                 : std::string("- (no disk figure: no file-tier rows)")) +
+                "; measured: " + std::to_string(g.calibration.size()) + " field(s)";
     for (const auto& c : g.calibration) ceilings += "; " + c;
     ceilings += "\n";
     std::map<std::string, Line> lines;
     for (const auto& r : rs.cases) {
       if (!r.measured()) continue;
       std::string why;
-      const auto pr = predict_row(g, r, &why);
+      const auto pr = predict_row(g, r, &why, &rs, cx.shapes_error.empty() ? &cx.shapes : nullptr);
       const std::string spread = r.q1_s && r.q3_s ? us(r.q1_s) + ".." + us(r.q3_s) : "-";
       table += row({rs.label, r.study, r.case_name, r.mode, us(r.median_s), spread, us(pr),
-                    pr ? fmt(*pr / *r.median_s) : "-", pr ? why : "no model term"});
+                    pr ? fmt(*pr / *r.median_s) : "-", pr ? why : "no prediction: " + (why.empty() ? std::string("no model term") : why)});
       if (pr && *pr > 0 && *r.median_s > 0) {
         auto& l = lines[r.study];
         l.title = rs.label + " " + r.study;
@@ -539,7 +562,11 @@ std::string section_predicted(Ctx& cx) {
     d.pts = {{lo, lo}, {hi, hi}};
     p.lines.push_back(d);
   }
-  s += "Ceilings used (spec sheet, replaced by the ceilings measured in the same directory):\n\n" + ceilings + "\n";
+  s += "Ceilings used (spec sheet, replaced by the ceilings measured in the same directory; the disk figure is never "
+       "a spec: it is fitted on the directory's file-tier rows or taken from its dd_direct row):\n\n" + ceilings + "\n";
+  s += "File-tier rows: reads x disk latency + bytes / disk bandwidth. Overlap rows: max(recompute share, fetch share) + "
+       "1 sync, against the sum. Co-run rows: bandwidth sharing, decode bytes / min(alone rate, memory bandwidth - "
+       "co-runner bytes/time from its alone row in the same run). These are models: docs/report.md states each.\n\n";
   s += chart_ref(cx, p);
   s += header({"device", "study", "case", "mode", "measured us (median)", "q1..q3 us", "predicted us", "predicted/measured",
                "model term"}) +

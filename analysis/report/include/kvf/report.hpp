@@ -21,6 +21,7 @@ struct CaseRow {
   std::string study, case_name, backend, device, mode, note, where;  // where = "file:line"
   std::map<std::string, std::string> params;                          // non-empty parameter columns
   long samples = 0;
+  long throttled_samples = 0;  // GPU samples below 75% of the default SM clock, left out of the summary (CPU: 0)
   std::optional<double> median_s, q1_s, q3_s, bytes, flops, gbps, tflops, ceiling_value;
   const std::string& param(const std::string& name) const;  // "" when absent
   std::optional<double> num(const std::string& name) const;  // parameter as a number (nullopt when absent)
@@ -60,6 +61,9 @@ struct GpuSpec {
   double hbm_tbps = 0, l2_mib = 0, host_link_gbps = 0, nvlink_gbps = 0, bf16_tflops = 0;
   int sms = 0;
   double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
+  // Disk tier (the frontier's O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a
+  // results directory calibrates it (fit over file-tier read sizes, else the dd_direct baseline row).
+  double disk_gbps = 0, disk_latency_us = 0;  // per read: latency + bytes / bandwidth
   std::map<std::string, std::string> source;  // field -> where the number comes from
   std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
 };
@@ -104,15 +108,28 @@ double kv_bytes_per_layer(const Shape& m, double tokens);             // bf16
 double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits);  // + fp32 scale per 128 values
 double x_bytes_per_layer(const Shape& m, double tokens, int bits);    // bf16 / int8 / int4 (+ scales)
 
+// Disk tier: reads x disk_latency + bytes / disk bandwidth. Throws UsageError when g has no disk figure.
+double disk_s(const GpuSpec& g, double bytes, double reads);
+// Pipelined split (the overlap arm): recompute share and fetch share run at once, joined by one sync:
+// max(recompute_s, fetch_s) + sync_s when both parts are non-empty, else the one part (no sync).
+double overlap_s(double recompute_s, double fetch_s, double sync_s);
+// Bandwidth sharing (the co-run arms): a decode step of `bytes` that ran alone in `alone_s` beside a co-runner
+// demanding `demand_bps` of a memory system of `bw_bps`: bytes / min(bytes / alone_s, bw - demand).
+// nullopt when demand >= bw (the model gives no bound).
+std::optional<double> corun_s(double bytes, double alone_s, double bw_bps, double demand_bps);
+
 // Replace spec peaks with ceilings measured in `rs` (stream read, GEMM ceiling, host copy, per-copy fixed
-// cost fitted from copy sizes). Returns the fields replaced (also appended to g.calibration).
+// cost fitted from copy sizes, disk latency and bandwidth fitted from file-tier read sizes). Returns the fields replaced (also appended to g.calibration).
 std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs);
 // A spec built only from a results directory (e.g. a CPU run): every ceiling measured, none assumed
 // except launch/copy overheads (0 on the CPU).
 GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus);
 
-// Prediction for one measured case row (nullopt when the model has no term for it); `why` says how.
-std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr);
+// Prediction for one measured case row (nullopt when the model has no term for it); `why` says how, or why
+// not. `run` (the row's own results directory) gives the co-run and overlap terms their alone rows; `shapes`
+// gives the overlap term the model's recompute cost of the row's model (without it: the run's alone rows).
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr,
+                                  const ResultSet* run = nullptr, const std::vector<Shape>* shapes = nullptr);
 
 // ------------------------------------------------------------------------------------------ actions
 struct ActionOptions {
