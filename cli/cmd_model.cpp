@@ -34,6 +34,12 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   field("sms", g.sms, "");
   field("launch_us", g.launch_us, "us");
   field("copy_fixed_us", g.copy_fixed_us, "us");
+  if (g.disk_gbps > 0) {
+    field("disk_gbps", g.disk_gbps, "GB/s");
+    field("disk_latency_us", g.disk_latency_us, "us");
+  } else {
+    std::printf("  %-15s %10s %-7s %s\n", "disk_gbps", "-", "", "no disk figure (a spec has none; --calibrate DIR with file-tier rows)");
+  }
   std::printf("Model %s: hidden %s, kv values/token/layer %s, layers %s%s\n\n", m.name.c_str(), f(m.hidden).c_str(),
               f(m.kv_values_per_token).c_str(), f(m.layers).c_str(), m.mla ? " (MLA)" : "");
 
