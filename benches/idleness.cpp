@@ -7,6 +7,8 @@
 // Workload (kernels/decode/): a decoder layer's decode step (RMSNorm, QKV projection, RoPE, attention over
 // context C, O projection, SwiGLU MLP) over L layers for a batch of B sequences; a prefill chunk for contrast.
 // Every step is verified against a reference of one layer (kernels/decode/decode.hpp: tolerance) before timing.
+// GPU prefill chunk: GEMMs through cuBLASLt (tensor cores), the causal attention over the prefix a CUDA-core kernel
+// (kernels/decode/prefill_attn_gpu.hpp), so its achieved FLOP/s understate a FlashAttention prefill.
 //
 // CPU: idleness = 1 - achieved FLOP/s over the GEMM ceiling measured first in the same run (case
 // gemm_ceiling), memory use = achieved bytes/s over the read ceiling (case read_ceiling, or the stream study's
@@ -92,6 +94,12 @@ double est(double t, double setup_s, int modes = 2) {
 }
 
 const char* kAllArms = "decode,prefill,corun";
+
+// Seconds of the prefill check's double-precision reference (a few rows, ~1 ns per multiply-add).
+double prefill_verify_s(const md::ModelShape& m, int T, int N) {
+  return double(dc::prefill_check_rows(T).size()) *
+         (dc::layer_params(m) + 2.0 * m.n_heads * m.head_dim * (N + T)) * 1e-9;
+}
 
 // Ceilings measured in this run, looked up in the results directory (rows are written as each case ends).
 double ceiling_value(const kvf::CeilingRef& ref, const std::string& mode) {
@@ -248,6 +256,7 @@ class IdlenessStudy final : public kvf::Study {
 #if defined(KVF_HAVE_CUDA)
   void add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, int C, int L, const std::string& background);
   void add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P);
+  void add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, int N, int L);
 #endif
   std::string cpu_after(FnCase& c, const kvf::Summary& s, const std::string& mode, const std::function<void()>& once);
 };
@@ -356,8 +365,21 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
           add_decode(out, *m, B, C, L, "decode", "none");
         }
     if (arm_on("prefill") && !quick_) {
-      const int T = prefill_tokens_ ? prefill_tokens_ : (gpu_ ? 512 : 128);
-      add_prefill(out, *m, T, Cs.front(), L);
+      const int T = prefill_tokens_ ? prefill_tokens_ : (gpu_ ? 512 : 128), N = Cs.front();
+#if defined(KVF_HAVE_CUDA)
+      const double need = gpu_ ? double(dc::gpu::PrefillGpu::device_bytes(*m, T, N)) : 0.0;
+#else
+      const double need = 0.0;
+#endif
+      if (need > mem)
+        out.push_back(kvf::skipped_case("prefill/" + m->name + "/T" + i2s(T) + "/N" + ctx_name(N) + "/L" + i2s(L),
+                                        {{"arm", "prefill"}, {"model", m->name}, {"tokens", i2s(T)},
+                                         {"context", i2s(N)}, {"layers", i2s(L)}},
+                                        m->name + " T " + i2s(T) + " N " + i2s(N) + ": the prefill chunk needs " +
+                                            kvf::format_bytes(need) + " of device memory, more than the " +
+                                            kvf::format_bytes(mem) + " usable"));
+      else
+        add_prefill(out, *m, T, N, L);
     }
     if (arm_on("corun") && !quick_) {
       const int B = gpu_ ? 16 : 16, C = gpu_ ? 32768 : 4096;
@@ -639,14 +661,14 @@ void IdlenessStudy::add_prefill(Out& out, const md::ModelShape& m, int T, int N,
   c.bytes = dc::prefill_bytes(m, T, N, L, wb);
   c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
   c.note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
+  c.cold = false;  // weights exceed the LLC/L2; compute bound
   if (gpu_) {
-    out.pop_back();
-    out.push_back(kvf::skipped_case("prefill/" + m.name + "/T" + i2s(T), {{"arm", "prefill"}, {"model", m.name}},
-                                    "the GPU prefill chunk (causal multi-query attention kernel) is not built yet"));
+#if defined(KVF_HAVE_CUDA)
+    add_prefill_gpu(c, m, T, N, L);
+#endif
     return;
   }
-  c.cold = false;  // weights exceed the LLC; compute bound
-  c.est_seconds = est(c.flops / 150e9, 0.5, 1);
+  c.est_seconds = est(c.flops / 150e9, 0.5 + prefill_verify_s(m, T, N) + c.flops / L / 150e9, 1);
   struct S {
     std::shared_ptr<fr::LayerWeights> w;
     dc::PrefillState st;
@@ -656,6 +678,10 @@ void IdlenessStudy::add_prefill(Out& out, const md::ModelShape& m, int T, int N,
   c.on_setup = [this, s, mm, T, N](Backend&) {
     s->w = weights(mm);
     s->st = dc::make_prefill_state(mm, T, N, kSeed);
+  };
+  c.on_verify = [s, mm, T](Backend&) {
+    const auto r = dc::verify_prefill_cpu(*s->w, mm, s->st, dc::prefill_check_rows(T));
+    if (!r.ok()) throw kvf::VerifyError("prefill layer vs reference: " + r.text());
   };
   c.on_run = [s, L](Backend&) { dc::prefill_step_cpu(*s->w, s->st, L); };
   c.on_after = [this, s, L, &c](Backend&, const kvf::Summary& sm, const std::string& mode) {
@@ -757,6 +783,57 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     s->s2 = nullptr; s->e0 = s->e1 = nullptr;
     s->rc.reset();
     s->dec.reset();
+    s->w.reset();
+  };
+}
+
+// The prefill chunk on the GPU: verified against the reference before timing (a failed check stops the case),
+// then timed like the CPU row; CUPTI counters of the hot mode as for decode.
+void IdlenessStudy::add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, int N, int L) {
+  // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on CUDA cores (~15 TFLOP/s achieved, a guess),
+  // plus the counters phases after the hot samples (8 + 64 + 8 steps).
+  const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
+  const double t = (c.flops - attn) / 400e12 + attn / 15e12 + L * 100e-6;
+  c.est_seconds = est(t, 2.0 + prefill_verify_s(m, T, N) + 80 * t, 1);
+  c.note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention a CUDA-core kernel (fp32 FMAs, not "
+            "FlashAttention: kernels/decode/prefill_attn_gpu.hpp), so achieved FLOP/s understate a tensor-core prefill";
+  struct G {
+    std::shared_ptr<fr::LayerWeights> w;
+    std::unique_ptr<dc::gpu::PrefillGpu> pre;
+    bool counted = false;
+  };
+  auto s = std::make_shared<G>();
+  const md::ModelShape mm = m;
+  c.on_setup = [this, s, mm, T, N](Backend& be) {
+    s->w = weights(mm);
+    s->pre = std::make_unique<dc::gpu::PrefillGpu>(*s->w, mm, T, N, kSeed, kvf::cuda_props(be).multiProcessorCount,
+                                                   kvf::cuda_stream(be));
+  };
+  c.on_verify = [s, T](Backend& be) {
+    const auto r = s->pre->verify(*s->w, dc::prefill_check_rows(T), kvf::cuda_stream(be));
+    if (!r.ok()) throw kvf::VerifyError("GPU prefill layer vs reference: " + r.text());
+  };
+  c.on_run = [s, L](Backend& be) { s->pre->step(L, kvf::cuda_stream(be)); };
+  c.on_after = [this, s, L, &c](Backend& be, const kvf::Summary&, const std::string& mode) {
+    std::string note = "attention KV splits " + i2s(s->pre->attention_splits());
+#if defined(KVF_HAVE_CUPTI)
+    if (mode == "hot" && !no_counters_ && !s->counted) {
+      s->counted = true;
+      kvf::cupti::RangeProfilerOptions o;
+      o.set = metric_set_;
+      o.metrics = metrics_;
+      note += "; " + collect_counters(c.name, [s, L](cudaStream_t st) { s->pre->step(L, st); }, kvf::cuda_stream(be), o,
+                                      counters_unavailable_said_);
+    }
+#else
+    (void)be;
+    (void)L;
+    if (mode == "hot") note += "; counters: this build has no CUPTI";
+#endif
+    return note;
+  };
+  c.on_teardown = [s](Backend&) {
+    s->pre.reset();
     s->w.reset();
   };
 }

@@ -167,9 +167,19 @@ VerifyResult verify_cpu(const kvf::frontier::LayerWeights& w, DecodeState& s, co
 VerifyResult compare_rows(const std::vector<float>& h, int H, const std::vector<int>& rows,
                           const std::vector<std::vector<double>>& refs);
 
+// The reference's bf16 q [Hq][D], k and v [Hkv][D] of one row (RMSNorm, QKV in double, bias, RoPE at rope's
+// position), as fp32 values; reference_layer computes its new token's K/V with it.
+void reference_qkv(const kvf::frontier::LayerWeights& w, const float* h0, const RopeRow& rope, std::vector<float>& q,
+                   std::vector<float>& k, std::vector<float>& v);
+
 // ---------------------------------------------------------------- prefill chunk (CPU twin)
-// T tokens of one sequence at positions N .. N+T-1 over a resident prefix of N tokens (fp32 K/V per layer
-// copy, head-major), causal attention by sgemm; the same layer otherwise.
+// T tokens of one sequence at positions N .. N+T-1 over a resident prefix of N tokens: K/V in one cache per layer
+// copy, head-major [Hkv][N+T][D], holding bf16 values (fp32 storage in the twin, bf16 on the GPU: the same values),
+// the chunk's K/V appended at N..N+T-1; causal attention (row t sees keys 0..N+t) by sgemm in the twin; the same
+// layer and rounding points otherwise. Inputs: prefix K = bf16(fill_f32_uniform(seed + 20)), V = ... (seed + 21)
+// over the whole [Hkv][N+T][D] array, h0 = fill_f32_uniform(seed + 21) over [T][H] (kernels/decode/decode_gpu.cu
+// fills the GPU's copy the same way).
+inline constexpr int kMinPrefillTokens = 1, kMaxPrefillTokens = 4096;
 struct PrefillState {
   int T = 0, N = 0;
   kvf::frontier::PrefixCache pc;  // one layer's prefix (+ chunk) K/V, layers share it
@@ -178,6 +188,25 @@ struct PrefillState {
 };
 PrefillState make_prefill_state(const md::ModelShape& m, int T, int N, std::uint64_t seed);
 void prefill_step_cpu(const kvf::frontier::LayerWeights& w, PrefillState& s, int L);
+
+// Check of one prefill layer, for the twin and the GPU alike: for each checked row t, h after the layer against
+// reference_layer over keys 0..N+t (prefix from the cache, chunk tokens < t as the implementation appended them,
+// token t computed by the reference), and the appended K/V of token t against reference_qkv. Both with the decode
+// tolerance (kVerifyMaxTol / kVerifyRmsTol, relative to rms of the reference values).
+struct PrefillVerifyResult {
+  VerifyResult h, kv;
+  bool ok() const { return h.ok() && kv.ok(); }
+  std::string text() const;
+};
+// h: [T][H] after one layer from h0; kc, vc: bf16 caches [Hkv][N+T][D] after that layer.
+PrefillVerifyResult check_prefill_rows(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int T, int N,
+                                       const float* h0, const std::vector<float>& h, const std::uint16_t* kc,
+                                       const std::uint16_t* vc, const std::vector<int>& rows);
+// Rows worth checking in a chunk of T: the first two, both sides of the middle, the last (deduplicated).
+std::vector<int> prefill_check_rows(int T);
+// One layer of the twin from h0, checked (h is left as one layer from h0).
+PrefillVerifyResult verify_prefill_cpu(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, PrefillState& s,
+                                       const std::vector<int>& rows);
 
 // ---------------------------------------------------------------- recompute from X (co-run background)
 // The frontier study's recompute-from-X: Y = X Wkv^T, RoPE + bf16 write of P pages of T tokens into a

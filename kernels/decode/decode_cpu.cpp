@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "decode.hpp"
 #include "kvf/csv.hpp"
@@ -376,34 +377,35 @@ void reference_layer_row(const fr::LayerWeights& w, const DecodeState& s, int b,
                   s.rope, out);
 }
 
-void reference_layer(const fr::LayerWeights& w, const float* h0, const std::uint16_t* kseq, const std::uint16_t* vseq,
-                     int C, const RopeRow& rope, std::vector<double>& out) {
-  const int H = w.hidden, D = w.head_dim, Hq = w.n_heads, Hkv = w.n_kv_heads, I = w.intermediate, half = D / 2;
-  const int G = Hq / Hkv, qd = Hq * D, kvd = Hkv * D, qo = qd + 2 * kvd;
-  struct {
-    float eps;
-    const RopeRow& rope;
-  } s{w.eps, rope};
-  auto norm = [&](const std::vector<double>& x, const std::vector<float>& g) {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    const double inv = 1.0 / std::sqrt(ss / H + double(s.eps));
-    std::vector<float> y(H);
-    for (int i = 0; i < H; ++i) y[i] = float(r16d(x[i] * inv * g[i]));
-    return y;
-  };
-  std::vector<double> h(H);
-  for (int i = 0; i < H; ++i) h[i] = h0[i];
-  const std::vector<float> xn = norm(h, w.g_attn);
+namespace {
+std::vector<float> ref_norm(const std::vector<double>& x, const std::vector<float>& g, float eps) {
+  const int H = int(x.size());
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / H + double(eps));
+  std::vector<float> y(H);
+  for (int i = 0; i < H; ++i) y[i] = float(r16d(x[i] * inv * g[i]));
+  return y;
+}
+}  // namespace
+
+void reference_qkv(const fr::LayerWeights& w, const float* h0, const RopeRow& rope, std::vector<float>& q,
+                   std::vector<float>& knew, std::vector<float>& vnew) {
+  const int H = w.hidden, D = w.head_dim, Hq = w.n_heads, Hkv = w.n_kv_heads, half = D / 2;
+  const int qd = Hq * D, kvd = Hkv * D, qo = qd + 2 * kvd;
+  std::vector<double> h(h0, h0 + H);
+  const std::vector<float> xn = ref_norm(h, w.g_attn, w.eps);
   std::vector<double> qkv(qo);
   for (int o = 0; o < qo; ++o)
     qkv[o] = dot8(xn.data(), w.wqkv.data() + std::size_t(o) * H, H) + (w.bqkv.empty() ? 0.0 : w.bqkv[o]);
-  // RoPE in double with the angle of position C-1; bf16 q, k, v.
-  std::vector<float> q(qd), knew(kvd), vnew(kvd);
+  // RoPE in double with the angle of the row's position; bf16 q, k, v.
+  q.assign(qd, 0.f);
+  knew.assign(kvd, 0.f);
+  vnew.assign(kvd, 0.f);
   auto rot = [&](const double* x, float* y, int heads) {
     for (int hh = 0; hh < heads; ++hh)
       for (int i = 0; i < half; ++i) {
-        const double c = std::cos(s.rope.ang[i]), sn = std::sin(s.rope.ang[i]);
+        const double c = std::cos(rope.ang[i]), sn = std::sin(rope.ang[i]);
         const double lo = x[hh * D + i], hi = x[hh * D + i + half];
         y[hh * D + i] = float(r16d(lo * c - hi * sn));
         y[hh * D + i + half] = float(r16d(hi * c + lo * sn));
@@ -412,6 +414,15 @@ void reference_layer(const fr::LayerWeights& w, const float* h0, const std::uint
   rot(qkv.data(), q.data(), Hq);
   rot(qkv.data() + qd, knew.data(), Hkv);
   for (int i = 0; i < kvd; ++i) vnew[i] = float(r16d(qkv[qd + kvd + i]));
+}
+
+void reference_layer(const fr::LayerWeights& w, const float* h0, const std::uint16_t* kseq, const std::uint16_t* vseq,
+                     int C, const RopeRow& rope, std::vector<double>& out) {
+  const int H = w.hidden, D = w.head_dim, Hq = w.n_heads, Hkv = w.n_kv_heads, I = w.intermediate;
+  const int G = Hq / Hkv, qd = Hq * D;
+  std::vector<double> h(h0, h0 + H);
+  std::vector<float> q, knew, vnew;
+  reference_qkv(w, h0, rope, q, knew, vnew);
   // Attention over C tokens: cache positions < C-1 and the new token at C-1.
   std::vector<float> a(qd);
   std::vector<double> sc(C), acc(D);
@@ -437,7 +448,7 @@ void reference_layer(const fr::LayerWeights& w, const float* h0, const std::uint
     for (int i = 0; i < D; ++i) a[hq * D + i] = float(r16d(acc[i] / sum));
   }
   for (int o = 0; o < H; ++o) h[o] += dot8(a.data(), w.wo.data() + std::size_t(o) * qd, qd);
-  const std::vector<float> xn2 = norm(h, w.g_mlp);
+  const std::vector<float> xn2 = ref_norm(h, w.g_mlp, w.eps);
   std::vector<float> act(I);
   for (int i = 0; i < I; ++i) {
     const double g = dot8(xn2.data(), w.wgu.data() + std::size_t(i) * H, H);
@@ -494,6 +505,8 @@ PrefillState make_prefill_state(const md::ModelShape& m, int T, int N, std::uint
   s.T = T;
   s.N = N;
   s.pc = fr::make_prefix(m, 1, N, T, seed + 20);
+  for (auto& x : s.pc.k) x = r16(x);  // the cache holds bf16 values (the GPU's copy is bf16)
+  for (auto& x : s.pc.v) x = r16(x);
   s.cos_sin = fr::rope_table(fr::rope_inv_freq(m, m.head_dim), N + T);
   const int H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
   s.h0.resize(std::size_t(T) * H);
@@ -572,6 +585,64 @@ void prefill_step_cpu(const fr::LayerWeights& w, PrefillState& s, int L) {
     gemm(s.act.data(), w.wd.data(), s.tmp.data(), T, H, I);
     add_inplace(s.h.data(), s.tmp.data(), std::size_t(T) * H);
   }
+}
+
+std::string PrefillVerifyResult::text() const { return "h: " + h.text() + "; appended K/V: " + kv.text(); }
+
+std::vector<int> prefill_check_rows(int T) {
+  std::vector<int> r = {0, std::min(1, T - 1), std::max(0, T / 2 - 1), T / 2 < T ? T / 2 : T - 1, T - 1};
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+PrefillVerifyResult check_prefill_rows(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N,
+                                       const float* h0, const std::vector<float>& h, const std::uint16_t* kc,
+                                       const std::uint16_t* vc, const std::vector<int>& rows) {
+  const int H = w.hidden, D = w.head_dim, Hkv = w.n_kv_heads, kvd = Hkv * D, cap = N + T;
+  for (int t : rows)
+    if (t < 0 || t >= T) throw std::invalid_argument("check_prefill_rows: row " + std::to_string(t) + " outside the chunk");
+  std::vector<std::vector<double>> refs(rows.size()), kv_refs(rows.size());
+  std::vector<float> kv_got(rows.size() * 2 * std::size_t(kvd));
+  std::vector<int> kv_rows(rows.size());
+#pragma omp parallel for schedule(dynamic)
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const int t = rows[k], C = N + t + 1;
+    const RopeRow rope = rope_row(m, N + t);
+    std::vector<std::uint16_t> ks(std::size_t(Hkv) * C * D), vs(ks.size());
+    for (int hk = 0; hk < Hkv; ++hk) {
+      std::copy_n(kc + std::size_t(hk) * cap * D, std::size_t(C) * D, ks.data() + std::size_t(hk) * C * D);
+      std::copy_n(vc + std::size_t(hk) * cap * D, std::size_t(C) * D, vs.data() + std::size_t(hk) * C * D);
+    }
+    reference_layer(w, h0 + std::size_t(t) * H, ks.data(), vs.data(), C, rope, refs[k]);
+    std::vector<float> q, kn, vn;
+    reference_qkv(w, h0 + std::size_t(t) * H, rope, q, kn, vn);
+    kv_refs[k].resize(2 * std::size_t(kvd));
+    for (int i = 0; i < kvd; ++i) {
+      kv_refs[k][i] = kn[i];
+      kv_refs[k][kvd + i] = vn[i];
+    }
+    for (int hk = 0; hk < Hkv; ++hk)
+      for (int d = 0; d < D; ++d) {
+        const std::size_t at = (std::size_t(hk) * cap + N + t) * D + d;
+        kv_got[k * 2 * kvd + hk * D + d] = fr::bf16_to_f32(kc[at]);
+        kv_got[k * 2 * kvd + kvd + hk * D + d] = fr::bf16_to_f32(vc[at]);
+      }
+    kv_rows[k] = int(k);
+  }
+  PrefillVerifyResult r;
+  r.h = compare_rows(h, H, rows, refs);
+  r.kv = compare_rows(kv_got, 2 * kvd, kv_rows, kv_refs);
+  return r;
+}
+
+PrefillVerifyResult verify_prefill_cpu(const fr::LayerWeights& w, const md::ModelShape& m, PrefillState& s,
+                                       const std::vector<int>& rows) {
+  prefill_step_cpu(w, s, 1);
+  std::vector<std::uint16_t> kc(s.pc.k.size()), vc(s.pc.v.size());
+  fr::f32_to_bf16(s.pc.k.data(), kc.data(), kc.size());  // exact: the cache holds bf16 values
+  fr::f32_to_bf16(s.pc.v.data(), vc.data(), vc.size());
+  return check_prefill_rows(w, m, s.T, s.N, s.h0.data(), s.h, kc.data(), vc.data(), rows);
 }
 
 // ---------------------------------------------------------------- recompute from X

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 #include <string>
 
 #include "access.hpp"
 #include "access_gpu.hpp"
 #include "decode_gpu.hpp"
 #include "decode_math.hpp"
+#include "prefill_attn_gpu.hpp"
 #include "recompute.hpp"
 #include "recompute_gpu.hpp"
 
@@ -93,6 +95,12 @@ __global__ void qkv_post_kernel(std::int64_t n, const float* qkv, const float* b
                                 const float* cs, std::uint16_t* q, std::uint16_t* kc, std::uint16_t* vc) {
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
     elems::qkv_post(i, qkv, bias, Hq, Hkv, D, C, cs, q, kc, vc);
+}
+__global__ void prefill_qkv_post_kernel(std::int64_t n, const float* qkv, const float* bias, int Hq, int Hkv, int D,
+                                        int N, int cap, const float* cs, std::uint16_t* q, std::uint16_t* kc,
+                                        std::uint16_t* vc) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    elems::prefill_qkv_post(i, qkv, bias, Hq, Hkv, D, N, cap, cs, q, kc, vc);
 }
 __global__ void cast_bf16_kernel(std::int64_t n, const float* in, std::uint16_t* out) {
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
@@ -239,6 +247,158 @@ VerifyResult DecodeGpu::verify(const fr::LayerWeights& w, const std::vector<int>
   DC_CHECK(cudaMemcpyAsync(h.data(), d.h.p, h.size() * 4, cudaMemcpyDeviceToHost, s));
   DC_CHECK(cudaStreamSynchronize(s));
   return compare_rows(h, d.H, rows, refs);
+}
+
+// ---------------------------------------------------------------- prefill chunk
+struct PrefillGpu::Impl {
+  int T = 0, N = 0, cap = 0, H = 0, Hq = 0, Hkv = 0, D = 0, I = 0, qo = 0;
+  float eps = 1e-5f;
+  md::ModelShape m;
+  Dev wqkv, wo, wgu, wd, bqkv, g_attn, g_mlp, cs;
+  Dev k, v;  // bf16 [Hkv][cap][D]
+  Dev h0, h, xn, qkv, q, attn_b, tmp, gu, act, ws;
+  std::vector<float> h0_host;
+  fr::gpu::LtGemm g_qkv, g_o, g_gu, g_d, g_kv;
+  elems::PfPlan plan{};
+  PrefillAttnDims dims{};
+};
+
+std::size_t PrefillGpu::device_bytes(const md::ModelShape& m, int T, int N) {
+  const std::size_t t = std::size_t(T), qd = std::size_t(m.q_dim()), qo = qd + 2 * std::size_t(m.kv_dim());
+  return std::size_t(layer_params(m) * 2) + std::size_t(kv_layer_bytes(m, 1, N + T)) +
+         t * (std::size_t(m.hidden) * (4 * 3 + 2 + 4) + qo * 4 + qd * 2 * 2 + std::size_t(m.intermediate) * (8 + 2)) +
+         std::size_t(elems::pf_workspace_floats(elems::pf_plan(T, N, m.n_kv_heads, m.n_heads / std::max(1, m.n_kv_heads),
+                                                               1024),
+                                                T, m.n_heads, m.head_dim)) * 4;
+}
+
+PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N, std::uint64_t seed,
+                       int sm_count, cudaStream_t s)
+    : impl_(std::make_unique<Impl>()) {
+  if (T < kMinPrefillTokens || T > kMaxPrefillTokens)
+    throw std::invalid_argument("PrefillGpu: T " + std::to_string(T) + ": chunk tokens must be 1..4096");
+  if (N < 0 || N > kMaxContext)
+    throw std::invalid_argument("PrefillGpu: N " + std::to_string(N) + ": prefix must be 0..131072 tokens");
+  if (const std::string why = unsupported_reason(m); !why.empty())
+    throw std::invalid_argument("PrefillGpu: " + m.name + ": " + why);
+  Impl& d = *impl_;
+  d.T = T; d.N = N; d.cap = N + T; d.m = m;
+  d.H = m.hidden; d.Hq = m.n_heads; d.Hkv = m.n_kv_heads; d.D = m.head_dim; d.I = m.intermediate;
+  d.eps = float(m.rms_eps);
+  const int qd = d.Hq * d.D, kvd = d.Hkv * d.D;
+  d.qo = qd + 2 * kvd;
+  d.wqkv = upload_bf16(w.wqkv);
+  d.wo = upload_bf16(w.wo);
+  d.wgu = upload_bf16(w.wgu);
+  d.wd = upload_bf16(w.wd);
+  if (!w.bqkv.empty()) d.bqkv = upload(w.bqkv);
+  d.g_attn = upload(w.g_attn);
+  d.g_mlp = upload(w.g_mlp);
+  d.cs = upload(fr::rope_table(fr::rope_inv_freq(m, m.head_dim), d.cap));
+  {
+    // The twin's prefix (make_prefill_state): bf16(fill_f32_uniform) over the whole [Hkv][cap][D] array.
+    const std::size_t n = std::size_t(d.Hkv) * d.cap * d.D;
+    std::vector<float> f(n);
+    std::vector<std::uint16_t> b(n);
+    fr::fill_f32_uniform(f.data(), n, seed + 20, 1.0f);
+    fr::f32_to_bf16(f.data(), b.data(), n);
+    d.k = upload(b);
+    fr::fill_f32_uniform(f.data(), n, seed + 21, 1.0f);
+    fr::f32_to_bf16(f.data(), b.data(), n);
+    d.v = upload(b);
+  }
+  d.h0_host.resize(std::size_t(T) * d.H);
+  fr::fill_f32_uniform(d.h0_host.data(), d.h0_host.size(), seed + 21, 1.0f);
+  d.h0 = upload(d.h0_host);
+  d.h = Dev(d.h0_host.size() * 4);
+  d.xn = Dev(std::size_t(T) * d.H * 2);
+  d.qkv = Dev(std::size_t(T) * d.qo * 4);
+  d.q = Dev(std::size_t(T) * qd * 2);
+  d.attn_b = Dev(std::size_t(T) * qd * 2);
+  d.tmp = Dev(std::size_t(T) * d.H * 4);
+  d.gu = Dev(std::size_t(T) * 2 * d.I * 4);
+  d.act = Dev(std::size_t(T) * d.I * 2);
+  d.g_qkv.plan(T, d.qo, d.H);
+  d.g_o.plan(T, d.H, qd);
+  d.g_gu.plan(T, 2 * d.I, d.H);
+  d.g_d.plan(T, d.H, d.I);
+  d.g_kv.plan(T, 2 * kvd, d.H);
+  d.plan = elems::pf_plan(T, N, d.Hkv, d.Hq / d.Hkv, sm_count);
+  d.dims = {T, N, d.cap, d.Hq, d.Hkv, d.D};
+  d.ws = Dev(std::size_t(elems::pf_workspace_floats(d.plan, T, d.Hq, d.D)) * 4);
+  // Load every kernel module once before anything is timed.
+  step(1, s);
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+
+PrefillGpu::~PrefillGpu() = default;
+int PrefillGpu::attention_splits() const { return impl_->plan.splits; }
+
+void PrefillGpu::layer(cudaStream_t s) {
+  Impl& d = *impl_;
+  const int T = d.T;
+  add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(d.h.as<float>(), nullptr, d.g_attn.as<float>(), d.eps, d.H,
+                                            d.xn.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+  d.g_qkv.run(d.xn.p, d.wqkv.p, d.qkv.p, s);
+  const std::int64_t nq = std::int64_t(T) * (d.Hq + 2 * d.Hkv) * (d.D / 2);
+  prefill_qkv_post_kernel<<<grid_for(nq), kThreads, 0, s>>>(nq, d.qkv.as<float>(), d.bqkv.as<float>(), d.Hq, d.Hkv,
+                                                             d.D, d.N, d.cap, d.cs.as<float>(),
+                                                             d.q.as<std::uint16_t>(), d.k.as<std::uint16_t>(),
+                                                             d.v.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+  prefill_attention(d.dims, d.plan, d.q.as<std::uint16_t>(), d.k.as<std::uint16_t>(), d.v.as<std::uint16_t>(),
+                    d.ws.as<float>(), d.attn_b.as<std::uint16_t>(), s);
+  d.g_o.run(d.attn_b.p, d.wo.p, d.tmp.p, s);
+  add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(d.h.as<float>(), d.tmp.as<float>(), d.g_mlp.as<float>(), d.eps, d.H,
+                                            d.xn.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+  d.g_gu.run(d.xn.p, d.wgu.p, d.gu.p, s);
+  const std::int64_t ni = std::int64_t(T) * d.I;
+  swiglu_kernel<<<grid_for(ni), kThreads, 0, s>>>(ni, d.gu.as<float>(), d.I, d.act.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+  d.g_d.run(d.act.p, d.wd.p, d.tmp.p, s);
+  const std::int64_t nh = std::int64_t(T) * d.H;
+  add_kernel<<<grid_for(nh), kThreads, 0, s>>>(nh, d.h.as<float>(), d.tmp.as<float>());
+  DC_CHECK(cudaGetLastError());
+}
+
+void PrefillGpu::step(int L, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaMemcpyAsync(d.h.p, d.h0.p, d.h0.bytes, cudaMemcpyDeviceToDevice, s));
+  for (int l = 0; l < L; ++l) layer(s);
+}
+
+void PrefillGpu::step_kv(int L, cudaStream_t s) {
+  if (L < 1) throw std::invalid_argument("PrefillGpu::step_kv: L " + std::to_string(L) + ": must be 1 or more");
+  Impl& d = *impl_;
+  step(L - 1, s);
+  const int T = d.T, qd = d.Hq * d.D;
+  add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(d.h.as<float>(), nullptr, d.g_attn.as<float>(), d.eps, d.H,
+                                            d.xn.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+  d.g_kv.run(d.xn.p, d.wqkv.as<std::uint16_t>() + std::size_t(qd) * d.H, d.qkv.p, s);
+  // Rows of [K | V]: the post body with no query heads.
+  const std::int64_t nkv = std::int64_t(T) * 2 * d.Hkv * (d.D / 2);
+  prefill_qkv_post_kernel<<<grid_for(nkv), kThreads, 0, s>>>(nkv, d.qkv.as<float>(),
+                                                              d.bqkv.p ? d.bqkv.as<float>() + qd : nullptr, 0, d.Hkv,
+                                                              d.D, d.N, d.cap, d.cs.as<float>(), nullptr,
+                                                              d.k.as<std::uint16_t>(), d.v.as<std::uint16_t>());
+  DC_CHECK(cudaGetLastError());
+}
+
+PrefillVerifyResult PrefillGpu::verify(const fr::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaStreamSynchronize(s));
+  DC_CHECK(cudaMemcpyAsync(d.h.p, d.h0.p, d.h0.bytes, cudaMemcpyDeviceToDevice, s));
+  layer(s);
+  std::vector<float> h(d.h0_host.size());
+  std::vector<std::uint16_t> kc(std::size_t(d.Hkv) * d.cap * d.D), vc(kc.size());
+  DC_CHECK(cudaMemcpyAsync(h.data(), d.h.p, h.size() * 4, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaMemcpyAsync(kc.data(), d.k.p, kc.size() * 2, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaMemcpyAsync(vc.data(), d.v.p, vc.size() * 2, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return check_prefill_rows(w, d.m, d.T, d.N, d.h0_host.data(), h, kc.data(), vc.data(), rows);
 }
 
 // ---------------------------------------------------------------- recompute from X

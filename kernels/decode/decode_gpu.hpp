@@ -37,6 +37,36 @@ class DecodeGpu {
   std::unique_ptr<Impl> impl_;
 };
 
+// Prefill chunk: T tokens of one sequence at positions N..N+T-1 over a resident prefix of N tokens, L layers, the
+// same function and inputs as the CPU twin (decode.hpp: PrefillState / prefill_step_cpu): cuBLASLt GEMMs with M = T,
+// the fused small kernels (decode_math.hpp), K/V appended to one bf16 cache [Hkv][N+T][D] that every layer shares
+// (as the twin's), and the causal attention of prefill_attn_gpu.hpp (CUDA cores, not tensor cores: see there).
+class PrefillGpu {
+ public:
+  // T in 1..4096, N in 0..131072; the model must pass unsupported_reason() (head dim 64/128, GQA group a power of two
+  // <= 16). Throws std::invalid_argument otherwise, std::runtime_error on a CUDA/cuBLASLt error.
+  PrefillGpu(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int T, int N, std::uint64_t seed,
+             int sm_count, cudaStream_t s);
+  ~PrefillGpu();
+  PrefillGpu(const PrefillGpu&) = delete;
+  PrefillGpu& operator=(const PrefillGpu&) = delete;
+
+  void step(int L, cudaStream_t s);  // h = h0, then L layers
+  void layer(cudaStream_t s);
+  // The frontier study's through-layers arm (layers.hpp: through_layers_cpu, whose last layer computes only K/V):
+  // h = h0, L-1 full layers, then layer L's K/V only (RMSNorm, the K/V rows of Wqkv, bias, RoPE, appended at
+  // N..N+T-1). L >= 1.
+  void step_kv(int L, cudaStream_t s);
+  // One layer from h0, then check_prefill_rows (decode.hpp) on `rows` of h and of the appended K/V (synchronizes).
+  PrefillVerifyResult verify(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
+  int attention_splits() const;  // KV splits of the attention (1: none)
+  static std::size_t device_bytes(const md::ModelShape& m, int T, int N);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Recompute from X (the frontier study's arm): P pages of T tokens, K/V GEMM (cuBLASLt), RoPE + paged bf16 write.
 class RecomputeGpu {
  public:

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "frontier_math.hpp"  // KVF_FHD, f32_to_bf16, bf16_to_f32, rope_rotate
 #include "kvf/pattern.hpp"    // pattern_word
@@ -53,5 +54,125 @@ KVF_FHD std::uint16_t swiglu(std::int64_t e, const float* gu, int I) {
 
 // One RMSNorm output element given the row's 1/rms.
 KVF_FHD std::uint16_t rms_elem(float x, float inv, float g) { return kvf::frontier::f32_to_bf16(x * inv * g); }
+
+
+// ---------------------------------------------------------------- prefill chunk
+// After the chunk's QKV GEMM, idx over T * (Hq + 2 Hkv) * (D/2): row t is the token at position N + t. Bias, RoPE
+// (cos_sin: rows of D values [cos | sin] per position, the twin's rope_table) on q and k, bf16 q to q_out
+// [T][Hq][D], bf16 k and v appended at position N + t of the caches [Hkv][cap][D] (cap = N + T).
+KVF_FHD void prefill_qkv_post(std::int64_t idx, const float* qkv, const float* bias, int Hq, int Hkv, int D, int N,
+                              int cap, const float* cos_sin, std::uint16_t* q_out, std::uint16_t* kc,
+                              std::uint16_t* vc) {
+  const int half = D / 2, heads = Hq + 2 * Hkv;
+  const int i = int(idx % half);
+  const int hh = int((idx / half) % heads);
+  const std::int64_t t = idx / (std::int64_t(half) * heads);
+  const float* x = qkv + t * std::int64_t(heads) * D + std::int64_t(hh) * D;
+  float lo = x[i], hi = x[i + half];
+  if (bias) {
+    lo += bias[std::int64_t(hh) * D + i];
+    hi += bias[std::int64_t(hh) * D + i + half];
+  }
+  const std::int64_t pos = N + t;
+  if (hh < Hq + Hkv) {
+    const float* cs = cos_sin + pos * D;
+    const kvf::frontier::RopePair o = kvf::frontier::rope_rotate(lo, hi, cs[i], cs[half + i]);
+    std::uint16_t* dst = hh < Hq ? q_out + (t * Hq + hh) * std::int64_t(D)
+                                 : kc + (std::int64_t(hh - Hq) * cap + pos) * D;
+    dst[i] = kvf::frontier::f32_to_bf16(o.lo);
+    dst[i + half] = kvf::frontier::f32_to_bf16(o.hi);
+  } else {
+    std::uint16_t* dst = vc + (std::int64_t(hh - Hq - Hkv) * cap + pos) * D;
+    dst[i] = kvf::frontier::f32_to_bf16(lo);
+    dst[i + half] = kvf::frontier::f32_to_bf16(hi);
+  }
+}
+
+// Causal attention of the chunk (prefill_attn_gpu.cu). One CTA per (query tile, kv head, KV split): a tile holds
+// kPfRows query rows = kPfRows / G tokens x the G query heads of the kv head's group (row r: token
+// tile * (kPfRows / G) + r / G, head hk * G + r % G), streams keys in tiles of kPfKeys, online softmax in fp32
+// (base-2 exponent: scores carry scale * log2(e)). Row t sees keys 0 .. N + t (the prefix and the chunk up to itself).
+inline constexpr int kPfRows = 32, kPfKeys = 32, kPfThreads = 128;
+inline constexpr int kPfMaxSplits = 128;      // KV splits per tile at most
+inline constexpr int kPfMinSplitKeys = 256;   // keys per split at least (8 key tiles)
+
+struct PfRow {
+  int t, hq;
+};
+KVF_FHD int pf_tile_tokens(int G) { return kPfRows / G; }
+KVF_FHD PfRow pf_row(int tile, int r, int hk, int G) {
+  return {tile * pf_tile_tokens(G) + r / G, hk * G + r % G};
+}
+// Row t (chunk token) sees key position `key` (prefix 0..N-1, chunk N..N+T-1).
+KVF_FHD bool pf_visible(int key, int N, int t) { return key <= N + t; }
+// Keys a tile needs at all: up to its last token's position (exclusive end).
+KVF_FHD int pf_tile_key_end(int tile, int G, int T, int N) {
+  const int last = (tile + 1) * pf_tile_tokens(G);
+  return N + (last < T ? last : T);
+}
+struct PfRange {
+  int k0, k1;  // [k0, k1), possibly empty
+};
+// Keys of split s of `splits` over [0, kend): equal shares rounded up to whole key tiles.
+KVF_FHD PfRange pf_split_range(int kend, int splits, int s) {
+  const int share = (kend + splits - 1) / splits;
+  const int chunk = (share + kPfKeys - 1) / kPfKeys * kPfKeys;
+  const std::int64_t a = std::int64_t(s) * chunk;
+  const int k0 = a < kend ? int(a) : kend;
+  const int k1 = kend - k0 < chunk ? kend : k0 + chunk;
+  return {k0, k1};
+}
+// Online softmax step of one row: running max m_old, the new tile's max. m_use is the offset the tile's exponents
+// use (0 while the row has seen no visible key, so exp2(-inf - 0) = 0 instead of NaN); alpha rescales the running
+// sum and output.
+struct PfOnline {
+  float m_new, alpha, m_use;
+};
+KVF_FHD PfOnline pf_online(float m_old, float tile_max) {
+  const float m_new = m_old > tile_max ? m_old : tile_max;
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  return {m_new, exp2f(m_old - m_use), m_use};
+}
+// Merge of the KV splits of one output element: partial o [split][rows][D] (unnormalized), ml [split][rows][2]
+// (running max, sum), rows = T * Hq, row = t * Hq + hq. Splits that saw no visible key have m = -inf, l = 0.
+KVF_FHD float pf_merge(const float* o, const float* ml, int splits, std::int64_t rows, std::int64_t row, int D,
+                       int d) {
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) {
+    const float m = ml[(s * rows + row) * 2];
+    mx = m > mx ? m : mx;
+  }
+  float num = 0, den = 0;
+  for (int s = 0; s < splits; ++s) {
+    const float m = ml[(s * rows + row) * 2], l = ml[(s * rows + row) * 2 + 1];
+    const float wgt = m == -INFINITY ? 0.0f : exp2f(m - mx);
+    den += l * wgt;
+    num += o[(s * rows + row) * D + d] * wgt;
+  }
+  return num / den;
+}
+// Launch geometry: tiles = ceil(T / (kPfRows / G)) (grid x), Hkv (grid y), splits (grid z). KV splits only when the
+// tiles and heads alone give fewer than two CTAs per SM; each split keeps at least kPfMinSplitKeys keys.
+struct PfPlan {
+  int tile_tokens = 0, tiles = 0, splits = 1;
+};
+inline PfPlan pf_plan(int T, int N, int Hkv, int G, int sm_count) {
+  PfPlan p;
+  p.tile_tokens = pf_tile_tokens(G);
+  p.tiles = (T + p.tile_tokens - 1) / p.tile_tokens;
+  const std::int64_t ctas = std::int64_t(p.tiles) * Hkv, want = 2 * std::int64_t(sm_count > 0 ? sm_count : 1);
+  if (ctas < want) {
+    std::int64_t s = (want + ctas - 1) / ctas;
+    const std::int64_t by_keys = std::int64_t(N + T) / kPfMinSplitKeys;
+    s = s < by_keys ? s : by_keys;
+    s = s < kPfMaxSplits ? s : kPfMaxSplits;
+    p.splits = int(s < 1 ? 1 : s);
+  }
+  return p;
+}
+// Floats of the split workspace: partial outputs and (max, sum) pairs; 0 without splits.
+inline std::int64_t pf_workspace_floats(const PfPlan& p, int T, int Hq, int D) {
+  return p.splits > 1 ? std::int64_t(p.splits) * T * Hq * (D + 2) : 0;
+}
 
 }  // namespace kvf::decode::elems

@@ -1,0 +1,33 @@
+// Causal GQA attention of a prefill chunk over a resident prefix (only in builds with KVF_HAVE_CUDA).
+//
+// A CUDA-core kernel, not tensor-core FlashAttention: scores and P.V are fp32 FMAs on the SMs' FP32 pipes from
+// shared-memory tiles (K/V read from the bf16 cache with 16-byte loads, widened to fp32 once per tile). On an H100
+// that pipe peaks at ~67 TFLOP/s fp32 against ~990 TFLOP/s bf16 dense on the tensor pipe, so for long prefixes
+// (large N) this kernel, not the GEMMs, dominates the prefill chunk's time, and the achieved FLOP/s of the row
+// (and the "idle compute" it implies against the tensor-pipe GEMM ceiling) understate what a FlashAttention
+// prefill would reach: read the GPU prefill row as "GEMMs on tensor cores + attention on CUDA cores". The note
+// of the row says how many KV splits the attention used.
+//
+// Layout: q bf16 [T][Hq][D] (rotated); K and V caches bf16 [Hkv][cap][D], positions 0..N-1 the prefix and
+// N..N+T-1 the chunk (already appended); out bf16 [T][Hq][D] = bf16(softmax(q K^T / sqrt(D), causal) V), the
+// twin's rounding point. Geometry and per-element math: decode_math.hpp (pf_*), unit-tested on the CPU.
+#pragma once
+#if defined(KVF_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "decode_math.hpp"
+
+namespace kvf::decode::gpu {
+
+struct PrefillAttnDims {
+  int T = 0, N = 0, cap = 0, Hq = 0, Hkv = 0, D = 0;  // D: 64 or 128; Hq / Hkv: power of two <= 16
+};
+// ws: elems::pf_workspace_floats(plan, T, Hq, D) floats (may be null when that is 0). Throws std::runtime_error
+// on a launch error or unsupported dims.
+void prefill_attention(const PrefillAttnDims& d, const elems::PfPlan& plan, const std::uint16_t* q,
+                       const std::uint16_t* k, const std::uint16_t* v, float* ws, std::uint16_t* out, cudaStream_t s);
+
+}  // namespace kvf::decode::gpu
+#endif
