@@ -7,7 +7,12 @@
 //                 from a pool of >= 4x the LLC, plus a sequential arm; huge pages on/off (CPU).
 //        attention split-KV sparse decode: dense / block (centroid top-k, sink + latest kept) / token
 //                 (same budget, uniform or clustered scatter), NHD/HND, per-head or shared selection.
-//        routing  block scores vs centroids + top-k, token scores vs keys + top-k: alone and end to end.
+//        routing  block scores vs centroids + top-k, token scores vs keys + top-k: alone, attention over
+//                 the routed lists alone, and end to end; the end_to_end rows note the per-step cost
+//                 amortized over --reuse-steps S (attend + alone/S, derived from this run's medians).
+// Placement (--placement, --page-tokens): by default the KV of every sequence is paged (16 tokens per
+//                 page) in a seeded random page order, so no arm reads logically adjacent tokens from
+//                 adjacent memory unless they share a page; `contiguous` keeps logical == physical.
 // Every case is verified before it is timed: gather checksums against the fill pattern, attention
 // outputs against the fp32 reference (max |out - ref| / max |ref| < kAttnTolerance).
 #include <CLI/CLI.hpp>
@@ -55,8 +60,9 @@ struct KvData {
   ka::AttnShape s;
   BufferHandle q, k, v;                      // on the backend's "device"
   std::vector<unsigned char> hq, hk, hv;     // host copies for the reference (CUDA backend only)
-  std::map<std::uint32_t, std::vector<float>> centroids;  // per block size, fp32 on the host
-  std::map<std::uint32_t, BufferHandle> dcentroids;       // the same on the device (CUDA backend)
+  // Per (block size, page size; 0 = contiguous placement): centroids of the logical blocks, fp32.
+  std::map<std::uint64_t, std::vector<float>> centroids;  // on the host
+  std::map<std::uint64_t, BufferHandle> dcentroids;       // the same on the device (CUDA backend)
   const void* host_q() const { return hq.empty() ? q->ptr : hq.data(); }
   const void* host_k() const { return hk.empty() ? k->ptr : hk.data(); }
   const void* host_v() const { return hv.empty() ? v->ptr : hv.data(); }
@@ -102,12 +108,16 @@ struct Shared {
     return *kv;
   }
 
-  const std::vector<float>& centroids(KvData& d, std::uint32_t block) {
-    auto it = d.centroids.find(block);
+  static std::uint64_t cent_key(std::uint32_t block, const ka::PageMap& pm) {
+    return (std::uint64_t{pm.page} << 32) | block;
+  }
+  const std::vector<float>& centroids(KvData& d, std::uint32_t block, const ka::PageMap& pm) {
+    const std::uint64_t key = cent_key(block, pm);
+    auto it = d.centroids.find(key);
     if (it == d.centroids.end()) {
       std::vector<float> c;
-      ka::build_centroids(d.s, d.host_k(), block, c);
-      it = d.centroids.emplace(block, std::move(c)).first;
+      ka::build_centroids(d.s, d.host_k(), block, c, pm);
+      it = d.centroids.emplace(key, std::move(c)).first;
     }
     return it->second;
   }
@@ -202,8 +212,12 @@ class GatherCase final : public kvf::Case {
 };
 
 // --------------------------------------------------------------------------------------------- attention
-enum class Routing { none, alone, end_to_end };
-const char* to_string(Routing r) { return r == Routing::none ? "none" : r == Routing::alone ? "alone" : "end_to_end"; }
+// Routing cases: alone (scores + top-k + translation to physical entries), attend (attention over the
+// routed lists, routing untimed), end_to_end (both, one decode step).
+enum class Routing { none, alone, attend, end_to_end };
+const char* to_string(Routing r) {
+  return r == Routing::none ? "none" : r == Routing::alone ? "alone" : r == Routing::attend ? "attend" : "end_to_end";
+}
 
 struct AttnSpec {
   ka::AttnShape s;
@@ -216,6 +230,9 @@ struct AttnSpec {
   Routing routing = Routing::none;
   bool huge = true;
   std::uint32_t cluster_mean = 8;
+  std::uint32_t page = 0;  // tokens per page of the shuffled placement; 0: contiguous
+  std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
+  std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
 class AttnCase final : public kvf::Case {
@@ -224,14 +241,16 @@ class AttnCase final : public kvf::Case {
   AttnSpec sp;
   std::string config_key;  // same shape/layout/dtype: where the dense median lives
   std::string pair_key;    // + keep/block/select: where the block median lives (for token cases)
+  std::string route_key;   // routing cases: where the alone / attend medians live (per arm)
 
   void setup(Backend& be) override {
     KvData& d = sh->ensure_kv(be, sp.s, sp.huge);
     data_ = &d;
+    pm_ = ka::make_page_map(sp.s.ctx, sp.page, kSeed ^ 0x9a9e);
     kb_ = sp.arm == ka::Arm::dense ? 0 : ka::sparse_blocks(sp.s.ctx, sp.block, sp.keep);
     sel_ = make_selection();
     if (sp.routing != Routing::none) {
-      if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block);
+      if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block, pm_);
     }
     gpu_ = is_cuda(be);
     if (!gpu_) {
@@ -251,11 +270,12 @@ class AttnCase final : public kvf::Case {
         const std::uint64_t n = sp.arm == ka::Arm::block ? sp.s.ctx / sp.block : sp.s.ctx;
         dscores_ = BufferHandle(be, std::uint64_t{sel_.n_lists} * n * 4, MemKind::device);
         dridx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
-        if (sp.arm == ka::Arm::block && !d.dcentroids.count(sp.block)) {
-          const auto& c = d.centroids.at(sp.block);
+        const std::uint64_t ck = Shared::cent_key(sp.block, pm_);
+        if (sp.arm == ka::Arm::block && !d.dcentroids.count(ck)) {
+          const auto& c = d.centroids.at(ck);
           BufferHandle dc(be, c.size() * 4, MemKind::device);
           KVF_CUDA_CHECK(cudaMemcpy(dc->ptr, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
-          d.dcentroids.emplace(sp.block, std::move(dc));
+          d.dcentroids.emplace(ck, std::move(dc));
         }
       }
 #endif
@@ -295,7 +315,7 @@ class AttnCase final : public kvf::Case {
   }
 
   void run(Backend& be) override {
-    if (sp.routing != Routing::none) route(be);
+    if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) route(be);
     if (sp.routing != Routing::alone) attend(be);
   }
 
@@ -311,6 +331,22 @@ class AttnCase final : public kvf::Case {
 
   std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
     std::string n = "verify_err=" + fmt(err_, 2);
+    if (sp.routing == Routing::alone || sp.routing == Routing::attend) sh->record(route_key + to_string(sp.routing), mode, m.median);
+    if (sp.routing == Routing::end_to_end) {
+      // Derived, not separately timed: one routing reused for S decode steps costs, per step,
+      // attend + alone / S, from the medians of this run's route-alone and route-attend cases (same
+      // lists, same mode).
+      const auto r = sh->median(route_key + "alone", mode), a = sh->median(route_key + "attend", mode);
+      if (r && a && *a > 0) {
+        n += "; derived (attend + alone/S, from this run's medians, not timed): route_alone_s=" + fmt(*r, 4) +
+             " attend_s=" + fmt(*a, 4) + " per_step_s(S=1)=" + fmt(*a + *r, 4);
+        for (auto S : sp.reuse_steps)
+          n += " amortized_s(S=" + std::to_string(S) + ")=" + fmt(*a + *r / S, 4) + " route_share(S=" +
+               std::to_string(S) + ")=" + fmt(*r / S / (*a + *r / S), 3);
+        // Routing under 10% of the amortized step from S >= 9 * alone / attend.
+        n += " reuse_for_route_below_10pct=" + std::to_string(static_cast<long long>(std::ceil(9.0 * *r / *a)));
+      }
+    }
     if (sp.routing != Routing::none) return n;
     if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
     if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
@@ -327,7 +363,7 @@ class AttnCase final : public kvf::Case {
     const double eb = ka::dtype_bytes(sp.s.dtype);
     const double lists = sp.shared ? sp.s.batch : double(sp.s.batch) * sp.s.hkv;
     double rb = 0, rf = 0;
-    if (sp.routing != Routing::none) {
+    if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) {
       if (sp.arm == ka::Arm::block) {
         const double nb = sp.s.ctx / sp.block;
         rb = double(sp.s.batch) * sp.s.hkv * nb * sp.s.d * 4 + lists * nb * 4;
@@ -343,6 +379,7 @@ class AttnCase final : public kvf::Case {
 
  private:
   KvData* data_ = nullptr;
+  ka::PageMap pm_{};
   std::uint32_t kb_ = 0;
   ka::Selection sel_, routed_;
   ka::AttnWorkspace ws_;
@@ -361,15 +398,20 @@ class AttnCase final : public kvf::Case {
   // tolerance of the CPU-recomputed scores. The reference then uses the GPU's own lists.
   void check_gpu_routing() {
 #if defined(KVF_HAVE_CUDA)
-    ka::Selection g = sel_;
-    KVF_CUDA_CHECK(cudaMemcpy(g.idx.data(), dridx_->ptr, g.idx.size() * 4, cudaMemcpyDeviceToHost));
+    ka::Selection phys = sel_;
+    KVF_CUDA_CHECK(cudaMemcpy(phys.idx.data(), dridx_->ptr, phys.idx.size() * 4, cudaMemcpyDeviceToHost));
     const auto& s = sp.s;
     const bool blk = sp.arm == ka::Arm::block;
+    // The GPU emits physical entries: back to logical blocks/tokens (fails if the translation is not
+    // the host's place()), then the checks below run in logical order.
+    ka::Selection g;
+    if (!ka::unplace(s, pm_, phys, blk ? sp.block : 1, g))
+      throw kvf::VerifyError("GPU routing: the lists are not a placement (page table) of logical entries");
     const std::uint32_t n = blk ? s.ctx / sp.block : s.ctx;
     const std::uint32_t nlo = blk ? 1 : sp.block, nhi = nlo;  // forced entries at each end
     std::vector<float> sc;
-    if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(sp.block), sp.block, sp.shared, sc);
-    else ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc);
+    if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared, sc);
+    else ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
     const std::uint32_t ne = g.geom.n_entries;
     for (std::uint32_t l = 0; l < g.n_lists; ++l) {
       const std::uint32_t* e = g.idx.data() + std::uint64_t{l} * ne;
@@ -394,11 +436,13 @@ class AttnCase final : public kvf::Case {
         throw kvf::VerifyError("GPU routing: not a top-k: an unselected score " + fmt(max_out) +
                                " exceeds a selected " + fmt(min_in) + " in list " + std::to_string(l));
     }
-    sel_ = std::move(g);
+    sel_ = std::move(phys);
 #endif
   }
 
-  ka::Selection make_selection() {
+  // Physical selection: chosen in logical order, then placed through the page map.
+  ka::Selection make_selection() { return ka::place(sp.s, pm_, logical_selection()); }
+  ka::Selection logical_selection() {
     const auto& s = sp.s;
     switch (sp.arm) {
       case ka::Arm::dense: {
@@ -408,13 +452,13 @@ class AttnCase final : public kvf::Case {
       }
       case ka::Arm::block: {
         std::vector<float> sc;
-        ka::score_blocks(s, data_->host_q(), sh->centroids(*data_, sp.block), sp.block, sp.shared, sc);
+        ka::score_blocks(s, data_->host_q(), sh->centroids(*data_, sp.block, pm_), sp.block, sp.shared, sc);
         return ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, sc);
       }
       case ka::Arm::token:
         if (sp.routing != Routing::none) {
           std::vector<float> sc;
-          ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc);
+          ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
           return ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
         }
         return ka::select_tokens_random(s, sp.block, kb_, sp.shared, sp.scatter, sp.cluster_mean, kSeed + s.ctx);
@@ -427,21 +471,23 @@ class AttnCase final : public kvf::Case {
     if (gpu_) {
 #if defined(KVF_HAVE_CUDA)
       if (sp.arm == ka::Arm::block)
-        ka::gpu::route_blocks(dims_, data_->q->ptr, data_->dcentroids.at(sp.block).get().as<float>(), sp.block, kb_,
-                              sp.shared, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
+        ka::gpu::route_blocks(dims_, data_->q->ptr,
+                              data_->dcentroids.at(Shared::cent_key(sp.block, pm_)).get().as<float>(), sp.block, kb_,
+                              sp.shared, pm_, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
                               kvf::cuda_stream(be));
       else
-        ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared,
+        ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared, pm_,
                               dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
 #endif
       return;
     }
     if (sp.arm == ka::Arm::block) {
-      ka::score_blocks(s, data_->host_q(), data_->centroids.at(sp.block), sp.block, sp.shared, scores_);
-      routed_ = ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_);
+      ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared,
+                       scores_);
+      routed_ = ka::place(s, pm_, ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_));
     } else {
-      ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_);
-      routed_ = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, scores_);
+      ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_, pm_);
+      routed_ = ka::place(s, pm_, ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, scores_));
     }
   }
 
@@ -502,6 +548,12 @@ std::uint32_t parse_u32(const std::string& t, const std::string& flag) {
   }
 }
 
+std::string reuse_text(const std::vector<std::uint32_t>& v) {
+  std::string r;
+  for (auto x : v) r += (r.empty() ? "" : ",") + std::to_string(x);
+  return r;
+}
+
 std::string ctx_name(std::uint32_t c) {
   return (c % 1024 == 0) ? std::to_string(c / 1024) + "K" : std::to_string(c);
 }
@@ -535,6 +587,15 @@ class AccessStudy final : public kvf::Study {
     app.add_option("--gather-mib", gather_mib_, "bytes read per gather execution, MiB (default min(64, pool/2))");
     app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
     app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: on, off or both (default on)");
+    app.add_option("--placement", placement_,
+                   "KV placement of the attention and routing parts: shuffled (pages of --page-tokens tokens in a "
+                   "seeded random page order, as a paged cache), contiguous (logical order == physical order) or "
+                   "both (default shuffled)");
+    app.add_option("--page-tokens", page_tokens_,
+                   "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
+    app.add_option("--reuse-steps", reuse_, "decode steps a routed selection is reused for; the route end_to_end rows "
+                   "note attend + routing/S per S, derived from this run's medians (default 1,8,64)")
+        ->delimiter(',');
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override {
@@ -630,6 +691,27 @@ class AccessStudy final : public kvf::Study {
       s.hkv = hkv_;
       return s;
     };
+    // Placement: page sizes per case (0 = contiguous); the page size must divide every context.
+    std::vector<std::uint32_t> pages;
+    if (placement_ == "shuffled" || placement_.empty()) pages = {page_tokens_};
+    else if (placement_ == "contiguous") pages = {0};
+    else if (placement_ == "both") pages = {page_tokens_, 0};
+    else throw kvf::UsageError("--placement " + placement_ + ": allowed shuffled, contiguous, both");
+    if (placement_ != "contiguous") {
+      if (page_tokens_ == 0)
+        throw kvf::UsageError("--page-tokens 0: must be a power of two from 1 to the context that divides it "
+                              "(--placement contiguous has no pages)");
+      std::vector<std::uint32_t> all_ctx = ctxs;
+      if (contexts_.empty()) all_ctx.push_back(side_ctx);
+      for (auto c : all_ctx) ka::validate_page_tokens(page_tokens_, c);
+    }
+    std::vector<std::uint32_t> reuse;
+    for (const auto& t : reuse_) {
+      const auto v = parse_u32(t, "--reuse-steps");
+      if (v == 0) throw kvf::UsageError("--reuse-steps " + t + ": must be a positive number of decode steps");
+      reuse.push_back(v);
+    }
+    if (reuse.empty()) reuse = {1, 8, 64};
     // Validate shape and budget combinations up front (no case is created for bad input).
     for (auto d : dims)
       for (auto dt : dtypes) {
@@ -712,19 +794,22 @@ class AccessStudy final : public kvf::Study {
       const auto& s = sp.s;
       const std::string cfg = ctx_name(s.ctx) + "/" + ka::to_string(s.layout) + "/" + ka::to_string(s.dtype) + "/d" +
                               std::to_string(s.d) + "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) +
-                              "/b" + std::to_string(s.batch) + (sp.huge ? "" : "/nohuge");
+                              "/b" + std::to_string(s.batch) + (sp.huge ? "" : "/nohuge") +
+                              (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous"));
       c->config_key = cfg;
       const std::string sel_txt = sp.shared ? "shared" : "per_head";
       std::string kt = sp.keep_text;
       std::replace(kt.begin(), kt.end(), '/', ':');
       c->pair_key = cfg + "/k" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
+      c->route_key = c->pair_key + "/" + ka::to_string(sp.arm) + "/route-";
       std::string arm = ka::to_string(sp.arm);
       if (sp.arm == ka::Arm::token && sp.routing == Routing::none) arm += std::string("-") + ka::to_string(sp.scatter);
       std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
                        arm + "/" + cfg;
       if (sp.arm != ka::Arm::dense) nm += "/keep" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
       c->name = nm;
-      // Shape-only selection for the counts (entries x span per list).
+      // Shape-only selection for the counts (physical entries x span per list).
+      const ka::PageMap pm = ka::make_page_map(s.ctx, sp.page, 0);
       ka::Selection shape;
       std::uint64_t ntok = s.ctx;
       if (sp.arm != ka::Arm::dense) {
@@ -740,6 +825,8 @@ class AccessStudy final : public kvf::Study {
         shape.n_lists = s.batch;
       }
       shape.geom.shared = sp.shared;
+      shape.geom.n_entries *= pm.entries_per(shape.geom.span);
+      shape.geom.span = pm.entry_span(shape.geom.span);
       shape.idx.resize(std::uint64_t{shape.n_lists} * shape.geom.n_entries);
       c->sp = sp;
       c->account(shape);
@@ -759,6 +846,9 @@ class AccessStudy final : public kvf::Study {
                    {"select", sp.arm == ka::Arm::dense ? "" : (sp.shared ? "shared" : "per_head")},
                    {"scatter", sp.arm == ka::Arm::token && sp.routing == Routing::none ? ka::to_string(sp.scatter) : ""},
                    {"routing", to_string(sp.routing)},
+                   {"reuse_steps", sp.routing == Routing::end_to_end ? reuse_text(sp.reuse_steps) : ""},
+                   {"placement", sp.placement_text()},
+                   {"page_tokens", sp.page ? std::to_string(sp.page) : ""},
                    {"huge", sp.huge ? "on" : "off"},
                    {"working_set_bytes", fmt(ws, 12)},
                    {"llc_bytes", std::to_string(llc)},
@@ -779,20 +869,26 @@ class AccessStudy final : public kvf::Study {
       out.push_back(std::move(c));
     };
 
-    auto arms_for = [&](const AttnSpec& base, bool with_dense, const std::vector<ka::Scatter>& scs) {
-      if (with_dense) {
-        AttnSpec d = base;
-        d.arm = ka::Arm::dense;
-        add_attn(d);
-      }
-      AttnSpec b = base;
-      b.arm = ka::Arm::block;
-      add_attn(b);
-      for (auto sc : scs) {
-        AttnSpec t = base;
-        t.arm = ka::Arm::token;
-        t.scatter = sc;
-        add_attn(t);
+    // Every placement of one configuration: dense, block, then the token scatters (each placement's
+    // token cases pair with its own block case).
+    auto arms_for = [&](const AttnSpec& base0, bool with_dense, const std::vector<ka::Scatter>& scs) {
+      for (auto pg : pages) {
+        AttnSpec base = base0;
+        base.page = pg;
+        if (with_dense) {
+          AttnSpec d = base;
+          d.arm = ka::Arm::dense;
+          add_attn(d);
+        }
+        AttnSpec b = base;
+        b.arm = ka::Arm::block;
+        add_attn(b);
+        for (auto sc : scs) {
+          AttnSpec t = base;
+          t.arm = ka::Arm::token;
+          t.scatter = sc;
+          add_attn(t);
+        }
       }
     };
 
@@ -878,8 +974,9 @@ class AccessStudy final : public kvf::Study {
     if (want("routing") && !(quick && parts_.empty())) {
       std::vector<std::uint32_t> rctx = contexts_.empty() ? std::vector<std::uint32_t>{side_ctx} : ctxs;
       for (auto c : rctx)
-        for (Routing r : {Routing::alone, Routing::end_to_end})
-          for (ka::Arm arm : {ka::Arm::block, ka::Arm::token}) {
+        for (auto pg : pages)
+          for (Routing r : {Routing::alone, Routing::attend, Routing::end_to_end})
+            for (ka::Arm arm : {ka::Arm::block, ka::Arm::token}) {
             AttnSpec sp;
             sp.s = base_shape();
             sp.s.d = dims[0];
@@ -893,6 +990,8 @@ class AccessStudy final : public kvf::Study {
             sp.arm = arm;
             sp.routing = r;
             sp.huge = gpu || huge_ != "off";
+            sp.page = pg;
+            sp.reuse_steps = reuse;
             add_attn(sp);
           }
     }
@@ -900,9 +999,10 @@ class AccessStudy final : public kvf::Study {
   }
 
  private:
-  std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_;
-  std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0;
-  std::string select_, scatter_, huge_, prefetch_;
+  std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
+      reuse_;
+  std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0, page_tokens_ = 16;
+  std::string select_, scatter_, huge_, prefetch_, placement_;
 };
 
 }  // namespace

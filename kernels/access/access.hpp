@@ -50,7 +50,7 @@ DType parse_dtype(const std::string&);    // UsageError on unknown
 // Selected entries of every list (SelGeom says how to read them).
 struct Selection {
   SelGeom geom;
-  std::vector<std::uint32_t> idx;  // n_lists * n_entries, each list sorted ascending
+  std::vector<std::uint32_t> idx;  // n_lists * n_entries, each list in ascending logical order
   std::uint32_t n_lists = 0;
 };
 
@@ -71,13 +71,29 @@ Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uin
 Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
                                  const std::vector<float>& scores);
 
-// Routing. Centroids: mean key of each block, fp32 [batch][hkv][nblocks][d] ("prefill", built once).
-void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent);
+// Placement (PageMap, access_math.hpp). The select_* functions above return LOGICAL selections (token
+// positions in logical order, what the contiguous placement reads); place() turns one into the physical
+// lists every kernel and the reference read: each logical entry of span S becomes pm.entries_per(S)
+// entries of pm.entry_span(S) tokens at pm.phys_entry(...), in logical order. Contiguous: a copy.
+Selection place(const AttnShape& s, const PageMap& pm, const Selection& logical);
+// Inverse of place() for checks (e.g. of lists the GPU routed): the logical selection of span
+// `logical_span` whose place() is `physical`. False if no such selection exists (an entry out of range,
+// or the entries of one logical entry not its consecutive logical pieces).
+bool unplace(const AttnShape& s, const PageMap& pm, const Selection& physical, std::uint32_t logical_span,
+             Selection& logical);
+// Checks --page-tokens against a context: 0 (contiguous) or a power of two dividing ctx; UsageError.
+void validate_page_tokens(std::uint32_t page, std::uint32_t ctx);
+
+// Routing, in logical token order (a logical token's key is read from its physical row through pm).
+// Centroids: mean key of each logical block, fp32 [batch][hkv][nblocks][d] ("prefill", built once).
+void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent,
+                     const PageMap& pm = {});
 // Block scores (n_lists x nblocks): sum over the list's query heads of q . centroid.
 void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& cent, std::uint32_t block,
                   bool shared, std::vector<float>& scores);
-// Token scores (n_lists x ctx): sum over the list's query heads of q . k (reads every key).
-void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores);
+// Token scores (n_lists x ctx, logical order): sum over the list's query heads of q . k (reads every key).
+void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores,
+                  const PageMap& pm = {});
 
 // Fills q (q_dtype) and k, v (dtype) with deterministic values; q scaled so softmax is not flat.
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed);

@@ -41,14 +41,19 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
 // Deterministic fill, the same values as kvf::access::fill_qkv on the host (bf16/fp16/fp8 e4m3 K/V).
 void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, cudaStream_t st);
 
-// Routing on the device, output ready for attention(): scores (fp32, lists x n) then an exact top-k
-// per list with the CPU twin's rule (score descending, ties to the lower index; sink and latest
-// forced), entries in ascending order. Block arm: n = ctx/block, centroids fp32 [batch][hkv][n][d]
-// (built at "prefill"). Token arm: n = ctx, scores against every key.
+// Routing on the device, output ready for attention(): scores in logical order (fp32, lists x n) then
+// an exact top-k per list with the CPU twin's rule (score descending, ties to the lower logical index;
+// sink and latest forced), emitted in ascending logical order and translated to physical entries through
+// the page map exactly as kvf::access::place() does on the host (each logical entry of span S becomes
+// pm.entries_per(S) entries of pm.entry_span(S) tokens; contiguous pm: the logical entries).
+// Block arm: n = ctx/block, centroids fp32 [batch][hkv][n][d] of the logical blocks (built at
+// "prefill"); idx holds k_blocks * pm.entries_per(block) entries per list. Token arm: n = ctx, scores
+// against every key (logical token t read from its physical row), k_blocks * block entries per list.
 void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
-                  std::uint32_t k_blocks, bool shared, float* scores, std::uint32_t* idx, cudaStream_t st);
+                  std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores, std::uint32_t* idx,
+                  cudaStream_t st);
 void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
-                  bool shared, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st);
+                  bool shared, const PageMap& pm, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st);
 
 }  // namespace kvf::access::gpu
 #endif

@@ -99,7 +99,8 @@ KVF_HD std::uint64_t kv_token_stride(Layout l, std::uint64_t H, std::uint64_t D)
 // ---------------------------------------------------------------------------------------------------
 // Selection: every arm attends over a list of entries; entry e covers tokens idx[e]*span .. +span-1.
 // dense: span = dense span, idx = 0..ctx/span-1; block: span = block size, idx = selected blocks;
-// token: span = 1, idx = selected token positions. All lists are sorted ascending.
+// token: span = 1, idx = selected token positions. Entries are physical (see PageMap below): in logical
+// order, which is ascending physical order only with the contiguous placement.
 // A selection list is per (batch, kv head) ("per_head") or per batch shared by every kv head ("shared").
 // ---------------------------------------------------------------------------------------------------
 struct SelGeom {
@@ -115,6 +116,49 @@ struct SelGeom {
     return std::uint64_t{list[t / span]} * span + t % span;
   }
 };
+
+// ---------------------------------------------------------------------------------------------------
+// Physical placement of the KV cache (paged). Logical token t of batch b lives at physical position
+// phys_token(b, t) of the same region (the (batch, kv head) rows in HND, the batch's rows in NHD):
+// pages of `page` tokens, logical page p -> physical page slot phys_page(b, p), a keyed bijection on
+// [0, n_pages) (the page table: one per sequence, shared by its kv heads, as in vLLM and FlashInfer).
+// page == 0 is the contiguous placement (physical == logical).
+// Selection lists hold PHYSICAL entries: a logical entry of span S (dense 256, block B, token 1) becomes
+// S / entry_span(S) physical entries of entry_span(S) = min(S, page) tokens (S and page powers of two,
+// so one divides the other), in logical order; the kernels' address math (SelGeom::token) is unchanged.
+// ---------------------------------------------------------------------------------------------------
+struct PageMap {
+  std::uint32_t page = 0;     // tokens per page; 0: contiguous placement
+  std::uint32_t n_pages = 0;  // pages per region (ctx / page)
+  std::uint32_t bits = 0;     // ceil_log2(n_pages)
+  std::uint64_t key = 0;      // seed of the page tables
+  KVF_HD bool contiguous() const { return page == 0; }
+  KVF_HD std::uint64_t batch_key(std::uint64_t b) const { return key + (b + 1) * 0x9E3779B97F4A7C15ull; }
+  KVF_HD std::uint32_t phys_page(std::uint64_t b, std::uint32_t p) const {
+    return contiguous() ? p : static_cast<std::uint32_t>(perm_n(p, n_pages, bits, batch_key(b)));
+  }
+  KVF_HD std::uint64_t phys_token(std::uint64_t b, std::uint64_t t) const {
+    return contiguous() ? t : std::uint64_t{phys_page(b, static_cast<std::uint32_t>(t / page))} * page + t % page;
+  }
+  // Tokens per physical entry for logical entries of `span` tokens.
+  KVF_HD std::uint32_t entry_span(std::uint32_t span) const { return contiguous() || span <= page ? span : page; }
+  KVF_HD std::uint32_t entries_per(std::uint32_t span) const { return span / entry_span(span); }
+  // Physical entry r (0 <= r < entries_per(span)) of logical entry e of `span` tokens, batch b.
+  KVF_HD std::uint32_t phys_entry(std::uint64_t b, std::uint64_t e, std::uint32_t span, std::uint32_t r) const {
+    const std::uint32_t es = entry_span(span);
+    return static_cast<std::uint32_t>(phys_token(b, e * span + std::uint64_t{r} * es) / es);
+  }
+};
+// page 0: contiguous. Otherwise page must divide ctx (the bench checks it is a power of two).
+KVF_HD PageMap make_page_map(std::uint32_t ctx, std::uint32_t page, std::uint64_t key) {
+  PageMap m;
+  if (page == 0) return m;
+  m.page = page;
+  m.n_pages = ctx / page;
+  m.bits = ceil_log2_u64(m.n_pages);
+  m.key = key;
+  return m;
+}
 
 // Split-KV partition, identical in every arm (it depends only on the selected-token count):
 // split s of n_splits covers selected tokens [begin(s), end(s)); chunks are multiples of `quantum`.

@@ -174,6 +174,76 @@ Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::u
   return sel;
 }
 
+// ---------------------------------------------------------------------------------------------- placement
+void validate_page_tokens(std::uint32_t page, std::uint32_t ctx) {
+  if (page == 0) return;
+  if ((page & (page - 1)) || page > ctx || ctx % page)
+    throw UsageError("--page-tokens " + std::to_string(page) + ": must be a power of two from 1 to the context that "
+                     "divides it (context " + std::to_string(ctx) + "); blocks and pages then nest (B/P pages per "
+                     "block or P/B blocks per page)");
+}
+
+static std::uint32_t batch_of_list(const AttnShape& s, const Selection& sel, std::uint32_t l) {
+  return sel.geom.shared ? l : l / s.hkv;
+}
+
+Selection place(const AttnShape& s, const PageMap& pm, const Selection& logical) {
+  if (pm.contiguous()) return logical;
+  const std::uint32_t span = logical.geom.span, per = pm.entries_per(span);
+  Selection out;
+  out.geom = logical.geom;
+  out.geom.span = pm.entry_span(span);
+  out.geom.n_entries = logical.geom.n_entries * per;
+  out.n_lists = logical.n_lists;
+  out.idx.resize(std::uint64_t{out.n_lists} * out.geom.n_entries);
+#pragma omp parallel for schedule(static)
+  for (std::uint32_t l = 0; l < out.n_lists; ++l) {
+    const std::uint32_t b = batch_of_list(s, logical, l);
+    const std::uint32_t* in = logical.idx.data() + std::uint64_t{l} * logical.geom.n_entries;
+    std::uint32_t* o = out.idx.data() + std::uint64_t{l} * out.geom.n_entries;
+    for (std::uint32_t e = 0; e < logical.geom.n_entries; ++e)
+      for (std::uint32_t r = 0; r < per; ++r) o[std::uint64_t{e} * per + r] = pm.phys_entry(b, in[e], span, r);
+  }
+  return out;
+}
+
+bool unplace(const AttnShape& s, const PageMap& pm, const Selection& physical, std::uint32_t logical_span,
+             Selection& logical) {
+  const std::uint32_t es = pm.entry_span(logical_span), per = pm.entries_per(logical_span);
+  if (physical.geom.span != es || physical.geom.n_entries % per) return false;
+  logical = Selection{};
+  logical.geom = physical.geom;
+  logical.geom.span = logical_span;
+  logical.geom.n_entries = physical.geom.n_entries / per;
+  logical.n_lists = physical.n_lists;
+  logical.idx.resize(std::uint64_t{logical.n_lists} * logical.geom.n_entries);
+  if (pm.contiguous()) {
+    logical.idx = physical.idx;
+    for (const auto e : physical.idx)
+      if (std::uint64_t{e} * es >= s.ctx) return false;
+    return true;
+  }
+  // Inverse page table of each batch: physical page -> logical page.
+  std::vector<std::vector<std::uint32_t>> inv(s.batch, std::vector<std::uint32_t>(pm.n_pages));
+  for (std::uint32_t b = 0; b < s.batch; ++b)
+    for (std::uint32_t p = 0; p < pm.n_pages; ++p) inv[b][pm.phys_page(b, p)] = p;
+  for (std::uint32_t l = 0; l < logical.n_lists; ++l) {
+    const std::uint32_t b = batch_of_list(s, physical, l);
+    const std::uint32_t* in = physical.idx.data() + std::uint64_t{l} * physical.geom.n_entries;
+    std::uint32_t* o = logical.idx.data() + std::uint64_t{l} * logical.geom.n_entries;
+    for (std::uint32_t e = 0; e < logical.geom.n_entries; ++e) {
+      const std::uint64_t pt = std::uint64_t{in[std::uint64_t{e} * per]} * es;  // physical first token
+      if (pt >= s.ctx) return false;
+      const std::uint64_t lt = std::uint64_t{inv[b][pt / pm.page]} * pm.page + pt % pm.page;
+      if (lt % logical_span) return false;
+      o[e] = static_cast<std::uint32_t>(lt / logical_span);
+      for (std::uint32_t r = 1; r < per; ++r)
+        if (in[std::uint64_t{e} * per + r] != pm.phys_entry(b, o[e], logical_span, r)) return false;
+    }
+  }
+  return true;
+}
+
 // ------------------------------------------------------------------------------------------------ routing
 static inline float elem_of(DType t, const void* p, std::uint64_t i) {
   if (t == DType::fp8_e4m3) return e4m3_to_f32(static_cast<const std::uint8_t*>(p)[i]);
@@ -205,7 +275,8 @@ static inline float dot_row(const AttnShape& s, const float* qs, const void* k, 
   return a;
 }
 
-void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent) {
+void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent,
+                     const PageMap& pm) {
   const std::uint32_t nb = s.ctx / block;
   cent.assign(std::uint64_t{s.batch} * s.hkv * nb * s.d, 0.0f);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -214,7 +285,7 @@ void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std
       const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
       float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
       for (std::uint32_t t = j * block; t < (j + 1) * block; ++t) {
-        const std::uint64_t r = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d);
+        const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d);
         for (std::uint32_t d = 0; d < s.d; ++d) c[d] += elem(s, k, r + d);
       }
       for (std::uint32_t d = 0; d < s.d; ++d) c[d] /= static_cast<float>(block);
@@ -256,7 +327,8 @@ void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& c
   }
 }
 
-void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores) {
+void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores,
+                  const PageMap& pm) {
   const std::uint32_t nl = n_lists(s, shared);
   scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
   const std::uint64_t eb = dtype_bytes(s.dtype);
@@ -267,9 +339,10 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
     float* out = scores.data() + std::uint64_t{shared ? b : bh} * s.ctx;
 #pragma omp parallel for schedule(static)
     for (std::uint32_t t = 0; t < s.ctx; ++t) {
-      const std::uint64_t r = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d);
+      const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d);
       if (t + 16 < s.ctx)
-        __builtin_prefetch(static_cast<const char*>(k) + kv_row(s.layout, b, t + 16, h, s.ctx, s.hkv, s.d) * eb, 0, 0);
+        __builtin_prefetch(
+            static_cast<const char*>(k) + kv_row(s.layout, b, pm.phys_token(b, t + 16), h, s.ctx, s.hkv, s.d) * eb, 0, 0);
       const float a = dot_row(s, qs, k, r);
       if (shared) out[t] += a;  // heads run one after another: no race
       else out[t] = a;

@@ -1,6 +1,7 @@
 // GPU routing of the access study: scores, then an exact top-k per selection list that follows the CPU
 // twin's rule (highest score first, ties to the lower index; sink and latest forced), emitted in
-// ascending index order so the attention kernel can consume the list directly (no host round trip).
+// ascending logical order and translated to physical entries through the page map, so the attention
+// kernel can consume the list directly (no host round trip).
 //
 // block arm:  score[list][j] = sum over the list's kv heads h of qsum_h . centroid[b][h][j]
 // token arm:  score[list][t] = sum over the list's kv heads h of qsum_h . K[b][t][h]
@@ -8,6 +9,9 @@
 // top-k: one CTA per list finds the k-th largest key by a bitwise search on order-preserving 32-bit
 // keys (32 counting passes), then emits keys > T and the first (k - count(> T)) keys == T in index
 // order through block-wide prefix sums.
+// Placement: scores and the top-k are in logical order (the tie rule is the CPU twin's); each emitted
+// logical candidate i of `unit` tokens is written as pm.entries_per(unit) physical entries
+// pm.phys_entry(b, i, unit, r), the same translation as kvf::access::place() on the host.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -70,7 +74,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_tokens_kernel(const std::
                                                                      const std::uint16_t* __restrict__ k,
                                                                      std::uint32_t hq, std::uint32_t hkv,
                                                                      std::uint32_t ctx, Layout layout, bool shared,
-                                                                     bool bf16, float* __restrict__ scores) {
+                                                                     bool bf16, PageMap pm, float* __restrict__ scores) {
   extern __shared__ float qs[];
   constexpr int LT = attn_lanes_per_token(D);
   constexpr int TPB = kScoreThreads / LT;  // tokens per CTA step
@@ -81,11 +85,12 @@ __global__ void __launch_bounds__(kScoreThreads) score_tokens_kernel(const std::
   const std::uint64_t list = shared ? b : static_cast<std::uint64_t>(b) * hkv + list_h;
   // All lanes run the same number of steps (the shuffles need the whole warp).
   for (std::uint32_t base = blockIdx.x * TPB; base < ctx; base += gridDim.x * TPB) {
-    const std::uint32_t t = base + grp;
+    const std::uint32_t t = base + grp;  // logical token
     float a = 0.0f;
     if (t < ctx) {
+      const std::uint64_t pt = pm.phys_token(b, t);
       for (std::uint32_t h = h0; h < h1; ++h) {
-        const uint4 u = __ldg(reinterpret_cast<const uint4*>(k + kv_row(layout, b, t, h, ctx, hkv, D)) + sub);
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(k + kv_row(layout, b, pt, h, ctx, hkv, D)) + sub);
         const unsigned w[4] = {u.x, u.y, u.z, u.w};
         const float* qq = qs + h * D + sub * 8;
 #pragma unroll
@@ -135,17 +140,29 @@ __device__ int block_excl_scan(int v, int* red, int* total) {
   return before + x - v;
 }
 
+// Logical candidate i (of `unit` tokens) at logical list position pos: its pm.entries_per(unit) physical
+// entries, batch b.
+__device__ __forceinline__ void emit(std::uint32_t* o, std::uint32_t pos, std::uint32_t i, std::uint32_t b,
+                                     std::uint32_t unit, const PageMap& pm) {
+  const std::uint32_t per = pm.entries_per(unit);
+  for (std::uint32_t r = 0; r < per; ++r) o[static_cast<std::uint64_t>(pos) * per + r] = pm.phys_entry(b, i, unit, r);
+}
+
 // One CTA per list: out[list] = [lo forced entries 0..nlo-1] + top kp of scores[lo_c, hi_c) in index
-// order + [forced entries hi_c..n-1]. n_entries = nlo + kp + (n - hi_c).
+// order + [forced entries hi_c..n-1], each candidate as pm.entries_per(unit) physical entries.
+// Logical entries per list: nlo + kp + (n - hi_c); list l belongs to batch l / lists_per_batch.
 __global__ void __launch_bounds__(kTopkThreads, 1) topk_kernel(const float* __restrict__ scores, std::uint32_t n,
                                                             std::uint32_t lo_c, std::uint32_t hi_c, std::uint32_t kp,
-                                                            std::uint32_t n_entries, std::uint32_t* __restrict__ out) {
+                                                            std::uint32_t unit, std::uint32_t lists_per_batch,
+                                                            PageMap pm, std::uint32_t* __restrict__ out) {
   __shared__ int red[kTopkThreads / 32];
   const std::uint64_t list = blockIdx.x;
+  const std::uint32_t b = blockIdx.x / lists_per_batch;
+  const std::uint64_t n_entries = static_cast<std::uint64_t>(lo_c + kp + (n - hi_c)) * pm.entries_per(unit);
   const float* s = scores + list * n;
   std::uint32_t* o = out + list * n_entries;
-  for (std::uint32_t i = threadIdx.x; i < lo_c; i += blockDim.x) o[i] = i;
-  for (std::uint32_t i = hi_c + threadIdx.x; i < n; i += blockDim.x) o[lo_c + kp + (i - hi_c)] = i;
+  for (std::uint32_t i = threadIdx.x; i < lo_c; i += blockDim.x) emit(o, i, i, b, unit, pm);
+  for (std::uint32_t i = hi_c + threadIdx.x; i < n; i += blockDim.x) emit(o, lo_c + kp + (i - hi_c), i, b, unit, pm);
   if (kp == 0) return;
   // T = the kp-th largest key among the candidates.
   std::uint32_t T = 0;
@@ -169,7 +186,7 @@ __global__ void __launch_bounds__(kTopkThreads, 1) topk_kernel(const float* __re
     const int take = (i < hi_c && (key > T || (is_eq && eq_rank < need_eq))) ? 1 : 0;
     int take_total = 0;
     const int pos = out_base + block_excl_scan(take, red, &take_total);
-    if (take) o[lo_c + pos] = i;
+    if (take) emit(o, lo_c + pos, i, b, unit, pm);
     eq_base += eq_total;
     out_base += take_total;
   }
@@ -183,7 +200,8 @@ void check(const char* what) {
 }  // namespace
 
 void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
-                  std::uint32_t k_blocks, bool shared, float* scores, std::uint32_t* idx, cudaStream_t st) {
+                  std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores, std::uint32_t* idx,
+                  cudaStream_t st) {
   const std::uint32_t nb = s.ctx / block;
   if (k_blocks < 2 || k_blocks > nb) throw std::invalid_argument("gpu::route_blocks: 2 <= k_blocks <= ctx/block");
   const dim3 grid((nb + kScoreThreads / 32 - 1) / (kScoreThreads / 32), shared ? 1 : s.hkv, s.batch);
@@ -192,12 +210,12 @@ void route_blocks(const AttnDims& s, const void* q, const float* centroids, std:
                                                           s.d, nb, shared, s.dtype == DType::bf16, scores);
   check("score_blocks_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
-  topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, nb, 1, nb - 1, k_blocks - 2, k_blocks, idx);
+  topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, nb, 1, nb - 1, k_blocks - 2, block, shared ? 1 : s.hkv, pm, idx);
   check("topk_kernel launch");
 }
 
 void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
-                  bool shared, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st) {
+                  bool shared, const PageMap& pm, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st) {
   const std::uint32_t budget = k_blocks * block;
   if (k_blocks < 2 || budget > s.ctx) throw std::invalid_argument("gpu::route_tokens: 2 blocks <= budget <= ctx");
   const std::uint32_t lists_y = shared ? 1 : s.hkv;
@@ -211,14 +229,15 @@ void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t
   const auto* k16 = static_cast<const std::uint16_t*>(k);
   const bool bf16 = s.dtype == DType::bf16;
   if (s.d == 128)
-    score_tokens_kernel<128><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, scores);
+    score_tokens_kernel<128><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, pm, scores);
   else if (s.d == 64)
-    score_tokens_kernel<64><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, scores);
+    score_tokens_kernel<64><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, pm, scores);
   else
     throw std::invalid_argument("gpu::route_tokens: head dim must be 64 or 128");
   check("score_tokens_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
-  topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, s.ctx, block, s.ctx - block, budget - 2 * block, budget, idx);
+  topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1,
+                                              shared ? 1 : s.hkv, pm, idx);
   check("topk_kernel launch");
 }
 

@@ -100,6 +100,73 @@ TEST(AccessMath, SelectionTokens) {
   EXPECT_EQ(g.list_offset(1, 2, 8), 3u);
 }
 
+// Paged placement: a page table per batch (bijection on its pages), in-page offsets kept, entries of
+// any power-of-two span translated so SelGeom::token reads exactly the physical rows of the logical tokens.
+TEST(AccessMath, PageMapContiguousIsIdentity) {
+  const PageMap pm = make_page_map(4096, 0, 5);
+  EXPECT_TRUE(pm.contiguous());
+  for (std::uint64_t t : {0ull, 1ull, 17ull, 4095ull}) EXPECT_EQ(pm.phys_token(3, t), t);
+  EXPECT_EQ(pm.entry_span(256), 256u);
+  EXPECT_EQ(pm.entries_per(256), 1u);
+  EXPECT_EQ(pm.phys_entry(0, 7, 32, 0), 7u);
+}
+
+TEST(AccessMath, PageMapIsPerBatchBijectionKeepingOffsets) {
+  for (std::uint32_t page : {1u, 16u, 64u, 4096u}) {
+    const std::uint32_t ctx = 4096;
+    const PageMap pm = make_page_map(ctx, page, 0xacce55);
+    ASSERT_EQ(pm.n_pages, ctx / page);
+    std::vector<std::vector<std::uint32_t>> tables;
+    for (std::uint32_t b = 0; b < 3; ++b) {
+      std::vector<char> seen(pm.n_pages, 0);
+      std::vector<std::uint32_t> tab;
+      for (std::uint32_t p = 0; p < pm.n_pages; ++p) {
+        const std::uint32_t y = pm.phys_page(b, p);
+        ASSERT_LT(y, pm.n_pages);
+        ASSERT_FALSE(seen[y]) << "page " << page << " batch " << b << " p " << p;
+        seen[y] = 1;
+        tab.push_back(y);
+      }
+      for (std::uint32_t t = 0; t < ctx; t += 7) {
+        const std::uint64_t pt = pm.phys_token(b, t);
+        EXPECT_EQ(pt % page, t % page);
+        EXPECT_EQ(pt / page, pm.phys_page(b, t / page));
+      }
+      tables.push_back(tab);
+    }
+    if (pm.n_pages >= 16) {
+      EXPECT_NE(tables[0], tables[1]) << "batches share one page order";
+      // Shuffled: logical neighbours are rarely physical neighbours (an identity map would give all).
+      int adjacent = 0;
+      for (std::uint32_t p = 0; p + 1 < pm.n_pages; ++p) adjacent += tables[0][p + 1] == tables[0][p] + 1;
+      EXPECT_LT(adjacent, static_cast<int>(pm.n_pages / 8) + 1) << "page " << page;
+    }
+  }
+}
+
+TEST(AccessMath, PlacedEntriesReadThePhysicalRowsOfTheLogicalTokens) {
+  const std::uint32_t ctx = 2048;
+  for (std::uint32_t page : {1u, 4u, 16u, 64u, 256u}) {
+    const PageMap pm = make_page_map(ctx, page, 99);
+    for (std::uint32_t span : {1u, 16u, 32u, 256u}) {
+      const std::uint32_t es = pm.entry_span(span), per = pm.entries_per(span);
+      EXPECT_EQ(es, std::min(span, page));
+      EXPECT_EQ(es * per, span);
+      // A logical list of entries e (span tokens each), placed, read through SelGeom::token.
+      const std::vector<std::uint32_t> logical = {0u, 3u, ctx / span - 1};
+      std::vector<std::uint32_t> phys;
+      for (auto e : logical)
+        for (std::uint32_t r = 0; r < per; ++r) phys.push_back(pm.phys_entry(2, e, span, r));
+      const SelGeom g{static_cast<std::uint32_t>(phys.size()), es, false};
+      ASSERT_EQ(g.n_tokens(), logical.size() * span);
+      for (std::uint64_t t = 0; t < g.n_tokens(); ++t) {
+        const std::uint64_t lt = std::uint64_t{logical[t / span]} * span + t % span;  // logical token
+        ASSERT_EQ(g.token(phys.data(), t), pm.phys_token(2, lt)) << "page " << page << " span " << span << " t " << t;
+      }
+    }
+  }
+}
+
 TEST(AccessMath, SplitsCoverExactlyOnce) {
   for (std::uint64_t n : {1ull, 15ull, 16ull, 100ull, 4096ull, 100000ull}) {
     for (std::uint64_t items : {1ull, 8ull, 64ull}) {

@@ -98,6 +98,134 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{32, 8, 128, DType::fp8_e4m3, Layout::NHD}, AttnCase{32, 8, 64, DType::fp8_e4m3, Layout::HND},
                       AttnCase{16, 1, 64, DType::fp8_e4m3, Layout::NHD}, AttnCase{64, 4, 128, DType::fp8_e4m3, Layout::HND}));
 
+// Shuffled (paged) placement: every arm, placed through the page table, still matches the fp32
+// reference, for pages smaller than, equal to and larger than the block.
+TEST_P(AttnTwin, EveryArmMatchesReferenceShuffled) {
+  const AttnCase c = GetParam();
+  AttnShape s;
+  s.batch = 2; s.hq = c.hq; s.hkv = c.hkv; s.d = c.d; s.ctx = 2048; s.dtype = c.dt; s.layout = c.lay;
+  Data data(s);
+  const std::uint32_t block = 32, kb = sparse_blocks(s.ctx, block, 1.0 / 8);
+  for (std::uint32_t page : {16u, 128u}) {  // pages below and above the block
+    const PageMap pm = make_page_map(s.ctx, page, 77);
+    EXPECT_LT(run_and_compare(data, place(s, pm, select_dense(s, 256))), kAttnTolerance) << "dense page " << page;
+    for (bool shared : {false, true}) {
+      std::vector<float> cent, scores;
+      build_centroids(s, data.k.data(), block, cent, pm);
+      score_blocks(s, data.q.data(), cent, block, shared, scores);
+      const Selection sb = place(s, pm, select_blocks_by_score(s, block, kb, shared, scores));
+      EXPECT_EQ(sb.geom.span, std::min(block, page));
+      EXPECT_EQ(sb.geom.n_tokens(), kb * block);
+      EXPECT_LT(run_and_compare(data, sb), kAttnTolerance) << "block page " << page << " shared=" << shared;
+      const Selection st = place(s, pm, select_tokens_random(s, block, kb, shared, Scatter::clustered, 8, 5));
+      EXPECT_LT(run_and_compare(data, st), kAttnTolerance) << "token page " << page << " shared=" << shared;
+      score_tokens(s, data.q.data(), data.k.data(), shared, scores, pm);
+      const Selection sr = place(s, pm, select_tokens_by_score(s, block, kb, shared, scores));
+      EXPECT_LT(run_and_compare(data, sr), kAttnTolerance) << "token routed page " << page << " shared=" << shared;
+    }
+  }
+}
+
+namespace {
+// The same logical KV stored with the shuffled placement: physical row phys_token(b, t) of every region
+// holds logical row t.
+Data shuffle_rows(const Data& logical, const PageMap& pm) {
+  Data p = logical;
+  const AttnShape& s = logical.s;
+  const std::uint64_t rb = std::uint64_t{s.d} * dtype_bytes(s.dtype);
+  auto* kd = reinterpret_cast<unsigned char*>(p.k.data());
+  auto* vd = reinterpret_cast<unsigned char*>(p.v.data());
+  const auto* ks = reinterpret_cast<const unsigned char*>(logical.k.data());
+  const auto* vs = reinterpret_cast<const unsigned char*>(logical.v.data());
+  for (std::uint32_t b = 0; b < s.batch; ++b)
+    for (std::uint32_t h = 0; h < s.hkv; ++h)
+      for (std::uint32_t t = 0; t < s.ctx; ++t) {
+        const std::uint64_t src = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d) * dtype_bytes(s.dtype);
+        const std::uint64_t dst = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d) * dtype_bytes(s.dtype);
+        std::copy(ks + src, ks + src + rb, kd + dst);
+        std::copy(vs + src, vs + src + rb, vd + dst);
+      }
+  return p;
+}
+std::vector<float> attend_cpu(const Data& d, const Selection& sel) {
+  AttnWorkspace ws;
+  plan_cpu(d.s, sel, ws);
+  std::vector<float> out(d.s.q_elems());
+  attention_cpu(d.s, d.q.data(), d.k.data(), d.v.data(), sel, ws, out.data());
+  return out;
+}
+std::vector<float> attend_ref(const Data& d, const Selection& sel) {
+  std::vector<float> out(d.s.q_elems());
+  attention_ref(d.s, d.q.data(), d.k.data(), d.v.data(), sel, out.data());
+  return out;
+}
+}  // namespace
+
+// Placement semantics: logical token t lives at phys_token(b, t). The same logical KV, stored shuffled
+// and read through the placed lists, gives bit-identical routing scores, selections and outputs (same
+// rows, same order) as the contiguous placement; unplace() inverts place() and rejects other lists.
+TEST(Placement, ShuffledStorageIsTheSameLogicalProblem) {
+  for (Layout lay : {Layout::HND, Layout::NHD}) {
+    AttnShape s;
+    s.batch = 2; s.hq = 16; s.hkv = 4; s.d = 64; s.ctx = 1024; s.layout = lay;
+    const Data logical(s);
+    for (std::uint32_t page : {16u, 64u}) {
+      const PageMap pm = make_page_map(s.ctx, page, 3);
+      const Data phys = shuffle_rows(logical, pm);
+      for (std::uint32_t block : {16u, 32u, 128u})
+        for (bool shared : {false, true}) {
+          const std::uint32_t kb = sparse_blocks(s.ctx, block, 1.0 / 4);
+          std::vector<float> c0, c1, s0, s1;
+          build_centroids(s, logical.k.data(), block, c0);
+          build_centroids(s, phys.k.data(), block, c1, pm);
+          ASSERT_EQ(c0, c1);
+          score_blocks(s, logical.q.data(), c0, block, shared, s0);
+          const Selection lb = select_blocks_by_score(s, block, kb, shared, s0);
+          const Selection pb = place(s, pm, lb);
+          EXPECT_EQ(attend_ref(logical, lb), attend_ref(phys, pb)) << "block " << block << " page " << page;
+          EXPECT_EQ(attend_cpu(logical, lb), attend_cpu(phys, pb)) << "block " << block << " page " << page;
+          EXPECT_NE(pb.idx, lb.idx);
+          Selection back;
+          ASSERT_TRUE(unplace(s, pm, pb, block, back));
+          EXPECT_EQ(back.idx, lb.idx);
+          EXPECT_EQ(back.geom.span, block);
+          score_tokens(s, logical.q.data(), logical.k.data(), shared, s0);
+          score_tokens(s, phys.q.data(), phys.k.data(), shared, s1, pm);
+          ASSERT_EQ(s0, s1);
+          const Selection lt = select_tokens_by_score(s, block, kb, shared, s0);
+          const Selection pt = place(s, pm, lt);
+          EXPECT_EQ(attend_ref(logical, lt), attend_ref(phys, pt));
+          EXPECT_EQ(attend_cpu(logical, lt), attend_cpu(phys, pt));
+          ASSERT_TRUE(unplace(s, pm, pt, 1, back));
+          EXPECT_EQ(back.idx, lt.idx);
+          if (block > page) {
+            // The pages of one block swapped: not a placement of any block list.
+            Selection bad = pb;
+            std::swap(bad.idx[0], bad.idx[1]);
+            EXPECT_FALSE(unplace(s, pm, bad, block, back));
+          }
+          Selection bad = pt;
+          bad.idx[0] = s.ctx;  // out of range
+          EXPECT_FALSE(unplace(s, pm, bad, 1, back));
+        }
+      const Selection ld = select_dense(s, 256), pd = place(s, pm, ld);
+      EXPECT_EQ(pd.geom.span, page);
+      EXPECT_EQ(attend_cpu(logical, ld), attend_cpu(phys, pd));
+    }
+  }
+}
+
+TEST(Placement, PageTokensRule) {
+  EXPECT_NO_THROW(validate_page_tokens(0, 4096));  // contiguous
+  EXPECT_NO_THROW(validate_page_tokens(16, 4096));
+  EXPECT_NO_THROW(validate_page_tokens(1, 4096));
+  EXPECT_NO_THROW(validate_page_tokens(4096, 4096));
+  EXPECT_NO_THROW(validate_page_tokens(32, 3072));
+  EXPECT_THROW(validate_page_tokens(24, 4096), kvf::UsageError);    // not a power of two
+  EXPECT_THROW(validate_page_tokens(8192, 4096), kvf::UsageError);  // larger than the context
+  EXPECT_THROW(validate_page_tokens(64, 4000), kvf::UsageError);    // does not divide it
+}
+
 TEST(AttnTwin, LongContextManySplits) {
   AttnShape s;
   s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = 65536;
@@ -188,6 +316,28 @@ TEST(Routing, GpuThresholdTopkMatchesCpuSelection) {
     const std::uint32_t budget = kb * block;
     const auto gt = threshold_topk(ts.data() + l * s.ctx, s.ctx, block, s.ctx - block, budget - 2 * block);
     EXPECT_EQ(gt, std::vector<std::uint32_t>(st.idx.begin() + l * budget, st.idx.begin() + (l + 1) * budget));
+  }
+  // The GPU's emission through the page table (routing_gpu.cu emit()): logical candidate i at list
+  // position pos -> entries pm.phys_entry(b, i, unit, r) at pos * per + r. It must equal place() of the
+  // CPU selection, for pages below, equal to and above the block.
+  for (std::uint32_t page : {4u, 16u, 64u}) {
+    const PageMap pm = make_page_map(s.ctx, page, 41);
+    const Selection pb = place(s, pm, sb), pt = place(s, pm, st);
+    for (std::uint32_t l = 0; l < 2; ++l) {
+      const std::uint32_t b = l / s.hkv;  // per-head lists: list l belongs to batch l / hkv
+      const auto gb = threshold_topk(bs.data() + l * nb, nb, 1, nb - 1, kb - 2);
+      const std::uint32_t per = pm.entries_per(block);
+      std::vector<std::uint32_t> eb(gb.size() * per);
+      for (std::uint32_t pos = 0; pos < gb.size(); ++pos)
+        for (std::uint32_t r = 0; r < per; ++r) eb[pos * per + r] = pm.phys_entry(b, gb[pos], block, r);
+      const std::uint64_t ne = pb.geom.n_entries;
+      EXPECT_EQ(eb, std::vector<std::uint32_t>(pb.idx.begin() + l * ne, pb.idx.begin() + (l + 1) * ne)) << page;
+      const std::uint32_t budget = kb * block;
+      const auto gt = threshold_topk(ts.data() + l * s.ctx, s.ctx, block, s.ctx - block, budget - 2 * block);
+      std::vector<std::uint32_t> et;
+      for (auto i : gt) et.push_back(pm.phys_entry(b, i, 1, 0));
+      EXPECT_EQ(et, std::vector<std::uint32_t>(pt.idx.begin() + l * budget, pt.idx.begin() + (l + 1) * budget)) << page;
+    }
   }
   EXPECT_LT(order_key(-1.0f), order_key(-0.5f));
   EXPECT_LT(order_key(-0.5f), order_key(0.0f));
