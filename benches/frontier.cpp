@@ -23,10 +23,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <atomic>
-#include <cblas.h>
+#include <omp.h>
 #include <thread>
 
 #include "frontier_math.hpp"
@@ -88,6 +89,45 @@ kvf::Buffer sub(const kvf::Buffer& b, std::size_t off, std::size_t bytes) {
 [[maybe_unused]] void download(Backend& be, void* p, const BufferHandle& d, std::size_t bytes) {
   be.copy(host_view(p, bytes), d.get(), bytes);
 }
+
+#if defined(KVF_HAVE_CUDA)
+// A second, non-blocking stream beside the timed one (overlap, bidirectional copies, interference
+// background). fork(main): work queued on `s` afterwards starts after what `main` holds so far;
+// join(main): `main` waits for everything queued on `s` so far, so it falls inside the timed region.
+// Destruction waits for `s` to drain; reset it before freeing buffers its work touches.
+struct SideStream {
+  cudaStream_t s = nullptr;
+  cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
+
+  static std::unique_ptr<SideStream> make() {
+    auto p = std::make_unique<SideStream>();  // the destructor releases whatever was created if one call throws
+    KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&p->s, cudaStreamNonBlocking));
+    KVF_CUDA_CHECK(cudaEventCreateWithFlags(&p->fork_ev, cudaEventDisableTiming));
+    KVF_CUDA_CHECK(cudaEventCreateWithFlags(&p->join_ev, cudaEventDisableTiming));
+    return p;
+  }
+  cudaStream_t fork(cudaStream_t main) {
+    KVF_CUDA_CHECK(cudaEventRecord(fork_ev, main));
+    KVF_CUDA_CHECK(cudaStreamWaitEvent(s, fork_ev, 0));
+    return s;
+  }
+  void join(cudaStream_t main) {
+    KVF_CUDA_CHECK(cudaEventRecord(join_ev, s));
+    KVF_CUDA_CHECK(cudaStreamWaitEvent(main, join_ev, 0));
+  }
+  SideStream() = default;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  ~SideStream() {
+    if (s) {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaStreamDestroy(s);
+    }
+    if (fork_ev) (void)cudaEventDestroy(fork_ev);
+    if (join_ev) (void)cudaEventDestroy(join_ev);
+  }
+};
+#endif
 
 // Estimated seconds for a case whose run takes `t` seconds: setup/verify + warm-up and samples of
 // both modes under the default stop rule (5 samples at least, 0.5 s per mode at most).
@@ -340,7 +380,8 @@ void FrontierStudy::add_gemm_ceiling(Out& out, Backend& be) {
   };
   auto s = std::make_shared<S>();
   if (!gpu_) {
-    c.note = "OpenBLAS cblas_sgemm, fp32, square: the CPU recompute arms are stated against it";
+    c.note = "OpenBLAS sgemm, fp32, square, through gemm_xwT like the arms (one-thread OpenBLAS per OpenMP "
+             "thread, N split): the CPU recompute arms are stated against it";
     c.est_seconds = est(c.flops / 180e9, 0.1);
     c.on_setup = [s, n](Backend&) {
       s->a.resize(std::size_t(n) * n);
@@ -660,7 +701,8 @@ void FrontierStudy::add_mla(Out& out, const md::ModelShape& m, int T, int P, con
   c.bytes = rows * K * 2 + double(N) * K * (gpu_ ? 2 : 4) + rows * N * (part == "latent" ? 2 : 4);
   c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "gemm_ceiling"}}, "tflops"};
   c.note = part == "latent"
-               ? "c_KV = RMSNorm(X Wdkv^T[:512]), k_pe = RoPE(.[512:576]) -> bf16 latent cache rows (no YaRN mscale)"
+               ? "c_KV = RMSNorm(X Wdkv^T[:512]), k_pe = RoPE(.[512:576]) (YaRN frequencies, cos/sin amplitude " +
+                     str(fr::rope_amplitude(m.rope_scaling)) + ") -> bf16 latent cache rows"
                : "up-projection c_KV . Wukv^T -> per-head [k_nope | v] in fp32, H*(128+128) per token; not written to a cache";
   c.est_seconds = est(c.flops / (gpu_ ? 300e12 : 150e9) + (gpu_ ? 10e-6 : 0), gpu_ ? 0.3 : 0.1 + double(N) * K * 6e-9);
   struct S {
@@ -693,7 +735,7 @@ void FrontierStudy::add_mla(Out& out, const md::ModelShape& m, int T, int P, con
     }
     if (latent) {
       s->inv_freq = fr::rope_inv_freq(mm, g.rope);
-      s->cs = fr::rope_table(s->inv_freq, kPos0 + T);
+      s->cs = fr::rope_table(s->inv_freq, kPos0 + T, fr::rope_amplitude(mm.rope_scaling));
       s->pos.resize(R);
       for (int r = 0; r < R; ++r) s->pos[r] = kPos0 + r % T;
       const std::int64_t blocks = 2 * ((R + 15) / 16);
@@ -736,7 +778,8 @@ void FrontierStudy::add_mla(Out& out, const md::ModelShape& m, int T, int P, con
     if (latent)
       fr::mla_latent_write_cpu(s->y.data(), R, g, eps, s->cs.data(), s->pos.data(), s->slot.data(), s->cache.data());
   };
-  c.on_verify = [s, g, R, K, N, gpu, latent, eps, run = c.on_run](Backend& be) {
+  const double amp = fr::rope_amplitude(m.rope_scaling);  // the table's cos/sin amplitude (1 for DeepSeek-V3)
+  c.on_verify = [s, g, R, K, N, gpu, latent, eps, amp, run = c.on_run](Backend& be) {
     run(be);
     be.synchronize();
     const auto rows = fr::sample_rows(R, 16);
@@ -748,7 +791,7 @@ void FrontierStudy::add_mla(Out& out, const md::ModelShape& m, int T, int P, con
       std::vector<double> ref(g.latent());
       for (int r : rows) {
         fr::bf16_to_f32(s->x.data() + std::size_t(r) * K, xr.data(), K);
-        fr::mla_reference_row(xr.data(), s->w.data(), K, g, eps, s->inv_freq, s->pos[r], ref.data());
+        fr::mla_reference_row(xr.data(), s->w.data(), K, g, eps, s->inv_freq, s->pos[r], ref.data(), amp);
         double ss = 0;
         for (double v : ref) ss += v * v;
         const double rms = std::sqrt(ss / ref.size());
@@ -1022,8 +1065,7 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
     struct G {
       XState x;
       BufferHandle src, dst;
-      cudaStream_t s2 = nullptr;
-      cudaEvent_t fork = nullptr, join = nullptr;
+      std::unique_ptr<SideStream> side;
     };
     auto s = std::make_shared<G>();
     const md::ModelShape mm = m;
@@ -1035,20 +1077,14 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
       s->src = BufferHandle(be, page, MemKind::pinned_host);
       s->dst = BufferHandle(be, page, MemKind::device);
       be.fill(s->src.get(), kSeed + 50);
-      KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
-      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+      s->side = SideStream::make();
     };
     c.on_run = [s, rr, fetch](Backend& be) {
       cudaStream_t st = kvf::cuda_stream(be);
-      if (fetch > 0) {
-        KVF_CUDA_CHECK(cudaEventRecord(s->fork, st));
-        KVF_CUDA_CHECK(cudaStreamWaitEvent(s->s2, s->fork, 0));
-        KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, fetch, cudaMemcpyHostToDevice, s->s2));
-        KVF_CUDA_CHECK(cudaEventRecord(s->join, s->s2));
-      }
+      if (fetch > 0)
+        KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, fetch, cudaMemcpyHostToDevice, s->side->fork(st)));
       if (rr > 0) x_run_gpu(s->x, st);
-      if (fetch > 0) KVF_CUDA_CHECK(cudaStreamWaitEvent(st, s->join, 0));
+      if (fetch > 0) s->side->join(st);
     };
     c.on_verify = [s, rr, fetch, run = c.on_run](Backend& be) {
       run(be);
@@ -1065,12 +1101,7 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
       }
     };
     c.on_teardown = [s](Backend&) {
-      if (s->s2) {
-        (void)cudaStreamSynchronize(s->s2);
-        (void)cudaStreamDestroy(s->s2);
-        (void)cudaEventDestroy(s->fork);
-        (void)cudaEventDestroy(s->join);
-      }
+      s->side.reset();  // drains the copy before its buffers go
       *s = G{};
     };
 #endif
@@ -1154,7 +1185,6 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
       std::atomic<bool> stop{false};
       std::atomic<long> bg_iters{0};
       std::string bg_error;  // written by the background thread before it ends
-      int blas_threads = 0;
     };
     auto s = std::make_shared<S>();
     c.on_setup = [s, mm, N, background, dir](Backend&) {
@@ -1167,11 +1197,12 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
       fr::fill_bf16_uniform(s->v.data(), s->v.size(), kSeed + 62, 1.f);
       s->out.resize(s->q.size());
       s->scratch.resize(std::size_t(mm.n_heads / mm.n_kv_heads) * N);
-      s->blas_threads = openblas_get_num_threads();
-      openblas_set_num_threads(1);
       s->stop = false;
       if (background == "none") return;
       s->bg = std::thread([s, mm, background, dir] {
+       // One core: this thread's OpenMP team is itself (gemm_xwT's parallelism is the caller's team;
+       // OpenBLAS is single-threaded everywhere, kernels/frontier/recompute.hpp).
+       omp_set_num_threads(1);
        try {
         if (background == "recompute") {
           XState x;
@@ -1225,7 +1256,6 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     c.on_teardown = [s](Backend&) {
       s->stop = true;
       if (s->bg.joinable()) s->bg.join();
-      if (s->blas_threads > 0) openblas_set_num_threads(s->blas_threads);
       s->q.clear(); s->k.clear(); s->v.clear(); s->out.clear(); s->scratch.clear();
     };
     return;
@@ -1234,7 +1264,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
   struct G {
     BufferHandle kv, sum, src, dst;
     XState x;
-    cudaStream_t s2 = nullptr;
+    std::unique_ptr<SideStream> side;  // the background's stream
     int reps = 1;
     long samples = 0, drained = 0;
   };
@@ -1247,7 +1277,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     s->kv = BufferHandle(be, kv_bytes, MemKind::device);
     be.fill(s->kv.get(), kSeed + 64);
     s->sum = BufferHandle(be, 64, MemKind::device);
-    KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
+    s->side = SideStream::make();
     if (background == "none") return;
     if (background == "recompute") {
       x_setup_host(s->x, mm, 128, 1, 16, true);
@@ -1283,14 +1313,14 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     // Background still queued when the next sample begins: it outlasted the decode step it was meant
     // to run beside. Counted, so a drained background cannot pass for no interference.
     if (s->samples > 0 && background != "none") {
-      const cudaError_t q = cudaStreamQuery(s->s2);
+      const cudaError_t q = cudaStreamQuery(s->side->s);
       if (q == cudaSuccess) ++s->drained;
       else if (q != cudaErrorNotReady) kvf::cuda_check(q, "cudaStreamQuery(background)");
     }
-    KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
+    KVF_CUDA_CHECK(cudaStreamSynchronize(s->side->s));
     ++s->samples;
     if (background == "none") return;
-    for (int i = 0; i < s->reps; ++i) bg_op(s->s2);
+    for (int i = 0; i < s->reps; ++i) bg_op(s->side->s);
   };
   c.on_run = [s](Backend& be) {
     fr::gpu::read_xor(s->kv->ptr, s->kv->bytes, s->sum->as<unsigned long long>(), kvf::cuda_stream(be));
@@ -1309,10 +1339,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
            i2s(s->drained) + " of " + i2s(s->samples - 1) + " executions, warm-up included (0 expected)";
   };
   c.on_teardown = [s](Backend&) {
-    if (s->s2) {
-      (void)cudaStreamSynchronize(s->s2);
-      (void)cudaStreamDestroy(s->s2);
-    }
+    s->side.reset();  // drains the background before its buffers go
     *s = G{};
   };
 #endif
@@ -1348,8 +1375,7 @@ void FrontierStudy::add_link(Out& out, const std::vector<std::size_t>& sizes) {
       c.est_seconds = est(double(n) / 20e9 + 10e-6, 0.2);
       struct S {
         BufferHandle src, dst, src2, dst2;
-        cudaStream_t s2 = nullptr;
-        cudaEvent_t fork = nullptr, join = nullptr;
+        std::unique_ptr<SideStream> side;  // the D2H of bidir
       };
       auto s = std::make_shared<S>();
       c.on_setup = [s, n, a](Backend& be) {
@@ -1362,22 +1388,16 @@ void FrontierStudy::add_link(Out& out, const std::vector<std::size_t>& sizes) {
           s->src2 = BufferHandle(be, n, MemKind::device);
           s->dst2 = BufferHandle(be, n, MemKind::pinned_host);
           be.fill(s->src2.get(), kSeed + 41);
-          KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
-          KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-          KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+          s->side = SideStream::make();
         }
       };
       c.on_run = [s, n, a](Backend& be) {
         cudaStream_t st = kvf::cuda_stream(be);
         if (a.zero_copy) return fr::gpu::sm_copy(s->dst->ptr, s->src->device_alias, n, st);
-        if (a.bidir) {
-          KVF_CUDA_CHECK(cudaEventRecord(s->fork, st));
-          KVF_CUDA_CHECK(cudaStreamWaitEvent(s->s2, s->fork, 0));
-          KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst2->ptr, s->src2->ptr, n, cudaMemcpyDeviceToHost, s->s2));
-          KVF_CUDA_CHECK(cudaEventRecord(s->join, s->s2));
-        }
+        if (a.bidir)
+          KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst2->ptr, s->src2->ptr, n, cudaMemcpyDeviceToHost, s->side->fork(st)));
         KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, n, cudaMemcpyDefault, st));
-        if (a.bidir) KVF_CUDA_CHECK(cudaStreamWaitEvent(st, s->join, 0));
+        if (a.bidir) s->side->join(st);
       };
       c.on_verify = [s, n, a, run = c.on_run](Backend& be) {
         run(be);
@@ -1390,12 +1410,7 @@ void FrontierStudy::add_link(Out& out, const std::vector<std::size_t>& sizes) {
           throw kvf::VerifyError("bidir D2H: " + why);
       };
       c.on_teardown = [s](Backend&) {
-        if (s->s2) {
-          (void)cudaStreamSynchronize(s->s2);
-          (void)cudaStreamDestroy(s->s2);
-          (void)cudaEventDestroy(s->fork);
-          (void)cudaEventDestroy(s->join);
-        }
+        s->side.reset();  // drains the D2H before its buffers go
         *s = S{};
       };
     }

@@ -91,8 +91,9 @@ MlaGeom mla_geom(const models::ModelShape& m);
 void mla_latent_write_cpu(const float* Y /*[rows][latent]*/, int rows, MlaGeom g, float eps,
                           const float* cos_sin, const std::int32_t* pos, const std::int64_t* slot,
                           std::uint16_t* cache /*[slots][latent]*/);
-// fp64 reference of one cache row.
+// fp64 reference of one cache row; rope_amp: the cos/sin amplitude of the table the write used
+// (rope_amplitude(), recompute.hpp: YaRN's mscale terms and why the softmax one plays no part here).
 void mla_reference_row(const float* x, const std::uint16_t* w, int hidden, MlaGeom g, float eps,
-                       const std::vector<double>& inv_freq, int pos, double* out);
+                       const std::vector<double>& inv_freq, int pos, double* out, double rope_amp = 1.0);
 
 }  // namespace kvf::frontier

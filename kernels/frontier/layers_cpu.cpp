@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cblas.h>
 #include <cmath>
+#include <omp.h>
 
 #include "layers.hpp"
 
@@ -97,7 +98,12 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
   s.xn.resize(std::size_t(T) * H);
   s.qkv.resize(std::size_t(T) * qo);
   s.attn.resize(std::size_t(T) * qd);
-  s.s.resize(std::size_t(std::min(T, qchunk)) * keys_max);
+  // Attention runs one query head per OpenMP thread (single-threaded OpenBLAS, recompute.hpp): one
+  // score buffer per thread.
+  blas_on_openmp();
+  const std::size_t s_per_thread = std::size_t(std::min(T, qchunk)) * keys_max;
+  const bool attn_team = std::int64_t(T) * keys_max * D > kOmpMin;
+  s.s.resize(s_per_thread * (attn_team ? omp_get_max_threads() : 1));
   s.gu.resize(std::size_t(T) * 2 * I);
   s.act.resize(std::size_t(T) * I);
   s.tmp.resize(std::size_t(T) * std::max(H, qd));
@@ -159,19 +165,19 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
           qr[i + half] = o.hi;
         }
       }
-    // Attention per query head, queries in chunks: S = q K^T (sgemm), causal softmax, O = P V.
+    // Attention per query head (one head per thread), queries in chunks: S = q K^T (sgemm), causal
+    // softmax, O = P V; each head writes its own D columns of attn.
+#pragma omp parallel for schedule(dynamic) if (attn_team)
     for (int hq = 0; hq < nh; ++hq) {
       const int hk = hq / G;
+      float* sc = s.s.data() + (attn_team ? std::size_t(omp_get_thread_num()) * s_per_thread : 0);
       for (int t0 = 0; t0 < T; t0 += qchunk) {
         const int nt = std::min(qchunk, T - t0), keys = N + t0 + nt;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, D, scale, q + std::size_t(t0) * ld + hq * D,
-                    ld, pc.k_at(l, hk), D, 0.0f, s.s.data(), keys);
-#pragma omp parallel for schedule(static) if (std::int64_t(nt) * keys > kOmpMin)
-        for (int i = 0; i < nt; ++i) {
-          causal_softmax_row(s.s.data() + std::size_t(i) * keys, N + t0 + i + 1, keys);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, D, keys, 1.0f, s.s.data(), keys, pc.v_at(l, hk),
-                    D, 0.0f, s.attn.data() + std::size_t(t0) * qd + hq * D, qd);
+                    ld, pc.k_at(l, hk), D, 0.0f, sc, keys);
+        for (int i = 0; i < nt; ++i) causal_softmax_row(sc + std::size_t(i) * keys, N + t0 + i + 1, keys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, D, keys, 1.0f, sc, keys, pc.v_at(l, hk), D, 0.0f,
+                    s.attn.data() + std::size_t(t0) * qd + hq * D, qd);
       }
     }
     // h += attn Wo^T
@@ -272,7 +278,7 @@ void mla_latent_write_cpu(const float* Y, int rows, MlaGeom g, float eps, const 
 }
 
 void mla_reference_row(const float* x, const std::uint16_t* w, int hidden, MlaGeom g, float eps,
-                       const std::vector<double>& inv_freq, int pos, double* out) {
+                       const std::vector<double>& inv_freq, int pos, double* out, double rope_amp) {
   const int lat = g.latent(), half = g.rope / 2;
   std::vector<double> y(lat);
   for (int o = 0; o < lat; ++o) {
@@ -285,7 +291,7 @@ void mla_reference_row(const float* x, const std::uint16_t* w, int hidden, MlaGe
   const double inv = 1.0 / std::sqrt(ss / g.rank + eps);
   for (int i = 0; i < g.rank; ++i) out[i] = y[i] * inv;
   for (int i = 0; i < half; ++i) {
-    const double a = pos * inv_freq[i], c = std::cos(a), s = std::sin(a);
+    const double a = pos * inv_freq[i], c = rope_amp * std::cos(a), s = rope_amp * std::sin(a);
     out[g.rank + i] = y[g.rank + i] * c - y[g.rank + half + i] * s;
     out[g.rank + half + i] = y[g.rank + half + i] * c + y[g.rank + i] * s;
   }

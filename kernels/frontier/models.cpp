@@ -67,6 +67,8 @@ std::vector<ModelShape> load_models(const std::string& path) {
       s.rope_scaling.high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0);
       s.rope_scaling.beta_fast = get_or<double>(r, "beta_fast", 32.0);
       s.rope_scaling.beta_slow = get_or<double>(r, "beta_slow", 1.0);
+      s.rope_scaling.mscale = get_or<double>(r, "mscale", 1.0);
+      s.rope_scaling.mscale_all_dim = get_or<double>(r, "mscale_all_dim", 0.0);
       s.rope_scaling.original_max_position = get_or<int>(r, "original_max_position_embeddings", 0);
     }
     if (m.contains("mla") && m["mla"].is_object()) {

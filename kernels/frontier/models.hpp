@@ -13,6 +13,7 @@ struct RopeScaling {
   std::string type = "none";  // "none" | "llama3" | "yarn"
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   double beta_fast = 32, beta_slow = 1;  // yarn
+  double mscale = 1, mscale_all_dim = 0;  // yarn (Hugging Face DeepseekV3YarnRotaryEmbedding defaults)
   int original_max_position = 0;
 };
 

@@ -19,10 +19,21 @@ namespace kvf::frontier {
 
 // ---------------------------------------------------------------- setup helpers (host)
 // RoPE inverse frequencies for `rot_dim` rotated dims (rot_dim/2 values), with the model's
-// rope_scaling (llama3 applied; yarn's frequency blend is applied, its attention mscale is not).
+// rope_scaling (llama3's and yarn's frequency blends).
 std::vector<double> rope_inv_freq(const models::ModelShape& m, int rot_dim);
-// cos/sin table in fp32 computed in double: row p = [cos(p f_0) .. cos(p f_{h-1}), sin(...) ..].
-std::vector<float> rope_table(const std::vector<double>& inv_freq, int n_pos);
+// YaRN's two magnitude terms (Hugging Face DeepSeek-V3 code), yarn_mscale(s, m) = 0.1 m ln(s) + 1 for s > 1:
+// - the cos/sin amplitude, rope_amplitude() = yarn_mscale(factor, mscale) / yarn_mscale(factor,
+//   mscale_all_dim); it scales the rotated k_pe that MLA caches, so the MLA latent arm applies it
+//   (exactly 1 for DeepSeek-V3, whose config sets mscale = mscale_all_dim = 1; 1 for non-yarn models);
+// - the softmax scale, q_head_dim^-0.5 * yarn_mscale(factor, mscale_all_dim)^2 (DeepSeek-V3: 1.3689^2 =
+//   1.874): it multiplies the attention logits q.k only. No frontier MLA arm computes attention (the
+//   latent arm makes the cached [c_KV | k_pe] rows, the up arm the per-head k_nope and v), so it changes
+//   none of their values and none of their cost: a scalar on the logits of a later attention step.
+double yarn_mscale(double scale, double mscale);
+double rope_amplitude(const models::RopeScaling& rs);
+// cos/sin table in fp32 computed in double: row p = [a cos(p f_0) .. a cos(p f_{h-1}), a sin(...) ..],
+// a = amplitude (rope_amplitude; 1 for plain RoPE).
+std::vector<float> rope_table(const std::vector<double>& inv_freq, int n_pos, double amplitude = 1.0);
 
 // bf16(u * scale) with u uniform in [-1, 1) from pattern_word(seed, i).
 void fill_bf16_uniform(std::uint16_t* p, std::size_t n, std::uint64_t seed, float scale);
@@ -35,8 +46,26 @@ void f32_to_bf16(const float* in, std::uint16_t* out, std::size_t n);  // OpenMP
 std::vector<std::int64_t> scattered_slots(int rows, std::int64_t n_blocks, std::uint64_t seed);
 
 // ---------------------------------------------------------------- CPU twin
-// Y[M][N] = X[M][K] . W[N][K]^T in fp32 (OpenBLAS sgemm; W holds bf16 values widened once at setup:
-// this OpenBLAS build exports no cblas_sbgemm, see sbgemm_available()).
+// BLAS threading: every BLAS call of the CPU twin runs single-threaded OpenBLAS, and the parallelism
+// comes from the caller's OpenMP team (gemm_xwT splits N, whole 16-column blocks per thread). Reason:
+// this OpenBLAS is the pthread build (libopenblas0-pthread) with its own thread pool, while the rest of
+// the process (the harness's cold-cache flush, copies, RoPE, norms) runs on libgomp's team. Each pool's
+// idle workers spin after their region (libgomp: GOMP_SPINCOUNT, milliseconds by default; OpenBLAS:
+// ~2^28 cycles) and take the cores the other pool needs. Measured on the 2-core VM (one process,
+// variants interleaved): a 128x2048x4096 sgemm right after the OpenMP flush ran at 0.72-0.80 of the
+// same GEMM after a 20 ms sleep or back to back; in bench_frontier the T=128 cold arm fell to 0.36-0.55
+// of the GEMM ceiling, 0.84-0.86 under OMP_WAIT_POLICY=passive. With the split, cold runs like hot.
+// Setting OMP_WAIT_POLICY in main() would not help: libgomp reads its environment when it is loaded,
+// and a passive team would slow every short OpenMP region of the studies. One pool is also what an
+// engine embedding a CPU recompute path would use.
+// blas_on_openmp(): OpenBLAS to one thread (idempotent; gemm_xwT calls it, callers of other cblas
+// routines call it first). It is process-wide: a thread that wants a one-core GEMM sets its own
+// OpenMP team size (omp_set_num_threads(1) is per thread), not OpenBLAS's.
+void blas_on_openmp();
+// Y[M][N] = X[M][K] . W[N][K]^T in fp32 (OpenBLAS sgemm, or sgemv for M = 1, on each thread's column
+// slice; small products stay on the calling thread, and so does a call made inside a parallel region).
+// W holds bf16 values widened once at setup: this OpenBLAS build exports no cblas_sbgemm, see
+// sbgemm_available().
 void gemm_xwT(const float* X, const float* W, float* Y, int M, int N, int K);
 bool sbgemm_available();  // cblas_sbgemm found at run time (dlsym)
 // bf16 X and bf16 W through cblas_sbgemm when available (fp32 out). Throws when unavailable.

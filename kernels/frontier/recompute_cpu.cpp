@@ -1,4 +1,5 @@
 #include <dlfcn.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cblas.h>
@@ -44,15 +45,21 @@ std::vector<double> rope_inv_freq(const models::ModelShape& m, int rot_dim) {
   return f;
 }
 
-std::vector<float> rope_table(const std::vector<double>& inv_freq, int n_pos) {
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+double rope_amplitude(const models::RopeScaling& rs) {
+  if (rs.type != "yarn") return 1.0;
+  return yarn_mscale(rs.factor, rs.mscale) / yarn_mscale(rs.factor, rs.mscale_all_dim);
+}
+
+std::vector<float> rope_table(const std::vector<double>& inv_freq, int n_pos, double amplitude) {
   const int half = int(inv_freq.size());
   std::vector<float> t(std::size_t(n_pos) * 2 * half);
 #pragma omp parallel for schedule(static)
   for (int p = 0; p < n_pos; ++p)
     for (int i = 0; i < half; ++i) {
       const double a = double(p) * inv_freq[i];
-      t[std::size_t(p) * 2 * half + i] = float(std::cos(a));
-      t[std::size_t(p) * 2 * half + half + i] = float(std::sin(a));
+      t[std::size_t(p) * 2 * half + i] = float(amplitude * std::cos(a));
+      t[std::size_t(p) * 2 * half + half + i] = float(amplitude * std::sin(a));
     }
   return t;
 }
@@ -93,8 +100,47 @@ std::vector<std::int64_t> scattered_slots(int rows, std::int64_t n_blocks, std::
   return slot;
 }
 
+// One threading runtime in the process: see recompute.hpp ("BLAS threading").
+void blas_on_openmp() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+namespace {
+// Below this many FLOPs a GEMM stays on the calling thread (a fork/join costs more than ~40 us of
+// one core's work, and on a loaded machine can wait a whole scheduler quantum).
+constexpr double kGemmTeamMinFlops = double(1 << 22);
+
+// Runs slice(n0, n1) over [0, N) on the calling thread's OpenMP team, whole 16-column blocks per
+// thread (64-byte pieces of each output row: no false sharing of Y's cache lines).
+template <class Slice>
+void split_columns(int M, int N, int K, Slice&& slice) {
+  blas_on_openmp();
+  const bool team = !omp_in_parallel() && omp_get_max_threads() > 1 && N >= 32 &&
+                    2.0 * double(M) * N * K >= kGemmTeamMinFlops;
+  if (!team) {
+    slice(0, N);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int blocks = (N + 15) / 16;
+    const int n0 = std::min(N, int(std::int64_t(blocks) * t / nt) * 16);
+    const int n1 = std::min(N, int(std::int64_t(blocks) * (t + 1) / nt) * 16);
+    if (n1 > n0) slice(n0, n1);
+  }
+}
+}  // namespace
+
 void gemm_xwT(const float* X, const float* W, float* Y, int M, int N, int K) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+  split_columns(M, N, K, [=](int n0, int n1) {
+    // A one-row sgemm is not forwarded to sgemv by OpenBLAS 0.3.21 (it would pack all of W).
+    if (M == 1)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, W + std::size_t(n0) * K, K, X, 1, 0.0f, Y + n0, 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, X, K, W + std::size_t(n0) * K, K,
+                  0.0f, Y + n0, N);
+  });
 }
 
 namespace {
@@ -109,7 +155,9 @@ bool sbgemm_available() { return find_sbgemm() != nullptr; }
 void gemm_xwT_sbgemm(const std::uint16_t* X, const std::uint16_t* W, float* Y, int M, int N, int K) {
   auto fn = find_sbgemm();
   if (!fn) throw std::runtime_error("cblas_sbgemm is not exported by this OpenBLAS build");
-  fn(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+  split_columns(M, N, K, [=](int n0, int n1) {
+    fn(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, X, K, W + std::size_t(n0) * K, K, 0.0f, Y + n0, N);
+  });
 }
 
 void rope_write_cpu(const float* Y, const float* bias, int rows, KvGeom g, const float* cos_sin,

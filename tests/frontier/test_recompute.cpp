@@ -351,3 +351,82 @@ TEST(DecodeStep, AttentionMatchesFp64) {
     }
   }
 }
+
+// YaRN's magnitude terms (recompute.hpp): the softmax multiplier DeepSeek-V3 would use, and the cos/sin
+// amplitude the MLA latent arm applies, which is exactly 1 for DeepSeek-V3's config.
+TEST(MlaLatent, YarnMscaleTerms) {
+  EXPECT_NEAR(yarn_mscale(40.0, 1.0), 0.1 * std::log(40.0) + 1.0, 1e-12);
+  EXPECT_NEAR(yarn_mscale(40.0, 1.0), 1.368888, 1e-6);
+  EXPECT_EQ(yarn_mscale(1.0, 1.0), 1.0);
+  kvf::models::RopeScaling rs;
+  rs.type = "yarn";
+  rs.factor = 40;
+  rs.mscale = 1;
+  rs.mscale_all_dim = 1;
+  EXPECT_EQ(rope_amplitude(rs), 1.0);
+  rs.mscale_all_dim = 0;  // Hugging Face's default when the config leaves it out
+  EXPECT_NEAR(rope_amplitude(rs), yarn_mscale(40.0, 1.0), 1e-12);
+  rs.type = "llama3";
+  EXPECT_EQ(rope_amplitude(rs), 1.0);
+  const auto all = kvf::models::load_models(kvf::models::default_models_path());
+  const auto& ds = kvf::models::find_model(all, "DeepSeek-V3");
+  EXPECT_EQ(ds.rope_scaling.mscale, 1.0);
+  EXPECT_EQ(ds.rope_scaling.mscale_all_dim, 1.0);
+  EXPECT_EQ(rope_amplitude(ds.rope_scaling), 1.0);
+}
+
+// A table with amplitude a scales the rotated k_pe by a (and the reference follows it); c_KV is
+// unchanged (it never sees the table).
+TEST(MlaLatent, RopeAmplitudeScalesOnlyKpe) {
+  MlaGeom g{128, 32, 16, 2, 16, 16};
+  const int rows = 8;
+  std::vector<std::uint16_t> x(std::size_t(rows) * g.hidden), w(std::size_t(g.latent()) * g.hidden);
+  fill_bf16_uniform(x.data(), x.size(), 11, 1.f);
+  fill_bf16_uniform(w.data(), w.size(), 12, std::sqrt(3.f / g.hidden));
+  std::vector<float> xf(x.size()), wf(w.size()), y(std::size_t(rows) * g.latent());
+  bf16_to_f32(x.data(), xf.data(), x.size());
+  bf16_to_f32(w.data(), wf.data(), w.size());
+  const auto f = rope_inv_freq(tiny(), g.rope);
+  const double amp = 1.5;
+  const auto cs1 = rope_table(f, 64), csa = rope_table(f, 64, amp);
+  std::vector<std::int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = 40 + r;
+  std::vector<std::int64_t> slot(rows);
+  for (int r = 0; r < rows; ++r) slot[r] = r;
+  std::vector<std::uint16_t> c1(std::size_t(rows) * g.latent()), ca(c1.size());
+  gemm_xwT(xf.data(), wf.data(), y.data(), rows, g.latent(), g.hidden);
+  mla_latent_write_cpu(y.data(), rows, g, 1e-6f, cs1.data(), pos.data(), slot.data(), c1.data());
+  mla_latent_write_cpu(y.data(), rows, g, 1e-6f, csa.data(), pos.data(), slot.data(), ca.data());
+  std::vector<double> ref(g.latent());
+  for (int r = 0; r < rows; ++r) {
+    mla_reference_row(xf.data() + std::size_t(r) * g.hidden, w.data(), g.hidden, g, 1e-6f, f, pos[r], ref.data(), amp);
+    for (int i = 0; i < g.latent(); ++i) {
+      const double got = bf16_to_f32(ca[std::size_t(r) * g.latent() + i]);
+      const double one = bf16_to_f32(c1[std::size_t(r) * g.latent() + i]);
+      EXPECT_LE(std::fabs(got - ref[i]), kRelTol * std::fabs(ref[i]) + kAbsTol) << r << " " << i;
+      if (i < g.rank) EXPECT_EQ(got, one) << r << " " << i;
+      else EXPECT_NEAR(got, amp * one, 0.02 * std::fabs(amp * one) + 1e-3) << r << " " << i;
+    }
+  }
+}
+
+// gemm_xwT on the OpenMP team (column slices of whole 16-column blocks, sgemv for one row) against a
+// naive fp64 product, for shapes above and below the team threshold and N not a multiple of 16.
+TEST(RecomputeFromX, GemmSlicesMatchNaiveProduct) {
+  struct Shape { int M, N, K; };
+  for (Shape sh : {Shape{1, 1000, 512}, Shape{3, 37, 64}, Shape{64, 1000, 512}, Shape{130, 2051, 257}}) {
+    std::vector<float> X(std::size_t(sh.M) * sh.K), W(std::size_t(sh.N) * sh.K), Y(std::size_t(sh.M) * sh.N, -7.f);
+    fill_f32_uniform(X.data(), X.size(), 21, 1.f);
+    fill_f32_uniform(W.data(), W.size(), 22, 1.f);
+    gemm_xwT(X.data(), W.data(), Y.data(), sh.M, sh.N, sh.K);
+    for (int m = 0; m < sh.M; m += std::max(1, sh.M / 7))
+      for (int n = 0; n < sh.N; ++n) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < sh.K; ++k) {
+          ref += double(X[std::size_t(m) * sh.K + k]) * W[std::size_t(n) * sh.K + k];
+          mag += std::fabs(double(X[std::size_t(m) * sh.K + k]) * W[std::size_t(n) * sh.K + k]);
+        }
+        ASSERT_NEAR(Y[std::size_t(m) * sh.N + n], ref, 1e-5 * mag + 1e-6) << sh.M << "x" << sh.N << "x" << sh.K << " " << m << "," << n;
+      }
+  }
+}
