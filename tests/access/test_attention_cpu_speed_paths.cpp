@@ -1,0 +1,82 @@
+// The CPU twin's fast-path edges (attention_cpu.cpp): a split's last chunk shorter than 16 tokens (qk4
+// reads padded positions whose sums must be masked), splits of one chunk (no next-chunk QK in the
+// pipeline) and of two, the even/odd bf16 PV un-permuted at the end, and the in-register score
+// transposes for every group size, each against the fp32 reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "access.hpp"
+
+using namespace kvf::access;
+
+namespace {
+
+double twin_error(const AttnShape& s, const Selection& sel, std::uint64_t seed) {
+  std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  fill_qkv(s, q.data(), k.data(), v.data(), seed);
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  std::vector<float> out(s.q_elems(), -7.0f), ref(s.q_elems());
+  attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
+  attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
+  return attention_rel_error(out.data(), ref.data(), out.size());
+}
+
+struct EdgeCase {
+  std::uint32_t hq, hkv, d;
+  DType dt;
+};
+
+class AttnSpeedPaths : public ::testing::TestWithParam<EdgeCase> {};
+
+}  // namespace
+
+// Token counts 1..40 and around the 256-token split minimum: one short chunk, one full chunk, a full
+// chunk then a short one, several chunks. Dense entries of span 1 (every token its own entry).
+TEST_P(AttnSpeedPaths, ShortAndRaggedSplitsMatchReference) {
+  const EdgeCase c = GetParam();
+  for (std::uint32_t ctx : {1u, 3u, 8u, 15u, 16u, 17u, 24u, 31u, 32u, 33u, 40u, 264u, 520u}) {
+    AttnShape s;
+    s.batch = 2; s.hq = c.hq; s.hkv = c.hkv; s.d = c.d; s.ctx = ctx; s.dtype = c.dt; s.layout = Layout::HND;
+    validate_shape(s);
+    const double e = twin_error(s, select_dense(s, 1), 3 + ctx);
+    EXPECT_LT(e, 1e-5) << "ctx " << ctx;  // fp32 twin: far inside kAttnTolerance
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Access, AttnSpeedPaths,
+    ::testing::Values(EdgeCase{8, 8, 128, DType::bf16}, EdgeCase{16, 8, 128, DType::bf16},
+                      EdgeCase{32, 8, 128, DType::bf16}, EdgeCase{64, 8, 128, DType::bf16},
+                      EdgeCase{16, 1, 128, DType::bf16}, EdgeCase{8, 8, 64, DType::bf16},
+                      EdgeCase{16, 8, 64, DType::bf16}, EdgeCase{32, 8, 64, DType::bf16},
+                      EdgeCase{16, 1, 64, DType::bf16}, EdgeCase{8, 8, 128, DType::fp16},
+                      EdgeCase{16, 8, 128, DType::fp16}, EdgeCase{32, 8, 128, DType::fp16},
+                      EdgeCase{16, 1, 64, DType::fp16}, EdgeCase{16, 8, 64, DType::fp8_e4m3},
+                      EdgeCase{32, 8, 128, DType::fp8_e4m3}, EdgeCase{16, 1, 128, DType::fp8_e4m3}));
+
+// The running max must rise late in a split (rescale of accumulators and of l after many chunks): a
+// key equal to a large multiple of the query at the last token of the split makes its score dominate.
+TEST(AttnSpeedPaths, LateMaxRescalesAccumulatorsAndL) {
+  AttnShape s;
+  s.batch = 1; s.hq = 4; s.hkv = 1; s.d = 128; s.ctx = 512;
+  std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  fill_qkv(s, q.data(), k.data(), v.data(), 21);
+  for (std::uint32_t d = 0; d < s.d; ++d)  // last token's key = 2 x head 0's query
+    k[std::uint64_t{s.ctx - 1} * s.d + d] = f32_to_bf16(2.0f * bf16_to_f32(q[d]));
+  const Selection sel = select_dense(s, 16);
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  std::vector<float> out(s.q_elems()), ref(s.q_elems());
+  attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
+  attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
+  EXPECT_LT(attention_rel_error(out.data(), ref.data(), out.size()), 1e-5);
+  // head 0 attends mostly to the last token: its output is close to that token's value row
+  double dist = 0;
+  for (std::uint32_t d = 0; d < s.d; ++d)
+    dist = std::max(dist, std::abs(double(out[d]) - bf16_to_f32(v[std::uint64_t{s.ctx - 1} * s.d + d])));
+  EXPECT_LT(dist, 0.05);
+}
