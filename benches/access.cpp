@@ -9,7 +9,8 @@
 //                 (same budget, uniform or clustered scatter), NHD/HND, per-head or shared selection.
 //        routing  block scores vs centroids + top-k, token scores vs keys + top-k: alone, attention over
 //                 the routed lists alone, and end to end; the end_to_end rows note the per-step cost
-//                 amortized over --reuse-steps S (attend + alone/S, derived from this run's medians).
+//                 amortized over --reuse-steps S (attend + alone/S, derived from this run's medians);
+//                 the token arm routed by every key and by a rank-r key proxy (--proxy-rank).
 // Placement (--placement, --page-tokens): by default the KV of every sequence is paged (16 tokens per
 //                 page) in a seeded random page order, so no arm reads logically adjacent tokens from
 //                 adjacent memory unless they share a page; `contiguous` keeps logical == physical.
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -63,6 +65,9 @@ struct KvData {
   // Per (block size, page size; 0 = contiguous placement): centroids of the logical blocks, fp32.
   std::map<std::uint64_t, std::vector<float>> centroids;  // on the host
   std::map<std::uint64_t, BufferHandle> dcentroids;       // the same on the device (CUDA backend)
+  // Low-rank key proxies per (rank, page size), host and device (basis, projected keys).
+  std::map<std::uint64_t, ka::LowRank> lowrank;
+  std::map<std::uint64_t, std::pair<BufferHandle, BufferHandle>> dlowrank;
   const void* host_q() const { return hq.empty() ? q->ptr : hq.data(); }
   const void* host_k() const { return hk.empty() ? k->ptr : hk.data(); }
   const void* host_v() const { return hv.empty() ? v->ptr : hv.data(); }
@@ -118,6 +123,17 @@ struct Shared {
       std::vector<float> c;
       ka::build_centroids(d.s, d.host_k(), block, c, pm);
       it = d.centroids.emplace(key, std::move(c)).first;
+    }
+    return it->second;
+  }
+
+  const ka::LowRank& lowrank(KvData& d, std::uint32_t r, const ka::PageMap& pm) {
+    const std::uint64_t key = cent_key(r, pm);
+    auto it = d.lowrank.find(key);
+    if (it == d.lowrank.end()) {
+      ka::LowRank lr;
+      ka::build_lowrank(d.s, d.host_k(), r, lr, pm);
+      it = d.lowrank.emplace(key, std::move(lr)).first;
     }
     return it->second;
   }
@@ -231,6 +247,7 @@ struct AttnSpec {
   bool huge = true;
   std::uint32_t cluster_mean = 8;
   std::uint32_t page = 0;  // tokens per page of the shuffled placement; 0: contiguous
+  std::uint32_t proxy_rank = 0;  // routed token arm: 0 scores every key, r > 0 the rank-r key proxy
   std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
@@ -251,6 +268,7 @@ class AttnCase final : public kvf::Case {
     sel_ = make_selection();
     if (sp.routing != Routing::none) {
       if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block, pm_);
+      if (sp.proxy_rank) recall_ = proxy_recall();
     }
     gpu_ = is_cuda(be);
     if (!gpu_) {
@@ -276,6 +294,14 @@ class AttnCase final : public kvf::Case {
           BufferHandle dc(be, c.size() * 4, MemKind::device);
           KVF_CUDA_CHECK(cudaMemcpy(dc->ptr, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
           d.dcentroids.emplace(ck, std::move(dc));
+        }
+        const std::uint64_t lk = Shared::cent_key(sp.proxy_rank, pm_);
+        if (sp.proxy_rank && !d.dlowrank.count(lk)) {
+          const auto& lr = d.lowrank.at(lk);
+          BufferHandle db(be, lr.basis.size() * 4, MemKind::device), dk(be, lr.keys.size() * 4, MemKind::device);
+          KVF_CUDA_CHECK(cudaMemcpy(db->ptr, lr.basis.data(), lr.basis.size() * 4, cudaMemcpyHostToDevice));
+          KVF_CUDA_CHECK(cudaMemcpy(dk->ptr, lr.keys.data(), lr.keys.size() * 4, cudaMemcpyHostToDevice));
+          d.dlowrank.emplace(lk, std::make_pair(std::move(db), std::move(dk)));
         }
       }
 #endif
@@ -331,6 +357,7 @@ class AttnCase final : public kvf::Case {
 
   std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
     std::string n = "verify_err=" + fmt(err_, 2);
+    if (sp.proxy_rank) n += "; recall_vs_key_topk=" + fmt(recall_, 3);
     if (sp.routing == Routing::alone || sp.routing == Routing::attend) sh->record(route_key + to_string(sp.routing), mode, m.median);
     if (sp.routing == Routing::end_to_end) {
       // Derived, not separately timed: one routing reused for S decode steps costs, per step,
@@ -368,6 +395,10 @@ class AttnCase final : public kvf::Case {
         const double nb = sp.s.ctx / sp.block;
         rb = double(sp.s.batch) * sp.s.hkv * nb * sp.s.d * 4 + lists * nb * 4;
         rf = 2.0 * sp.s.batch * sp.s.hkv * nb * sp.s.d;
+      } else if (sp.proxy_rank) {
+        const double r = sp.proxy_rank;
+        rb = double(sp.s.batch) * sp.s.hkv * (double(sp.s.ctx) * r + double(sp.s.d) * r) * 4 + lists * sp.s.ctx * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * (double(sp.s.ctx) + sp.s.d) * r;
       } else {
         rb = double(sp.s.batch) * sp.s.hkv * sp.s.ctx * sp.s.d * eb + lists * sp.s.ctx * 4;
         rf = 2.0 * sp.s.batch * sp.s.hkv * double(sp.s.ctx) * sp.s.d;
@@ -385,7 +416,7 @@ class AttnCase final : public kvf::Case {
   ka::AttnWorkspace ws_;
   std::vector<float> out_, scores_;
   bool gpu_ = false;
-  double err_ = 0;
+  double err_ = 0, recall_ = 0;
 #if defined(KVF_HAVE_CUDA)
   ka::gpu::AttnDims dims_{};
   ka::gpu::AttnPlan plan_{};
@@ -411,6 +442,8 @@ class AttnCase final : public kvf::Case {
     const std::uint32_t nlo = blk ? 1 : sp.block, nhi = nlo;  // forced entries at each end
     std::vector<float> sc;
     if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared, sc);
+    else if (sp.proxy_rank)
+      ka::score_tokens_lowrank(s, data_->host_q(), data_->lowrank.at(Shared::cent_key(sp.proxy_rank, pm_)), sp.shared, sc);
     else ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
     const std::uint32_t ne = g.geom.n_entries;
     for (std::uint32_t l = 0; l < g.n_lists; ++l) {
@@ -458,12 +491,37 @@ class AttnCase final : public kvf::Case {
       case ka::Arm::token:
         if (sp.routing != Routing::none) {
           std::vector<float> sc;
-          ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
+          if (sp.proxy_rank)
+            ka::score_tokens_lowrank(s, data_->host_q(), sh->lowrank(*data_, sp.proxy_rank, pm_), sp.shared, sc);
+          else
+            ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
           return ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
         }
         return ka::select_tokens_random(s, sp.block, kb_, sp.shared, sp.scatter, sp.cluster_mean, kSeed + s.ctx);
     }
     return {};
+  }
+
+  // Share of the proxy's routed middle tokens (sink and latest excluded) that the exact key top-k
+  // also picks (both in logical order, same budget).
+  double proxy_recall() {
+    const auto& s = sp.s;
+    std::vector<float> sc;
+    ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
+    const ka::Selection exact = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+    ka::score_tokens_lowrank(s, data_->host_q(), sh->lowrank(*data_, sp.proxy_rank, pm_), sp.shared, sc);
+    const ka::Selection proxy = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+    const std::uint32_t ne = exact.geom.n_entries;
+    std::uint64_t both = 0, mid = 0;
+    for (std::uint32_t l = 0; l < exact.n_lists; ++l) {
+      const std::uint32_t* a = exact.idx.data() + std::uint64_t{l} * ne;
+      const std::uint32_t* p = proxy.idx.data() + std::uint64_t{l} * ne;
+      std::vector<std::uint32_t> x(a + sp.block, a + ne - sp.block), y(p + sp.block, p + ne - sp.block), z;
+      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(z));
+      both += z.size();
+      mid += x.size();
+    }
+    return mid ? double(both) / double(mid) : 1.0;
   }
 
   void route(Backend& be) {
@@ -475,7 +533,12 @@ class AttnCase final : public kvf::Case {
                               data_->dcentroids.at(Shared::cent_key(sp.block, pm_)).get().as<float>(), sp.block, kb_,
                               sp.shared, pm_, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
                               kvf::cuda_stream(be));
-      else
+      else if (sp.proxy_rank) {
+        const auto& lr = data_->dlowrank.at(Shared::cent_key(sp.proxy_rank, pm_));
+        ka::gpu::route_tokens_lowrank(dims_, data_->q->ptr, lr.first.get().as<float>(), lr.second.get().as<float>(),
+                                      sp.proxy_rank, sp.block, kb_, sp.shared, pm_, dscores_.get().as<float>(),
+                                      dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+      } else
         ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared, pm_,
                               dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
 #endif
@@ -486,7 +549,11 @@ class AttnCase final : public kvf::Case {
                        scores_);
       routed_ = ka::place(s, pm_, ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_));
     } else {
-      ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_, pm_);
+      if (sp.proxy_rank)
+        ka::score_tokens_lowrank(s, data_->host_q(), data_->lowrank.at(Shared::cent_key(sp.proxy_rank, pm_)), sp.shared,
+                                 scores_);
+      else
+        ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_, pm_);
       routed_ = ka::place(s, pm_, ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, scores_));
     }
   }
@@ -593,6 +660,9 @@ class AccessStudy final : public kvf::Study {
                    "both (default shuffled)");
     app.add_option("--page-tokens", page_tokens_,
                    "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
+    app.add_option("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
+                   "8, 16, 32, 64, or 0 for none (default 16)")
+        ->delimiter(',');
     app.add_option("--reuse-steps", reuse_, "decode steps a routed selection is reused for; the route end_to_end rows "
                    "note attend + routing/S per S, derived from this run's medians (default 1,8,64)")
         ->delimiter(',');
@@ -712,6 +782,16 @@ class AccessStudy final : public kvf::Study {
       reuse.push_back(v);
     }
     if (reuse.empty()) reuse = {1, 8, 64};
+    std::vector<std::uint32_t> proxy_ranks;
+    for (const auto& t : proxy_rank_) {
+      const auto v = parse_u32(t, "--proxy-rank");
+      if (v == 0) continue;
+      if (!(v == 8 || v == 16 || v == 32 || v == 64) || v >= dims[0])
+        throw kvf::UsageError("--proxy-rank " + t + ": allowed 0 (none), 8, 16, 32, 64 (below the head dim " +
+                              std::to_string(dims[0]) + ")");
+      proxy_ranks.push_back(v);
+    }
+    if (proxy_rank_.empty()) proxy_ranks = {16};
     // Validate shape and budget combinations up front (no case is created for bad input).
     for (auto d : dims)
       for (auto dt : dtypes) {
@@ -801,9 +881,10 @@ class AccessStudy final : public kvf::Study {
       std::string kt = sp.keep_text;
       std::replace(kt.begin(), kt.end(), '/', ':');
       c->pair_key = cfg + "/k" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
-      c->route_key = c->pair_key + "/" + ka::to_string(sp.arm) + "/route-";
       std::string arm = ka::to_string(sp.arm);
       if (sp.arm == ka::Arm::token && sp.routing == Routing::none) arm += std::string("-") + ka::to_string(sp.scatter);
+      if (sp.proxy_rank) arm += "-lowrank" + std::to_string(sp.proxy_rank);
+      c->route_key = c->pair_key + "/" + arm + "/route-";
       std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
                        arm + "/" + cfg;
       if (sp.arm != ka::Arm::dense) nm += "/keep" + kt + "/B" + std::to_string(sp.block) + "/" + sel_txt;
@@ -846,6 +927,9 @@ class AccessStudy final : public kvf::Study {
                    {"select", sp.arm == ka::Arm::dense ? "" : (sp.shared ? "shared" : "per_head")},
                    {"scatter", sp.arm == ka::Arm::token && sp.routing == Routing::none ? ka::to_string(sp.scatter) : ""},
                    {"routing", to_string(sp.routing)},
+                   {"router", sp.routing == Routing::none ? ""
+                              : sp.arm == ka::Arm::block ? "centroids"
+                              : sp.proxy_rank ? "lowrank" + std::to_string(sp.proxy_rank) : "keys"},
                    {"reuse_steps", sp.routing == Routing::end_to_end ? reuse_text(sp.reuse_steps) : ""},
                    {"placement", sp.placement_text()},
                    {"page_tokens", sp.page ? std::to_string(sp.page) : ""},
@@ -976,7 +1060,8 @@ class AccessStudy final : public kvf::Study {
       for (auto c : rctx)
         for (auto pg : pages)
           for (Routing r : {Routing::alone, Routing::attend, Routing::end_to_end})
-            for (ka::Arm arm : {ka::Arm::block, ka::Arm::token}) {
+            for (std::uint32_t ai = 0; ai < 2 + proxy_ranks.size(); ++ai) {
+            const ka::Arm arm = ai == 0 ? ka::Arm::block : ka::Arm::token;
             AttnSpec sp;
             sp.s = base_shape();
             sp.s.d = dims[0];
@@ -988,6 +1073,7 @@ class AccessStudy final : public kvf::Study {
             sp.block = blocks[0];
             sp.shared = selects[0];
             sp.arm = arm;
+            sp.proxy_rank = ai >= 2 ? proxy_ranks[ai - 2] : 0;
             sp.routing = r;
             sp.huge = gpu || huge_ != "off";
             sp.page = pg;
@@ -1000,7 +1086,7 @@ class AccessStudy final : public kvf::Study {
 
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
-      reuse_;
+      reuse_, proxy_rank_;
   std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0, page_tokens_ = 16;
   std::string select_, scatter_, huge_, prefetch_, placement_;
 };

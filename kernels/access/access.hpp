@@ -95,6 +95,21 @@ void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& c
 void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores,
                   const PageMap& pm = {});
 
+// Low-rank key proxy for token routing ("prefill", built once like the centroids). Per (batch, kv head):
+// an orthonormal basis P, fp32 [d][r], of the keys' top-r principal subspace (uncentred second moment of
+// at most 4096 evenly spaced logical tokens, subspace iteration), and the projected keys Kp = K P, fp32
+// [batch][hkv][ctx][r] in logical token order. Proxy score of token t: (P^T qsum) . Kp[t], which reads
+// r * 4 bytes per token and kv head instead of the d * 2 bytes of the key row.
+struct LowRank {
+  std::uint32_t r = 0;
+  std::vector<float> basis;  // [batch][hkv][d][r]
+  std::vector<float> keys;   // [batch][hkv][ctx][r]
+};
+// Throws UsageError unless r is 8, 16, 32 or 64 and r < d.
+void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& lr, const PageMap& pm = {});
+// Proxy token scores (n_lists x ctx, logical order): sum over the list's kv heads h of (P_h^T qsum_h) . Kp_h[t].
+void score_tokens_lowrank(const AttnShape& s, const void* q, const LowRank& lr, bool shared, std::vector<float>& scores);
+
 // Fills q (q_dtype) and k, v (dtype) with deterministic values; q scaled so softmax is not flat.
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed);
 

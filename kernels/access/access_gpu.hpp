@@ -54,6 +54,12 @@ void route_blocks(const AttnDims& s, const void* q, const float* centroids, std:
                   cudaStream_t st);
 void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
                   bool shared, const PageMap& pm, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st);
+// Token arm through the low-rank key proxy (kvf::access::build_lowrank): basis fp32 [batch][hkv][d][r],
+// projected keys fp32 [batch][hkv][ctx][r] in logical order, r in {8, 16, 32, 64}; scores
+// (P_h^T qsum_h) . Kp_h[t], then the same top-k and emission as route_tokens.
+void route_tokens_lowrank(const AttnDims& s, const void* q, const float* basis, const float* pkeys, std::uint32_t r,
+                          std::uint32_t block, std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores,
+                          std::uint32_t* idx, int sm_count, cudaStream_t st);
 
 }  // namespace kvf::access::gpu
 #endif

@@ -350,6 +350,103 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
   }
 }
 
+// -------------------------------------------------------------------------------------- low-rank proxy
+void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& lr, const PageMap& pm) {
+  if (!(r == 8 || r == 16 || r == 32 || r == 64) || r >= s.d)
+    throw UsageError("--proxy-rank " + std::to_string(r) + ": allowed 8, 16, 32, 64 (below the head dim " +
+                     std::to_string(s.d) + ")");
+  const std::uint32_t D = s.d, nbh = s.batch * s.hkv;
+  lr.r = r;
+  lr.basis.assign(std::uint64_t{nbh} * D * r, 0.0f);
+  lr.keys.assign(std::uint64_t{nbh} * s.ctx * r, 0.0f);
+  const std::uint32_t stride = std::max<std::uint32_t>(1, s.ctx / 4096);
+#pragma omp parallel for schedule(dynamic)
+  for (std::uint32_t bh = 0; bh < nbh; ++bh) {
+    const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
+    // Second moment C = sum k k^T over the sampled tokens (double).
+    std::vector<double> C(std::uint64_t{D} * D, 0.0);
+    std::vector<double> row(D);
+    for (std::uint32_t t = 0; t < s.ctx; t += stride) {
+      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D);
+      for (std::uint32_t i = 0; i < D; ++i) row[i] = elem(s, k, off + i);
+      for (std::uint32_t i = 0; i < D; ++i)
+        for (std::uint32_t j = i; j < D; ++j) C[std::uint64_t{i} * D + j] += row[i] * row[j];
+    }
+    for (std::uint32_t i = 0; i < D; ++i)
+      for (std::uint32_t j = 0; j < i; ++j) C[std::uint64_t{i} * D + j] = C[std::uint64_t{j} * D + i];
+    // Subspace iteration: Q <- orth(C Q), Q [D][r] (column-major in Qc[c][i]), deterministic start.
+    std::vector<double> Q(std::uint64_t{r} * D), Z(std::uint64_t{r} * D);
+    for (std::uint32_t c = 0; c < r; ++c)
+      for (std::uint32_t i = 0; i < D; ++i) Q[std::uint64_t{c} * D + i] = pattern_unit(bh * 131 + c, i) + (i == c);
+    auto orth = [&](std::vector<double>& M) {  // modified Gram-Schmidt on the r columns
+      for (std::uint32_t c = 0; c < r; ++c) {
+        double* v = M.data() + std::uint64_t{c} * D;
+        for (std::uint32_t p = 0; p < c; ++p) {
+          const double* u = M.data() + std::uint64_t{p} * D;
+          double dot = 0;
+          for (std::uint32_t i = 0; i < D; ++i) dot += u[i] * v[i];
+          for (std::uint32_t i = 0; i < D; ++i) v[i] -= dot * u[i];
+        }
+        double n = 0;
+        for (std::uint32_t i = 0; i < D; ++i) n += v[i] * v[i];
+        n = n > 0 ? 1.0 / std::sqrt(n) : 0.0;
+        for (std::uint32_t i = 0; i < D; ++i) v[i] *= n;
+      }
+    };
+    orth(Q);
+    for (int it = 0; it < 12; ++it) {
+      for (std::uint32_t c = 0; c < r; ++c)
+        for (std::uint32_t i = 0; i < D; ++i) {
+          double a = 0;
+          for (std::uint32_t j = 0; j < D; ++j) a += C[std::uint64_t{i} * D + j] * Q[std::uint64_t{c} * D + j];
+          Z[std::uint64_t{c} * D + i] = a;
+        }
+      orth(Z);
+      Q.swap(Z);
+    }
+    float* P = lr.basis.data() + std::uint64_t{bh} * D * r;
+    for (std::uint32_t i = 0; i < D; ++i)
+      for (std::uint32_t c = 0; c < r; ++c) P[std::uint64_t{i} * r + c] = static_cast<float>(Q[std::uint64_t{c} * D + i]);
+    // Projected keys, logical order.
+    float* kp = lr.keys.data() + std::uint64_t{bh} * s.ctx * r;
+    std::vector<float> kr(D);
+    for (std::uint32_t t = 0; t < s.ctx; ++t) {
+      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D);
+      for (std::uint32_t i = 0; i < D; ++i) kr[i] = elem(s, k, off + i);
+      float* o = kp + std::uint64_t{t} * r;
+      for (std::uint32_t c = 0; c < r; ++c) o[c] = 0.0f;
+      for (std::uint32_t i = 0; i < D; ++i)
+        for (std::uint32_t c = 0; c < r; ++c) o[c] += kr[i] * P[std::uint64_t{i} * r + c];
+    }
+  }
+}
+
+void score_tokens_lowrank(const AttnShape& s, const void* q, const LowRank& lr, bool shared,
+                          std::vector<float>& scores) {
+  const std::uint32_t nl = n_lists(s, shared), r = lr.r, D = s.d;
+  scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
+  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
+    const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
+    float qs[128], qp[64];
+    q_sum(s, q, b, h, qs);
+    const float* P = lr.basis.data() + std::uint64_t{bh} * D * r;
+    for (std::uint32_t c = 0; c < r; ++c) qp[c] = 0.0f;
+    for (std::uint32_t i = 0; i < D; ++i)
+      for (std::uint32_t c = 0; c < r; ++c) qp[c] += qs[i] * P[std::uint64_t{i} * r + c];
+    const float* kp = lr.keys.data() + std::uint64_t{bh} * s.ctx * r;
+    float* out = scores.data() + std::uint64_t{shared ? b : bh} * s.ctx;
+#pragma omp parallel for schedule(static)
+    for (std::uint32_t t = 0; t < s.ctx; ++t) {
+      const float* row = kp + std::uint64_t{t} * r;
+      float a = 0;
+#pragma omp simd reduction(+ : a)
+      for (std::uint32_t c = 0; c < r; ++c) a += qp[c] * row[c];
+      if (shared) out[t] += a;  // heads run one after another: no race
+      else out[t] = a;
+    }
+  }
+}
+
 // -------------------------------------------------------------------------------------------------- fills
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed) {
   auto put = [](DType t, void* p, std::uint64_t n, std::uint64_t sd, float mul) {

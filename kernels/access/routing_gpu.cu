@@ -5,6 +5,7 @@
 //
 // block arm:  score[list][j] = sum over the list's kv heads h of qsum_h . centroid[b][h][j]
 // token arm:  score[list][t] = sum over the list's kv heads h of qsum_h . K[b][t][h]
+//             (low-rank proxy: (P_h^T qsum_h) . Kp_h[t], Kp = K P_h projected at "prefill")
 // (qsum_h = sum of the query heads of kv head h, fp32; per_head lists hold one kv head, shared lists all.)
 // top-k: one CTA per list finds the k-th largest key by a bitwise search on order-preserving 32-bit
 // keys (32 counting passes), then emits keys > T and the first (k - count(> T)) keys == T in index
@@ -103,6 +104,42 @@ __global__ void __launch_bounds__(kScoreThreads) score_tokens_kernel(const std::
 #pragma unroll
     for (int off = LT / 2; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
     if (t < ctx && sub == 0) scores[list * ctx + t] = a;
+  }
+}
+
+// Low-rank proxy: qp[h][c] = sum_i qsum_h[i] P_h[i][c] in shared memory, then one thread per logical
+// token (grid-stride) reads its r fp32 projected-key values per kv head with 16-byte loads.
+__global__ void __launch_bounds__(kScoreThreads) score_lowrank_kernel(const std::uint16_t* __restrict__ q,
+                                                                      const float* __restrict__ basis,
+                                                                      const float* __restrict__ pk, std::uint32_t hq,
+                                                                      std::uint32_t hkv, std::uint32_t d,
+                                                                      std::uint32_t ctx, std::uint32_t r, bool shared,
+                                                                      bool bf16, float* __restrict__ scores) {
+  extern __shared__ float qs[];  // [hkv][d] query sums, then [hkv][r] projected
+  float* qp = qs + hkv * d;
+  const std::uint32_t b = blockIdx.z, list_h = blockIdx.y;
+  load_qsum(q, b, hq, hkv, d, bf16, qs);
+  const std::uint32_t h0 = shared ? 0 : list_h, h1 = shared ? hkv : list_h + 1;
+  for (std::uint32_t e = threadIdx.x; e < (h1 - h0) * r; e += blockDim.x) {
+    const std::uint32_t h = h0 + e / r, c = e % r;
+    const float* P = basis + (static_cast<std::uint64_t>(b) * hkv + h) * d * r;
+    float a = 0.0f;
+    for (std::uint32_t i = 0; i < d; ++i) a = fmaf(qs[h * d + i], __ldg(P + static_cast<std::uint64_t>(i) * r + c), a);
+    qp[e] = a;
+  }
+  __syncthreads();
+  const std::uint64_t list = shared ? b : static_cast<std::uint64_t>(b) * hkv + list_h;
+  for (std::uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < ctx; t += gridDim.x * blockDim.x) {
+    float a = 0.0f;
+    for (std::uint32_t h = h0; h < h1; ++h) {
+      const float4* row = reinterpret_cast<const float4*>(pk + ((static_cast<std::uint64_t>(b) * hkv + h) * ctx + t) * r);
+      const float* qq = qp + (h - h0) * r;
+      for (std::uint32_t x = 0; x < r / 4; ++x) {
+        const float4 v = __ldg(row + x);
+        a = fmaf(v.x, qq[4 * x], fmaf(v.y, qq[4 * x + 1], fmaf(v.z, qq[4 * x + 2], fmaf(v.w, qq[4 * x + 3], a))));
+      }
+    }
+    scores[list * ctx + t] = a;
   }
 }
 
@@ -235,6 +272,27 @@ void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t
   else
     throw std::invalid_argument("gpu::route_tokens: head dim must be 64 or 128");
   check("score_tokens_kernel launch");
+  const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
+  topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1,
+                                              shared ? 1 : s.hkv, pm, idx);
+  check("topk_kernel launch");
+}
+
+void route_tokens_lowrank(const AttnDims& s, const void* q, const float* basis, const float* pkeys, std::uint32_t r,
+                          std::uint32_t block, std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores,
+                          std::uint32_t* idx, int sm_count, cudaStream_t st) {
+  const std::uint32_t budget = k_blocks * block;
+  if (k_blocks < 2 || budget > s.ctx) throw std::invalid_argument("gpu::route_tokens_lowrank: 2 blocks <= budget <= ctx");
+  if (!(r == 8 || r == 16 || r == 32 || r == 64)) throw std::invalid_argument("gpu::route_tokens_lowrank: r 8/16/32/64");
+  const std::uint32_t lists_y = shared ? 1 : s.hkv;
+  std::uint32_t gx = (s.ctx + kScoreThreads - 1) / kScoreThreads;
+  const std::uint32_t cap = static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1) * 8 / (lists_y * s.batch) + 1;
+  if (gx > cap) gx = cap;
+  const dim3 grid(gx, lists_y, s.batch);
+  const std::size_t smem = static_cast<std::size_t>(s.hkv) * (s.d + r) * sizeof(float);
+  score_lowrank_kernel<<<grid, kScoreThreads, smem, st>>>(static_cast<const std::uint16_t*>(q), basis, pkeys, s.hq,
+                                                           s.hkv, s.d, s.ctx, r, shared, s.dtype == DType::bf16, scores);
+  check("score_lowrank_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
   topk_kernel<<<lists, kTopkThreads, 0, st>>>(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1,
                                               shared ? 1 : s.hkv, pm, idx);

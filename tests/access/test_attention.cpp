@@ -172,7 +172,7 @@ TEST(Placement, ShuffledStorageIsTheSameLogicalProblem) {
     for (std::uint32_t page : {16u, 64u}) {
       const PageMap pm = make_page_map(s.ctx, page, 3);
       const Data phys = shuffle_rows(logical, pm);
-      for (std::uint32_t block : {16u, 32u, 128u})
+      for (std::uint32_t block : {16u, 128u})
         for (bool shared : {false, true}) {
           const std::uint32_t kb = sparse_blocks(s.ctx, block, 1.0 / 4);
           std::vector<float> c0, c1, s0, s1;
@@ -213,6 +213,58 @@ TEST(Placement, ShuffledStorageIsTheSameLogicalProblem) {
       EXPECT_EQ(attend_cpu(logical, ld), attend_cpu(phys, pd));
     }
   }
+}
+
+// Low-rank key proxy: an orthonormal basis; exact scores when the keys lie in an r-dim subspace; the
+// same proxy from shuffled storage; bad ranks rejected.
+TEST(LowRank, ExactForKeysOfRankRAndPlacementInvariant) {
+  AttnShape s;
+  s.batch = 2; s.hq = 8; s.hkv = 2; s.d = 64; s.ctx = 1024;
+  Data data(s);
+  const std::uint32_t r = 16;
+  // Keys spanned by r directions: element i of every key row is 0 for i >= r.
+  for (std::uint64_t e = 0; e < s.kv_elems(); ++e)
+    if (e % s.d >= r) data.k[e] = 0;
+  LowRank lr;
+  build_lowrank(s, data.k.data(), r, lr);
+  ASSERT_EQ(lr.basis.size(), std::size_t{s.batch} * s.hkv * s.d * r);
+  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
+    const float* P = lr.basis.data() + std::size_t{bh} * s.d * r;
+    for (std::uint32_t a = 0; a < r; ++a)
+      for (std::uint32_t c = 0; c < r; ++c) {
+        double dot = 0;
+        for (std::uint32_t i = 0; i < s.d; ++i) dot += double(P[i * r + a]) * P[i * r + c];
+        ASSERT_NEAR(dot, a == c ? 1.0 : 0.0, 1e-5) << a << "," << c;
+      }
+  }
+  for (bool shared : {false, true}) {
+    std::vector<float> exact, proxy;
+    score_tokens(s, data.q.data(), data.k.data(), shared, exact);
+    score_tokens_lowrank(s, data.q.data(), lr, shared, proxy);
+    float amax = 0, emax = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      amax = std::max(amax, std::fabs(exact[i]));
+      emax = std::max(emax, std::fabs(exact[i] - proxy[i]));
+    }
+    EXPECT_LT(emax, 1e-4f * amax) << "shared=" << shared;
+  }
+  // General keys: the proxy differs from the exact scores (it is an approximation, not a copy).
+  Data full(s);
+  LowRank lf;
+  build_lowrank(s, full.k.data(), r, lf);
+  std::vector<float> exact, proxy;
+  score_tokens(s, full.q.data(), full.k.data(), false, exact);
+  score_tokens_lowrank(s, full.q.data(), lf, false, proxy);
+  EXPECT_NE(exact, proxy);
+  // Shuffled storage of the same logical keys gives the same proxy.
+  const PageMap pm = make_page_map(s.ctx, 16, 8);
+  const Data phys = shuffle_rows(full, pm);
+  LowRank lp;
+  build_lowrank(s, phys.k.data(), r, lp, pm);
+  EXPECT_EQ(lp.basis, lf.basis);
+  EXPECT_EQ(lp.keys, lf.keys);
+  EXPECT_THROW(build_lowrank(s, full.k.data(), 12, lp), kvf::UsageError);
+  EXPECT_THROW(build_lowrank(s, full.k.data(), 64, lp), kvf::UsageError);  // not below d = 64
 }
 
 TEST(Placement, PageTokensRule) {
