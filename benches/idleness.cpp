@@ -102,6 +102,12 @@ double prefill_verify_s(const md::ModelShape& m, int T, int N) {
 }
 
 // Ceilings measured in this run, looked up in the results directory (rows are written as each case ends).
+// The idleness figures of a step divide by both ceilings of this run; --case-filter keeps them for a kept step.
+std::vector<kvf::CeilingRef> idle_ceilings() {
+  return {kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"},
+          kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"}};
+}
+
 double ceiling_value(const kvf::CeilingRef& ref, const std::string& mode) {
   if (g_out_dir.empty()) return 0;
   const auto v = kvf::find_ceiling(g_out_dir, ref, mode);
@@ -527,6 +533,7 @@ void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, 
   c.bytes = dc::decode_bytes(m, B, C, L, wb);
   c.ceiling = arm == "corun" ? kvf::CeilingRef{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"}
                              : kvf::CeilingRef{"idleness", {{"arm", "read_ceiling"}}, "gbps"};
+  c.uses = idle_ceilings();
   const double t = gpu_ ? c.bytes / 2.5e12 + L * 60e-6 : c.bytes / 15e9 + c.flops / 150e9;
   // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps).
   c.est_seconds = gpu_ ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2)) : est(t, 0.4 + 0.25 * std::min(B, 2));
@@ -660,6 +667,7 @@ void IdlenessStudy::add_prefill(Out& out, const md::ModelShape& m, int T, int N,
   c.flops = dc::prefill_flops(m, T, N, L);
   c.bytes = dc::prefill_bytes(m, T, N, L, wb);
   c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
+  c.uses = idle_ceilings();
   c.note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
   c.cold = false;  // weights exceed the LLC/L2; compute bound
   if (gpu_) {

@@ -40,6 +40,7 @@ class Case {
   double bytes = 0;                 // per execution of run()
   double flops = 0;                 // per execution of run()
   std::optional<CeilingRef> ceiling;  // what pct_of_ceiling divides by (absent: not stated)
+  std::vector<CeilingRef> uses;     // other ceilings this case reads (e.g. its idleness figures)
   double est_seconds = 0.5;         // for --list and the ETA (setup + verify + both modes)
   TimeOptions time_opts{};
   bool cold = true, hot = true;     // which modes make sense for this case
