@@ -67,6 +67,9 @@ void blas_on_openmp();
 // W holds bf16 values widened once at setup: this OpenBLAS build exports no cblas_sbgemm, see
 // sbgemm_available().
 void gemm_xwT(const float* X, const float* W, float* Y, int M, int N, int K);
+// The same product on OpenBLAS's own pthread pool (as many threads as it started with), back to one
+// thread afterwards: only for the GEMM ceiling, which takes the better of the two threadings.
+void gemm_xwT_blas_threads(const float* X, const float* W, float* Y, int M, int N, int K);
 bool sbgemm_available();  // cblas_sbgemm found at run time (dlsym)
 // bf16 X and bf16 W through cblas_sbgemm when available (fp32 out). Throws when unavailable.
 void gemm_xwT_sbgemm(const std::uint16_t* X, const std::uint16_t* W, float* Y, int M, int N, int K);

@@ -101,8 +101,20 @@ std::vector<std::int64_t> scattered_slots(int rows, std::int64_t n_blocks, std::
 }
 
 // One threading runtime in the process: see recompute.hpp ("BLAS threading").
+namespace {
+int blas_own_threads() {  // OpenBLAS's thread count as the process started (before blas_on_openmp)
+  static const int n = openblas_get_num_threads();
+  return n;
+}
+}  // namespace
 void blas_on_openmp() {
+  (void)blas_own_threads();
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+void gemm_xwT_blas_threads(const float* X, const float* W, float* Y, int M, int N, int K) {
+  openblas_set_num_threads(blas_own_threads());
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K, W, K, 0.0f, Y, N);
+  openblas_set_num_threads(1);
 }
 
 namespace {
