@@ -35,6 +35,7 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,7 @@
 #endif
 #if defined(KVF_HAVE_CUPTI)
 #include "kvf/cupti/activity.hpp"
+#include "kvf/cupti/clock_alignment.hpp"
 #include "kvf/cupti/metric_sets.hpp"
 #include "kvf/cupti/pm_sampler.hpp"
 #include "kvf/cupti/range_profiler.hpp"
@@ -165,6 +167,11 @@ std::string collect_counters(const std::string& case_name, const std::function<v
   {
     cu::PmSampler pm;
     if (pm.available()) {
+      // Kernel records through the PM phase: `kvf counters` checks from them whether the PM samples' timestamps
+      // share the kernel records' clock (clock_alignment.hpp) before the timeline is joined to kernels.
+      std::optional<cu::KernelTracer> pm_tr;
+      pm_tr.emplace();
+      if (!pm_tr->available()) pm_tr.reset();
       pm.start();
       for (int i = 0; i < 64; ++i) {
         step(st);
@@ -177,7 +184,27 @@ std::string collect_counters(const std::string& case_name, const std::function<v
       pm.stop();
       pm.save(g_out_dir, "pm_" + cap, "idleness", case_name);
       append_cupti_rows(pm.rows("idleness", case_name));
+      std::string clock_note = ", clock check: no kernel records during sampling";
+      if (pm_tr) {
+        const auto& ks = pm_tr->flush();
+        pm_tr->save(g_out_dir, "activity_pm_" + cap, "idleness", case_name);
+        std::vector<cu::PmPoint> pts;
+        for (const auto& r : pm.rows("idleness", case_name))
+          if (r.metric == cu::kGrActiveMetric && std::isfinite(r.t_start_ns)) pts.push_back({r.t_start_ns, r.t_end_ns, r.value});
+        if (!ks.empty()) {
+          std::uint64_t lo = ks.front().start_ns, hi = ks.front().end_ns;
+          for (const auto& k : ks) { lo = std::min(lo, k.start_ns); hi = std::max(hi, k.end_ns); }
+          const double span = double(hi - lo);
+          const auto a = cu::align_pm_to_kernels(pts, ks, std::max(0.0, span / 10));
+          clock_note = a.samples == 0 ? ", clock check: no PM sample inside the kernel records (different time bases?)"
+                                      : ", clock check: " + std::string(a.shared_clock ? "shared" : "NOT shared") +
+                                            " (best shift " + num(a.best_shift_ns, 3) + " ns, correlation " +
+                                            num(a.corr_at_zero, 3) + " at 0)";
+        }
+        pm_tr.reset();  // one tracer at a time: the per-step windows below make their own
+      }
       note += ", " + std::to_string(pm.samples()) + " PM samples over 64 steps" + (pm.overflowed() ? " (overflowed)" : "");
+      note += clock_note;
     } else {
       note += ", PM sampling unavailable (" + pm.status().reason + ")";
     }
@@ -707,7 +734,13 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     std::unique_ptr<dc::gpu::RecomputeGpu> rc;
     cudaStream_t s2 = nullptr;
     cudaEvent_t e0 = nullptr, e1 = nullptr;
-    int reps = 1;
+    // Overlap accounting: checkpoints on the background stream every `stride` recomputes, and the span of the
+    // sample's decode steps on the main stream; pages/s while overlapped = pages between the first checkpoint
+    // after the steps began and the last one before they ended, over that time.
+    std::vector<cudaEvent_t> marks;
+    int stride = 1, reps = 1;
+    cudaEvent_t step0 = nullptr, step1 = nullptr;
+    bool first_run = true;
     bool counted = false;
   };
   auto s = std::make_shared<G>();
@@ -739,6 +772,11 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
       }
       // 4 steps' worth plus 0.2 ms for the blocking kernel that holds the timed step while it is queued.
       s->reps = std::min(20000, int(std::ceil((4 * t_dec + 0.2f) / std::max(t_bg, 1e-3f))) + 2);
+      s->stride = std::max(1, (s->reps + 511) / 512);
+      s->marks.resize(static_cast<std::size_t>((s->reps + s->stride - 1) / s->stride));
+      for (auto& e : s->marks) KVF_CUDA_CHECK(cudaEventCreate(&e));
+      KVF_CUDA_CHECK(cudaEventCreate(&s->step0));
+      KVF_CUDA_CHECK(cudaEventCreate(&s->step1));
     }
   };
   c.on_verify = [s, B](Backend& be) {
@@ -752,10 +790,24 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
     KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
     KVF_CUDA_CHECK(cudaEventRecord(s->e0, s->s2));
-    for (int i = 0; i < s->reps; ++i) s->rc->run(s->s2);
+    for (int i = 0; i < s->reps; ++i) {
+      s->rc->run(s->s2);
+      if ((i + 1) % s->stride == 0 || i + 1 == s->reps)
+        KVF_CUDA_CHECK(cudaEventRecord(s->marks[static_cast<std::size_t>(i / s->stride)], s->s2));
+    }
     KVF_CUDA_CHECK(cudaEventRecord(s->e1, s->s2));
+    s->first_run = true;
   };
-  c.on_run = [s, L](Backend& be) { s->dec->step(L, kvf::cuda_stream(be)); };
+  c.on_run = [s, L](Backend& be) {
+    const cudaStream_t st = kvf::cuda_stream(be);
+    // Event records cost no GPU time; they mark the span of this sample's steps for the overlap accounting.
+    if (s->rc && s->first_run) (void)cudaEventRecord(s->step0, st);
+    s->dec->step(L, st);
+    if (s->rc) {
+      (void)cudaEventRecord(s->step1, st);
+      s->first_run = false;
+    }
+  };
   c.on_after = [this, s, L, &c](Backend& be, const kvf::Summary&, const std::string& mode) {
     const double gemm = ceiling_value({"idleness", {{"arm", "gemm_ceiling"}}, "tflops"}, mode);
     const double rd = ceiling_value({"idleness", {{"arm", "read_ceiling"}}, "gbps"}, mode);
@@ -766,8 +818,32 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
       KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
       float ms = 0;
       KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, s->e0, s->e1));
-      note += "; background recompute pages_per_s=" + num(s->reps / (ms * 1e-3)) +
-              " over the last sample's queue (" + i2s(s->reps) + " pages, T=128; includes its time after the step ended)";
+      note += "; background recompute over the last sample's whole queue: " + num(s->reps / (ms * 1e-3)) +
+              " pages/s (" + i2s(s->reps) + " pages, T=128; includes time before and after the steps)";
+      // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
+      // taken from e0, recorded on the background stream before this sample's steps and checkpoints.
+      KVF_CUDA_CHECK(cudaEventSynchronize(s->step1));
+      float t0 = 0, t1 = 0;
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&t0, s->e0, s->step0));
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&t1, s->e0, s->step1));
+      const float span_ms = t1 - t0;
+      int first = -1, last = -1;
+      float t_first = 0, t_last = 0;
+      for (std::size_t k = 0; k < s->marks.size(); ++k) {
+        float t = 0;
+        KVF_CUDA_CHECK(cudaEventElapsedTime(&t, s->e0, s->marks[k]));
+        if (t >= t0 && t <= t1) {
+          if (first < 0) { first = static_cast<int>(k); t_first = t; }
+          last = static_cast<int>(k);
+          t_last = t;
+        }
+      }
+      const long pages = (first >= 0 && last > first) ? long(last - first) * s->stride : 0;
+      note += pages > 0 ? "; while overlapped with the steps: " + num(pages / ((t_last - t_first) * 1e-3)) +
+                              " pages/s (" + std::to_string(pages) + " pages over " + num(t_last - t_first, 3) +
+                              " ms of the steps' " + num(span_ms, 3) + " ms)"
+                        : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
+                              num(span_ms, 3) + " ms to state a rate";
     }
 #if defined(KVF_HAVE_CUPTI)
     if (mode == "hot" && !no_counters_ && !s->counted) {
@@ -788,6 +864,11 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     if (s->s2) { (void)cudaStreamSynchronize(s->s2); (void)cudaStreamDestroy(s->s2); }
     if (s->e0) (void)cudaEventDestroy(s->e0);
     if (s->e1) (void)cudaEventDestroy(s->e1);
+    for (auto& e : s->marks) (void)cudaEventDestroy(e);
+    s->marks.clear();
+    if (s->step0) (void)cudaEventDestroy(s->step0);
+    if (s->step1) (void)cudaEventDestroy(s->step1);
+    s->step0 = s->step1 = nullptr;
     s->s2 = nullptr; s->e0 = s->e1 = nullptr;
     s->rc.reset();
     s->dec.reset();
