@@ -5,7 +5,7 @@
 //
 // Recompute arms (kernels/frontier/): from the resident bf16 layer input X (K/V projection GEMM,
 // RoPE, paged write), from int8/int4 X (dequantize pass, then the same GEMM: not fused), from token
-// embeddings through L layers over a resident prefix of N tokens (CPU twin only), and MLA's latent
+// embeddings through L layers over a resident prefix of N tokens (CPU twin; GPU: kernels/decode PrefillGpu), and MLA's latent
 // (DeepSeek-V3) with its up-projection. Every recompute arm is checked against an fp64 reference
 // (tolerance in kernels/frontier/recompute.hpp) before it is timed, and every one states its TFLOP/s
 // against the "gemm_ceiling" cases of this study measured first in the same run (CPU: the better of
@@ -50,6 +50,8 @@
 #include "transfer.hpp"
 
 #if defined(KVF_HAVE_CUDA)
+#include "decode.hpp"
+#include "decode_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
 #include "recompute_gpu.hpp"
 #endif
@@ -174,6 +176,7 @@ class FrontierStudy final : public kvf::Study {
   std::map<std::string, std::shared_ptr<fr::LayerWeights>> layer_weights_;
   bool gpu_ = false, quick_ = false;
   double mem_avail_ = 0;
+  std::size_t gpu_memory_bytes_ = 0;
 
   using Out = std::vector<std::unique_ptr<kvf::Case>>;
   bool arm_on(const std::string& a) const {
@@ -185,6 +188,10 @@ class FrontierStudy final : public kvf::Study {
   void add_gemm_ceiling(Out& out, Backend& be);
   void add_x(Out& out, const md::ModelShape& m, int T, int P, const std::string& xdtype);
   void add_layers(Out& out, const md::ModelShape& m, int T, int L, int N);
+#if defined(KVF_HAVE_CUDA)
+  void add_layers_gpu(Out& out, const md::ModelShape& m, int T, int L, int N, const std::string& name,
+                      std::vector<Param> params);
+#endif
   void add_mla(Out& out, const md::ModelShape& m, int T, int P, const std::string& part);
   void add_copies(Out& out, const std::vector<std::size_t>& sizes);
   void add_granularity(Out& out, const md::ModelShape& m, int T, const std::vector<std::size_t>& sizes);
@@ -253,6 +260,7 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
 
   // Memory: the largest recompute batch and the through-layers prefix must fit.
   const double dev_mem = gpu_ ? double(be.info().memory_bytes) * 0.8 : mem_avail_;
+  if (gpu_) gpu_memory_bytes_ = be.info().memory_bytes;
   for (const auto* m : ms) {
     for (int T : tokens_)
       for (int P : pages_) {
@@ -648,7 +656,11 @@ void FrontierStudy::add_layers(Out& out, const md::ModelShape& m, int T, int L, 
                     i2s(fr::resident_bytes(fr::Resident::kv_bf16, N, m.hidden, m.kv_values_per_token()) * L)});
   const std::string name = "layers/" + m.name + "/T" + i2s(T) + "/L" + i2s(L) + "/N" + i2s(N);
   if (gpu_) {
-    out.push_back(kvf::skipped_case(name, params, "the through-layers arm has a CPU twin only; GPU kernels not written"));
+#if defined(KVF_HAVE_CUDA)
+    add_layers_gpu(out, m, T, L, N, name, std::move(params));
+#else
+    out.push_back(kvf::skipped_case(name, params, "this build has no CUDA"));
+#endif
     return;
   }
   auto& c = add(out, name, std::move(params));
@@ -707,6 +719,65 @@ void FrontierStudy::add_layers(Out& out, const md::ModelShape& m, int T, int L, 
   };
   c.on_teardown = [s](Backend&) { *s = S{}; };
 }
+
+#if defined(KVF_HAVE_CUDA)
+// Through L layers on the GPU: the idleness study's prefill chunk (kernels/decode PrefillGpu), whose step_kv runs
+// L-1 full layers and then only layer L's K/V, as the CPU twin does. Verified (one layer: h and the appended K/V
+// against the fp64 reference) before timing.
+void FrontierStudy::add_layers_gpu(Out& out, const md::ModelShape& m, int T, int L, int N, const std::string& name,
+                                   std::vector<Param> params) {
+  if (const std::string why = kvf::decode::unsupported_reason(m); !why.empty()) {
+    out.push_back(kvf::skipped_case(name, params, "GPU through-layers: " + why));
+    return;
+  }
+  const double need = double(kvf::decode::gpu::PrefillGpu::device_bytes(m, T, N));
+  if (need > 0.9 * double(gpu_memory_bytes_)) {
+    out.push_back(kvf::skipped_case(name, params, "GPU through-layers needs " + str(need / (1 << 30)) +
+                                                      " GiB of device memory; the device has " +
+                                                      str(double(gpu_memory_bytes_) / (1 << 30))));
+    return;
+  }
+  auto& c = add(out, name, std::move(params));
+  c.flops = fr::through_layers_flops(m, L, T, N);
+  const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
+  const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);  // bf16 weights
+  // weights of L-1 layers + layer L's K/V rows, the shared prefix K/V read by L-1 attentions, the page's K/V written
+  c.bytes = (L - 1) * layer_w + 2 * H * 2 * kvd + (L - 1) * kvf::decode::kv_layer_bytes(m, 1, N) + double(T) * 2 * kvd * 2 * L;
+  c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "gemm_ceiling"}}, "tflops"};
+  c.note = "GPU: kernels/decode PrefillGpu::step_kv: cuBLASLt bf16 GEMMs, a CUDA-core causal attention (not tensor-core "
+           "FlashAttention: at long N it understates a tuned recompute), one bf16 prefix cache shared by the layers "
+           "(the CPU twin keeps one per layer: a prefix small enough for the L2 is re-read from L2 here), K/V appended "
+           "contiguously (not paged); layer L computes only its K/V";
+  c.est_seconds = est(c.flops / 200e12 + c.bytes / 2e12, 3.0);
+  struct G {
+    std::shared_ptr<fr::LayerWeights> w;
+    std::unique_ptr<kvf::decode::gpu::PrefillGpu> pre;
+  };
+  auto s = std::make_shared<G>();
+  const md::ModelShape mm = m;
+  auto& cache = layer_weights_;
+  c.on_setup = [s, mm, T, N, &cache](Backend& be) {
+    auto& w = cache[mm.name];
+    if (!w) w = std::make_shared<fr::LayerWeights>(fr::make_layer_weights(mm, kSeed + 10));
+    s->w = w;
+    s->pre = std::make_unique<kvf::decode::gpu::PrefillGpu>(*w, mm, T, N, kSeed + 11,
+                                                            kvf::cuda_props(be).multiProcessorCount,
+                                                            kvf::cuda_stream(be));
+  };
+  c.on_verify = [s, T](Backend& be) {
+    const auto r = s->pre->verify(*s->w, kvf::decode::prefill_check_rows(T), kvf::cuda_stream(be));
+    if (!r.ok()) throw kvf::VerifyError("GPU through-layers (one layer) vs reference: " + r.text());
+  };
+  c.on_run = [s, L](Backend& be) { s->pre->step_kv(L, kvf::cuda_stream(be)); };
+  c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
+    return "attention KV splits " + std::to_string(s->pre->attention_splits());
+  };
+  c.on_teardown = [s](Backend&) {
+    s->pre.reset();
+    s->w.reset();
+  };
+}
+#endif
 
 // ---------------------------------------------------------------- MLA
 void FrontierStudy::add_mla(Out& out, const md::ModelShape& m, int T, int P, const std::string& part) {

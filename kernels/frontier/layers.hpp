@@ -1,5 +1,7 @@
 // Recompute from token embeddings through L layers (dense GQA models), and MLA latent recompute.
-// CPU twin only (fp32 activations, weights holding bf16 values, OpenBLAS sgemm).
+// CPU twin (fp32 activations, weights holding bf16 values, OpenBLAS sgemm). On the GPU the frontier bench runs the
+// idleness study's prefill chunk instead (kernels/decode PrefillGpu::step_kv: bf16 rounding at the decode points, one
+// shared bf16 prefix cache, contiguous K/V append): the same cost per layer, not bit-identical to this twin.
 //
 // Through L layers, for a page of T tokens at positions N .. N+T-1 over a resident prefix of N tokens:
 //   h = embed[token]
