@@ -483,7 +483,7 @@ void IdlenessStudy::add_ceilings(Out& out) {
       fr::fill_f32_uniform(s->a.data(), s->a.size(), 1, 1.f);
       fr::fill_f32_uniform(s->b.data(), s->b.size(), 2, 1.f);
     };
-    c.on_run = [s, gm, gn, gk](Backend&) { dc::gemm_omp(s->a.data(), s->b.data(), s->y.data(), gm, gn, gk); };
+    c.on_run = [s, gm, gn, gk](Backend&) { fr::gemm_xwT(s->a.data(), s->b.data(), s->y.data(), gm, gn, gk); };
     c.on_teardown = [s](Backend&) { *s = S{}; };
   }
   for (const char* kind : {"plain", "prefetch"}) {
@@ -960,7 +960,7 @@ int main(int argc, char** argv) {
   std::vector<char*> av;
   for (auto& a : args) av.push_back(a.data());
   av.push_back(nullptr);
-  dc::use_openmp_blas();  // all BLAS parallelism through OpenMP (kernels/decode/decode.hpp)
+  fr::blas_on_openmp();  // all BLAS parallelism through OpenMP (kernels/frontier/recompute.hpp)
   IdlenessStudy s;
   return kvf::bench_main(int(args.size()), av.data(), s);
 }

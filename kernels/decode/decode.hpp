@@ -102,10 +102,7 @@ struct PerfCounts {
 PerfCounts perf_count(const std::function<void()>& fn);
 
 // ---------------------------------------------------------------- CPU twin
-// All BLAS parallelism of the twin goes through OpenMP: call use_openmp_blas() once (OpenBLAS on one thread per
-// call) before timing. gemm_omp: Y[M][N] = X[M][K] W[N][K]^T, N split across OpenMP threads.
-void use_openmp_blas();
-void gemm_omp(const float* X, const float* W, float* Y, int M, int N, int K);
+// All BLAS parallelism of the twin goes through OpenMP: kvf::frontier::gemm_xwT / blas_on_openmp (recompute.hpp).
 struct RopeRow {  // cos/sin of one position, D/2 each (double-computed, stored fp32)
   std::vector<float> cs;  // [cos(0..D/2-1) | sin(0..D/2-1)]
   std::vector<double> ang;

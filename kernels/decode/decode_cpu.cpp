@@ -195,29 +195,10 @@ void swiglu_bf16(const float* gu, int rows, int I, float* act) {
 }
 }  // namespace
 
-// Y[M][N] = X[M][K] W[N][K]^T on all cores: OpenMP splits N (whole 16-column blocks) and each thread calls
-// single-threaded OpenBLAS on its slice (sgemv for M = 1: this OpenBLAS, 0.3.21, does not forward a one-row sgemm
-// to gemv and would pack all of W). One threading runtime only: OpenBLAS's own pthread pool spinning against
-// OpenMP's on a shared 2-core machine made a small step 100x slower (measured), see use_openmp_blas().
-void gemm_omp(const float* X, const float* W, float* Y, int M, int N, int K) {
-#pragma omp parallel
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int blocks = (N + 15) / 16;
-    const int n0 = std::min(N, blocks * t / nt * 16), n1 = std::min(N, blocks * (t + 1) / nt * 16);
-    if (n1 > n0) {
-      if (M == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, W + std::size_t(n0) * K, K, X, 1, 0.0f, Y + n0, 1);
-      else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, X, K, W + std::size_t(n0) * K, K,
-                    0.0f, Y + n0, N);
-    }
-  }
-}
-void use_openmp_blas() { openblas_set_num_threads(1); }
 
 namespace {
-void gemm(const float* X, const float* W, float* Y, int M, int N, int K) { gemm_omp(X, W, Y, M, N, K); }
+// All BLAS parallelism through OpenMP (kvf::frontier::gemm_xwT: why, and what was measured, in recompute.hpp).
+void gemm(const float* X, const float* W, float* Y, int M, int N, int K) { kvf::frontier::gemm_xwT(X, W, Y, M, N, K); }
 double dot8(const float* a, const float* b, int n) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
