@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +32,26 @@
 namespace kvf {
 
 namespace {
+// The 1-minute load average (/proc/loadavg), or -1 where unreadable.
+double load_average_1m() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  if (!(in >> l)) return -1;
+  return l;
+}
+// What a reader needs to judge a shared machine: the load and the OpenMP wait policy the process started with
+// (libgomp reads it at load time; spinning workers of an idle team take cores from other threads on a loaded box).
+nlohmann::json machine_load_json() {
+  auto env = [](const char* n) -> nlohmann::json {
+    const char* v = std::getenv(n);
+    return v ? nlohmann::json(v) : nlohmann::json(nullptr);
+  };
+  return {{"loadavg_1m", load_average_1m()},
+          {"hardware_threads", std::thread::hardware_concurrency()},
+          {"OMP_WAIT_POLICY", env("OMP_WAIT_POLICY")},
+          {"GOMP_SPINCOUNT", env("GOMP_SPINCOUNT")},
+          {"OMP_NUM_THREADS", env("OMP_NUM_THREADS")}};
+}
 
 class SkippedCase final : public Case {
  public:
@@ -298,8 +320,14 @@ int bench_main(int argc, char** argv, Study& study) {
                                       {"target_rel_error", cfg.stop.target_rel_error},
                                       {"budget_s", cfg.stop.budget_s},
                                       {"throttle_fraction", cfg.throttle_fraction},
-                                      {"flush_bytes", be->flush_bytes()}}}};
+                                      {"flush_bytes", be->flush_bytes()}}},
+                                    {"machine_load", machine_load_json()}};
     });
+    if (const double l = load_average_1m(); l > 1.25 * std::thread::hardware_concurrency())
+      std::fprintf(stderr,
+                   "%s: note: the machine is loaded (1-minute load %.1f on %u hardware threads): timings will be "
+                   "noisy; compare ratios within one run, or re-run on a quiet machine (load recorded in meta.json)\n",
+                   prog.c_str(), l, std::thread::hardware_concurrency());
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
     return kExitUsage;
@@ -467,6 +495,7 @@ int bench_main(int argc, char** argv, Study& study) {
   dir->update_meta([&](nlohmann::json& m) {
     auto& s = m["studies"][study.name()];
     s["finished_utc"] = utc_now();
+    s["machine_load_at_end"] = machine_load_json();
     s["status"] = exit_code == kExitOk ? "complete" : (stop_study.empty() ? "errors" : stop_study);
   });
   std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
