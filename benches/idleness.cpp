@@ -292,6 +292,23 @@ class IdlenessStudy final : public kvf::Study {
   void add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, int N, int L);
 #endif
   std::string cpu_after(FnCase& c, const kvf::Summary& s, const std::string& mode, const std::function<void()>& once);
+#if defined(KVF_HAVE_CUDA)
+  // The counters phases of a GPU case, once, after its hot samples ("; counters: ..." for the note).
+  std::string counters_note(bool& counted, const std::string& case_name, const std::string& mode, Backend& be,
+                            const std::function<void(cudaStream_t)>& step) {
+#if defined(KVF_HAVE_CUPTI)
+    if (mode != "hot" || no_counters_ || counted) return {};
+    counted = true;
+    kvf::cupti::RangeProfilerOptions o;
+    o.set = metric_set_;
+    o.metrics = metrics_;
+    return "; " + collect_counters(case_name, step, kvf::cuda_stream(be), o, counters_unavailable_said_);
+#else
+    (void)counted; (void)case_name; (void)be; (void)step;
+    return mode == "hot" ? "; counters: this build has no CUPTI" : "";
+#endif
+  }
+#endif
 };
 
 // ---------------------------------------------------------------- validation and case list
@@ -845,19 +862,7 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
                         : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
                               num(span_ms, 3) + " ms to state a rate";
     }
-#if defined(KVF_HAVE_CUPTI)
-    if (mode == "hot" && !no_counters_ && !s->counted) {
-      s->counted = true;
-      kvf::cupti::RangeProfilerOptions o;
-      o.set = metric_set_;
-      o.metrics = metrics_;
-      note += "; " + collect_counters(c.name, [s, L](cudaStream_t st) { s->dec->step(L, st); }, kvf::cuda_stream(be), o,
-                                      counters_unavailable_said_);
-    }
-#else
-    (void)be;
-    if (mode == "hot") note += "; counters: this build has no CUPTI";
-#endif
+    note += counters_note(s->counted, c.name, mode, be, [s, L](cudaStream_t st) { s->dec->step(L, st); });
     return note;
   };
   c.on_teardown = [s](Backend&) {
@@ -905,20 +910,7 @@ void IdlenessStudy::add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, i
   c.on_run = [s, L](Backend& be) { s->pre->step(L, kvf::cuda_stream(be)); };
   c.on_after = [this, s, L, &c](Backend& be, const kvf::Summary&, const std::string& mode) {
     std::string note = "attention KV splits " + i2s(s->pre->attention_splits());
-#if defined(KVF_HAVE_CUPTI)
-    if (mode == "hot" && !no_counters_ && !s->counted) {
-      s->counted = true;
-      kvf::cupti::RangeProfilerOptions o;
-      o.set = metric_set_;
-      o.metrics = metrics_;
-      note += "; " + collect_counters(c.name, [s, L](cudaStream_t st) { s->pre->step(L, st); }, kvf::cuda_stream(be), o,
-                                      counters_unavailable_said_);
-    }
-#else
-    (void)be;
-    (void)L;
-    if (mode == "hot") note += "; counters: this build has no CUPTI";
-#endif
+    note += counters_note(s->counted, c.name, mode, be, [s, L](cudaStream_t st) { s->pre->step(L, st); });
     return note;
   };
   c.on_teardown = [s](Backend&) {
