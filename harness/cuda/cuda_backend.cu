@@ -25,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -332,6 +333,7 @@ class CudaBackend final : public Backend {
         break;
       }
       case MemKind::pinned_host: {
+        if (bind_pinned_ && alloc_pinned_on_node(b, bytes, opts.mapped)) break;
         const unsigned flags = cudaHostAllocPortable | (opts.mapped ? cudaHostAllocMapped : 0u);
         const cudaError_t err = cudaHostAlloc(&b.ptr, bytes, flags);
         if (err == cudaErrorMemoryAllocation) {
@@ -364,7 +366,14 @@ class CudaBackend final : public Backend {
       (void)cudaSetDevice(dev_);
       switch (b.kind) {
         case MemKind::device: (void)cudaFree(b.ptr); break;
-        case MemKind::pinned_host: (void)cudaFreeHost(b.ptr); break;
+        case MemKind::pinned_host:
+          if (registered_.erase(b.ptr)) {
+            (void)cudaHostUnregister(b.ptr);
+            host_free(b.ptr, b.bytes);
+          } else {
+            (void)cudaFreeHost(b.ptr);
+          }
+          break;
         case MemKind::pageable_host: host_free(b.ptr, b.bytes); break;
       }
       (void)cudaGetLastError();
@@ -557,6 +566,44 @@ class CudaBackend final : public Backend {
     (void)cudaGetLastError();
   }
 
+  // Pinned memory bound to the GPU's NUMA node: mmap, mbind + first touch, cudaHostRegister. False (nothing held)
+  // when the kernel refuses the binding, after saying so once: the caller falls back to cudaHostAlloc.
+  bool alloc_pinned_on_node(Buffer& b, std::size_t bytes, bool mapped) {
+    void* p = host_alloc(bytes, false);
+    std::string why;
+    if (!bind_to_node(p, bytes, gpu_numa_node_, &why)) {
+      host_free(p, bytes);
+      if (!numa_bind_failed_said_) {
+        std::fprintf(stderr, "kvf: pinned memory not bound to the GPU's NUMA node %d (%s): first touch instead\n",
+                     gpu_numa_node_, why.c_str());
+        numa_bind_failed_said_ = true;
+      }
+      return false;
+    }
+    const unsigned flags = cudaHostRegisterPortable | (mapped ? cudaHostRegisterMapped : 0u);
+    const cudaError_t err = cudaHostRegister(p, bytes, flags);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      host_free(p, bytes);
+      if (err == cudaErrorMemoryAllocation)
+        throw UsageError("cannot pin " + bytes_text(bytes) +
+                         " of host memory (cudaHostRegister: out of memory; check ulimit -l and free RAM)");
+      cuda_check(err, "cudaHostRegister");
+    }
+    b.ptr = p;
+    if (mapped) {
+      const cudaError_t e2 = cudaHostGetDevicePointer(&b.device_alias, p, 0);
+      if (e2 != cudaSuccess) {
+        (void)cudaHostUnregister(p);
+        host_free(p, bytes);
+        b.ptr = nullptr;
+        cuda_check(e2, "cudaHostGetDevicePointer");
+      }
+    }
+    registered_.insert(p);
+    return true;
+  }
+
   void release_blocking_kernel() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     flags_->release = 1;
@@ -636,6 +683,17 @@ class CudaBackend final : public Backend {
       x["pci_bus_id"] = sysfs_id;
     }
     (void)cudaGetLastError();
+    // Pinned host buffers go on the GPU's NUMA node where the machine has several (a copy from the far socket
+    // crosses the inter-socket link and measures it, not PCIe); one node or an unknown node: first touch.
+    gpu_numa_node_ = pci_numa_node(sysfs_id);
+    const int nodes = numa_nodes_online();
+    x["gpu_numa_node"] = gpu_numa_node_;
+    x["numa_nodes"] = nodes;
+    bind_pinned_ = nodes > 1 && gpu_numa_node_ >= 0;
+    x["pinned_placement"] = bind_pinned_ ? "bound to the GPU's NUMA node " + std::to_string(gpu_numa_node_) +
+                                               " (mbind, then cudaHostRegister)"
+                                         : nodes > 1 ? std::string("GPU's NUMA node unknown: first touch (cudaHostAlloc)")
+                                                     : std::string("one NUMA node: cudaHostAlloc");
 
     Nvml nvml;
     x["nvml"] = nvml.ok();
@@ -683,6 +741,9 @@ class CudaBackend final : public Backend {
   unsigned long long* flush_sink_ = nullptr;
   std::size_t flush_bytes_ = 0;
   unsigned long long flush_count_ = 0;
+  int gpu_numa_node_ = -1;
+  bool bind_pinned_ = false, numa_bind_failed_said_ = false;
+  std::set<void*> registered_;  // pinned buffers made by alloc_pinned_on_node (freed by unregister + munmap)
 };
 
 CudaBackend& as_cuda(Backend& be) {

@@ -1,8 +1,11 @@
 #include "kvf/host_memory.hpp"
 
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +43,62 @@ void* host_alloc(std::size_t bytes, bool huge, bool* advised) {
 
 void host_free(void* p, std::size_t bytes) noexcept {
   if (p) ::munmap(p, round_up(bytes, kHugePage));
+}
+
+int count_node_list(const std::string& list) {
+  int n = 0;
+  std::stringstream ss(list);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back()))) part.pop_back();
+    if (part.empty()) continue;
+    int a = -1, b = -1;
+    char extra = 0;
+    if (std::sscanf(part.c_str(), "%d-%d%c", &a, &b, &extra) == 2 && a >= 0 && b >= a) n += b - a + 1;
+    else if (std::sscanf(part.c_str(), "%d%c", &a, &extra) == 1 && a >= 0) n += 1;
+    else return 0;
+  }
+  return n;
+}
+
+int numa_nodes_online() {
+  std::ifstream in("/sys/devices/system/node/online");
+  std::string line;
+  if (!in || !std::getline(in, line)) return 1;
+  const int n = count_node_list(line);
+  return n > 0 ? n : 1;
+}
+
+int pci_numa_node(const std::string& sysfs_bus_id) {
+  if (sysfs_bus_id.empty()) return -1;
+  std::ifstream in("/sys/bus/pci/devices/" + sysfs_bus_id + "/numa_node");
+  int node = -1;
+  if (!in || !(in >> node)) return -1;
+  return node;
+}
+
+bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why) {
+  if (node < 0 || node >= 1024) {
+    if (why) *why = "node " + std::to_string(node) + " out of range";
+    return false;
+  }
+  unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
+  mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const std::size_t len = round_up(bytes, static_cast<std::size_t>(page > 0 ? page : 4096));
+  // mbind from the libc syscall table: libnuma is not a dependency of the suite.
+  if (::syscall(SYS_mbind, p, len, MPOL_BIND, mask, 1024ul, 0u) != 0) {
+    if (why) *why = std::string("mbind: ") + std::strerror(errno);
+    return false;
+  }
+  std::memset(p, 0, bytes);  // first touch under the policy: the pages land on `node` now
+  return true;
+}
+
+int node_of_address(const void* p) {
+  int node = -1;
+  if (::syscall(SYS_get_mempolicy, &node, nullptr, 0ul, const_cast<void*>(p), MPOL_F_NODE | MPOL_F_ADDR) != 0) return -1;
+  return node;
 }
 
 long long huge_backed_bytes(const void* p, std::size_t bytes) {

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
 
 using namespace kvf;
@@ -75,4 +77,33 @@ TEST(CpuBackend, FillCopyAndTime) {
   EXPECT_EQ(calls, 4);
   EXPECT_GE(s.seconds, 0);
   be->flush_caches();
+}
+
+// NUMA facts from sysfs, and binding host memory to a node (node 0 exists on every Linux machine).
+TEST(Numa, NodeListsCount) {
+  EXPECT_EQ(kvf::count_node_list("0"), 1);
+  EXPECT_EQ(kvf::count_node_list("0-1"), 2);
+  EXPECT_EQ(kvf::count_node_list("0-1,3\n"), 3);
+  EXPECT_EQ(kvf::count_node_list("0,2-5"), 5);
+  EXPECT_EQ(kvf::count_node_list(""), 0);
+  EXPECT_EQ(kvf::count_node_list("x"), 0);
+  EXPECT_EQ(kvf::count_node_list("3-1"), 0);
+  EXPECT_GE(kvf::numa_nodes_online(), 1);
+  EXPECT_EQ(kvf::pci_numa_node(""), -1);
+  EXPECT_EQ(kvf::pci_numa_node("ffff:ff:ff.7"), -1);
+}
+
+TEST(Numa, BindPlacesPagesOnTheNode) {
+  const std::size_t bytes = std::size_t(8) << 20;
+  void* p = kvf::host_alloc(bytes, false);
+  std::string why;
+  if (!kvf::bind_to_node(p, bytes, 0, &why)) {
+    kvf::host_free(p, bytes);
+    GTEST_SKIP() << "mbind refused here: " << why;
+  }
+  EXPECT_EQ(kvf::node_of_address(p), 0);
+  EXPECT_EQ(kvf::node_of_address(static_cast<char*>(p) + bytes - 1), 0);
+  EXPECT_FALSE(kvf::bind_to_node(p, bytes, -1, &why));
+  EXPECT_NE(why.find("out of range"), std::string::npos);
+  kvf::host_free(p, bytes);
 }

@@ -19,6 +19,17 @@ long long huge_backed_bytes(const void* p, std::size_t bytes);
 // "always" | "madvise" | "never" | "unknown" (from /sys/kernel/mm/transparent_hugepage/enabled).
 std::string thp_mode();
 
+// NUMA, from sysfs (no libnuma): how many nodes a list such as "0-1,3" names (0 for an empty or malformed list),
+// the nodes online (1 when unknown), and the node of a PCI device ("0000:65:00.0"; -1: none or unknown).
+int count_node_list(const std::string& list);
+int numa_nodes_online();
+int pci_numa_node(const std::string& sysfs_bus_id);
+// Binds [p, p + bytes) (page aligned, not yet touched) to NUMA node `node` (mbind MPOL_BIND) and touches it so the
+// pages are placed now. Returns false with *why set when the kernel refuses (then nothing is bound).
+bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why);
+// The NUMA node of the page holding p (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR), -1 when unknown.
+int node_of_address(const void* p);
+
 // Physical memory and LLC size of this machine (0 when unknown).
 std::size_t host_memory_bytes();
 std::size_t host_llc_bytes();
