@@ -636,7 +636,7 @@ class AccessStudy final : public kvf::Study {
         ->delimiter(',');
     app.add_option("--keep", keeps_, "keep fractions in (0,1], e.g. 1/8,1/2 (default 1/8, plus 1/2 and 1/32 at one context)")
         ->delimiter(',');
-    app.add_option("--block-sizes", blocks_, "block sizes of the block arm: 16,32,64,128,256 (default 32 CPU, 64 GPU)")
+    app.add_option("--block-sizes", blocks_, "block sizes of the block arm: 16,32,64,128,256 (default 32 CPU, 64 GPU; the others at one context)")
         ->delimiter(',');
     app.add_option("--dtypes", dtypes_, "bf16, fp16, fp8_e4m3 (GPU sm_89+ only) (default bf16)")->delimiter(',');
     app.add_option("--layouts", layouts_, "NHD, HND (default HND, plus NHD at one context)")->delimiter(',');
@@ -1003,7 +1003,7 @@ class AccessStudy final : public kvf::Study {
                     first = false;
                   }
               if (!user_sweep && c == side_ctx && !quick) {
-                // Side sweeps at one context: keep fraction, and (GPU) block size.
+                // Side sweeps at one context: keep fraction and block size.
                 for (const char* kt : {"1/2", "1/32"}) {
                   AttnSpec sp = base;
                   sp.keep = parse_keep(kt);
@@ -1011,8 +1011,8 @@ class AccessStudy final : public kvf::Study {
                   sp.block = blocks[0];
                   arms_for(sp, false, {ka::Scatter::uniform});
                 }
-                if (gpu)
-                  for (std::uint32_t b : {16u, 32u, 128u, 256u}) {
+                for (std::uint32_t b : {16u, 32u, 64u, 128u, 256u})
+                  if (b != blocks[0]) {
                     AttnSpec sp = base;
                     sp.keep = 0.125;
                     sp.keep_text = "1/8";
@@ -1035,8 +1035,8 @@ class AccessStudy final : public kvf::Study {
           sp.huge = gpu || huge_ != "off";
           arms_for(sp, !shs, {ka::Scatter::uniform});
         }
-        if (gpu) {
-          // fp16 and head dim 64 at the side context.
+        {
+          // fp16 and head dim 64 (and fp8 where the device has it) at the side context.
           std::vector<std::pair<ka::DType, std::uint32_t>> extra = {{ka::DType::fp16, 128u}, {ka::DType::bf16, 64u}};
           if (have_fp8) extra.push_back({ka::DType::fp8_e4m3, 128u});
           for (auto [dt, d] : extra) {
