@@ -367,6 +367,16 @@ TEST(Predict, CorunBandwidthSharing) {
   // idleness: decode 1e9 B alone 0.2 s (5 GB/s), recompute alone 6e8 B / 0.1 s = 6 GB/s: 1e9 / 4e9 = 0.25 s
   EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_recompute"), &why, &rs), 0.25, 1e-15);
   EXPECT_NE(why.find("predicted slowdown 1.25 "), std::string::npos) << why;
+  // with the core count: the recompute co-runner's busy thread time-shares 2 cores: (2 + 1) / 2 = 1.5 > 1.25
+  ResultSet two = rs;
+  two.compute_units = 2;
+  EXPECT_NEAR(*predict_row(g, row_of(two, "corun/Llama-3.1-8B/B16/C4K/L1/bg_recompute"), &why, &two), 0.3, 1e-15);
+  EXPECT_NE(why.find("core time-sharing: (2 cores + 1 busy thread) / 2 = slowdown 1.5"), std::string::npos) << why;
+  // 16 cores: 17 / 16 = 1.0625 < 1.25: bandwidth sharing decides
+  two.compute_units = 16;
+  EXPECT_NEAR(*predict_row(g, row_of(two, "corun/Llama-3.1-8B/B16/C4K/L1/bg_recompute"), &why, &two), 0.25, 1e-15);
+  // the file co-runner waits on the disk: no time-sharing term even with the core count
+  EXPECT_NEAR(*predict_row(g, row_of(two, "interference/Llama-3.1-8B/N16384/file"), &why, &two), 0.01, 1e-15);
   EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_none"), &why, &rs), 0.1, 1e-15);
   EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/recompute_alone/T128"), &why, &rs), 0.06, 1e-15);
   // without the run's alone rows: no prediction, with the reason

@@ -83,6 +83,8 @@ ResultSet load_results(const std::string& dir) {
       rs.backend = meta["device"].value("backend", "");
       if (meta["device"].contains("llc_bytes") && meta["device"]["llc_bytes"].is_number())
         rs.llc_bytes = meta["device"]["llc_bytes"].get<std::uint64_t>();
+      if (meta["device"].contains("compute_units") && meta["device"]["compute_units"].is_number_integer())
+        rs.compute_units = meta["device"]["compute_units"].get<int>();
     }
     if (meta.contains("studies") && meta["studies"].is_object()) {
       for (auto it = meta["studies"].begin(); it != meta["studies"].end(); ++it) {

@@ -495,8 +495,9 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
   };
   // Co-run: bandwidth sharing between a memory-bound decode step and a co-runner, both from this run's alone
   // rows: t = bytes / min(bytes / t_alone, memory bandwidth - co-runner bytes / co-runner time).
-  auto corun = [&](const CaseRow* alone, const CaseRow* co, double demand_factor,
-                   const std::string& co_what) -> std::optional<double> {
+  // busy_threads: CPU threads the co-runner keeps running (0: it waits on a device or a disk, or a GPU run).
+  auto corun = [&](const CaseRow* alone, const CaseRow* co, double demand_factor, const std::string& co_what,
+                   int busy_threads = 0) -> std::optional<double> {
     if (!run) return none("co-run model: needs this run's alone rows (none given)");
     if (!alone) return none("co-run model: no decode-alone row (background none, same shape) in this run");
     if (!co || !co->bytes || *co->bytes <= 0 || !(*co->median_s > 0))
@@ -504,15 +505,30 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
     if (!(*alone->median_s > 0)) return none("co-run model: the decode-alone row's median is 0");
     if (g.hbm_tbps <= 0 || bytes <= 0) return none("co-run model: no memory bandwidth or no decode bytes");
     const double bw = g.hbm_tbps * 1e12, demand = demand_factor * *co->bytes / *co->median_s;
-    const auto t = corun_s(bytes, *alone->median_s, bw, demand);
+    auto t = corun_s(bytes, *alone->median_s, bw, demand);
     if (!t)
       return none("co-run model: co-runner demand " + gbps_text(demand) + " >= memory bandwidth " + gbps_text(bw) +
                   ": bandwidth sharing gives no bound");
+    // CPU: the decode team (one thread per core) also time-shares the cores with the co-runner's busy threads.
+    // A fair share gives slowdown (C + busy) / C; a barrier-synchronized static team can do worse (up to 2).
+    const int cores = run->compute_units;
+    std::string share;
+    if (r.backend == "cpu" && busy_threads > 0 && cores > 0) {
+      const double ts = double(cores + busy_threads) / cores;
+      share = "; core time-sharing: (" + std::to_string(cores) + " cores + " + std::to_string(busy_threads) +
+              " busy thread) / " + std::to_string(cores) + " = slowdown " + fmt(ts) +
+              " (a static team can reach 2); the larger of the two slowdowns";
+      t = std::max(*t, ts * *alone->median_s);
+    }
     say("co-run model (bandwidth sharing): decode bytes / min(alone rate " + gbps_text(bytes / *alone->median_s) +
         ", memory " + gbps_text(bw) + " - co-runner " + gbps_text(demand) + " = " + co_what + " " +
         (demand_factor == 1 ? "" : fmt(demand_factor) + " x ") + "bytes / time of `" + co->case_name + "` (" +
         co->mode + ")); decode alone `" + alone->case_name + "` " + us_text(*alone->median_s) +
-        "; predicted slowdown " + fmt(*t / *alone->median_s) + " (shared cores/SMs not modelled)");
+        share + "; predicted slowdown " + fmt(*t / *alone->median_s) +
+        (r.backend != "cpu"  ? " (shared SMs not modelled)"
+         : busy_threads == 0 ? " (the co-runner waits on a device: no core time-sharing term)"
+         : share.empty()     ? " (core time-sharing not modelled: meta.json gives no core count)"
+                             : ""));
     return t;
   };
   const std::string op = r.param("op"), arm = r.param("arm");
@@ -623,7 +639,7 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
       if (bg == "recompute")
         return corun(alone, alone_row(run, "frontier", {{"arm", "x"}, {"model", model}, {"tokens", "128"}, {"pages", "1"},
                                                         {"layers", "1"}, {"xdtype", "bf16"}}, r.mode),
-                     1, "recompute x T=128 P=1");
+                     1, "recompute x T=128 P=1", 1);
       if (bg == "copy" && r.backend == "cuda")
         return corun(alone, alone_row(run, "frontier", {{"arm", "h2d_pinned"}, {"copy_bytes", "524288"}}, r.mode), 1,
                      "512 KiB pinned H2D copies");
@@ -637,7 +653,7 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
               if (c->mode == md && c->param("arm") == "memcpy" && c->num("copy_bytes") &&
                   (!co || *c->num("copy_bytes") > *co->num("copy_bytes")))
                 co = c;
-        return corun(alone, co, 2, "DRAM copies (read + write)");
+        return corun(alone, co, 2, "DRAM copies (read + write)", 1);
       }
       if (bg == "file")
         return corun(alone, alone_row(run, "frontier", {{"arm", "file_direct"}, {"copy_bytes", "524288"}}, r.mode), 1,
@@ -662,7 +678,7 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
                                                            {"context", r.param("context")}, {"layers", r.param("layers")},
                                                            {"background", "none"}}, r.mode);
         return corun(alone, alone_row(run, "idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}, r.mode),
-                     1, "recompute one page alone");
+                     1, "recompute one page alone", 1);
       }
       return none("co-run background '" + bg + "' has no model term");
     }

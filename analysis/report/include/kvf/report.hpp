@@ -41,6 +41,7 @@ struct ResultSet {
   bool has_meta = false, has_samples = false, has_counters = false;
   std::size_t n_samples = 0;
   std::uint64_t llc_bytes = 0;
+  int compute_units = 0;  // meta.json device.compute_units (CPU cores or GPU SMs); 0 when absent
   std::vector<std::string> studies_run;    // from meta.json (or cases.csv when meta.json lacks them)
   std::vector<CaseRow> cases;
   std::vector<CounterRow> counters;
