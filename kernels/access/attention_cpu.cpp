@@ -7,8 +7,11 @@
 // rescale only when some head's max grew -> PV with GB x DC/16 <= 16 fp32 accumulators per pass;
 // bf16 V rows split into even/odd dims with one shift and one AND per 32 elements (no widening
 // shuffle). Software pipeline: the QK of chunk c+1 runs inside the first PV pass of chunk c, so the
-// FMA pipes have independent work while a chunk's softmax chain completes. Software prefetch two
-// chunks ahead. Portable fallback: the same algorithm in scalar code the compiler may vectorize.
+// FMA pipes have independent work while a chunk's softmax chain completes. Software prefetch in two
+// distances, spread over the tokens of that pass: 4 chunks ahead into L2 (prefetcht1), then K rows 2
+// chunks and V rows 1 chunk ahead into L1 (prefetcht0). Token positions are computed once per token
+// (a cursor over the list entries, no division per token) into a ring of chunks when first prefetched.
+// Portable fallback: the same algorithm in scalar code the compiler may vectorize.
 //
 // Measured (2-core Zen 5 VM, bf16, d128, hq32/hkv8, one thread, KV in L3, best of many calls): the
 // old kernel issued about half the FMA-pipe peak (a vdpbf16ps/vfmadd zmm loop reaches ~2 per cycle
@@ -17,7 +20,17 @@
 // scores and even/odd V lifted hot throughput by ~1.2x (fp16 ~1.35x, G = 8/16 ~1.5-2x). Exact
 // semantics kept: P stays fp32 in PV. Rounding P to bf16 for a vdpbf16ps PV (half the PV FMA work)
 // measured 1.1e-3 to 1.8e-3 relative error against the 2e-3 tolerance (the fp32 twin: ~1e-6), so it
-// was not taken. Prefetch distance 1-8 chunks and T0/T1/T2 hints made no measurable difference.
+// was not taken.
+//
+// Paged KV (--placement shuffled, pages of 16 tokens = 4 KiB per K and V stream at D = 128 bf16): the
+// hardware prefetchers stop at each 4 KiB page boundary, so with only T0 prefetches 2 chunks (2 pages)
+// ahead the dense arm ran at 0.19-0.36 of the read ceiling (contiguous: 0.7-0.85). One distance alone
+// stays there (~0.25, 1 thread): T0 4-8 chunks ahead (32-64 KiB of K+V evicts the 48 KiB L1 before use)
+// or T1 4 chunks ahead without the L1 prefetch; the L2-far + L1-near pair is what works. Dense 64K, hq32/hkv8, same-round ratios to the stream read ceiling (noisy shared VM):
+// shuffled 1 thread 0.19-0.23 -> 0.55-0.67, 2 threads 0.28-0.36 -> 0.61-0.81; shuffled over contiguous
+// of the same run 1 thread 0.28-0.30 -> 0.72-0.88, 2 threads 0.39-0.46 -> 0.72-1.0; contiguous unchanged
+// within noise (0.6-0.98). Far distance 4 vs 8 chunks and T1 vs T0/T2 for it: no difference beyond noise.
+// The rest of the shuffled gap is about what a plain 4 KiB random-run read loses (gather_cpu.cpp).
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 flags the deliberately undefined pass-through operand inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,7 +53,8 @@ namespace kvf::access {
 namespace {
 
 constexpr int kChunk = 16;          // tokens per softmax step
-constexpr int kPrefetchChunks = 2;  // software prefetch distance (1-8 measured the same)
+constexpr int kRing = 8;            // chunks of token positions kept (>= kFarChunks + 1)
+constexpr int kFarChunks = 4;       // L2 prefetch distance: 4 chunks = 4 pages of 16 tokens per K and V stream
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1.0e30f;  // "minus infinity" that keeps exp2 arithmetic finite
 
@@ -172,14 +186,26 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
     }
     for (int d = 0; d < D; ++d) acc[g][d] = 0;
   }
-  // Token positions of the current and of the next chunk; qk4 reads up to 3 past a chunk's last token.
-  std::uint64_t pbuf[2][kChunk + 4];
-  std::uint64_t* pos = pbuf[0];
-  std::uint64_t* pnext = pbuf[1];
-  auto load_pos = [&](std::uint64_t* p, std::uint64_t c0) {
-    const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - c0));
-    for (int i = 0; i < n; ++i) p[i] = sg.token(list, c0 + i) * tstride;
+  // Token positions (element offsets of K/V rows), computed once per token, a chunk at a time, when the
+  // chunk is first prefetched (kFarChunks ahead), by a cursor over the list entries (no division per
+  // token), kept in a ring until the chunk has been read. qk4 reads up to 3 past a chunk's last token.
+  std::uint64_t ring[kRing][kChunk + 4];
+  const std::uint64_t span = sg.span;
+  std::uint64_t ce = t0 / span, cr = t0 % span;  // cursor: entry, token within it
+  const int nchunks = static_cast<int>((t1 - t0 + kChunk - 1) / kChunk);
+  int filled = 0;  // chunks whose positions are in the ring
+  auto fill_next = [&] {
+    std::uint64_t* p = ring[filled % kRing];
+    const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(filled) * kChunk));
+    for (int i = 0; i < n; ++i) {
+      p[i] = (std::uint64_t{list[ce]} * span + cr) * tstride;
+      if (++cr == span) {
+        cr = 0;
+        ++ce;
+      }
+    }
     for (int i = n; i < kChunk + 4; ++i) p[i] = p[n - 1];  // sums of these are masked off
+    ++filled;
   };
   // QK of token i of a chunk (for G < 4: of tokens i..i+TU-1 when i % TU == 0). Token i's sums for
   // heads g..g+3 go to 128-bit lane i/4 of row i%4 of rb[g/4] (G = 2: pair i/2 to lane (i/2)%4 of row
@@ -195,28 +221,44 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
       if (i % 4 == 0) _mm_store_ps(&rb[0][i], qk4<D, G, T>(kbase, p, i, 0, q, qb));
     }
   };
-  auto pf_token = [&](std::uint64_t t) {
-    const std::uint64_t p = sg.token(list, t) * tstride;
+  constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
+  auto pf_far = [&](std::uint64_t p) {
     const char* kp = reinterpret_cast<const char*>(kbase + p);
     const char* vp = reinterpret_cast<const char*>(vbase + p);
-    for (int x = 0; x < D * static_cast<int>(sizeof(E)); x += 64) {
-      _mm_prefetch(kp + x, _MM_HINT_T0);
-      _mm_prefetch(vp + x, _MM_HINT_T0);
+    for (int x = 0; x < kRowBytes; x += 64) {
+      _mm_prefetch(kp + x, _MM_HINT_T1);
+      _mm_prefetch(vp + x, _MM_HINT_T1);
     }
   };
-  if (prefetch)
-    for (std::uint64_t t = t0; t < std::min(t1, t0 + kPrefetchChunks * kChunk); ++t) pf_token(t);
+  auto pf_near = [&](const E* base, std::uint64_t p) {
+    const char* b = reinterpret_cast<const char*>(base + p);
+    for (int x = 0; x < kRowBytes; x += 64) _mm_prefetch(b + x, _MM_HINT_T0);
+  };
+  constexpr int far = kFarChunks;
+  static_assert(far >= 1 && far + 1 <= kRing, "the ring holds the chunks from the current one to the far one");
+  for (int k = 0; k < std::min(nchunks, far + 1); ++k) {
+    fill_next();
+    if (prefetch)
+      for (int i = 0; i < kChunk; ++i) pf_far(ring[k % kRing][i]);
+  }
   // Software pipeline: QK of chunk c+1 runs inside the first PV pass of chunk c, so the FMA pipes have
-  // independent work while the softmax of a chunk (a long dependent chain) completes.
-  load_pos(pos, t0);
+  // independent work while the softmax of a chunk (a long dependent chain) completes. Software prefetch,
+  // spread over the tokens of that pass: chunk k+kFarChunks into L2 (whole pages ahead, as the hardware
+  // prefetchers stop at 4 KiB page boundaries), then into L1 the K rows of chunk k+2 and the V rows of
+  // chunk k+1 (each stream just ahead of its reader: K is read one chunk earlier than V).
+  std::uint64_t* pos = ring[0];
   for (int i = 0; i < kChunk; ++i) qk_token(pos, i);
-  for (std::uint64_t c0 = t0; c0 < t1; c0 += kChunk) {
+  int k = 0;
+  for (std::uint64_t c0 = t0; c0 < t1; c0 += kChunk, ++k) {
     const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - c0));
     const bool has_next = c0 + kChunk < t1;
-    if (prefetch) {
-      const std::uint64_t pe = std::min(t1, c0 + (kPrefetchChunks + 1) * kChunk);
-      for (std::uint64_t t = c0 + kPrefetchChunks * kChunk; t < pe; ++t) pf_token(t);
-    }
+    pos = ring[k % kRing];
+    const std::uint64_t* pnext = ring[(k + 1) % kRing];
+    const bool pf_f = prefetch && k + far < nchunks;
+    if (pf_f && filled == k + far) fill_next();
+    const std::uint64_t* pfar = ring[(k + far) % kRing];
+    const bool pf_k2 = prefetch && k + 2 < nchunks;
+    const std::uint64_t* pk2 = ring[(k + 2) % kRing];
     // the chunk's scores, one vector of 16 tokens per head
     __m512 sc[G];
     if constexpr (G >= 4) {
@@ -269,7 +311,7 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
       }
       _mm512_store_ps(lv[g], _mm512_add_ps(l, p));
     }
-    if (has_next) load_pos(pnext, c0 + kChunk);
+    if (!prefetch && has_next && filled == k + 1) fill_next();
     // PV (pass 0 also runs the next chunk's QK)
     for (int gb = 0; gb < G; gb += GB)
       for (int dc = 0; dc < D; dc += DC) {
@@ -298,6 +340,9 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
         };
         if (gb == 0 && dc == 0 && has_next) {
           for (int i = 0; i < kChunk; ++i) {  // n == kChunk: only the last chunk can be short
+            if (pf_f) pf_far(pfar[i]);
+            if (pf_k2) pf_near(kbase, pk2[i]);
+            if (prefetch) pf_near(vbase, pnext[i]);
             pv_token(i);
             qk_token(pnext, i);
           }
@@ -307,7 +352,6 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
         for (int g = 0; g < GB; ++g)
           for (int j = 0; j < NC; ++j) _mm512_store_ps(&acc[gb + g][dc + 16 * j], a[g][j]);
       }
-    std::swap(pos, pnext);
   }
   for (int g = 0; g < G; ++g) {
     m_out[g] = mv[g][0];

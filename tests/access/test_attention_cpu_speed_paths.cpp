@@ -80,3 +80,26 @@ TEST(AttnSpeedPaths, LateMaxRescalesAccumulatorsAndL) {
     dist = std::max(dist, std::abs(double(out[d]) - bf16_to_f32(v[std::uint64_t{s.ctx - 1} * s.d + d])));
   EXPECT_LT(dist, 0.05);
 }
+
+// Paged placement: the kernel walks the physical lists with a cursor (entry, token within it) started
+// once per split and prefetches chunks ahead from a ring of positions. Pages of 1..64 tokens (entries of
+// fewer, as many and more tokens than a 16-token chunk), logical entries of 1..256 tokens, contexts whose
+// splits start inside an entry and end in a short chunk, against the reference.
+TEST(AttnSpeedPaths, PagedPlacementMatchesReference) {
+  for (DType dt : {DType::bf16, DType::fp16}) {
+    for (std::uint32_t page : {1u, 4u, 16u, 64u}) {
+      for (std::uint32_t span : {1u, 16u, 256u}) {
+        for (std::uint32_t ctx : {256u, 1280u, 4352u}) {
+          if (ctx % page || ctx % span) continue;
+          AttnShape s;
+          s.batch = 2; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = ctx; s.dtype = dt; s.layout = Layout::HND;
+          validate_shape(s);
+          const PageMap pm = make_page_map(ctx, page, 77 + page);
+          const Selection sel = place(s, pm, select_dense(s, span));
+          const double e = twin_error(s, sel, 5 + ctx + page + span);
+          EXPECT_LT(e, 1e-5) << "page " << page << " span " << span << " ctx " << ctx;
+        }
+      }
+    }
+  }
+}
