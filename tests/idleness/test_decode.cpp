@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "decode.hpp"
+#include "test_shapes.hpp"
 #include "kvf/errors.hpp"
 #include "recompute.hpp"
 
@@ -16,18 +17,7 @@ namespace md = kvf::models;
 
 namespace {
 md::ModelShape tiny(int hidden = 1024, int heads = 8, int kv = 2, int d = 128, int inter = 3584, bool bias = false) {
-  md::ModelShape m;
-  m.name = "test";
-  m.hidden = hidden;
-  m.n_heads = heads;
-  m.n_kv_heads = kv;
-  m.head_dim = d;
-  m.layers = 4;
-  m.intermediate = inter;
-  m.vocab = 512;
-  m.rope_theta = 500000;
-  m.qkv_bias = bias;
-  return m;
+  return kvf::test::tiny_shape(hidden, heads, kv, d, inter, bias);
 }
 }  // namespace
 

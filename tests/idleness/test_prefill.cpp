@@ -8,6 +8,7 @@
 #include <random>
 
 #include "decode.hpp"
+#include "test_shapes.hpp"
 #include "decode_math.hpp"
 #include "layers.hpp"
 #include "recompute.hpp"
@@ -19,18 +20,7 @@ namespace md = kvf::models;
 
 namespace {
 md::ModelShape shape(int hidden, int heads, int kv, int d, int inter, bool bias) {
-  md::ModelShape m;
-  m.name = "test";
-  m.hidden = hidden;
-  m.n_heads = heads;
-  m.n_kv_heads = kv;
-  m.head_dim = d;
-  m.layers = 4;
-  m.intermediate = inter;
-  m.vocab = 512;
-  m.rope_theta = 500000;
-  m.qkv_bias = bias;
-  return m;
+  return kvf::test::tiny_shape(hidden, heads, kv, d, inter, bias);
 }
 md::ModelShape tiny_gqa() {
   const auto all = md::load_models(std::string(KVF_IDLENESS_TEST_DIR) + "/tiny_models.json");
