@@ -94,6 +94,14 @@ ResultSet load_results(const std::string& dir) {
         const std::string st = s.value("status", "");
         if (!st.empty() && st != "complete")
           rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (interrupted run: only finished cases are reported)");
+        for (const char* k : {"machine_load", "machine_load_at_end"})
+          if (s.contains(k) && s[k].is_object()) {
+            const auto& ml = s[k];
+            if (ml.contains("loadavg_1m") && ml["loadavg_1m"].is_number())
+              rs.max_load = std::max(rs.max_load, ml["loadavg_1m"].get<double>());
+            if (ml.contains("hardware_threads") && ml["hardware_threads"].is_number_integer())
+              rs.hardware_threads = ml["hardware_threads"].get<int>();
+          }
         const std::string a = s.value("started_utc", ""), b = s.value("finished_utc", "");
         if (!a.empty() && (rs.started.empty() || a < rs.started)) rs.started = a;
         if (!b.empty() && (rs.finished.empty() || b > rs.finished)) rs.finished = b;

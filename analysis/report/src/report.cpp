@@ -148,14 +148,17 @@ std::string chart_ref(Ctx& cx, Plot p) {
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
-               "samples", "counters"});
+               "samples", "counters", "1-min load (max) / hw threads"});
   int i = 0;
   for (const auto& r : cx.sets)
     s += row({std::to_string(++i), "`" + r.dir + "`", r.label, r.backend, r.has_meta ? r.suite_version : "-",
               r.git_sha.empty() ? "-" : r.git_sha, r.started.empty() ? "-" : r.started,
               r.finished.empty() ? "-" : r.finished, std::to_string(r.cases.size()),
               r.has_samples ? std::to_string(r.n_samples) : "missing",
-              r.has_counters ? std::to_string(r.counters.size()) : "missing"});
+              r.has_counters ? std::to_string(r.counters.size()) : "missing",
+              r.max_load < 0 ? "-"
+                             : fmt(r.max_load) +
+                                   (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : "")});
   s += "\n### What is missing\n\n";
   bool any = false;
   for (const auto& r : cx.sets)

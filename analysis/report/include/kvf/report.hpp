@@ -42,6 +42,8 @@ struct ResultSet {
   std::size_t n_samples = 0;
   std::uint64_t llc_bytes = 0;
   int compute_units = 0;  // meta.json device.compute_units (CPU cores or GPU SMs); 0 when absent
+  double max_load = -1;      // highest 1-minute load average meta.json recorded (study start/end); -1: none
+  int hardware_threads = 0;  // the host's hardware threads, beside it
   std::vector<std::string> studies_run;    // from meta.json (or cases.csv when meta.json lacks them)
   std::vector<CaseRow> cases;
   std::vector<CounterRow> counters;
