@@ -845,23 +845,18 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
       KVF_CUDA_CHECK(cudaEventElapsedTime(&t0, s->e0, s->step0));
       KVF_CUDA_CHECK(cudaEventElapsedTime(&t1, s->e0, s->step1));
       const float span_ms = t1 - t0;
-      int first = -1, last = -1;
-      float t_first = 0, t_last = 0;
-      for (std::size_t k = 0; k < s->marks.size(); ++k) {
+      std::vector<double> t_marks;
+      for (const auto& e : s->marks) {
         float t = 0;
-        KVF_CUDA_CHECK(cudaEventElapsedTime(&t, s->e0, s->marks[k]));
-        if (t >= t0 && t <= t1) {
-          if (first < 0) { first = static_cast<int>(k); t_first = t; }
-          last = static_cast<int>(k);
-          t_last = t;
-        }
+        KVF_CUDA_CHECK(cudaEventElapsedTime(&t, s->e0, e));
+        t_marks.push_back(t);
       }
-      const long pages = (first >= 0 && last > first) ? long(last - first) * s->stride : 0;
-      note += pages > 0 ? "; while overlapped with the steps: " + num(pages / ((t_last - t_first) * 1e-3)) +
-                              " pages/s (" + std::to_string(pages) + " pages over " + num(t_last - t_first, 3) +
-                              " ms of the steps' " + num(span_ms, 3) + " ms)"
-                        : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
-                              num(span_ms, 3) + " ms to state a rate";
+      const auto ov = dc::overlap_rate(t_marks, s->stride, s->reps, t0, t1);
+      note += ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " pages/s (" +
+                                 std::to_string(ov.pages) + " pages over " + num(ov.ms, 3) + " ms of the steps' " +
+                                 num(span_ms, 3) + " ms)"
+                           : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
+                                 num(span_ms, 3) + " ms to state a rate";
     }
     note += counters_note(s->counted, c.name, mode, be, [s, L](cudaStream_t st) { s->dec->step(L, st); });
     return note;

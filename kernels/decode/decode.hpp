@@ -54,6 +54,17 @@ double kv_layer_bytes(const md::ModelShape& m, int B, int C);
 double prefill_flops(const md::ModelShape& m, int T, int N, int L);
 double prefill_bytes(const md::ModelShape& m, int T, int N, int L, double weight_bytes);
 
+// Background work achieved while overlapped with decode steps (the GPU co-run arm). Checkpoint k records, at time
+// t_ms[k] (ms from one common origin), the completion of min((k + 1) * stride, total) background pages; the steps
+// ran in [t0_ms, t1_ms]. Rate = pages completed between the first and the last checkpoint inside the window over
+// the time between them; pages 0 (no rate) when fewer than two checkpoints fall inside.
+struct OverlapRate {
+  long pages = 0;
+  double ms = 0;
+  double per_s() const { return pages > 0 && ms > 0 ? pages / (ms * 1e-3) : 0; }
+};
+OverlapRate overlap_rate(const std::vector<double>& t_ms, int stride, int total, double t0_ms, double t1_ms);
+
 // Ridge point: FLOP per byte where a device with peak `flops_per_s` and memory `bytes_per_s` turns compute
 // bound; the decode GEMMs do 2*B/weight_bytes FLOP per weight byte, so the bound batch is
 // B* = ridge * weight_bytes / 2.

@@ -64,6 +64,22 @@ double prefill_flops(const md::ModelShape& m, int T, int N, int L) {
 double prefill_bytes(const md::ModelShape& m, int T, int N, int L, double weight_bytes) {
   return double(L) * (layer_params(m) * weight_bytes + kv_layer_bytes(m, 1, N + T));
 }
+OverlapRate overlap_rate(const std::vector<double>& t_ms, int stride, int total, double t0_ms, double t1_ms) {
+  OverlapRate r;
+  int first = -1, last = -1;
+  for (std::size_t k = 0; k < t_ms.size(); ++k)
+    if (t_ms[k] >= t0_ms && t_ms[k] <= t1_ms) {
+      if (first < 0) first = static_cast<int>(k);
+      last = static_cast<int>(k);
+    }
+  if (first < 0 || last <= first || stride <= 0) return r;
+  auto done = [&](int k) { return std::min<long>(long(k + 1) * stride, total); };
+  r.pages = done(last) - done(first);
+  r.ms = t_ms[std::size_t(last)] - t_ms[std::size_t(first)];
+  if (!(r.ms > 0)) r = OverlapRate{};
+  return r;
+}
+
 double ridge_flop_per_byte(double f, double b) { return b > 0 ? f / b : std::numeric_limits<double>::quiet_NaN(); }
 double bound_batch(double f, double b, double wb) { return ridge_flop_per_byte(f, b) * wb / 2.0; }
 

@@ -194,3 +194,23 @@ TEST(GpuElems, QkvPostSwigluFillMatchTwin) {
   fr::fill_bf16_uniform(host.data(), host.size(), 77, 1.0f);
   for (std::size_t i = 0; i < host.size(); ++i) ASSERT_EQ(kvf::decode::elems::fill_bf16(77, i, 1.0f), host[i]);
 }
+
+// Background pages while overlapped (the GPU co-run arm's accounting): checkpoints every `stride` pages, the last
+// one possibly partial; only checkpoints inside the steps' window count.
+TEST(OverlapRate, CountsPagesBetweenCheckpointsInsideTheWindow) {
+  // 10 pages, stride 4: checkpoints after 4, 8 and 10 pages at 1, 2, 2.5 ms
+  const std::vector<double> t = {1.0, 2.0, 2.5};
+  auto r = dc::overlap_rate(t, 4, 10, 0.5, 3.0);
+  EXPECT_EQ(r.pages, 6);  // 10 - 4: the last checkpoint is partial (2 pages)
+  EXPECT_DOUBLE_EQ(r.ms, 1.5);
+  EXPECT_DOUBLE_EQ(r.per_s(), 4000.0);
+  r = dc::overlap_rate(t, 4, 10, 0.5, 2.2);  // the steps ended before the last checkpoint
+  EXPECT_EQ(r.pages, 4);
+  EXPECT_DOUBLE_EQ(r.ms, 1.0);
+  r = dc::overlap_rate(t, 4, 10, 1.5, 2.2);  // one checkpoint inside: no rate
+  EXPECT_EQ(r.pages, 0);
+  EXPECT_DOUBLE_EQ(r.per_s(), 0.0);
+  r = dc::overlap_rate(t, 4, 10, 3.0, 4.0);  // the background finished before the steps began
+  EXPECT_EQ(r.pages, 0);
+  EXPECT_EQ(dc::overlap_rate({}, 4, 10, 0, 1).pages, 0);
+}
