@@ -50,6 +50,8 @@
 #include "transfer.hpp"
 
 #if defined(KVF_HAVE_CUDA)
+#include "access.hpp"
+#include "access_gpu.hpp"
 #include "decode.hpp"
 #include "decode_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
@@ -66,6 +68,9 @@ using kvf::MemKind;
 using kvf::Param;
 namespace fr = kvf::frontier;
 namespace md = kvf::models;
+#if defined(KVF_HAVE_CUDA)
+namespace ka = kvf::access;
+#endif
 
 constexpr std::uint64_t kSeed = 0xf00d;
 constexpr int kPos0 = 4096;  // pages of the X arms sit at positions 4096 .. 4096 + T - 1
@@ -1264,9 +1269,10 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
                 {{"arm", "interference"}, {"model", m.name}, {"decode_tokens", i2s(N)}, {"background", background},
                  {"tokens", "128"}, {"layers", "1"}});
   c.bytes = double(kv_bytes);
-  c.flops = gpu_ ? 0 : 4.0 * N * m.n_heads * m.head_dim;
+  c.flops = 4.0 * N * m.n_heads * m.head_dim;
   c.ceiling = kvf::CeilingRef{"frontier", {{"arm", "interference"}, {"background", "none"}, {"decode_tokens", i2s(N)}}, "gbps"};
-  c.note = std::string(gpu_ ? "decode step = read of one layer's K/V of N tokens (read_xor kernel)"
+  c.note = std::string(gpu_ ? "decode step = one layer's GQA attention over N tokens (the access study's split-KV "
+                                   "kernel, bf16 HND, batch 1)"
                             : "decode step = one layer's GQA attention over N tokens on one thread") +
            "; background: " + background + "; pct_of_ceiling = 100 / slowdown against background none";
   c.est_seconds = est(double(kv_bytes) / (gpu_ ? 2e12 : 8e9), gpu_ ? 0.5 : 0.5);
@@ -1357,7 +1363,11 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
   }
 #if defined(KVF_HAVE_CUDA)
   struct G {
-    BufferHandle kv, sum, src, dst;
+    BufferHandle q, k, v, idx, ws, out, src, dst;
+    ka::AttnShape sh;
+    ka::Selection sel;
+    ka::gpu::AttnDims dims{};
+    ka::gpu::AttnPlan plan{};
     XState x;
     std::unique_ptr<SideStream> side;  // the background's stream
     int reps = 1;
@@ -1368,10 +1378,35 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     if (background == "recompute") x_run_gpu(s->x, st);
     else KVF_CUDA_CHECK(cudaMemcpyAsync(s->dst->ptr, s->src->ptr, s->src->bytes, cudaMemcpyHostToDevice, st));
   };
-  c.on_setup = [s, mm, kv_bytes, background, bg_op](Backend& be) {
-    s->kv = BufferHandle(be, kv_bytes, MemKind::device);
-    be.fill(s->kv.get(), kSeed + 64);
-    s->sum = BufferHandle(be, 64, MemKind::device);
+  auto decode_op = [s](cudaStream_t st) {
+    ka::gpu::attention(s->dims, s->q->ptr, s->k->ptr, s->v->ptr, s->sel.geom, s->idx->as<std::uint32_t>(), s->plan,
+                       s->ws->as<float>(), s->out->as<float>(), st);
+  };
+  c.on_setup = [s, mm, N, background, bg_op, decode_op](Backend& be) {
+    // The decode step: dense selection (entries of 16 tokens), bf16 HND K/V of one sequence, as in the idleness
+    // study's decode layer.
+    s->sh.batch = 1;
+    s->sh.hq = std::uint32_t(mm.n_heads);
+    s->sh.hkv = std::uint32_t(mm.n_kv_heads);
+    s->sh.d = std::uint32_t(mm.head_dim);
+    s->sh.ctx = std::uint32_t(N);
+    s->sh.dtype = ka::DType::bf16;
+    s->sh.layout = ka::Layout::HND;
+    ka::validate_shape(s->sh);
+    s->sel = ka::select_dense(s->sh, 16);
+    s->dims = {1u, s->sh.hq, s->sh.hkv, s->sh.d, s->sh.ctx, ka::DType::bf16, ka::Layout::HND, s->sh.scale()};
+    const std::size_t kv = std::size_t(N) * s->sh.hkv * s->sh.d * 2;
+    s->q = BufferHandle(be, std::size_t(s->sh.hq) * s->sh.d * 2, MemKind::device);
+    s->k = BufferHandle(be, kv, MemKind::device);
+    s->v = BufferHandle(be, kv, MemKind::device);
+    s->idx = BufferHandle(be, s->sel.idx.size() * 4, MemKind::device);
+    KVF_CUDA_CHECK(cudaMemcpy(s->idx->ptr, s->sel.idx.data(), s->sel.idx.size() * 4, cudaMemcpyHostToDevice));
+    s->plan = ka::gpu::plan_attention(s->dims, s->sel.geom, kvf::cuda_props(be).multiProcessorCount);
+    s->ws = BufferHandle(be, ka::gpu::attention_workspace_floats(s->dims, s->plan) * 4, MemKind::device);
+    s->out = BufferHandle(be, std::size_t(s->sh.hq) * s->sh.d * 4, MemKind::device);
+    ka::gpu::fill_qkv(s->dims, s->q->ptr, s->k->ptr, s->v->ptr, kSeed + 64, kvf::cuda_stream(be));
+    decode_op(kvf::cuda_stream(be));  // loads the kernels before anything is timed
+    KVF_CUDA_CHECK(cudaStreamSynchronize(kvf::cuda_stream(be)));
     s->side = SideStream::make();
     if (background == "none") return;
     if (background == "recompute") {
@@ -1390,7 +1425,7 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     float t_dec = 0, t_bg = 0;
     for (int i = 0; i < 2; ++i) {  // the second round is warm
       KVF_CUDA_CHECK(cudaEventRecord(a, st));
-      fr::gpu::read_xor(s->kv->ptr, s->kv->bytes, s->sum->as<unsigned long long>(), st);
+      decode_op(st);
       KVF_CUDA_CHECK(cudaEventRecord(b, st));
       KVF_CUDA_CHECK(cudaEventSynchronize(b));
       KVF_CUDA_CHECK(cudaEventElapsedTime(&t_dec, a, b));
@@ -1417,17 +1452,21 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     if (background == "none") return;
     for (int i = 0; i < s->reps; ++i) bg_op(s->side->s);
   };
-  c.on_run = [s](Backend& be) {
-    fr::gpu::read_xor(s->kv->ptr, s->kv->bytes, s->sum->as<unsigned long long>(), kvf::cuda_stream(be));
-  };
-  c.on_verify = [s, kv_bytes](Backend& be) {
-    KVF_CUDA_CHECK(cudaMemsetAsync(s->sum->ptr, 0, 8, kvf::cuda_stream(be)));
-    fr::gpu::read_xor(s->kv->ptr, kv_bytes, s->sum->as<unsigned long long>(), kvf::cuda_stream(be));
-    unsigned long long got = 0;
-    be.copy(host_view(&got, 8), s->sum.get(), 8);
-    unsigned long long want = 0;
-    for (std::size_t i = 0; i < kv_bytes / 8; ++i) want ^= kvf::pattern_word(kSeed + 64, i);
-    if (got != want) throw kvf::VerifyError("read_xor: checksum differs from the pattern's");
+  c.on_run = [decode_op](Backend& be) { decode_op(kvf::cuda_stream(be)); };
+  c.on_verify = [s, decode_op](Backend& be) {
+    // The decode attention against the access study's fp64 reference over the same values (filled on the host).
+    decode_op(kvf::cuda_stream(be));
+    KVF_CUDA_CHECK(cudaStreamSynchronize(kvf::cuda_stream(be)));
+    std::vector<float> got(std::size_t(s->sh.hq) * s->sh.d), ref(got.size());
+    KVF_CUDA_CHECK(cudaMemcpy(got.data(), s->out->ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<std::uint16_t> hq(std::size_t(s->sh.hq) * s->sh.d), hk(std::size_t(s->sh.ctx) * s->sh.hkv * s->sh.d),
+        hv(hk.size());
+    ka::fill_qkv(s->sh, hq.data(), hk.data(), hv.data(), kSeed + 64);
+    ka::attention_ref(s->sh, hq.data(), hk.data(), hv.data(), s->sel, ref.data());
+    const double err = ka::attention_rel_error(got.data(), ref.data(), got.size());
+    if (!(err <= ka::kAttnTolerance))
+      throw kvf::VerifyError("GPU decode attention vs reference: relative error " + str(err) + " > " +
+                             str(ka::kAttnTolerance));
   };
   c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {
     return "background ops queued per sample: " + i2s(s->reps) + "; background drained before the decode ended in " +
