@@ -1265,6 +1265,25 @@ void FrontierStudy::add_overlap(Out& out, const md::ModelShape& m, int T, double
 // holds enough page recomputes or pinned H2D page copies to outlast it.
 void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, const std::string& background) {
   const std::size_t kv_bytes = std::size_t(N) * m.kv_values_per_token() * 2;
+#if defined(KVF_HAVE_CUDA)
+  if (gpu_) {
+    // The GPU decode step is the access study's split-KV kernel: its shapes only (head dim 64/128, GQA group a
+    // power of two <= 16), and whole 16-token entries so the bytes and FLOPs below are what it reads.
+    std::string why;
+    if (N < 16 || N % 16) why = "decode tokens " + i2s(N) + ": the GPU decode step needs a positive multiple of 16";
+    const int g = m.n_kv_heads > 0 ? m.n_heads / m.n_kv_heads : 0;
+    if (m.head_dim != 64 && m.head_dim != 128) why = "head dim " + i2s(m.head_dim) + ": the decode kernel takes 64 or 128";
+    else if (g < 1 || g > 16 || (g & (g - 1)) || m.n_heads % m.n_kv_heads)
+      why = "GQA group " + i2s(m.n_heads) + "/" + i2s(m.n_kv_heads) + ": the decode kernel takes 1, 2, 4, 8 or 16";
+    if (!why.empty()) {
+      out.push_back(kvf::skipped_case("interference/" + m.name + "/N" + i2s(N) + "/" + background,
+                                      {{"arm", "interference"}, {"model", m.name}, {"decode_tokens", i2s(N)},
+                                       {"background", background}},
+                                      why));
+      return;
+    }
+  }
+#endif
   auto& c = add(out, "interference/" + m.name + "/N" + i2s(N) + "/" + background,
                 {{"arm", "interference"}, {"model", m.name}, {"decode_tokens", i2s(N)}, {"background", background},
                  {"tokens", "128"}, {"layers", "1"}});
@@ -1400,7 +1419,10 @@ void FrontierStudy::add_interference(Out& out, const md::ModelShape& m, int N, c
     s->k = BufferHandle(be, kv, MemKind::device);
     s->v = BufferHandle(be, kv, MemKind::device);
     s->idx = BufferHandle(be, s->sel.idx.size() * 4, MemKind::device);
-    KVF_CUDA_CHECK(cudaMemcpy(s->idx->ptr, s->sel.idx.data(), s->sel.idx.size() * 4, cudaMemcpyHostToDevice));
+    // On the harness stream (non-blocking: a legacy-stream copy would not be ordered with it), then synchronized.
+    KVF_CUDA_CHECK(cudaMemcpyAsync(s->idx->ptr, s->sel.idx.data(), s->sel.idx.size() * 4, cudaMemcpyHostToDevice,
+                                   kvf::cuda_stream(be)));
+    KVF_CUDA_CHECK(cudaStreamSynchronize(kvf::cuda_stream(be)));
     s->plan = ka::gpu::plan_attention(s->dims, s->sel.geom, kvf::cuda_props(be).multiProcessorCount);
     s->ws = BufferHandle(be, ka::gpu::attention_workspace_floats(s->dims, s->plan) * 4, MemKind::device);
     s->out = BufferHandle(be, std::size_t(s->sh.hq) * s->sh.d * 4, MemKind::device);

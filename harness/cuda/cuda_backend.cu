@@ -566,29 +566,27 @@ class CudaBackend final : public Backend {
     (void)cudaGetLastError();
   }
 
-  // Pinned memory bound to the GPU's NUMA node: mmap, mbind + first touch, cudaHostRegister. False (nothing held)
-  // when the kernel refuses the binding, after saying so once: the caller falls back to cudaHostAlloc.
+  // Pinned memory on the GPU's NUMA node: mmap, mbind (preferred node) + first touch, cudaHostRegister. False
+  // (nothing held) when the kernel or the driver refuses, after saying so once: the caller uses cudaHostAlloc.
   bool alloc_pinned_on_node(Buffer& b, std::size_t bytes, bool mapped) {
     void* p = host_alloc(bytes, false);
     std::string why;
-    if (!bind_to_node(p, bytes, gpu_numa_node_, &why)) {
+    auto give_up = [&](const std::string& reason) {
       host_free(p, bytes);
-      if (!numa_bind_failed_said_) {
-        std::fprintf(stderr, "kvf: pinned memory not bound to the GPU's NUMA node %d (%s): first touch instead\n",
-                     gpu_numa_node_, why.c_str());
-        numa_bind_failed_said_ = true;
-      }
+      // Every later pinned buffer takes cudaHostAlloc; the device info says so from now on, stderr at once.
+      bind_pinned_ = false;
+      info_.extra["pinned_placement"] = "cudaHostAlloc (binding to the GPU's NUMA node " +
+                                        std::to_string(gpu_numa_node_) + " failed: " + reason + ")";
+      std::fprintf(stderr, "kvf: pinned memory not placed on the GPU's NUMA node %d (%s): cudaHostAlloc instead\n",
+                   gpu_numa_node_, reason.c_str());
       return false;
-    }
+    };
+    if (!bind_to_node(p, bytes, gpu_numa_node_, &why)) return give_up(why);
     const unsigned flags = cudaHostRegisterPortable | (mapped ? cudaHostRegisterMapped : 0u);
     const cudaError_t err = cudaHostRegister(p, bytes, flags);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      host_free(p, bytes);
-      if (err == cudaErrorMemoryAllocation)
-        throw UsageError("cannot pin " + bytes_text(bytes) +
-                         " of host memory (cudaHostRegister: out of memory; check ulimit -l and free RAM)");
-      cuda_check(err, "cudaHostRegister");
+      return give_up(std::string("cudaHostRegister: ") + cudaGetErrorName(err));
     }
     b.ptr = p;
     if (mapped) {
@@ -690,8 +688,8 @@ class CudaBackend final : public Backend {
     x["gpu_numa_node"] = gpu_numa_node_;
     x["numa_nodes"] = nodes;
     bind_pinned_ = nodes > 1 && gpu_numa_node_ >= 0;
-    x["pinned_placement"] = bind_pinned_ ? "bound to the GPU's NUMA node " + std::to_string(gpu_numa_node_) +
-                                               " (mbind, then cudaHostRegister)"
+    x["pinned_placement"] = bind_pinned_ ? "on the GPU's NUMA node " + std::to_string(gpu_numa_node_) +
+                                               " (mbind MPOL_PREFERRED, first touch, then cudaHostRegister)"
                                          : nodes > 1 ? std::string("GPU's NUMA node unknown: first touch (cudaHostAlloc)")
                                                      : std::string("one NUMA node: cudaHostAlloc");
 
@@ -742,7 +740,7 @@ class CudaBackend final : public Backend {
   std::size_t flush_bytes_ = 0;
   unsigned long long flush_count_ = 0;
   int gpu_numa_node_ = -1;
-  bool bind_pinned_ = false, numa_bind_failed_said_ = false;
+  bool bind_pinned_ = false;
   std::set<void*> registered_;  // pinned buffers made by alloc_pinned_on_node (freed by unregister + munmap)
 };
 

@@ -87,7 +87,9 @@ bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why) {
   const long page = ::sysconf(_SC_PAGESIZE);
   const std::size_t len = round_up(bytes, static_cast<std::size_t>(page > 0 ? page : 4096));
   // mbind from the libc syscall table: libnuma is not a dependency of the suite.
-  if (::syscall(SYS_mbind, p, len, MPOL_BIND, mask, 1024ul, 0u) != 0) {
+  // MPOL_PREFERRED, not MPOL_BIND: a full node then spills to another node instead of invoking the OOM killer on
+  // the first-touch faults below; node_of_address() tells where the pages landed.
+  if (::syscall(SYS_mbind, p, len, MPOL_PREFERRED, mask, 1024ul, 0u) != 0) {
     if (why) *why = std::string("mbind: ") + std::strerror(errno);
     return false;
   }

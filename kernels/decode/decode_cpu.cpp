@@ -40,7 +40,9 @@ std::string unsupported_reason(const md::ModelShape& m) {
   if (m.is_mla) return "MLA attention (latent KV) is not modelled by the decode step";
   if (m.is_moe) return "MoE layers are not modelled by the decode step";
   if (m.head_dim != 64 && m.head_dim != 128) return "head dim " + std::to_string(m.head_dim) + " (kernels: 64, 128)";
-  const int g = m.n_heads / std::max(1, m.n_kv_heads);
+  if (m.n_kv_heads < 1 || m.n_heads < 1) return "no heads (" + std::to_string(m.n_heads) + "/" +
+                                                  std::to_string(m.n_kv_heads) + ")";
+  const int g = m.n_heads / m.n_kv_heads;
   if (m.n_heads % m.n_kv_heads || g > 16 || (g & (g - 1)))
     return "GQA group " + std::to_string(m.n_heads) + "/" + std::to_string(m.n_kv_heads) +
            " (attention kernels: power of two, at most 16)";

@@ -51,7 +51,12 @@ struct Dev {
 template <class T>
 Dev upload(const std::vector<T>& v) {
   Dev d(v.size() * sizeof(T));
-  if (!v.empty()) DC_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  if (!v.empty()) {
+    DC_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // A pageable copy on the legacy stream may return before its DMA lands, and the timed streams are
+    // non-blocking (not ordered with it): wait here, at setup, so no kernel reads a half-copied input.
+    DC_CHECK(cudaDeviceSynchronize());
+  }
   return d;
 }
 Dev upload_bf16(const std::vector<float>& v) {  // exact: the values are bf16 already
@@ -269,7 +274,9 @@ std::size_t PrefillGpu::device_bytes(const md::ModelShape& m, int T, int N) {
          t * (std::size_t(m.hidden) * (4 * 3 + 2 + 4) + qo * 4 + qd * 2 * 2 + std::size_t(m.intermediate) * (8 + 2)) +
          std::size_t(elems::pf_workspace_floats(elems::pf_plan(T, N, m.n_kv_heads, m.n_heads / std::max(1, m.n_kv_heads),
                                                                1024),
-                                                T, m.n_heads, m.head_dim)) * 4;
+                                                T, m.n_heads, m.head_dim)) * 4 +
+         std::size_t(5) * (std::size_t(32) << 20) +                         // five LtGemm workspaces of 32 MiB
+         std::size_t(N + T) * std::size_t(m.head_dim) * 4;                  // the RoPE table (cos, sin per pair)
 }
 
 PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N, std::uint64_t seed,

@@ -24,8 +24,9 @@ std::string thp_mode();
 int count_node_list(const std::string& list);
 int numa_nodes_online();
 int pci_numa_node(const std::string& sysfs_bus_id);
-// Binds [p, p + bytes) (page aligned, not yet touched) to NUMA node `node` (mbind MPOL_BIND) and touches it so the
-// pages are placed now. Returns false with *why set when the kernel refuses (then nothing is bound).
+// Places [p, p + bytes) (page aligned, not yet touched) on NUMA node `node` (mbind MPOL_PREFERRED: a full node
+// spills elsewhere rather than failing) and touches it so the pages are placed now. Returns false with *why set when
+// the kernel refuses (then nothing is bound).
 bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why);
 // The NUMA node of the page holding p (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR), -1 when unknown.
 int node_of_address(const void* p);
