@@ -760,6 +760,7 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     cudaEvent_t step0 = nullptr, step1 = nullptr;
     bool first_run = true;
     bool counted = false;
+    long samples = 0, drained = 0;  // background queues that had finished before the next sample began
   };
   auto s = std::make_shared<G>();
   const md::ModelShape mm = m;
@@ -805,6 +806,14 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
   };
   c.on_before = [s](Backend&) {
     if (!s->rc) return;
+    // Background already finished when the next sample begins: it did not outlast the step it ran beside.
+    // Counted and stated, so a drained background cannot pass for no interference.
+    if (s->samples > 0) {
+      const cudaError_t q = cudaStreamQuery(s->s2);
+      if (q == cudaSuccess) ++s->drained;
+      else if (q != cudaErrorNotReady) kvf::cuda_check(q, "cudaStreamQuery(background)");
+    }
+    ++s->samples;
     // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
     KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
     KVF_CUDA_CHECK(cudaEventRecord(s->e0, s->s2));
@@ -836,6 +845,8 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
       KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
       float ms = 0;
       KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, s->e0, s->e1));
+      note += "; background drained before the step ended in " + std::to_string(s->drained) + " of " +
+              std::to_string(std::max(0L, s->samples - 1)) + " executions (warm-up included; 0 expected)";
       note += "; background recompute over the last sample's whole queue: " + num(s->reps / (ms * 1e-3)) +
               " pages/s (" + i2s(s->reps) + " pages, T=128; includes time before and after the steps)";
       // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
