@@ -772,6 +772,9 @@ void FrontierStudy::add_layers_gpu(Out& out, const md::ModelShape& m, int T, int
   c.on_verify = [s, T](Backend& be) {
     const auto r = s->pre->verify(*s->w, kvf::decode::prefill_check_rows(T), kvf::cuda_stream(be));
     if (!r.ok()) throw kvf::VerifyError("GPU through-layers (one layer) vs reference: " + r.text());
+    // The timed path (step_kv: layer L computes only its K/V) on its own, against the reference K/V.
+    const auto kv = s->pre->verify_kv(*s->w, kvf::decode::prefill_check_rows(T), kvf::cuda_stream(be));
+    if (!kv.ok()) throw kvf::VerifyError("GPU through-layers K/V-only layer vs reference: " + kv.text());
   };
   c.on_run = [s, L](Backend& be) { s->pre->step_kv(L, kvf::cuda_stream(be)); };
   c.on_after = [s](Backend&, const kvf::Summary&, const std::string&) {

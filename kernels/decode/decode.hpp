@@ -206,6 +206,10 @@ struct PrefillVerifyResult {
   bool ok() const { return h.ok() && kv.ok(); }
   std::string text() const;
 };
+// The K/V appended at N + t for `rows` against the reference's (RMSNorm of h0, the K/V rows of Wqkv, bias, RoPE).
+VerifyResult check_appended_kv(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int T, int N,
+                               const float* h0, const std::uint16_t* kc, const std::uint16_t* vc,
+                               const std::vector<int>& rows);
 // h: [T][H] after one layer from h0; kc, vc: bf16 caches [Hkv][N+T][D] after that layer.
 PrefillVerifyResult check_prefill_rows(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int T, int N,
                                        const float* h0, const std::vector<float>& h, const std::uint16_t* kc,

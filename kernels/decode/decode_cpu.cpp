@@ -595,27 +595,19 @@ std::vector<int> prefill_check_rows(int T) {
   return r;
 }
 
-PrefillVerifyResult check_prefill_rows(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N,
-                                       const float* h0, const std::vector<float>& h, const std::uint16_t* kc,
-                                       const std::uint16_t* vc, const std::vector<int>& rows) {
-  const int H = w.hidden, D = w.head_dim, Hkv = w.n_kv_heads, kvd = Hkv * D, cap = N + T;
+VerifyResult check_appended_kv(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N, const float* h0,
+                               const std::uint16_t* kc, const std::uint16_t* vc, const std::vector<int>& rows) {
+  const int D = w.head_dim, Hkv = w.n_kv_heads, kvd = Hkv * D, cap = N + T;
   for (int t : rows)
-    if (t < 0 || t >= T) throw std::invalid_argument("check_prefill_rows: row " + std::to_string(t) + " outside the chunk");
-  std::vector<std::vector<double>> refs(rows.size()), kv_refs(rows.size());
+    if (t < 0 || t >= T) throw std::invalid_argument("check_appended_kv: row " + std::to_string(t) + " outside the chunk");
+  std::vector<std::vector<double>> kv_refs(rows.size());
   std::vector<float> kv_got(rows.size() * 2 * std::size_t(kvd));
   std::vector<int> kv_rows(rows.size());
 #pragma omp parallel for schedule(dynamic)
   for (std::size_t k = 0; k < rows.size(); ++k) {
-    const int t = rows[k], C = N + t + 1;
-    const RopeRow rope = rope_row(m, N + t);
-    std::vector<std::uint16_t> ks(std::size_t(Hkv) * C * D), vs(ks.size());
-    for (int hk = 0; hk < Hkv; ++hk) {
-      std::copy_n(kc + std::size_t(hk) * cap * D, std::size_t(C) * D, ks.data() + std::size_t(hk) * C * D);
-      std::copy_n(vc + std::size_t(hk) * cap * D, std::size_t(C) * D, vs.data() + std::size_t(hk) * C * D);
-    }
-    reference_layer(w, h0 + std::size_t(t) * H, ks.data(), vs.data(), C, rope, refs[k]);
+    const int t = rows[k];
     std::vector<float> q, kn, vn;
-    reference_qkv(w, h0 + std::size_t(t) * H, rope, q, kn, vn);
+    reference_qkv(w, h0 + std::size_t(t) * w.hidden, rope_row(m, N + t), q, kn, vn);
     kv_refs[k].resize(2 * std::size_t(kvd));
     for (int i = 0; i < kvd; ++i) {
       kv_refs[k][i] = kn[i];
@@ -629,9 +621,30 @@ PrefillVerifyResult check_prefill_rows(const fr::LayerWeights& w, const md::Mode
       }
     kv_rows[k] = int(k);
   }
+  return compare_rows(kv_got, 2 * kvd, kv_rows, kv_refs);
+}
+
+PrefillVerifyResult check_prefill_rows(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N,
+                                       const float* h0, const std::vector<float>& h, const std::uint16_t* kc,
+                                       const std::uint16_t* vc, const std::vector<int>& rows) {
+  const int H = w.hidden, D = w.head_dim, Hkv = w.n_kv_heads, cap = N + T;
+  for (int t : rows)
+    if (t < 0 || t >= T) throw std::invalid_argument("check_prefill_rows: row " + std::to_string(t) + " outside the chunk");
+  std::vector<std::vector<double>> refs(rows.size());
+#pragma omp parallel for schedule(dynamic)
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const int t = rows[k], C = N + t + 1;
+    const RopeRow rope = rope_row(m, N + t);
+    std::vector<std::uint16_t> ks(std::size_t(Hkv) * C * D), vs(ks.size());
+    for (int hk = 0; hk < Hkv; ++hk) {
+      std::copy_n(kc + std::size_t(hk) * cap * D, std::size_t(C) * D, ks.data() + std::size_t(hk) * C * D);
+      std::copy_n(vc + std::size_t(hk) * cap * D, std::size_t(C) * D, vs.data() + std::size_t(hk) * C * D);
+    }
+    reference_layer(w, h0 + std::size_t(t) * H, ks.data(), vs.data(), C, rope, refs[k]);
+  }
   PrefillVerifyResult r;
   r.h = compare_rows(h, H, rows, refs);
-  r.kv = compare_rows(kv_got, 2 * kvd, kv_rows, kv_refs);
+  r.kv = check_appended_kv(w, m, T, N, h0, kc, vc, rows);
   return r;
 }
 

@@ -408,6 +408,23 @@ PrefillVerifyResult PrefillGpu::verify(const fr::LayerWeights& w, const std::vec
   return check_prefill_rows(w, d.m, d.T, d.N, d.h0_host.data(), h, kc.data(), vc.data(), rows);
 }
 
+VerifyResult PrefillGpu::verify_kv(const fr::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaStreamSynchronize(s));
+  // 0xFF bytes are bf16 NaNs: rows the K/V path fails to write cannot pass as the previous verify's values.
+  for (int hk = 0; hk < d.Hkv; ++hk) {
+    const std::size_t at = (std::size_t(hk) * d.cap + d.N) * d.D, n = std::size_t(d.T) * d.D * 2;
+    DC_CHECK(cudaMemsetAsync(d.k.as<std::uint16_t>() + at, 0xFF, n, s));
+    DC_CHECK(cudaMemsetAsync(d.v.as<std::uint16_t>() + at, 0xFF, n, s));
+  }
+  step_kv(1, s);
+  std::vector<std::uint16_t> kc(std::size_t(d.Hkv) * d.cap * d.D), vc(kc.size());
+  DC_CHECK(cudaMemcpyAsync(kc.data(), d.k.p, kc.size() * 2, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaMemcpyAsync(vc.data(), d.v.p, vc.size() * 2, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return check_appended_kv(w, d.m, d.T, d.N, d.h0_host.data(), kc.data(), vc.data(), rows);
+}
+
 // ---------------------------------------------------------------- recompute from X
 struct RecomputeGpu::Impl {
   int rows = 0, hidden = 0, nkv = 0, D = 0;

@@ -59,6 +59,9 @@ class PrefillGpu {
   void step_kv(int L, cudaStream_t s);
   // One layer from h0, then check_prefill_rows (decode.hpp) on `rows` of h and of the appended K/V (synchronizes).
   PrefillVerifyResult verify(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
+  // step_kv(1) (the K/V-only path the frontier arm times), with the appended rows poisoned first, then
+  // check_appended_kv on `rows` (synchronizes).
+  VerifyResult verify_kv(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
   int attention_splits() const;  // KV splits of the attention (1: none)
   static std::size_t device_bytes(const md::ModelShape& m, int T, int N);
 

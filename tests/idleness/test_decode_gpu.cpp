@@ -66,8 +66,11 @@ TEST(PrefillGpu, LayerMatchesReference) {
     const auto r = g.verify(w, dc::prefill_check_rows(c.T), s);
     EXPECT_TRUE(r.ok()) << c.m.name << " T " << c.T << " N " << c.N << " splits " << g.attention_splits() << ": "
                         << r.text();
+    // The frontier arm's timed form: layer L computes only its K/V (its own GEMM on the K/V rows of Wqkv).
+    const auto kv = g.verify_kv(w, dc::prefill_check_rows(c.T), s);
+    EXPECT_TRUE(kv.ok()) << c.m.name << " T " << c.T << " N " << c.N << " K/V-only path: " << kv.text();
     g.step(3, s);
-    g.step_kv(3, s);  // the frontier arm's form: runs (its last layer's K/V path shares prefill_qkv_post)
+    g.step_kv(3, s);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   }
   {
