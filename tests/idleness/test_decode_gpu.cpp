@@ -52,6 +52,10 @@ TEST(PrefillGpu, LayerMatchesReference) {
   kvf::models::ModelShape big = kvf::models::find_model(all, "Tiny-GQA");
   big.name = "test-128";
   big.hidden = 1024; big.n_heads = 8; big.n_kv_heads = 2; big.head_dim = 128; big.intermediate = 3584;
+  // Group sizes at both ends of the tile layout: G = 1 (32 tokens per tile) and G = 16 (2 tokens per tile).
+  kvf::models::ModelShape mha = big, g16 = big;
+  mha.name = "test-mha"; mha.n_heads = 8; mha.n_kv_heads = 8;
+  g16.name = "test-g16"; g16.n_heads = 16; g16.n_kv_heads = 1; g16.hidden = 2048;
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   struct C { kvf::models::ModelShape m; int T, N, sms; };
@@ -59,7 +63,11 @@ TEST(PrefillGpu, LayerMatchesReference) {
                                 {kvf::models::find_model(all, "Tiny-GQA"), 16, 0, 132},
                                 {big, 300, 1024, 132},
                                 {big, 1100, 1024, 132},
-                                {big, 129, 4096, 1}};
+                                {big, 129, 4096, 1},
+                                // T = 600 after no prefix on 132 SMs: two splits, the second empty for tile 0
+                                {kvf::models::find_model(all, "Tiny-GQA"), 600, 0, 132},
+                                {mha, 70, 500, 132},
+                                {g16, 33, 2000, 132}};
   for (const auto& c : cases) {
     const auto w = fr::make_layer_weights(c.m, 7);
     dc::gpu::PrefillGpu g(w, c.m, c.T, c.N, 7, c.sms, s);
