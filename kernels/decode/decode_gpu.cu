@@ -226,7 +226,7 @@ void DecodeGpu::layer(int copy, cudaStream_t s) {
   d.g_d.run(d.act.p, d.wd.p, d.tmp.p, s);
   const std::int64_t nh = std::int64_t(B) * d.H;
   add_kernel<<<grid_for(nh), kThreads, 0, s>>>(nh, d.h.as<float>(), d.tmp.as<float>());
-  DC_CHECK(cudaGetLastError());  // a failed launch of any kernel above (the sticky launch error is kept)
+  DC_CHECK(cudaGetLastError());  // a failed launch above stays the thread's last error until read here
 }
 
 void DecodeGpu::step(int L, cudaStream_t s) {
