@@ -122,16 +122,56 @@ __global__ void add_kernel(std::int64_t n, float* h, const float* d) {
 
 }  // namespace
 
-// ---------------------------------------------------------------- DecodeGpu
-struct DecodeGpu::Impl {
-  int B = 0, C = 0, H = 0, Hq = 0, Hkv = 0, D = 0, I = 0, qo = 0;
+// ---------------------------------------------------------------- one layer's device state
+// What DecodeGpu and PrefillGpu share: one decoder layer's weights on the device (bf16 matrices exactly as the
+// twin's bf16-valued fp32 ones, fp32 norms and bias), h0 (fill_f32_uniform, as the twin), and the activations and
+// GEMM plans of `rows` rows (a decode batch or a prefill chunk).
+struct LayerBuffers {
+  int H = 0, Hq = 0, Hkv = 0, D = 0, I = 0, qo = 0;
   float eps = 1e-5f;
-  RopeRow rope;
-  Dev wqkv, wo, wgu, wd, bqkv, g_attn, g_mlp, cs;
-  std::vector<Dev> k, v;
-  Dev h0, h, xn, qkv, q, attn, attn_b, tmp, gu, act, idx, ws;
+  Dev wqkv, wo, wgu, wd, bqkv, g_attn, g_mlp;
+  Dev h0, h, xn, qkv, q, attn_b, tmp, gu, act;
   std::vector<float> h0_host;
   fr::gpu::LtGemm g_qkv, g_o, g_gu, g_d;
+
+  void init_layer(const fr::LayerWeights& w, const md::ModelShape& m, int rows, std::uint64_t h0_seed) {
+    H = m.hidden; Hq = m.n_heads; Hkv = m.n_kv_heads; D = m.head_dim; I = m.intermediate;
+    eps = float(m.rms_eps);
+    const int qd = Hq * D;
+    qo = qd + 2 * Hkv * D;
+    wqkv = upload_bf16(w.wqkv);
+    wo = upload_bf16(w.wo);
+    wgu = upload_bf16(w.wgu);
+    wd = upload_bf16(w.wd);
+    if (!w.bqkv.empty()) bqkv = upload(w.bqkv);
+    g_attn = upload(w.g_attn);
+    g_mlp = upload(w.g_mlp);
+    const std::size_t r = std::size_t(rows);
+    h0_host.resize(r * H);
+    fr::fill_f32_uniform(h0_host.data(), h0_host.size(), h0_seed, 1.0f);
+    h0 = upload(h0_host);
+    h = Dev(h0_host.size() * 4);
+    xn = Dev(r * H * 2);
+    qkv = Dev(r * qo * 4);
+    q = Dev(r * qd * 2);
+    attn_b = Dev(r * qd * 2);
+    tmp = Dev(r * H * 4);
+    gu = Dev(r * 2 * I * 4);
+    act = Dev(r * I * 2);
+    g_qkv.plan(rows, qo, H);
+    g_o.plan(rows, H, qd);
+    g_gu.plan(rows, 2 * I, H);
+    g_d.plan(rows, H, I);
+  }
+};
+
+// ---------------------------------------------------------------- DecodeGpu
+struct DecodeGpu::Impl : LayerBuffers {
+  int B = 0, C = 0;
+  RopeRow rope;
+  Dev cs;
+  std::vector<Dev> k, v;
+  Dev attn, idx, ws;  // attn: the split-KV kernel's fp32 output
   ka::gpu::AttnDims dims{};
   ka::SelGeom sel{};
   ka::gpu::AttnPlan plan{};
@@ -146,17 +186,10 @@ DecodeGpu::DecodeGpu(const fr::LayerWeights& w, const md::ModelShape& m, int B, 
                      std::uint64_t seed, int sm_count, cudaStream_t s)
     : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
-  d.B = B; d.C = C; d.H = m.hidden; d.Hq = m.n_heads; d.Hkv = m.n_kv_heads; d.D = m.head_dim; d.I = m.intermediate;
-  d.eps = float(m.rms_eps);
-  const int qd = d.Hq * d.D, kvd = d.Hkv * d.D;
-  d.qo = qd + 2 * kvd;
-  d.wqkv = upload_bf16(w.wqkv);
-  d.wo = upload_bf16(w.wo);
-  d.wgu = upload_bf16(w.wgu);
-  d.wd = upload_bf16(w.wd);
-  if (!w.bqkv.empty()) d.bqkv = upload(w.bqkv);
-  d.g_attn = upload(w.g_attn);
-  d.g_mlp = upload(w.g_mlp);
+  d.B = B; d.C = C;
+  d.init_layer(w, m, B, seed + 1);
+  const int qd = d.Hq * d.D;
+  d.attn = Dev(std::size_t(B) * qd * 4);
   d.rope = rope_row(m, C - 1);
   d.cs = upload(d.rope.cs);
   const std::int64_t kvn = std::int64_t(B) * d.Hkv * C * d.D;
@@ -167,22 +200,6 @@ DecodeGpu::DecodeGpu(const fr::LayerWeights& w, const md::ModelShape& m, int B, 
     fill_bf16_kernel<<<grid_for(kvn), kThreads, 0, s>>>(d.v.back().as<std::uint16_t>(), kvn, seed + 11 + 2 * c, 1.0f);
     DC_CHECK(cudaGetLastError());
   }
-  d.h0_host.resize(std::size_t(B) * d.H);
-  fr::fill_f32_uniform(d.h0_host.data(), d.h0_host.size(), seed + 1, 1.0f);
-  d.h0 = upload(d.h0_host);
-  d.h = Dev(d.h0_host.size() * 4);
-  d.xn = Dev(std::size_t(B) * d.H * 2);
-  d.qkv = Dev(std::size_t(B) * d.qo * 4);
-  d.q = Dev(std::size_t(B) * qd * 2);
-  d.attn = Dev(std::size_t(B) * qd * 4);
-  d.attn_b = Dev(std::size_t(B) * qd * 2);
-  d.tmp = Dev(std::size_t(B) * d.H * 4);
-  d.gu = Dev(std::size_t(B) * 2 * d.I * 4);
-  d.act = Dev(std::size_t(B) * d.I * 2);
-  d.g_qkv.plan(B, d.qo, d.H);
-  d.g_o.plan(B, d.H, qd);
-  d.g_gu.plan(B, 2 * d.I, d.H);
-  d.g_d.plan(B, d.H, d.I);
   // Dense selection (every token, entries of 16) and the access study's split-KV plan.
   ka::AttnShape sh;
   sh.batch = B; sh.hq = d.Hq; sh.hkv = d.Hkv; sh.d = d.D; sh.ctx = C; sh.dtype = ka::DType::bf16;
@@ -256,15 +273,13 @@ VerifyResult DecodeGpu::verify(const fr::LayerWeights& w, const std::vector<int>
 }
 
 // ---------------------------------------------------------------- prefill chunk
-struct PrefillGpu::Impl {
-  int T = 0, N = 0, cap = 0, H = 0, Hq = 0, Hkv = 0, D = 0, I = 0, qo = 0;
-  float eps = 1e-5f;
+struct PrefillGpu::Impl : LayerBuffers {
+  int T = 0, N = 0, cap = 0;
   md::ModelShape m;
-  Dev wqkv, wo, wgu, wd, bqkv, g_attn, g_mlp, cs;
+  Dev cs;
   Dev k, v;  // bf16 [Hkv][cap][D]
-  Dev h0, h, xn, qkv, q, attn_b, tmp, gu, act, ws;
-  std::vector<float> h0_host;
-  fr::gpu::LtGemm g_qkv, g_o, g_gu, g_d, g_kv;
+  Dev ws;
+  fr::gpu::LtGemm g_kv;  // the K/V rows of Wqkv alone (step_kv)
   elems::PfPlan plan{};
   PrefillAttnDims dims{};
 };
@@ -291,17 +306,8 @@ PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T
     throw std::invalid_argument("PrefillGpu: " + m.name + ": " + why);
   Impl& d = *impl_;
   d.T = T; d.N = N; d.cap = N + T; d.m = m;
-  d.H = m.hidden; d.Hq = m.n_heads; d.Hkv = m.n_kv_heads; d.D = m.head_dim; d.I = m.intermediate;
-  d.eps = float(m.rms_eps);
-  const int qd = d.Hq * d.D, kvd = d.Hkv * d.D;
-  d.qo = qd + 2 * kvd;
-  d.wqkv = upload_bf16(w.wqkv);
-  d.wo = upload_bf16(w.wo);
-  d.wgu = upload_bf16(w.wgu);
-  d.wd = upload_bf16(w.wd);
-  if (!w.bqkv.empty()) d.bqkv = upload(w.bqkv);
-  d.g_attn = upload(w.g_attn);
-  d.g_mlp = upload(w.g_mlp);
+  d.init_layer(w, m, T, seed + 21);
+  const int kvd = d.Hkv * d.D;
   d.cs = upload(fr::rope_table(fr::rope_inv_freq(m, m.head_dim), d.cap));
   {
     // The twin's prefix (make_prefill_state): bf16(fill_f32_uniform) over the whole [Hkv][cap][D] array.
@@ -315,21 +321,6 @@ PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T
     fr::f32_to_bf16(f.data(), b.data(), n);
     d.v = upload(b);
   }
-  d.h0_host.resize(std::size_t(T) * d.H);
-  fr::fill_f32_uniform(d.h0_host.data(), d.h0_host.size(), seed + 21, 1.0f);
-  d.h0 = upload(d.h0_host);
-  d.h = Dev(d.h0_host.size() * 4);
-  d.xn = Dev(std::size_t(T) * d.H * 2);
-  d.qkv = Dev(std::size_t(T) * d.qo * 4);
-  d.q = Dev(std::size_t(T) * qd * 2);
-  d.attn_b = Dev(std::size_t(T) * qd * 2);
-  d.tmp = Dev(std::size_t(T) * d.H * 4);
-  d.gu = Dev(std::size_t(T) * 2 * d.I * 4);
-  d.act = Dev(std::size_t(T) * d.I * 2);
-  d.g_qkv.plan(T, d.qo, d.H);
-  d.g_o.plan(T, d.H, qd);
-  d.g_gu.plan(T, 2 * d.I, d.H);
-  d.g_d.plan(T, d.H, d.I);
   d.g_kv.plan(T, 2 * kvd, d.H);
   d.plan = elems::pf_plan(T, N, d.Hkv, d.Hq / d.Hkv, sm_count);
   d.dims = {T, N, d.cap, d.Hq, d.Hkv, d.D};
