@@ -13,7 +13,9 @@
 //                 the token arm routed by every key and by a rank-r key proxy (--proxy-rank).
 // Placement (--placement, --page-tokens): by default the KV of every sequence is paged (16 tokens per
 //                 page) in a seeded random page order, so no arm reads logically adjacent tokens from
-//                 adjacent memory unless they share a page; `contiguous` keeps logical == physical.
+//                 adjacent memory unless they share a page; a page holds every kv head side by side
+//                 (NHD, and HND as FlashInfer's paged [page][head][P][d]); `contiguous` keeps logical ==
+//                 physical and the unpaged layout.
 // Every case is verified before it is timed: gather checksums against the fill pattern, attention
 // outputs against the fp32 reference (max |out - ref| / max |ref| < kAttnTolerance).
 #include <CLI/CLI.hpp>
@@ -121,7 +123,9 @@ struct Shared {
     auto it = d.centroids.find(key);
     if (it == d.centroids.end()) {
       std::vector<float> c;
-      ka::build_centroids(d.s, d.host_k(), block, c, pm);
+      ka::AttnShape s = d.s;
+      s.page = pm.page;  // one K buffer, read through each placement's layout
+      ka::build_centroids(s, d.host_k(), block, c, pm);
       it = d.centroids.emplace(key, std::move(c)).first;
     }
     return it->second;
@@ -132,7 +136,9 @@ struct Shared {
     auto it = d.lowrank.find(key);
     if (it == d.lowrank.end()) {
       ka::LowRank lr;
-      ka::build_lowrank(d.s, d.host_k(), r, lr, pm);
+      ka::AttnShape s = d.s;
+      s.page = pm.page;
+      ka::build_lowrank(s, d.host_k(), r, lr, pm);
       it = d.lowrank.emplace(key, std::move(lr)).first;
     }
     return it->second;
@@ -276,7 +282,7 @@ class AttnCase final : public kvf::Case {
       out_.assign(sp.s.q_elems(), 0.0f);
     } else {
 #if defined(KVF_HAVE_CUDA)
-      dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale()};
+      dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale(), sp.s.page};
       const int sms = kvf::cuda_props(be).multiProcessorCount;
       plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms);
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
@@ -655,9 +661,9 @@ class AccessStudy final : public kvf::Study {
     app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
     app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: on, off or both (default on)");
     app.add_option("--placement", placement_,
-                   "KV placement of the attention and routing parts: shuffled (pages of --page-tokens tokens in a "
-                   "seeded random page order, as a paged cache), contiguous (logical order == physical order) or "
-                   "both (default shuffled)");
+                   "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
+                   "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
+                   "== physical order) or both (default shuffled)");
     app.add_option("--page-tokens", page_tokens_,
                    "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
     app.add_option("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
@@ -869,6 +875,7 @@ class AccessStudy final : public kvf::Study {
 
     // ---- attention
     auto add_attn = [&](AttnSpec sp) {
+      sp.s.page = sp.page;  // the shuffled placement is a paged layout (paged HND: heads of a page adjacent)
       auto c = std::make_unique<AttnCase>();
       c->sh = sh;
       const auto& s = sp.s;

@@ -24,6 +24,10 @@ struct AttnShape {
   std::uint32_t batch = 1, hq = 32, hkv = 8, d = 128, ctx = 4096;
   DType dtype = DType::bf16;  // of K and V
   Layout layout = Layout::HND;
+  // Tokens per page of the physical layout (KvLayout): 0 unpaged; with a shuffled PageMap it is the map's
+  // page, so a paged HND cache keeps every kv head of a page side by side, as FlashInfer's paged HND does.
+  std::uint32_t page = 0;
+  KvLayout kv_layout() const { return make_kv_layout(layout, hkv, d, page); }
   // The query stays 16-bit: bf16 when K/V are fp8 e4m3 (as in fp8-KV decode kernels).
   DType q_dtype() const { return dtype == DType::fp8_e4m3 ? DType::bf16 : dtype; }
   std::uint32_t group() const { return hq / hkv; }
@@ -33,7 +37,8 @@ struct AttnShape {
   std::uint64_t q_elems() const { return std::uint64_t{batch} * hq * d; }
   std::uint64_t q_bytes() const { return q_elems() * dtype_bytes(q_dtype()); }
 };
-// Throws UsageError: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx 0.
+// Throws UsageError: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx 0, page not
+// 0 or a power of two dividing ctx.
 // (fp8 e4m3 is valid here: the twin and the reference support it; whether a device has it is the
 // bench's question.)
 void validate_shape(const AttnShape& s);
@@ -75,6 +80,8 @@ Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::u
 // positions in logical order, what the contiguous placement reads); place() turns one into the physical
 // lists every kernel and the reference read: each logical entry of span S becomes pm.entries_per(S)
 // entries of pm.entry_span(S) tokens at pm.phys_entry(...), in logical order. Contiguous: a copy.
+// A shuffled pm needs s.page == pm.page (std::invalid_argument otherwise: the layout and the page table
+// disagree); a contiguous pm goes with any s.page (pages of the paged layout in logical order).
 Selection place(const AttnShape& s, const PageMap& pm, const Selection& logical);
 // Inverse of place() for checks (e.g. of lists the GPU routed): the logical selection of span
 // `logical_span` whose place() is `physical`. False if no such selection exists (an entry out of range,
@@ -118,8 +125,16 @@ struct AttnWorkspace {
   SplitGeom split;
   std::vector<float> part;  // per (batch, hq, split): m, l, acc[d]
   int threads = 1;
+  std::uint32_t heads_per_item = 1;
+  std::size_t scratch_stride = 0;  // floats per thread
+  std::vector<float> scratch;      // per thread: q, state, outputs, positions of one work item
 };
-// Split-KV policy of the CPU twin (same for every arm; depends on the selected-token count only).
+// KV heads one work item of the CPU twin reads together: the heads whose rows share physical pages
+// (NHD, paged HND: all of them, at most 16 and 64 query heads), so a core walks a page once, in
+// address order; unpaged HND: 1 (each head's rows are a contiguous run of their own).
+std::uint32_t heads_per_item(const AttnShape& s);
+// Split-KV policy of the CPU twin (same for every arm; depends on the selected-token count only): work
+// items (batch, group of heads_per_item kv heads, split).
 void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws);
 // out: fp32 [batch][hq][d].
 void attention_cpu(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,

@@ -29,6 +29,7 @@ struct AttnDims {
   DType dtype;
   Layout layout;
   float scale;
+  std::uint32_t page = 0;  // tokens per page of the physical layout (AttnShape::page; 0 unpaged)
 };
 // Throws std::invalid_argument for shapes the kernels do not instantiate (d not 64/128, group > 16...).
 AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count);

@@ -82,18 +82,70 @@ KVF_HD std::uint64_t gather_expected_run_sum(std::uint64_t seed, std::uint64_t b
 }
 
 // ---------------------------------------------------------------------------------------------------
-// KV layouts. NHD: [batch][token][kv_head][dim]; HND: [batch][kv_head][token][dim].
-// Returns the element index of (b, token n, head h, dim 0).
+// KV layouts, per batch region of N tokens (physical token n, kv head h, dims contiguous):
+//   NHD            [batch][token][kv_head][dim]; a page of P tokens is P*H*D contiguous elements
+//                  whatever P (page-major by construction: vLLM's and FlashInfer's NHD paged layout).
+//   HND, unpaged   [batch][kv_head][token][dim] (page 0): one contiguous [N][D] run per (batch, kv head).
+//   HND, paged     [batch][page][kv_head][P][dim] (page P, a power of two): FlashInfer's paged HND, a page
+//                  holds every kv head side by side (one run of P*H*D elements), one head's slice of it
+//                  is P*D. P == N is the unpaged layout.
+// row(b, n, h) = head_base(b, h) + token_off(n): the token offset is the same for every head and batch,
+// so kernels compute it once per selected token and add a per-head base.
 // ---------------------------------------------------------------------------------------------------
 enum class Layout : int { NHD = 0, HND = 1 };
 
-KVF_HD std::uint64_t kv_row(Layout l, std::uint64_t b, std::uint64_t n, std::uint64_t h, std::uint64_t N,
-                            std::uint64_t H, std::uint64_t D) {
-  return l == Layout::NHD ? ((b * N + n) * H + h) * D : ((b * H + h) * N + n) * D;
+struct KvLayout {
+  Layout layout = Layout::HND;
+  std::uint64_t H = 1, D = 1;
+  bool paged = false;  // HND only (NHD is page-major whatever the page)
+  // token_off(n) = (n >> page_shift) * page_elems + (n & in_page) * tok_elems, one branch-free form for
+  // every layout (unpaged: page_shift 63, so the page term is 0 and in_page keeps every bit).
+  std::uint32_t page_shift = 63;
+  std::uint64_t in_page = ~std::uint64_t{0};
+  std::uint64_t page_elems = 0;  // elements from one page of a head to the next
+  std::uint64_t tok_elems = 1;   // elements from one token to the next within a page
+  // Element offset of (batch b, kv head h, token 0) in a cache of N tokens per batch.
+  KVF_HD std::uint64_t head_base(std::uint64_t b, std::uint64_t h, std::uint64_t N) const {
+    if (layout == Layout::NHD) return (b * N * H + h) * D;
+    if (!paged) return (b * H + h) * N * D;
+    return b * N * H * D + (h << page_shift) * D;
+  }
+  // Element offset of physical token n from head_base.
+  KVF_HD std::uint64_t token_off(std::uint64_t n) const {
+    return (n >> page_shift) * page_elems + (n & in_page) * tok_elems;
+  }
+  // The same for a 32-bit token index with 32x32->64-bit products (one wide multiply-add each on a
+  // GPU, and fewer live registers than 64-bit operands); exact when fits_u32().
+  KVF_HD bool fits_u32() const { return page_elems < (std::uint64_t{1} << 32) && tok_elems < (std::uint64_t{1} << 32); }
+  KVF_HD std::uint64_t token_off_u32(std::uint32_t n) const {
+    const std::uint32_t pg = page_shift >= 32 ? 0u : n >> page_shift;
+    return std::uint64_t{pg} * static_cast<std::uint32_t>(page_elems) +
+           std::uint64_t{n & static_cast<std::uint32_t>(in_page)} * static_cast<std::uint32_t>(tok_elems);
+  }
+  KVF_HD std::uint64_t row(std::uint64_t b, std::uint64_t n, std::uint64_t h, std::uint64_t N) const {
+    return head_base(b, h, N) + token_off(n);
+  }
+};
+// page: tokens per page of the physical layout, 0 (unpaged) or a power of two (validate_shape checks it).
+KVF_HD KvLayout make_kv_layout(Layout l, std::uint64_t H, std::uint64_t D, std::uint32_t page) {
+  KvLayout k;
+  k.layout = l;
+  k.H = H;
+  k.D = D;
+  k.paged = l == Layout::HND && page != 0;
+  k.tok_elems = l == Layout::NHD ? H * D : D;
+  if (k.paged) {
+    k.page_shift = 0;
+    while ((std::uint64_t{1} << k.page_shift) < page) ++k.page_shift;
+    k.in_page = (std::uint64_t{1} << k.page_shift) - 1;
+    k.page_elems = (H << k.page_shift) * D;
+  }
+  return k;
 }
-// Distance in elements between consecutive tokens of one head.
-KVF_HD std::uint64_t kv_token_stride(Layout l, std::uint64_t H, std::uint64_t D) {
-  return l == Layout::NHD ? H * D : D;
+// Element index of (b, physical token n, head h, dim 0).
+KVF_HD std::uint64_t kv_row(Layout l, std::uint64_t b, std::uint64_t n, std::uint64_t h, std::uint64_t N,
+                            std::uint64_t H, std::uint64_t D, std::uint32_t page = 0) {
+  return make_kv_layout(l, H, D, page).row(b, n, h, N);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -119,7 +171,8 @@ struct SelGeom {
 
 // ---------------------------------------------------------------------------------------------------
 // Physical placement of the KV cache (paged). Logical token t of batch b lives at physical position
-// phys_token(b, t) of the same region (the (batch, kv head) rows in HND, the batch's rows in NHD):
+// phys_token(b, t) of the same batch region (KvLayout maps a physical token to its address; the paged
+// HND layout puts every kv head of a physical page side by side):
 // pages of `page` tokens, logical page p -> physical page slot phys_page(b, p), a keyed bijection on
 // [0, n_pages) (the page table: one per sequence, shared by its kv heads, as in vLLM and FlashInfer).
 // page == 0 is the contiguous placement (physical == logical).

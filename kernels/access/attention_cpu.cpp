@@ -1,17 +1,20 @@
-// CPU twin of the split-KV sparse decode attention. One work item = (batch, kv head, split); it reads
-// the selected K/V rows of its split once for all G = hq/hkv query heads of the group (as the GPU
-// kernel does), with online softmax in fp32, and writes a partial (m, l, acc) that a merge step
-// combines. AVX-512 path, per chunk of 16 tokens: QK (bf16 K: vdpbf16ps on the raw rows, exact
-// products; fp16/fp8: fp32 FMAs), four dots per horizontal reduction, scores transposed into one
-// 16-token vector per head in registers -> softmax with a degree-7 exp2, the max kept as a vector,
-// rescale only when some head's max grew -> PV with GB x DC/16 <= 16 fp32 accumulators per pass;
-// bf16 V rows split into even/odd dims with one shift and one AND per 32 elements (no widening
-// shuffle). Software pipeline: the QK of chunk c+1 runs inside the first PV pass of chunk c, so the
-// FMA pipes have independent work while a chunk's softmax chain completes. Software prefetch in two
-// distances, spread over the tokens of that pass: 4 chunks ahead into L2 (prefetcht1), then K rows 2
-// chunks and V rows 1 chunk ahead into L1 (prefetcht0). Token positions are computed once per token
-// (a cursor over the list entries, no division per token) into a ring of chunks when first prefetched.
-// Portable fallback: the same algorithm in scalar code the compiler may vectorize.
+// CPU twin of the split-KV sparse decode attention. One work item = (batch, group of kv heads, split):
+// the kv heads whose rows share physical pages (every head for NHD and the paged HND layout, one for
+// unpaged HND; heads_per_item) are read together, in tasks of (16-token chunk, head) order, so a core
+// walks each page of 16 tokens once, in address order. A task reads the selected K/V rows of its chunk
+// once for all G = hq/hkv query heads of the group (as the GPU kernel does), with online softmax in
+// fp32; the item writes a partial (m, l, acc) per query head that a merge step combines. AVX-512 path,
+// per task: QK (bf16 K: vdpbf16ps on the raw rows, exact products; fp16/fp8: fp32 FMAs), four dots per
+// horizontal reduction, scores transposed into one 16-token vector per head in registers -> softmax
+// with a degree-7 exp2, the max kept as a vector, rescale only when some head's max grew -> PV with
+// GB x DC/16 <= 16 fp32 accumulators per pass; bf16 V rows split into even/odd dims with one shift and
+// one AND per 32 elements (no widening shuffle). Software pipeline: the QK of the next task runs inside
+// the first PV pass of the current one, so the FMA pipes have independent work while a task's softmax
+// chain completes. Software prefetch in two distances, spread over the tokens of that pass: 2-4 chunks
+// ahead into L2 (prefetcht1), then the K rows of the task after next and the V rows of the next task
+// into L1 (prefetcht0). Token positions are computed once per token and list (a cursor over the list
+// entries, no division per token) into a ring of chunks when first prefetched.
+// Portable fallback: the same algorithm per head in scalar code the compiler may vectorize.
 //
 // Measured (2-core Zen 5 VM, bf16, d128, hq32/hkv8, one thread, KV in L3, best of many calls): the
 // old kernel issued about half the FMA-pipe peak (a vdpbf16ps/vfmadd zmm loop reaches ~2 per cycle
@@ -22,18 +25,17 @@
 // measured 1.1e-3 to 1.8e-3 relative error against the 2e-3 tolerance (the fp32 twin: ~1e-6), so it
 // was not taken.
 //
-// Paged KV (--placement shuffled, pages of 16 tokens = 4 KiB per K and V stream at D = 128 bf16): the
-// hardware prefetchers stop at each 4 KiB page boundary, so with only T0 prefetches 2 chunks (2 pages)
-// ahead the dense arm ran at 0.19-0.36 of the read ceiling (contiguous: 0.7-0.85). One distance alone
-// stays there (~0.25, 1 thread): T0 4-8 chunks ahead (32-64 KiB of K+V evicts the 48 KiB L1 before use)
-// or T1 4 chunks ahead without the L1 prefetch; the L2-far + L1-near pair is what works. Dense 64K, hq32/hkv8, same-round ratios to the stream read ceiling (noisy shared VM):
-// shuffled 1 thread 0.19-0.23 -> 0.55-0.67, 2 threads 0.28-0.36 -> 0.61-0.81; shuffled over contiguous
-// of the same run 1 thread 0.28-0.30 -> 0.72-0.88, 2 threads 0.39-0.46 -> 0.72-1.0; contiguous unchanged
-// within noise (0.6-0.98). Far distance 4 vs 8 chunks and T1 vs T0/T2 for it: no difference beyond noise.
-// The rest of the shuffled gap is about what a plain 4 KiB random-run read loses (gather_cpu.cpp).
+// Paged KV (--placement shuffled, pages of 16 tokens): with one head per item, a page of one head is a
+// 4 KiB run and the hardware prefetchers stop at each 4 KiB boundary; one prefetch distance alone (T0 4-8
+// chunks: evicts the 48 KiB L1; T1 4 chunks without an L1 prefetch) left the dense arm at ~0.25 of the read
+// ceiling (1 thread), the L2-far + L1-near pair at 0.55-0.8. Reading every head of a page together (the
+// paged layout keeps them adjacent: 32 KiB runs per K and V at hkv 8) lifted dense shuffled 64K by a
+// median x1.17 in alternated runs (shuffled/contiguous 0.71 -> 0.86); kernels/access/README.md has the
+// figures. The rest is about what 32 KiB runs in random order lose against a sequential read here.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 flags the deliberately undefined pass-through operand inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <omp.h>
 
@@ -41,7 +43,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
+#include <vector>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -54,7 +58,9 @@ namespace {
 
 constexpr int kChunk = 16;          // tokens per softmax step
 constexpr int kRing = 8;            // chunks of token positions kept (>= kFarChunks + 1)
-constexpr int kFarChunks = 4;       // L2 prefetch distance: 4 chunks = 4 pages of 16 tokens per K and V stream
+constexpr int kFarChunks = 4;       // L2 prefetch distance with 1-3 heads per item (4 or more: 2 chunks)
+constexpr int kMaxItemHeads = 16;   // kv heads per work item at most
+constexpr int kMaxItemQHeads = 64;  // query heads per work item at most (their q and state stay in L1/L2)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1.0e30f;  // "minus infinity" that keeps exp2 arithmetic finite
 
@@ -153,13 +159,37 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
   return reduce4(a[0], a[1], a[2], a[3]);
 }
 
-// One work item, AVX-512. q: fp32 [G][D] (and qb: the same in bf16, 64-byte aligned); scores are
-// multiplied by qscale = scale*log2e. Writes m (log2 domain), l, acc.
-template <int D, int G, DType T>
-void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride,
-                 const std::uint32_t* list, const SelGeom& sg, std::uint64_t t0, std::uint64_t t1,
-                 const float* q, const std::uint16_t* qb, float qscale, float* m_out, float* l_out, float* acc_out,
-                 bool prefetch) {
+#endif
+
+// One work item: the tokens [t0, t1) of the selection for nh kv heads of one batch. Heads whose rows
+// share pages (NHD, paged HND) are read together so a core walks each physical page once, in address
+// order: with pages of 16 tokens a page is one chunk, and the chunk's tasks (one per head) cover it.
+struct Item {
+  int nh = 1;
+  const void* kb[kMaxItemHeads];  // head bases (the layout's head_base)
+  const void* vb[kMaxItemHeads];
+  const std::uint32_t* list[kMaxItemHeads];
+  bool shared = false;  // one list for all nh heads: positions computed once
+  KvLayout kl;
+  SelGeom sg;
+  std::uint64_t t0 = 0, t1 = 0;
+  const float* q = nullptr;           // fp32 [nh][G][D]
+  const std::uint16_t* qb = nullptr;  // the same in bf16 (64-byte aligned)
+  float qscale = 1;                   // scale * log2e
+  float* m_out = nullptr;             // [nh][G] (log2 domain)
+  float* l_out = nullptr;             // [nh][G]
+  float* acc_out = nullptr;           // [nh][G][D]
+  float* state = nullptr;             // 64-byte aligned, item_state_floats(nh, G, D)
+  std::uint64_t* ring = nullptr;      // positions: [nh or 1][kRing][kChunk + 4]
+  bool prefetch = true;
+};
+constexpr std::size_t item_state_floats(int nh, int G, int D) { return std::size_t(nh) * G * (D + 32); }
+
+#if defined(__AVX512F__)
+// AVX-512 work item. Tasks run in (chunk, head) order; the QK of the next task runs inside the first
+// PV pass of the current one, so the FMA pipes have independent work while a softmax chain completes.
+template <int D, int G, DType T, bool One>
+void item_avx512_impl(const Item& it) {
   using E = Elem<T>;
   // PV of bf16 rows without widening each element: a 512-bit load of 32 bf16 holds dims (2k, 2k+1) in
   // dword k, so `w << 16` is the 16 even dims and `w & 0xFFFF0000` the 16 odd dims, exactly, in two
@@ -171,251 +201,306 @@ void item_avx512(const void* kbase_v, const void* vbase_v, std::uint64_t tstride
   constexpr int DC = (256 / GB) < D ? (256 / GB) : D;               // dims per PV pass (GB * DC/16 <= 16 accumulators)
   constexpr int NC = DC / 16;
   static_assert(DC % DMIN == 0 && D % DC == 0 && G % GB == 0, "PV blocking");
-  const E* kbase = static_cast<const E*>(kbase_v);
-  const E* vbase = static_cast<const E*>(vbase_v);
-  alignas(64) float acc[G][D];
-  alignas(64) float s[G][kChunk];        // p of the current chunk
-  alignas(64) float rb[(G + 3) / 4][64];  // qk4 sums of the next chunk, laid out for the transpose below
-  alignas(64) float lv[G][16];            // per-lane partial sums of p (reduced once at the end)
-  alignas(64) float mv[G][16];            // running max (log2 domain), the same in every lane
-  float alpha[G];
-  for (int g = 0; g < G; ++g) {
-    for (int x = 0; x < 16; ++x) {
-      lv[g][x] = 0;
-      mv[g][x] = kNegBig;
-    }
-    for (int d = 0; d < D; ++d) acc[g][d] = 0;
+  // Item fields in locals: the accumulator stores go through float pointers, which the compiler must
+  // otherwise assume may alias it.qscale and the other fields and reload them.
+  const int nh = One ? 1 : it.nh;
+  const float qscale = it.qscale;
+  const bool prefetch = it.prefetch;
+  const KvLayout kl = it.kl;
+  const E* kbs[kMaxItemHeads];
+  const E* vbs[kMaxItemHeads];
+  const std::uint32_t* lists[kMaxItemHeads];
+  for (int h = 0; h < nh; ++h) {
+    kbs[h] = static_cast<const E*>(it.kb[h]);
+    vbs[h] = static_cast<const E*>(it.vb[h]);
+    lists[h] = it.list[h];
   }
-  // Token positions (element offsets of K/V rows), computed once per token, a chunk at a time, when the
-  // chunk is first prefetched (kFarChunks ahead), by a cursor over the list entries (no division per
-  // token), kept in a ring until the chunk has been read. qk4 reads up to 3 past a chunk's last token.
-  std::uint64_t ring[kRing][kChunk + 4];
-  const std::uint64_t span = sg.span;
-  std::uint64_t ce = t0 / span, cr = t0 % span;  // cursor: entry, token within it
+  float* __restrict const state = it.state;
+  std::uint64_t* __restrict const ring = it.ring;
+  const float* __restrict const qf = it.q;
+  const std::uint16_t* __restrict const qbf = it.qb;
+  const bool shared = One || it.shared;
+  // per head: acc [G][D], then lv [G][16] (per-lane partial sums of p), mv [G][16] (running max, log2
+  // domain, the same in every lane)
+  auto acc_of = [&](int h) { return state + std::size_t(h) * G * (D + 32); };
+  auto lv_of = [&](int h, int g) { return acc_of(h) + G * D + g * 16; };
+  auto mv_of = [&](int h, int g) { return acc_of(h) + G * D + G * 16 + g * 16; };
+  alignas(64) float s[G][kChunk];         // p of the current task
+  alignas(64) float rb[(G + 3) / 4][64];  // qk4 sums of the next task, laid out for the transpose below
+  float alpha[G];
+  for (int h = 0; h < nh; ++h) {
+    for (int i = 0; i < G * D; ++i) acc_of(h)[i] = 0;
+    for (int g = 0; g < G; ++g)
+      for (int x = 0; x < 16; ++x) {
+        lv_of(h, g)[x] = 0;
+        mv_of(h, g)[x] = kNegBig;
+      }
+  }
+  // Token positions (element offsets from a head base, KvLayout::token_off), computed once per token
+  // and list, a chunk at a time, by a cursor over the list entries (no division per token), kept in a
+  // ring from the current chunk to the far one. qk4 reads up to 3 past a chunk's last token.
+  const int npos = shared ? 1 : nh;
+  const std::uint64_t span = it.sg.span;
+  const std::uint64_t t0 = it.t0, t1 = it.t1;
+  std::uint64_t ce[kMaxItemHeads], cr[kMaxItemHeads];
+  for (int h = 0; h < npos; ++h) {
+    ce[h] = t0 / span;
+    cr[h] = t0 % span;
+  }
   const int nchunks = static_cast<int>((t1 - t0 + kChunk - 1) / kChunk);
+  auto ring_of = [&](int h, int c) {
+    return ring + (std::size_t(shared ? 0 : h) * kRing + (static_cast<unsigned>(c) % kRing)) * (kChunk + 4);
+  };
   int filled = 0;  // chunks whose positions are in the ring
-  auto fill_next = [&] {
-    std::uint64_t* p = ring[filled % kRing];
-    const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(filled) * kChunk));
-    for (int i = 0; i < n; ++i) {
-      p[i] = (std::uint64_t{list[ce]} * span + cr) * tstride;
-      if (++cr == span) {
-        cr = 0;
-        ++ce;
+  auto fill_upto = [&](int c) {  // positions of chunks <= c
+    for (; filled <= c && filled < nchunks; ++filled) {
+      const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(filled) * kChunk));
+      for (int h = 0; h < npos; ++h) {
+        std::uint64_t* p = ring_of(h, filled);
+        const std::uint32_t* list = lists[h];
+        for (int i = 0; i < n; ++i) {
+          p[i] = kl.token_off(std::uint64_t{list[ce[h]]} * span + cr[h]);
+          if (++cr[h] == span) {
+            cr[h] = 0;
+            ++ce[h];
+          }
+        }
+        for (int i = n; i < kChunk + 4; ++i) p[i] = p[n - 1];  // sums of these are masked off
       }
     }
-    for (int i = n; i < kChunk + 4; ++i) p[i] = p[n - 1];  // sums of these are masked off
-    ++filled;
   };
-  // QK of token i of a chunk (for G < 4: of tokens i..i+TU-1 when i % TU == 0). Token i's sums for
-  // heads g..g+3 go to 128-bit lane i/4 of row i%4 of rb[g/4] (G = 2: pair i/2 to lane (i/2)%4 of row
-  // i/8; G = 1: tokens i..i+3 to lane i/4 of row 0), so the rows load as vectors once the chunk is done
-  // (by then the 16-byte stores have long retired: no store-forwarding stall).
-  auto qk_token = [&](const std::uint64_t* p, int i) {
+  // QK of token i of a task's chunk (for G < 4: of tokens i..i+TU-1 when i % TU == 0). Token i's sums
+  // for heads g..g+3 go to 128-bit lane i/4 of row i%4 of rb[g/4] (G = 2: pair i/2 to lane (i/2)%4 of
+  // row i/8; G = 1: tokens i..i+3 to lane i/4 of row 0), so the rows load as vectors once the chunk is
+  // done (by then the 16-byte stores have long retired: no store-forwarding stall).
+  auto qk_token = [&](int h, const std::uint64_t* p, int i) {
+    const E* kb = kbs[h];
+    const float* q = qf + std::size_t(h) * G * D;
+    const std::uint16_t* qb = qbf + std::size_t(h) * G * D;
     if constexpr (G >= 4) {
       for (int g = 0; g < G; g += 4)
-        _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T>(kbase, p, i, g, q, qb));
+        _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T>(kb, p, i, g, q, qb));
     } else if constexpr (G == 2) {
-      if (i % 2 == 0) _mm_store_ps(&rb[0][4 * (i / 2)], qk4<D, G, T>(kbase, p, i, 0, q, qb));
+      if (i % 2 == 0) _mm_store_ps(&rb[0][4 * (i / 2)], qk4<D, G, T>(kb, p, i, 0, q, qb));
     } else {
-      if (i % 4 == 0) _mm_store_ps(&rb[0][i], qk4<D, G, T>(kbase, p, i, 0, q, qb));
+      if (i % 4 == 0) _mm_store_ps(&rb[0][i], qk4<D, G, T>(kb, p, i, 0, q, qb));
     }
   };
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
-  auto pf_far = [&](std::uint64_t p) {
-    const char* kp = reinterpret_cast<const char*>(kbase + p);
-    const char* vp = reinterpret_cast<const char*>(vbase + p);
-    for (int x = 0; x < kRowBytes; x += 64) {
-      _mm_prefetch(kp + x, _MM_HINT_T1);
-      _mm_prefetch(vp + x, _MM_HINT_T1);
-    }
-  };
-  auto pf_near = [&](const E* base, std::uint64_t p) {
+  auto pf_row = [&](const E* base, std::uint64_t p, auto hint) {
     const char* b = reinterpret_cast<const char*>(base + p);
-    for (int x = 0; x < kRowBytes; x += 64) _mm_prefetch(b + x, _MM_HINT_T0);
+    for (int x = 0; x < kRowBytes; x += 64) _mm_prefetch(b + x, static_cast<_mm_hint>(decltype(hint)::value));
   };
-  constexpr int far = kFarChunks;
-  static_assert(far >= 1 && far + 1 <= kRing, "the ring holds the chunks from the current one to the far one");
-  for (int k = 0; k < std::min(nchunks, far + 1); ++k) {
-    fill_next();
-    if (prefetch)
-      for (int i = 0; i < kChunk; ++i) pf_far(ring[k % kRing][i]);
-  }
-  // Software pipeline: QK of chunk c+1 runs inside the first PV pass of chunk c, so the FMA pipes have
-  // independent work while the softmax of a chunk (a long dependent chain) completes. Software prefetch,
-  // spread over the tokens of that pass: chunk k+kFarChunks into L2 (whole pages ahead, as the hardware
-  // prefetchers stop at 4 KiB page boundaries), then into L1 the K rows of chunk k+2 and the V rows of
-  // chunk k+1 (each stream just ahead of its reader: K is read one chunk earlier than V).
-  std::uint64_t* pos = ring[0];
-  for (int i = 0; i < kChunk; ++i) qk_token(pos, i);
-  int k = 0;
-  for (std::uint64_t c0 = t0; c0 < t1; c0 += kChunk, ++k) {
-    const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - c0));
-    const bool has_next = c0 + kChunk < t1;
-    pos = ring[k % kRing];
-    const std::uint64_t* pnext = ring[(k + 1) % kRing];
+  using T1 = std::integral_constant<int, static_cast<int>(_MM_HINT_T1)>;
+  using T0 = std::integral_constant<int, static_cast<int>(_MM_HINT_T0)>;
+  // L2 distance in chunks: the prefetched bytes ahead are far * nh * 2 * 16 rows, kept near 256 KiB.
+  const int far = nh >= 4 ? 2 : kFarChunks;
+  static_assert(kFarChunks + 1 <= kRing, "the ring holds the chunks from the current one to the far one");
+  fill_upto(std::min(nchunks - 1, far));
+  if (prefetch)
+    for (int c = 0; c <= std::min(nchunks - 1, far); ++c)
+      for (int h = 0; h < nh; ++h)
+        for (int i = 0; i < kChunk; ++i) {
+          pf_row(kbs[h], ring_of(h, c)[i], T1{});
+          pf_row(vbs[h], ring_of(h, c)[i], T1{});
+        }
+  // Software prefetch, spread over the tokens of pass 0 of task (k, h): chunk k+far of head h into L2
+  // (whole pages ahead: the hardware prefetchers stop at 4 KiB page boundaries), then into L1 the K rows
+  // of the task after next and the V rows of the next task (each stream just ahead of its reader: a
+  // task's K is read one task earlier than its V).
+  for (int i = 0; i < kChunk; ++i) qk_token(0, ring_of(0, 0), i);
+  for (int k = 0; k < nchunks; ++k) {
+    const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(k) * kChunk));
     const bool pf_f = prefetch && k + far < nchunks;
-    if (pf_f && filled == k + far) fill_next();
-    const std::uint64_t* pfar = ring[(k + far) % kRing];
-    const bool pf_k2 = prefetch && k + 2 < nchunks;
-    const std::uint64_t* pk2 = ring[(k + 2) % kRing];
-    // the chunk's scores, one vector of 16 tokens per head
-    __m512 sc[G];
-    if constexpr (G >= 4) {
-      for (int g = 0; g < G; g += 4) {
-        // row k lane L holds token 4L+k's sums (heads g..g+3): a 4x4 transpose within lanes leaves
-        // head g+e's 16 scores in token order.
-        const float* r = rb[g / 4];
-        const __m512 t0v = _mm512_unpacklo_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16));
-        const __m512 t1v = _mm512_unpackhi_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16));
-        const __m512 t2v = _mm512_unpacklo_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48));
-        const __m512 t3v = _mm512_unpackhi_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48));
-        sc[g] = _mm512_shuffle_ps(t0v, t2v, _MM_SHUFFLE(1, 0, 1, 0));
-        sc[g + 1] = _mm512_shuffle_ps(t0v, t2v, _MM_SHUFFLE(3, 2, 3, 2));
-        sc[g + 2] = _mm512_shuffle_ps(t1v, t3v, _MM_SHUFFLE(1, 0, 1, 0));
-        sc[g + 3] = _mm512_shuffle_ps(t1v, t3v, _MM_SHUFFLE(3, 2, 3, 2));
-      }
-    } else if constexpr (G == 2) {
-      // (token h0, token h1) pairs of tokens 0-7, then 8-15
-      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-      sc[0] = _mm512_permutex2var_ps(_mm512_load_ps(rb[0]), even, _mm512_load_ps(rb[0] + 16));
-      sc[1] = _mm512_permutex2var_ps(_mm512_load_ps(rb[0]), _mm512_add_epi32(even, _mm512_set1_epi32(1)),
-                                     _mm512_load_ps(rb[0] + 16));
-    } else {
-      sc[0] = _mm512_load_ps(rb[0]);
-    }
-    // online softmax over the chunk (log2 domain). The running max is kept broadcast in a vector, l as
-    // 16 per-lane partial sums; rescale factors are computed, and the accumulators rescaled, only for a
-    // chunk that raised some head's max.
-    const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
-    bool rescale = false;
-    for (int g = 0; g < G; ++g) {
-      const __m512 sv = _mm512_mask_mul_ps(_mm512_set1_ps(kNegBig), valid, sc[g], _mm512_set1_ps(qscale));
-      __m512 mx = _mm512_max_ps(sv, _mm512_shuffle_f32x4(sv, sv, _MM_SHUFFLE(1, 0, 3, 2)));
-      mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
-      mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(1, 0, 3, 2)));
-      mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(2, 3, 0, 1)));  // chunk max in every lane
-      const __m512 mo = _mm512_load_ps(mv[g]);
-      const __m512 mn = _mm512_max_ps(mo, mx);
-      const __m512 p = _mm512_maskz_mov_ps(valid, exp2_ps(_mm512_sub_ps(sv, mn)));
-      _mm512_store_ps(s[g], p);
-      __m512 l = _mm512_load_ps(lv[g]);
-      if (_mm512_cmp_ps_mask(mn, mo, _CMP_NEQ_OQ)) {
-        const __m512 al = exp2_ps(_mm512_sub_ps(mo, mn));
-        l = _mm512_mul_ps(l, al);
-        alpha[g] = _mm512_cvtss_f32(al);
-        _mm512_store_ps(mv[g], mn);
-        rescale = true;
+    fill_upto(k + (prefetch ? far : 1));
+    for (int h = 0; h < nh; ++h) {
+      const bool last_head = h + 1 == nh;
+      const int kn = last_head ? k + 1 : k, hn = last_head ? 0 : h + 1;  // next task
+      const int k2 = h + 2 < nh ? k : k + 1, h2 = h + 2 < nh ? h + 2 : h + 2 - nh;  // task after next (nh >= 2)
+      const bool has_next = kn < nchunks;
+      const bool pf_k2 = prefetch && (nh == 1 ? k + 2 < nchunks : k2 < nchunks);
+      const std::uint64_t* pos = ring_of(h, k);
+      const std::uint64_t* pnext = ring_of(hn, kn);
+      const std::uint64_t* pfar = ring_of(h, k + far);
+      const std::uint64_t* pk2 = nh == 1 ? ring_of(0, k + 2) : ring_of(h2, k2);
+      const E* kb2 = kbs[nh == 1 ? 0 : h2];
+      const E* vbn = vbs[hn];
+      const E* vbase = vbs[h];
+      float* acc = acc_of(h);
+      // the task's scores, one vector of 16 tokens per query head
+      __m512 sc[G];
+      if constexpr (G >= 4) {
+        for (int g = 0; g < G; g += 4) {
+          // row k lane L holds token 4L+k's sums (heads g..g+3): a 4x4 transpose within lanes leaves
+          // head g+e's 16 scores in token order.
+          const float* r = rb[g / 4];
+          const __m512 t0v = _mm512_unpacklo_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16));
+          const __m512 t1v = _mm512_unpackhi_ps(_mm512_load_ps(r), _mm512_load_ps(r + 16));
+          const __m512 t2v = _mm512_unpacklo_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48));
+          const __m512 t3v = _mm512_unpackhi_ps(_mm512_load_ps(r + 32), _mm512_load_ps(r + 48));
+          sc[g] = _mm512_shuffle_ps(t0v, t2v, _MM_SHUFFLE(1, 0, 1, 0));
+          sc[g + 1] = _mm512_shuffle_ps(t0v, t2v, _MM_SHUFFLE(3, 2, 3, 2));
+          sc[g + 2] = _mm512_shuffle_ps(t1v, t3v, _MM_SHUFFLE(1, 0, 1, 0));
+          sc[g + 3] = _mm512_shuffle_ps(t1v, t3v, _MM_SHUFFLE(3, 2, 3, 2));
+        }
+      } else if constexpr (G == 2) {
+        // (token h0, token h1) pairs of tokens 0-7, then 8-15
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        sc[0] = _mm512_permutex2var_ps(_mm512_load_ps(rb[0]), even, _mm512_load_ps(rb[0] + 16));
+        sc[1] = _mm512_permutex2var_ps(_mm512_load_ps(rb[0]), _mm512_add_epi32(even, _mm512_set1_epi32(1)),
+                                       _mm512_load_ps(rb[0] + 16));
       } else {
-        alpha[g] = 1.0f;
+        sc[0] = _mm512_load_ps(rb[0]);
       }
-      _mm512_store_ps(lv[g], _mm512_add_ps(l, p));
-    }
-    if (!prefetch && has_next && filled == k + 1) fill_next();
-    // PV (pass 0 also runs the next chunk's QK)
-    for (int gb = 0; gb < G; gb += GB)
-      for (int dc = 0; dc < D; dc += DC) {
-        __m512 a[GB][NC];
-        for (int g = 0; g < GB; ++g)
-          for (int j = 0; j < NC; ++j) {
-            a[g][j] = _mm512_load_ps(&acc[gb + g][dc + 16 * j]);
-            if (rescale) a[g][j] = _mm512_mul_ps(a[g][j], _mm512_set1_ps(alpha[gb + g]));
-          }
-        auto pv_token = [&](int i) {
-          const E* vr = vbase + pos[i] + dc;
-          __m512 vv[NC];
-          if constexpr (kPairs) {
-            for (int j = 0; j < NC; j += 2) {
-              const __m512i w = _mm512_loadu_si512(vr + 16 * j);
-              vv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-              vv[j + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      // online softmax over the chunk (log2 domain). The running max is kept broadcast in a vector, l as
+      // 16 per-lane partial sums; rescale factors are computed, and the accumulators rescaled, only for a
+      // chunk that raised some query head's max.
+      const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
+      bool rescale = false;
+      for (int g = 0; g < G; ++g) {
+        const __m512 sv = _mm512_mask_mul_ps(_mm512_set1_ps(kNegBig), valid, sc[g], _mm512_set1_ps(qscale));
+        __m512 mx = _mm512_max_ps(sv, _mm512_shuffle_f32x4(sv, sv, _MM_SHUFFLE(1, 0, 3, 2)));
+        mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+        mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(1, 0, 3, 2)));
+        mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, _MM_SHUFFLE(2, 3, 0, 1)));  // chunk max in every lane
+        const __m512 mo = _mm512_load_ps(mv_of(h, g));
+        const __m512 mn = _mm512_max_ps(mo, mx);
+        const __m512 p = _mm512_maskz_mov_ps(valid, exp2_ps(_mm512_sub_ps(sv, mn)));
+        _mm512_store_ps(s[g], p);
+        __m512 l = _mm512_load_ps(lv_of(h, g));
+        if (_mm512_cmp_ps_mask(mn, mo, _CMP_NEQ_OQ)) {
+          const __m512 al = exp2_ps(_mm512_sub_ps(mo, mn));
+          l = _mm512_mul_ps(l, al);
+          alpha[g] = _mm512_cvtss_f32(al);
+          _mm512_store_ps(mv_of(h, g), mn);
+          rescale = true;
+        } else {
+          alpha[g] = 1.0f;
+        }
+        _mm512_store_ps(lv_of(h, g), _mm512_add_ps(l, p));
+      }
+      // PV (pass 0 also runs the next task's QK; p = 0 past a short last chunk, whose positions repeat
+      // its last token, so every pass may run kChunk tokens)
+      for (int gb = 0; gb < G; gb += GB)
+        for (int dc = 0; dc < D; dc += DC) {
+          __m512 a[GB][NC];
+          for (int g = 0; g < GB; ++g)
+            for (int j = 0; j < NC; ++j) {
+              a[g][j] = _mm512_load_ps(&acc[(gb + g) * D + dc + 16 * j]);
+              if (rescale) a[g][j] = _mm512_mul_ps(a[g][j], _mm512_set1_ps(alpha[gb + g]));
+            }
+          auto pv_token = [&](int i) {
+            const E* vr = vbase + pos[i] + dc;
+            __m512 vv[NC];
+            if constexpr (kPairs) {
+              for (int j = 0; j < NC; j += 2) {
+                const __m512i w = _mm512_loadu_si512(vr + 16 * j);
+                vv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+                vv[j + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+              }
+            } else {
+              for (int j = 0; j < NC; ++j) vv[j] = load16<T>(vr + 16 * j);
+            }
+            for (int g = 0; g < GB; ++g) {
+              const __m512 pg = _mm512_set1_ps(s[gb + g][i]);
+              for (int j = 0; j < NC; ++j) a[g][j] = _mm512_fmadd_ps(pg, vv[j], a[g][j]);
+            }
+          };
+          if (gb == 0 && dc == 0 && has_next) {
+            for (int i = 0; i < kChunk; ++i) {
+              if (pf_f) {
+                pf_row(kbs[h], pfar[i], T1{});
+                pf_row(vbase, pfar[i], T1{});
+              }
+              if (pf_k2) pf_row(kb2, pk2[i], T0{});
+              if (prefetch) pf_row(vbn, pnext[i], T0{});
+              pv_token(i);
+              qk_token(hn, pnext, i);
             }
           } else {
-            for (int j = 0; j < NC; ++j) vv[j] = load16<T>(vr + 16 * j);
+            for (int i = 0; i < n; ++i) pv_token(i);
           }
-          for (int g = 0; g < GB; ++g) {
-            const __m512 pg = _mm512_set1_ps(s[gb + g][i]);
-            for (int j = 0; j < NC; ++j) a[g][j] = _mm512_fmadd_ps(pg, vv[j], a[g][j]);
-          }
-        };
-        if (gb == 0 && dc == 0 && has_next) {
-          for (int i = 0; i < kChunk; ++i) {  // n == kChunk: only the last chunk can be short
-            if (pf_f) pf_far(pfar[i]);
-            if (pf_k2) pf_near(kbase, pk2[i]);
-            if (prefetch) pf_near(vbase, pnext[i]);
-            pv_token(i);
-            qk_token(pnext, i);
-          }
-        } else {
-          for (int i = 0; i < n; ++i) pv_token(i);
+          for (int g = 0; g < GB; ++g)
+            for (int j = 0; j < NC; ++j) _mm512_store_ps(&acc[(gb + g) * D + dc + 16 * j], a[g][j]);
         }
-        for (int g = 0; g < GB; ++g)
-          for (int j = 0; j < NC; ++j) _mm512_store_ps(&acc[gb + g][dc + 16 * j], a[g][j]);
-      }
-  }
-  for (int g = 0; g < G; ++g) {
-    m_out[g] = mv[g][0];
-    float l = 0;
-    for (int x = 0; x < 16; ++x) l += lv[g][x];
-    l_out[g] = l;
-    float* o = acc_out + g * D;
-    if constexpr (kPairs) {
-      for (int b = 0; b < D; b += 32)
-        for (int k = 0; k < 16; ++k) {
-          o[b + 2 * k] = acc[g][b + k];
-          o[b + 2 * k + 1] = acc[g][b + 16 + k];
-        }
-    } else {
-      std::memcpy(o, acc[g], sizeof(float) * D);
     }
   }
+  for (int h = 0; h < nh; ++h)
+    for (int g = 0; g < G; ++g) {
+      const int x = h * G + g;
+      it.m_out[x] = mv_of(h, g)[0];
+      float l = 0;
+      for (int i = 0; i < 16; ++i) l += lv_of(h, g)[i];
+      it.l_out[x] = l;
+      const float* a = acc_of(h) + g * D;
+      float* o = it.acc_out + std::size_t(x) * D;
+      if constexpr (kPairs) {
+        for (int b = 0; b < D; b += 32)
+          for (int k = 0; k < 16; ++k) {
+            o[b + 2 * k] = a[b + k];
+            o[b + 2 * k + 1] = a[b + 16 + k];
+          }
+      } else {
+        std::memcpy(o, a, sizeof(float) * D);
+      }
+    }
+}
+// One kv head per item (unpaged HND) compiles to the single-stream loop: no head indexing left.
+template <int D, int G, DType T>
+void item_avx512(const Item& it) {
+  if (it.nh == 1) item_avx512_impl<D, G, T, true>(it);
+  else item_avx512_impl<D, G, T, false>(it);
 }
 #endif
 
-// Portable fallback (and the path for group sizes without an AVX-512 instantiation).
-void item_portable(DType T, int D, int G, const void* kbase, const void* vbase,
-                   std::uint64_t tstride, const std::uint32_t* list, const SelGeom& sg, std::uint64_t t0,
-                   std::uint64_t t1, const float* q, float qscale, float* m_out, float* l_out, float* acc_out,
-                   bool prefetch) {
-  std::vector<float> acc(static_cast<std::size_t>(G) * D, 0.0f), kr(D), vr(D), m(G, kNegBig), l(G, 0.0f);
-  for (std::uint64_t t = t0; t < t1; ++t) {
-    const std::uint64_t p = sg.token(list, t) * tstride;
-    if (prefetch && t + 2 * kChunk < t1) {
-      const std::uint64_t pp = sg.token(list, t + 2 * kChunk) * tstride;
-      const std::uint64_t eb = dtype_bytes(T);
-      for (std::uint64_t x = 0; x < D * eb; x += 64) {
-        __builtin_prefetch(static_cast<const char*>(kbase) + pp * eb + x, 0, 3);
-        __builtin_prefetch(static_cast<const char*>(vbase) + pp * eb + x, 0, 3);
+// Portable fallback (and the path for group sizes without an AVX-512 instantiation): the same
+// algorithm per head, token by token, in scalar code the compiler may vectorize.
+void item_portable(DType T, int D, int G, const Item& it) {
+  std::vector<float> acc(static_cast<std::size_t>(G) * D), kr(D), vr(D), m(G), l(G);
+  const std::uint64_t eb = dtype_bytes(T);
+  for (int h = 0; h < it.nh; ++h) {
+    const std::uint32_t* list = it.list[h];
+    const float* q = it.q + std::size_t(h) * G * D;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(m.begin(), m.end(), kNegBig);
+    std::fill(l.begin(), l.end(), 0.0f);
+    for (std::uint64_t t = it.t0; t < it.t1; ++t) {
+      const std::uint64_t p = it.kl.token_off(it.sg.token(list, t));
+      if (it.prefetch && t + 2 * kChunk < it.t1) {
+        const std::uint64_t pp = it.kl.token_off(it.sg.token(list, t + 2 * kChunk));
+        for (std::uint64_t x = 0; x < D * eb; x += 64) {
+          __builtin_prefetch(static_cast<const char*>(it.kb[h]) + pp * eb + x, 0, 3);
+          __builtin_prefetch(static_cast<const char*>(it.vb[h]) + pp * eb + x, 0, 3);
+        }
+      }
+      for (int d = 0; d < D; ++d) {
+        kr[d] = to_f32(T, it.kb[h], p + d);
+        vr[d] = to_f32(T, it.vb[h], p + d);
+      }
+      for (int g = 0; g < G; ++g) {
+        float sc = 0;
+#pragma omp simd reduction(+ : sc)
+        for (int d = 0; d < D; ++d) sc += q[g * D + d] * kr[d];
+        sc *= it.qscale;
+        const float mn = std::max(m[g], sc);
+        const float alpha = std::exp2(m[g] - mn), pr = std::exp2(sc - mn);
+        l[g] = l[g] * alpha + pr;
+        m[g] = mn;
+        float* a = &acc[static_cast<std::size_t>(g) * D];
+#pragma omp simd
+        for (int d = 0; d < D; ++d) a[d] = a[d] * alpha + pr * vr[d];
       }
     }
-    for (int d = 0; d < D; ++d) {
-      kr[d] = to_f32(T, kbase, p + d);
-      vr[d] = to_f32(T, vbase, p + d);
-    }
     for (int g = 0; g < G; ++g) {
-      float sc = 0;
-#pragma omp simd reduction(+ : sc)
-      for (int d = 0; d < D; ++d) sc += q[g * D + d] * kr[d];
-      sc *= qscale;
-      const float mn = std::max(m[g], sc);
-      const float alpha = std::exp2(m[g] - mn), pr = std::exp2(sc - mn);
-      l[g] = l[g] * alpha + pr;
-      m[g] = mn;
-      float* a = &acc[static_cast<std::size_t>(g) * D];
-#pragma omp simd
-      for (int d = 0; d < D; ++d) a[d] = a[d] * alpha + pr * vr[d];
+      const int x = h * G + g;
+      it.m_out[x] = m[g];
+      it.l_out[x] = l[g];
+      std::memcpy(it.acc_out + static_cast<std::size_t>(x) * D, &acc[static_cast<std::size_t>(g) * D], sizeof(float) * D);
     }
-  }
-  for (int g = 0; g < G; ++g) {
-    m_out[g] = m[g];
-    l_out[g] = l[g];
-    std::memcpy(acc_out + static_cast<std::size_t>(g) * D, &acc[static_cast<std::size_t>(g) * D], sizeof(float) * D);
   }
 }
 
-using ItemFn = void (*)(const void*, const void*, std::uint64_t, const std::uint32_t*,
-                        const SelGeom&, std::uint64_t, std::uint64_t, const float*, const std::uint16_t*, float,
-                        float*, float*, float*, bool);
+using ItemFn = void (*)(const Item&);
 
 ItemFn pick_item(DType t, int d, int g) {
 #if defined(__AVX512F__)
@@ -432,23 +517,57 @@ ItemFn pick_item(DType t, int d, int g) {
   return nullptr;
 }
 
+// Per-thread scratch, in floats: q, qb, the heads' state, the item outputs (m, l, acc), the position ring.
+struct ScratchLayout {
+  std::size_t q, qb, state, m, l, acc, ring, total;
+};
+inline std::size_t up64(std::size_t floats) { return (floats + 15) / 16 * 16; }
+ScratchLayout scratch_layout(std::uint32_t nh, std::uint32_t G, std::uint32_t D) {
+  ScratchLayout x{};
+  const std::size_t qh = std::size_t(nh) * G * D;
+  x.q = 0;
+  x.qb = x.q + up64(qh);
+  x.state = x.qb + up64((qh + 1) / 2);
+  x.m = x.state + up64(item_state_floats(static_cast<int>(nh), static_cast<int>(G), static_cast<int>(D)));
+  x.l = x.m + up64(std::size_t(nh) * G);
+  x.acc = x.l + up64(std::size_t(nh) * G);
+  x.ring = x.acc + up64(qh);
+  x.total = x.ring + up64(std::size_t(nh) * kRing * (kChunk + 4) * 2);
+  return x;
+}
+
 }  // namespace
+
+std::uint32_t heads_per_item(const AttnShape& s) {
+  // Unpaged HND: a head's rows are one contiguous run of their own; reading heads together gains nothing.
+  if (s.layout == Layout::HND && s.page == 0) return 1;
+  std::uint32_t nh = std::min<std::uint32_t>(s.hkv, kMaxItemHeads);
+  while (nh > 1 && nh * s.group() > kMaxItemQHeads) nh /= 2;
+  return nh;
+}
 
 void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws) {
   ws.threads = omp_get_max_threads();
-  const std::uint64_t lists_items = std::uint64_t{s.batch} * s.hkv;
+  ws.heads_per_item = heads_per_item(s);
+  const std::uint64_t head_groups = (s.hkv + ws.heads_per_item - 1) / ws.heads_per_item;
   // >= 16 items per thread (dynamic scheduling balances them when a core is shared), no split under
   // 256 tokens; chunks in whole softmax steps.
-  ws.split = make_splits(sel.geom.n_tokens(), lists_items, static_cast<std::uint32_t>(ws.threads), 16, 256, kChunk);
+  ws.split = make_splits(sel.geom.n_tokens(), std::uint64_t{s.batch} * head_groups,
+                         static_cast<std::uint32_t>(ws.threads), 16, 256, kChunk);
   ws.part.assign(std::uint64_t{s.batch} * s.hq * ws.split.n_splits * (s.d + 2), 0.0f);
+  ws.scratch_stride = scratch_layout(ws.heads_per_item, s.group(), s.d).total;
+  ws.scratch.assign(ws.scratch_stride * ws.threads + 16, 0.0f);
 }
 
 void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
                    AttnWorkspace& ws, float* out, bool prefetch) {
   const int D = static_cast<int>(s.d), G = static_cast<int>(s.group());
-  const std::uint32_t ns = ws.split.n_splits;
-  const std::uint64_t n_items = std::uint64_t{s.batch} * s.hkv * ns;
-  const std::uint64_t tstride = kv_token_stride(s.layout, s.hkv, s.d);
+  const std::uint32_t ns = ws.split.n_splits, nhp = ws.heads_per_item;
+  if (nhp == 0 || nhp != heads_per_item(s) || ws.scratch.size() < ws.scratch_stride * ws.threads)
+    throw std::invalid_argument("attention_cpu: the workspace was not planned for this shape (plan_cpu)");
+  const std::uint64_t head_groups = (s.hkv + nhp - 1) / nhp;
+  const std::uint64_t n_items = std::uint64_t{s.batch} * head_groups * ns;
+  const KvLayout kl = s.kv_layout();
   const float qscale = s.scale() * kLog2e;
   const ItemFn fn = pick_item(s.dtype, D, G);
   const auto* kc = static_cast<const char*>(kv);
@@ -456,34 +575,55 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
   const std::uint64_t eb = dtype_bytes(s.dtype);
   float* part = ws.part.data();
   const std::size_t rec = static_cast<std::size_t>(D) + 2;  // m, l, acc[D]
-#pragma omp parallel
+  const ScratchLayout sl = scratch_layout(nhp, s.group(), s.d);
+  // 64-byte aligned base of the scratch
+  float* scratch0 = ws.scratch.data();
+  scratch0 += (16 - (reinterpret_cast<std::uintptr_t>(scratch0) / sizeof(float)) % 16) % 16;
+#pragma omp parallel num_threads(ws.threads)
   {
-    alignas(64) float q[16 * 128];
-    alignas(64) std::uint16_t qb[16 * 128];
-    alignas(64) float mt[16], lt[16];
-    alignas(64) float at[16 * 128];
+    float* sc = scratch0 + ws.scratch_stride * static_cast<std::size_t>(omp_get_thread_num());
+    float* q = sc + sl.q;
+    auto* qb = reinterpret_cast<std::uint16_t*>(sc + sl.qb);
+    Item it;
+    it.kl = kl;
+    it.sg = sel.geom;
+    it.q = q;
+    it.qb = qb;
+    it.qscale = qscale;
+    it.m_out = sc + sl.m;
+    it.l_out = sc + sl.l;
+    it.acc_out = sc + sl.acc;
+    it.state = sc + sl.state;
+    it.ring = reinterpret_cast<std::uint64_t*>(sc + sl.ring);
+    it.prefetch = prefetch;
 #pragma omp for schedule(dynamic, 1)
-    for (std::uint64_t it = 0; it < n_items; ++it) {
-      const std::uint32_t sp = static_cast<std::uint32_t>(it % ns);
-      const std::uint64_t bh = it / ns;
-      const std::uint64_t h = bh % s.hkv, b = bh / s.hkv;
-      for (int g = 0; g < G; ++g)
+    for (std::uint64_t i = 0; i < n_items; ++i) {
+      const std::uint32_t sp = static_cast<std::uint32_t>(i % ns);
+      const std::uint64_t bg = i / ns;
+      const std::uint64_t h0 = (bg % head_groups) * nhp, b = bg / head_groups;
+      it.nh = static_cast<int>(std::min<std::uint64_t>(nhp, s.hkv - h0));
+      for (int h = 0; h < it.nh; ++h) {
+        const std::uint64_t base = kl.head_base(b, h0 + h, s.ctx) * eb;
+        it.kb[h] = kc + base;
+        it.vb[h] = vc + base;
+        it.list[h] = sel.idx.data() + sel.geom.list_offset(b, h0 + h, s.hkv);
+      }
+      it.shared = sel.geom.shared || it.nh == 1;
+      for (int x = 0; x < it.nh * G; ++x)
         for (int d = 0; d < D; ++d) {
-          const std::uint64_t qi = (b * s.hq + h * G + g) * D + d;
-          qb[g * D + d] = static_cast<const std::uint16_t*>(qv)[qi];  // q is 16-bit for every K/V dtype
-          q[g * D + d] = to_f32(s.q_dtype(), qv, qi);
+          const std::uint64_t qi = (b * s.hq + h0 * G + x) * D + d;
+          qb[x * D + d] = static_cast<const std::uint16_t*>(qv)[qi];  // q is 16-bit for every K/V dtype
+          q[x * D + d] = to_f32(s.q_dtype(), qv, qi);
         }
-      const void* kb = kc + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d) * eb;
-      const void* vb = vc + kv_row(s.layout, b, 0, h, s.ctx, s.hkv, s.d) * eb;
-      const std::uint32_t* list = sel.idx.data() + sel.geom.list_offset(b, h, s.hkv);
-      const std::uint64_t t0 = ws.split.begin(sp), t1 = ws.split.end(sp);
-      if (fn) fn(kb, vb, tstride, list, sel.geom, t0, t1, q, qb, qscale, mt, lt, at, prefetch);
-      else item_portable(s.dtype, D, G, kb, vb, tstride, list, sel.geom, t0, t1, q, qscale, mt, lt, at, prefetch);
-      for (int g = 0; g < G; ++g) {
-        float* r = part + ((b * s.hq + h * G + g) * ns + sp) * rec;
-        r[0] = mt[g];
-        r[1] = lt[g];
-        std::memcpy(r + 2, at + g * D, sizeof(float) * D);
+      it.t0 = ws.split.begin(sp);
+      it.t1 = ws.split.end(sp);
+      if (fn) fn(it);
+      else item_portable(s.dtype, D, G, it);
+      for (int x = 0; x < it.nh * G; ++x) {
+        float* r = part + ((b * s.hq + h0 * G + x) * ns + sp) * rec;
+        r[0] = it.m_out[x];
+        r[1] = it.l_out[x];
+        std::memcpy(r + 2, it.acc_out + static_cast<std::size_t>(x) * D, sizeof(float) * D);
       }
     }
     // merge splits: out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s

@@ -8,7 +8,9 @@
 // rows before using any (so 2U independent 16-byte loads per lane are in flight), reduces the QK
 // partial dots over its lanes with xor shuffles, and keeps an online softmax (log2 domain, fp32).
 // The lane groups are combined through shared memory into one (m, l, acc) per query head and split;
-// a merge kernel combines the splits. fp32 accumulation throughout.
+// a merge kernel combines the splits. fp32 accumulation throughout. Row addresses: a per-head base plus
+// KvLayout::token_off_u32 of the physical token (the paged HND layout keeps a page's heads side by side,
+// so one head's rows are runs of P x d elements at a stride of P x hkv x d).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -28,7 +30,7 @@ constexpr float kNegBig = -1.0e30f;
 
 struct Args {
   std::uint32_t hq, hkv, ctx, head_groups;
-  Layout layout;
+  KvLayout kl;
   float qscale;  // scale * log2(e)
   SelGeom sel;
   std::uint32_t span_shift;  // log2(sel.span): spans are powers of two (no 64-bit division per token)
@@ -95,10 +97,9 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
 #pragma unroll
     for (int j = 0; j < EPL; ++j) qf[g][j] *= a.qscale;
   }
-  const std::uint64_t row0 = kv_row(a.layout, b, 0, h, a.ctx, a.hkv, D) * EB + static_cast<std::uint64_t>(sub) * 16;
+  const std::uint64_t row0 = a.kl.head_base(b, h, a.ctx) * EB + static_cast<std::uint64_t>(sub) * 16;
   const unsigned char* kb = k + row0;
   const unsigned char* vb = v + row0;
-  const std::uint64_t ts = kv_token_stride(a.layout, a.hkv, D) * EB;  // bytes between tokens of one head
   const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
   const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
 
@@ -113,21 +114,23 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
 
   for (std::uint32_t base = t0; base < t1; base += static_cast<std::uint32_t>(TPC) * U) {
     // Positions first (index loads), then all 2U row loads, then the math.
-    std::uint64_t pos[U];
+    // Byte offsets of the selected rows (physical token -> KvLayout::token_off: paged HND keeps the
+    // pages of every head side by side).
+    std::uint64_t off[U];
     bool ok[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
       ok[u] = t < t1;
-      pos[u] = ok[u] ? (static_cast<std::uint64_t>(__ldg(list + (t >> a.span_shift))) << a.span_shift) +
-                           (t & ((1u << a.span_shift) - 1u))
-                     : 0;
+      const std::uint32_t n = ok[u] ? (__ldg(list + (t >> a.span_shift)) << a.span_shift) + (t & ((1u << a.span_shift) - 1u))
+                                    : 0u;
+      off[u] = a.kl.token_off_u32(n) * EB;  // fits_u32() checked at launch
     }
     uint4 kr[U], vr[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      kr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(kb + pos[u] * ts)) : make_uint4(0, 0, 0, 0);
-      vr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(vb + pos[u] * ts)) : make_uint4(0, 0, 0, 0);
+      kr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(kb + off[u])) : make_uint4(0, 0, 0, 0);
+      vr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(vb + off[u])) : make_uint4(0, 0, 0, 0);
     }
     float s[U][GB];
 #pragma unroll
@@ -300,7 +303,10 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   if (sel.span == 0 || (sel.span & (sel.span - 1))) throw std::invalid_argument("gpu::attention: span must be a power of two");
   std::uint32_t shift = 0;
   while ((1u << shift) < sel.span) ++shift;
-  Args a{s.hq, s.hkv, s.ctx, p.head_groups, s.layout, s.scale * kLog2e, sel, shift, p.split};
+  if (s.page && ((s.page & (s.page - 1)) || s.ctx % s.page))
+    throw std::invalid_argument("gpu::attention: page must be 0 or a power of two dividing the context");
+  Args a{s.hq, s.hkv, s.ctx, p.head_groups, make_kv_layout(s.layout, s.hkv, s.d, s.page), s.scale * kLog2e, sel, shift, p.split};
+  if (!a.kl.fits_u32()) throw std::invalid_argument("gpu::attention: a page of this layout exceeds 2^32 elements");
   auto go = [&](auto dc, auto tc) {
     dispatch_gb<decltype(dc)::value, decltype(tc)::value>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
   };

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -31,6 +32,7 @@ void validate_shape(const AttnShape& s) {
   if (g > 16 || (g & (g - 1)))
     throw UsageError("group hq/hkv = " + std::to_string(g) + ": allowed 1, 2, 4, 8, 16");
   if (s.ctx == 0 || s.batch == 0) throw UsageError("context and batch must be positive");
+  if (s.page) validate_page_tokens(s.page, s.ctx);
 }
 
 const char* to_string(Arm a) { return a == Arm::dense ? "dense" : a == Arm::block ? "block" : "token"; }
@@ -188,6 +190,9 @@ static std::uint32_t batch_of_list(const AttnShape& s, const Selection& sel, std
 }
 
 Selection place(const AttnShape& s, const PageMap& pm, const Selection& logical) {
+  if (!pm.contiguous() && s.page != pm.page)
+    throw std::invalid_argument("place: the layout's page (" + std::to_string(s.page) + ") is not the page map's (" +
+                                std::to_string(pm.page) + ")");
   if (pm.contiguous()) return logical;
   const std::uint32_t span = logical.geom.span, per = pm.entries_per(span);
   Selection out;
@@ -285,7 +290,7 @@ void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std
       const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
       float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
       for (std::uint32_t t = j * block; t < (j + 1) * block; ++t) {
-        const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d);
+        const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d, s.page);
         for (std::uint32_t d = 0; d < s.d; ++d) c[d] += elem(s, k, r + d);
       }
       for (std::uint32_t d = 0; d < s.d; ++d) c[d] /= static_cast<float>(block);
@@ -332,6 +337,7 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
   const std::uint32_t nl = n_lists(s, shared);
   scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
   const std::uint64_t eb = dtype_bytes(s.dtype);
+  const KvLayout kl = s.kv_layout();
   for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
     const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
     float qs[128];
@@ -339,10 +345,9 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
     float* out = scores.data() + std::uint64_t{shared ? b : bh} * s.ctx;
 #pragma omp parallel for schedule(static)
     for (std::uint32_t t = 0; t < s.ctx; ++t) {
-      const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d);
+      const std::uint64_t r = kl.row(b, pm.phys_token(b, t), h, s.ctx);
       if (t + 16 < s.ctx)
-        __builtin_prefetch(
-            static_cast<const char*>(k) + kv_row(s.layout, b, pm.phys_token(b, t + 16), h, s.ctx, s.hkv, s.d) * eb, 0, 0);
+        __builtin_prefetch(static_cast<const char*>(k) + kl.row(b, pm.phys_token(b, t + 16), h, s.ctx) * eb, 0, 0);
       const float a = dot_row(s, qs, k, r);
       if (shared) out[t] += a;  // heads run one after another: no race
       else out[t] = a;
@@ -367,7 +372,7 @@ void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& 
     std::vector<double> C(std::uint64_t{D} * D, 0.0);
     std::vector<double> row(D);
     for (std::uint32_t t = 0; t < s.ctx; t += stride) {
-      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D);
+      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D, s.page);
       for (std::uint32_t i = 0; i < D; ++i) row[i] = elem(s, k, off + i);
       for (std::uint32_t i = 0; i < D; ++i)
         for (std::uint32_t j = i; j < D; ++j) C[std::uint64_t{i} * D + j] += row[i] * row[j];
@@ -411,7 +416,7 @@ void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& 
     float* kp = lr.keys.data() + std::uint64_t{bh} * s.ctx * r;
     std::vector<float> kr(D);
     for (std::uint32_t t = 0; t < s.ctx; ++t) {
-      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D);
+      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D, s.page);
       for (std::uint32_t i = 0; i < D; ++i) kr[i] = elem(s, k, off + i);
       float* o = kp + std::uint64_t{t} * r;
       for (std::uint32_t c = 0; c < r; ++c) o[c] = 0.0f;
@@ -476,7 +481,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
     for (std::uint32_t d = 0; d < D; ++d) qf[d] = qelem(s, q, bq * D + d);
     double mx = -1e300;
     for (std::uint64_t t = 0; t < n; ++t) {
-      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d);
+      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d, s.page);
       float a = 0;
       for (std::uint32_t d = 0; d < D; ++d) a += qf[d] * elem(s, k, r + d);
       sc[t] = a * scale;
@@ -487,7 +492,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
     for (std::uint64_t t = 0; t < n; ++t) {
       const double p = std::exp(static_cast<double>(sc[t]) - mx);
       l += p;
-      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d);
+      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d, s.page);
       for (std::uint32_t d = 0; d < D; ++d) o[d] += p * elem(s, v, r + d);
     }
     for (std::uint32_t d = 0; d < D; ++d) out[bq * D + d] = static_cast<float>(o[d] / l);

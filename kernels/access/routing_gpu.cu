@@ -74,7 +74,7 @@ template <int D>
 __global__ void __launch_bounds__(kScoreThreads) score_tokens_kernel(const std::uint16_t* __restrict__ q,
                                                                      const std::uint16_t* __restrict__ k,
                                                                      std::uint32_t hq, std::uint32_t hkv,
-                                                                     std::uint32_t ctx, Layout layout, bool shared,
+                                                                     std::uint32_t ctx, KvLayout kl, bool shared,
                                                                      bool bf16, PageMap pm, float* __restrict__ scores) {
   extern __shared__ float qs[];
   constexpr int LT = attn_lanes_per_token(D);
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_tokens_kernel(const std::
     if (t < ctx) {
       const std::uint64_t pt = pm.phys_token(b, t);
       for (std::uint32_t h = h0; h < h1; ++h) {
-        const uint4 u = __ldg(reinterpret_cast<const uint4*>(k + kv_row(layout, b, pt, h, ctx, hkv, D)) + sub);
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(k + kl.row(b, pt, h, ctx)) + sub);
         const unsigned w[4] = {u.x, u.y, u.z, u.w};
         const float* qq = qs + h * D + sub * 8;
 #pragma unroll
@@ -266,9 +266,9 @@ void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t
   const auto* k16 = static_cast<const std::uint16_t*>(k);
   const bool bf16 = s.dtype == DType::bf16;
   if (s.d == 128)
-    score_tokens_kernel<128><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, pm, scores);
+    score_tokens_kernel<128><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, make_kv_layout(s.layout, s.hkv, s.d, s.page), shared, bf16, pm, scores);
   else if (s.d == 64)
-    score_tokens_kernel<64><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, s.layout, shared, bf16, pm, scores);
+    score_tokens_kernel<64><<<grid, kScoreThreads, smem, st>>>(q16, k16, s.hq, s.hkv, s.ctx, make_kv_layout(s.layout, s.hkv, s.d, s.page), shared, bf16, pm, scores);
   else
     throw std::invalid_argument("gpu::route_tokens: head dim must be 64 or 128");
   check("score_tokens_kernel launch");

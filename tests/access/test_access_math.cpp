@@ -64,14 +64,13 @@ TEST(AccessMath, LayoutOffsets) {
   EXPECT_EQ(kv_row(Layout::NHD, 0, 0, 1, N, H, D), 4u);
   EXPECT_EQ(kv_row(Layout::NHD, 0, 1, 0, N, H, D), 12u);
   EXPECT_EQ(kv_row(Layout::NHD, 1, 0, 0, N, H, D), 120u);
-  EXPECT_EQ(kv_token_stride(Layout::NHD, H, D), 12u);
   // HND: head-major, tokens adjacent
   EXPECT_EQ(kv_row(Layout::HND, 0, 1, 0, N, H, D), 4u);
   EXPECT_EQ(kv_row(Layout::HND, 0, 0, 1, N, H, D), 40u);
   EXPECT_EQ(kv_row(Layout::HND, 1, 0, 0, N, H, D), 120u);
-  EXPECT_EQ(kv_token_stride(Layout::HND, H, D), 4u);
-  // Every (b, n, h) row is distinct and in range for both layouts.
+  // Every (b, n, h) row is distinct and in range for both layouts, and row = head_base + token_off.
   for (Layout l : {Layout::NHD, Layout::HND}) {
+    const KvLayout kl = make_kv_layout(l, H, D, 0);
     std::set<std::uint64_t> rows;
     for (std::uint64_t b = 0; b < 2; ++b)
       for (std::uint64_t n = 0; n < N; ++n)
@@ -79,12 +78,62 @@ TEST(AccessMath, LayoutOffsets) {
           const auto r = kv_row(l, b, n, h, N, H, D);
           EXPECT_EQ(r % D, 0u);
           EXPECT_LT(r, 2 * N * H * D);
-          EXPECT_EQ(kv_row(l, b, n, h, N, H, D) + kv_token_stride(l, H, D) * (n + 1 < N ? 1 : 0),
-                    kv_row(l, b, n + (n + 1 < N ? 1 : 0), h, N, H, D));
+          EXPECT_EQ(r, kl.head_base(b, h, N) + kl.token_off(n));
+          EXPECT_EQ(kl.token_off(n), n * (l == Layout::NHD ? H * D : D));
           rows.insert(r);
         }
     EXPECT_EQ(rows.size(), 2 * N * H);
   }
+}
+
+// Paged HND ([batch][page][head][P][dim]): a page holds every head side by side, one head's slice is
+// P*D contiguous elements; P == N is the unpaged layout; NHD ignores the page.
+TEST(AccessMath, PagedHndLayout) {
+  const std::uint64_t N = 16, H = 3, D = 4;
+  const std::uint32_t P = 4;
+  const KvLayout kl = make_kv_layout(Layout::HND, H, D, P);
+  EXPECT_TRUE(kl.paged);
+  EXPECT_EQ(kl.page_shift, 2u);
+  EXPECT_EQ(kv_row(Layout::HND, 0, 1, 0, N, H, D, P), 4u);            // next token of a head's slice
+  EXPECT_EQ(kv_row(Layout::HND, 0, 0, 1, N, H, D, P), P * D);         // next head: the next slice
+  EXPECT_EQ(kv_row(Layout::HND, 0, 4, 0, N, H, D, P), H * P * D);     // next page, after every head's slice
+  EXPECT_EQ(kv_row(Layout::HND, 0, 5, 2, N, H, D, P), (H * P + 2 * P + 1) * D);
+  EXPECT_EQ(kv_row(Layout::HND, 1, 0, 0, N, H, D, P), N * H * D);     // batch regions as unpaged
+  std::set<std::uint64_t> rows;
+  for (std::uint64_t b = 0; b < 2; ++b)
+    for (std::uint64_t n = 0; n < N; ++n)
+      for (std::uint64_t h = 0; h < H; ++h) {
+        const auto r = kv_row(Layout::HND, b, n, h, N, H, D, P);
+        EXPECT_EQ(r, kl.head_base(b, h, N) + kl.token_off(n));
+        EXPECT_LT(r, 2 * N * H * D);
+        // each page of a batch is one run of H*P*D elements
+        EXPECT_EQ((r - b * N * H * D) / (H * P * D), n / P);
+        rows.insert(r);
+      }
+  EXPECT_EQ(rows.size(), 2 * N * H);
+  for (std::uint64_t b = 0; b < 2; ++b)
+    for (std::uint64_t n = 0; n < N; ++n)
+      for (std::uint64_t h = 0; h < H; ++h) {
+        EXPECT_EQ(kv_row(Layout::HND, b, n, h, N, H, D, static_cast<std::uint32_t>(N)), kv_row(Layout::HND, b, n, h, N, H, D));
+        EXPECT_EQ(kv_row(Layout::NHD, b, n, h, N, H, D, P), kv_row(Layout::NHD, b, n, h, N, H, D));
+      }
+  EXPECT_FALSE(make_kv_layout(Layout::NHD, H, D, P).paged);
+  EXPECT_FALSE(make_kv_layout(Layout::HND, H, D, 0).paged);
+}
+
+// The GPU's 32-bit form of the token offset equals the 64-bit one, up to the largest contexts.
+TEST(AccessMath, TokenOffsetU32MatchesU64) {
+  for (Layout l : {Layout::NHD, Layout::HND})
+    for (std::uint32_t page : {0u, 1u, 16u, 256u, 1u << 20})
+      for (std::uint64_t H : {1u, 8u, 32u}) {
+        const KvLayout kl = make_kv_layout(l, H, 128, page);
+        if (!kl.fits_u32()) {  // pages of 2^32 elements or more: the GPU refuses these layouts
+          EXPECT_GE(std::uint64_t{page} * H * 128, std::uint64_t{1} << 32);
+          continue;
+        }
+        for (std::uint32_t n : {0u, 1u, 15u, 16u, 17u, 4095u, 65537u, (1u << 20) - 1, (1u << 24) + 3, 0xFFFFFFFFu})
+          EXPECT_EQ(kl.token_off_u32(n), kl.token_off(n)) << int(l) << " page " << page << " H " << H << " n " << n;
+      }
 }
 
 TEST(AccessMath, SelectionTokens) {

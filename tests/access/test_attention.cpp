@@ -107,6 +107,7 @@ TEST_P(AttnTwin, EveryArmMatchesReferenceShuffled) {
   Data data(s);
   const std::uint32_t block = 32, kb = sparse_blocks(s.ctx, block, 1.0 / 8);
   for (std::uint32_t page : {16u, 128u}) {  // pages below and above the block
+    s.page = data.s.page = page;             // the paged layout (paged HND: heads of a page side by side)
     const PageMap pm = make_page_map(s.ctx, page, 77);
     EXPECT_LT(run_and_compare(data, place(s, pm, select_dense(s, 256))), kAttnTolerance) << "dense page " << page;
     for (bool shared : {false, true}) {
@@ -140,8 +141,8 @@ Data shuffle_rows(const Data& logical, const PageMap& pm) {
   for (std::uint32_t b = 0; b < s.batch; ++b)
     for (std::uint32_t h = 0; h < s.hkv; ++h)
       for (std::uint32_t t = 0; t < s.ctx; ++t) {
-        const std::uint64_t src = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d) * dtype_bytes(s.dtype);
-        const std::uint64_t dst = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d) * dtype_bytes(s.dtype);
+        const std::uint64_t src = kv_row(s.layout, b, t, h, s.ctx, s.hkv, s.d, s.page) * dtype_bytes(s.dtype);
+        const std::uint64_t dst = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d, s.page) * dtype_bytes(s.dtype);
         std::copy(ks + src, ks + src + rb, kd + dst);
         std::copy(vs + src, vs + src + rb, vd + dst);
       }
@@ -163,13 +164,15 @@ std::vector<float> attend_ref(const Data& d, const Selection& sel) {
 
 // Placement semantics: logical token t lives at phys_token(b, t). The same logical KV, stored shuffled
 // and read through the placed lists, gives bit-identical routing scores, selections and outputs (same
-// rows, same order) as the contiguous placement; unplace() inverts place() and rejects other lists.
+// rows, same order) as the same paged layout with its pages in logical order; unplace() inverts place()
+// and rejects other lists.
 TEST(Placement, ShuffledStorageIsTheSameLogicalProblem) {
   for (Layout lay : {Layout::HND, Layout::NHD}) {
     AttnShape s;
     s.batch = 2; s.hq = 16; s.hkv = 4; s.d = 64; s.ctx = 1024; s.layout = lay;
-    const Data logical(s);
     for (std::uint32_t page : {16u, 64u}) {
+      s.page = page;
+      const Data logical(s);
       const PageMap pm = make_page_map(s.ctx, page, 3);
       const Data phys = shuffle_rows(logical, pm);
       for (std::uint32_t block : {16u, 128u})
@@ -248,7 +251,9 @@ TEST(LowRank, ExactForKeysOfRankRAndPlacementInvariant) {
     }
     EXPECT_LT(emax, 1e-4f * amax) << "shared=" << shared;
   }
-  // General keys: the proxy differs from the exact scores (it is an approximation, not a copy).
+  // General keys: the proxy differs from the exact scores (it is an approximation, not a copy). Paged
+  // layout (pages of 16 tokens in logical order here, shuffled below).
+  s.page = 16;
   Data full(s);
   LowRank lf;
   build_lowrank(s, full.k.data(), r, lf);
@@ -373,6 +378,7 @@ TEST(Routing, GpuThresholdTopkMatchesCpuSelection) {
   // position pos -> entries pm.phys_entry(b, i, unit, r) at pos * per + r. It must equal place() of the
   // CPU selection, for pages below, equal to and above the block.
   for (std::uint32_t page : {4u, 16u, 64u}) {
+    s.page = page;
     const PageMap pm = make_page_map(s.ctx, page, 41);
     const Selection pb = place(s, pm, sb), pt = place(s, pm, st);
     for (std::uint32_t l = 0; l < 2; ++l) {

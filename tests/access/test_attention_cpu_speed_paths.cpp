@@ -93,6 +93,7 @@ TEST(AttnSpeedPaths, PagedPlacementMatchesReference) {
           if (ctx % page || ctx % span) continue;
           AttnShape s;
           s.batch = 2; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = ctx; s.dtype = dt; s.layout = Layout::HND;
+          s.page = page;
           validate_shape(s);
           const PageMap pm = make_page_map(ctx, page, 77 + page);
           const Selection sel = place(s, pm, select_dense(s, span));
