@@ -397,8 +397,8 @@ int bench_main(int argc, char** argv, Study& study) {
         if (skipped || !stop_study.empty()) {
           rec.note = skipped ? "skipped: " + skipped->reason : "not run: " + stop_study;
           rec.verified = "n/a";
+          st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
-          st.SkipWithError(rec.note.c_str());
           finish_case();
           return;
         }
@@ -457,21 +457,21 @@ int bench_main(int argc, char** argv, Study& study) {
                        prog.c_str(), c->name.c_str(), e.what());
           rec.verified = "no";
           rec.note = std::string("verify failed: ") + e.what();
+          st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
-          st.SkipWithError(rec.note.c_str());
         } catch (const UsageError& e) {
           stop_study = std::string("bad input in ") + c->name;
           exit_code = kExitUsage;
           std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
           rec.note = std::string("error: ") + e.what();
+          st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
-          st.SkipWithError(rec.note.c_str());
         } catch (const std::exception& e) {
           if (exit_code == kExitOk) exit_code = kExitFailure;
           std::fprintf(stderr, "%s: case %s failed: %s\n", prog.c_str(), c->name.c_str(), e.what());
           rec.note = std::string("error: ") + e.what();
+          st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
-          st.SkipWithError(rec.note.c_str());
         }
         finish_case();
       };
