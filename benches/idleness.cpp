@@ -2,7 +2,7 @@
 // recompute placed beside decode free?
 //
 // Run:   build/bin/bench_idleness [--quick] [--models Llama-3.1-8B] [--batches 1,16] [--contexts 1024,4096]
-//        [--layers 1] [--arms decode,prefill,corun] [--metric-set decode_idleness] [--out DIR]
+//        [--layers 1] [--arms decode,prefill,corun] [--green-sms N] [--metric-set decode_idleness] [--out DIR]
 //
 // Workload (kernels/decode/): a decoder layer's decode step (RMSNorm, QKV projection, RoPE, attention over
 // context C, O projection, SwiGLU MLP) over L layers for a batch of B sequences; a prefill chunk for contrast.
@@ -21,6 +21,11 @@
 // profiler attached): one line, timings only.
 // Co-run: recompute from X (the frontier study's arm) on a second thread (CPU) or stream (GPU) while decode
 // steps run: decode slowdown and recompute pages/s against each alone.
+// GPU co-run on SM partitions (green contexts, harness/include/kvf/green_ctx.hpp): recompute gets --green-sms SMs
+// (default about a quarter of the device), decode the rest; decode alone on its partition, recompute alone on its
+// partition and both at once (bg_green_*). The timed work runs on the partitions' streams between event hops from
+// and back to the backend's stream, so the harness's events bracket it (the hops are inside the figure). Without
+// green contexts (driver, device): one skipped row naming the failing driver call and its error.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <omp.h>
@@ -59,6 +64,7 @@
 #if defined(KVF_HAVE_CUDA)
 #include "decode_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
+#include "kvf/green_ctx.hpp"
 #endif
 #if defined(KVF_HAVE_CUPTI)
 #include "kvf/cupti/activity.hpp"
@@ -250,6 +256,10 @@ class IdlenessStudy final : public kvf::Study {
         ->delimiter(',');
     app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
     app.add_flag("--no-counters", no_counters_, "GPU: timings only, no CUPTI collection");
+    app.add_option("--green-sms", green_sms_,
+                   "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, decode gets the "
+                   "rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no green-context "
+                   "cases (default: about a quarter of the SMs)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
@@ -260,6 +270,11 @@ class IdlenessStudy final : public kvf::Study {
   std::vector<int> batches_, contexts_;
   int layers_ = -1, prefill_tokens_ = 0;
   bool no_counters_ = false, gpu_ = false, quick_ = false;
+  static constexpr int kGreenAuto = -1000000;  // --green-sms not given: about a quarter of the device
+  int green_sms_ = kGreenAuto;
+  // The SM split of the green-context cases, probed once when the case list is made (GPU co-run only).
+  int green_request_ = 0, green_decode_sms_ = 0, green_bg_sms_ = 0;
+  std::string green_skip_;  // non-empty: why the green-context cases are a skipped row
   std::vector<md::ModelShape> all_;
   std::map<std::string, std::shared_ptr<fr::LayerWeights>> weights_;
   bool counters_unavailable_said_ = false;
@@ -285,10 +300,12 @@ class IdlenessStudy final : public kvf::Study {
   void add_decode(Out& out, const md::ModelShape& m, int B, int C, int L, const std::string& arm,
                   const std::string& background);
   void add_prefill(Out& out, const md::ModelShape& m, int T, int N, int L);
-  void add_recompute_alone(Out& out, const md::ModelShape& m);
+  void add_recompute_alone(Out& out, const md::ModelShape& m, bool green = false);
 #if defined(KVF_HAVE_CUDA)
   void add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, int C, int L, const std::string& background);
-  void add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P);
+  void add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P, bool green);
+  void probe_green(Backend& be);
+  std::string green_slowdown_note(const FnCase& c, const kvf::Summary& s, const std::string& mode, bool vs_partition);
   void add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, int N, int L);
 #endif
   std::string cpu_after(FnCase& c, const kvf::Summary& s, const std::string& mode, const std::function<void()>& once);
@@ -349,6 +366,10 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   for (int c : contexts_) dc::validate_context(c);
   if (prefill_tokens_ != 0 && (prefill_tokens_ < 16 || prefill_tokens_ > 4096))
     throw kvf::UsageError("--prefill-tokens " + i2s(prefill_tokens_) + ": must be 16..4096");
+  // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
+  if (green_sms_ != kGreenAuto && (green_sms_ < 0 || green_sms_ > 4096))
+    throw kvf::UsageError("--green-sms " + i2s(green_sms_) + ": must be 0 (no green-context cases) or 1..4096 SMs "
+                          "(and leave the rest of the device a partition)");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const std::vector<std::string> names = models_.empty() ? std::vector<std::string>{"Llama-3.1-8B"} : models_;
   std::vector<const md::ModelShape*> ms;
@@ -436,11 +457,22 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
       add_decode(out, *m, B, C, L, "corun", "none");
       add_recompute_alone(out, *m);
       add_decode(out, *m, B, C, L, "corun", "recompute");
-      if (gpu_)
-        out.push_back(kvf::skipped_case("corun/" + m->name + "/green_context",
-                                        {{"arm", "corun"}, {"model", m->name}, {"background", "recompute_green_ctx"}},
-                                        "recompute on a separate SM partition (green contexts) is not built: events and streams across green "
-                                        "contexts (cuEventRecord needs the stream's own context) were never run on a GPU here"));
+#if defined(KVF_HAVE_CUDA)
+      if (gpu_) {
+        // Recompute on its own SM partition (green contexts): decode alone on the rest, recompute alone on its
+        // partition, both at once.
+        probe_green(be);
+        if (!green_skip_.empty()) {
+          out.push_back(kvf::skipped_case("corun/" + m->name + "/green_context",
+                                          {{"arm", "corun"}, {"model", m->name}, {"background", "green_recompute"}},
+                                          green_skip_));
+        } else {
+          add_decode(out, *m, B, C, L, "corun", "green_none");
+          add_recompute_alone(out, *m, true);
+          add_decode(out, *m, B, C, L, "corun", "green_recompute");
+        }
+      }
+#endif
     }
   }
   return out;
@@ -586,6 +618,25 @@ void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, 
            " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "
            "every layer (each exceeds the LLC/L2)" +
            (arm == "corun" ? std::string("; pct_of_ceiling = 100 / slowdown against background none") : "");
+  if (background.rfind("green_", 0) == 0) {
+    // SM partitions (green contexts): decode on the rest of the device, recompute on its partition.
+    c.params.push_back({"sm_partition", "decode " + i2s(green_decode_sms_) + " SMs / recompute " +
+                                            i2s(green_bg_sms_) + " SMs"});
+    c.params.push_back({"decode_sms", i2s(green_decode_sms_)});
+    c.params.push_back({"background_sms", i2s(green_bg_sms_)});
+    const kvf::CeilingRef full{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"};
+    const kvf::CeilingRef part{"idleness", {{"arm", "corun"}, {"background", "green_none"}}, "gbps"};
+    c.ceiling = background == "green_none" ? full : part;
+    c.uses.push_back(full);
+    if (background != "green_none") c.uses.push_back(part);
+    c.note = std::string("decode step on a green-context partition of ") + i2s(green_decode_sms_) + " SMs" +
+             (background == "green_recompute" ? "; recompute on the other partition of " + i2s(green_bg_sms_) + " SMs"
+                                              : std::string(" alone")) +
+             "; bf16 weights of L layers + bf16 K/V read; the figure includes the cross-context event hops (backend "
+             "stream -> partition stream -> backend stream); pct_of_ceiling = 100 / slowdown against " +
+             (background == "green_none" ? "decode alone on the whole device (bg_none)"
+                                         : "decode alone on its partition (bg_green_none)");
+  }
   const std::size_t mem_cap = std::size_t(double(kvf::host_memory_bytes()) * 0.3);
   if (!gpu_) {
     struct S {
@@ -675,14 +726,26 @@ void IdlenessStudy::add_decode(Out& out, const md::ModelShape& m, int B, int C, 
 }
 
 // ---------------------------------------------------------------- recompute alone (co-run reference)
-void IdlenessStudy::add_recompute_alone(Out& out, const md::ModelShape& m) {
+void IdlenessStudy::add_recompute_alone(Out& out, const md::ModelShape& m, bool green) {
   const int T = 128, P = 1;
-  auto& c = add(out, "corun/" + m.name + "/recompute_alone/T" + i2s(T),
-                {{"arm", "corun"}, {"model", m.name}, {"background", "recompute_alone"}, {"tokens", i2s(T)}});
+  std::vector<Param> params = {{"arm", "corun"}, {"model", m.name},
+                               {"background", green ? "green_recompute_alone" : "recompute_alone"}, {"tokens", i2s(T)}};
+  if (green) {
+    params.push_back({"sm_partition", "decode " + i2s(green_decode_sms_) + " SMs / recompute " + i2s(green_bg_sms_) +
+                                          " SMs"});
+    params.push_back({"decode_sms", i2s(green_decode_sms_)});
+    params.push_back({"background_sms", i2s(green_bg_sms_)});
+  }
+  auto& c = add(out, "corun/" + m.name + (green ? "/green_recompute_alone/T" : "/recompute_alone/T") + i2s(T),
+                std::move(params));
   c.flops = 2.0 * T * P * m.hidden * 2 * m.kv_dim();
   c.bytes = 2.0 * m.kv_dim() * m.hidden * (gpu_ ? 2 : 4) + double(T) * P * m.hidden * 2;
   c.note = "recompute one page of T tokens from bf16 X (the frontier study's arm: K/V GEMM, RoPE, paged write); "
            "pages/s alone = 1 / median";
+  if (green)
+    c.note += "; on a green-context partition of " + i2s(green_bg_sms_) +
+              " SMs, the figure includes the cross-context event hops (backend stream -> partition stream -> backend "
+              "stream)";
   c.ceiling = kvf::CeilingRef{"idleness", {{"arm", "gemm_ceiling"}}, "tflops"};
   c.est_seconds = est(gpu_ ? 30e-6 : c.flops / 100e9, 0.3);
   if (!gpu_) {
@@ -699,7 +762,9 @@ void IdlenessStudy::add_recompute_alone(Out& out, const md::ModelShape& m) {
     return;
   }
 #if defined(KVF_HAVE_CUDA)
-  add_recompute_gpu(c, m, T, P);
+  add_recompute_gpu(c, m, T, P, green);
+#else
+  (void)green;
 #endif
 }
 
@@ -750,7 +815,7 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     std::shared_ptr<fr::LayerWeights> w;
     std::unique_ptr<dc::gpu::DecodeGpu> dec;
     std::unique_ptr<dc::gpu::RecomputeGpu> rc;
-    cudaStream_t s2 = nullptr;
+    cudaStream_t s2 = nullptr;  // background stream (the recompute partition's stream when green)
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     // Overlap accounting: checkpoints on the background stream every `stride` recomputes, and the span of the
     // sample's decode steps on the main stream; pages/s while overlapped = pages between the first checkpoint
@@ -761,48 +826,106 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     bool first_run = true;
     bool counted = false;
     long samples = 0, drained = 0;  // background queues that had finished before the next sample began
+    // Green contexts: recompute on partition 0, decode on partition 1 (stream ds); the timed step hops from the
+    // backend's stream to ds (hop_in, a primary-context event) and back (hop_out, an event of partition 1).
+    std::unique_ptr<kvf::GreenSplit> split;
+    cudaStream_t ds = nullptr;
+    cudaEvent_t hop_in = nullptr, hop_out = nullptr;
+    // Events: partition events are made, recorded, synchronized and timed through the split (the driver's calls
+    // for events of a green context); the plain co-run's through the runtime, as before.
+    cudaEvent_t event(int part) {
+      if (split) return split->make_event(part);
+      cudaEvent_t e = nullptr;
+      KVF_CUDA_CHECK(cudaEventCreate(&e));
+      own.push_back(e);
+      return e;
+    }
+    void record(cudaEvent_t e, cudaStream_t s, int part) {
+      if (split) split->record(e, part);
+      else KVF_CUDA_CHECK(cudaEventRecord(e, s));
+    }
+    void sync(cudaEvent_t e) {
+      if (split) split->sync(e);
+      else KVF_CUDA_CHECK(cudaEventSynchronize(e));
+    }
+    float elapsed(cudaEvent_t a, cudaEvent_t b) {
+      float ms = 0;
+      if (!split) {
+        KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        return ms;
+      }
+      std::string err;
+      if (!split->elapsed_ms(a, b, ms, err)) throw std::runtime_error("green-context event times: " + err);
+      return ms;
+    }
+    std::vector<cudaEvent_t> own;  // runtime events of the plain co-run (the split owns its own)
   };
+  const bool green = background.rfind("green_", 0) == 0;
+  const bool with_bg = background == "recompute" || background == "green_recompute";
   auto s = std::make_shared<G>();
   const md::ModelShape mm = m;
-  c.on_setup = [this, s, mm, B, C, L, background](Backend& be) {
+  const int green_request = green_request_;
+  c.on_setup = [this, s, mm, B, C, L, green, with_bg, green_request](Backend& be) {
     s->w = weights(mm);
     const double free_b = double(be.info().memory_bytes) * 0.8 - dc::layer_params(mm) * 2;
     const int copies = std::max(1, std::min(L, int(free_b / std::max(1.0, dc::kv_layer_bytes(mm, B, C)))));
     cudaStream_t st = kvf::cuda_stream(be);
-    s->dec = std::make_unique<dc::gpu::DecodeGpu>(*s->w, mm, B, C, copies, kSeed, kvf::cuda_props(be).multiProcessorCount, st);
-    if (background == "recompute") {
-      s->rc = std::make_unique<dc::gpu::RecomputeGpu>(mm, 128, 1, kSeed + 90, st);
-      KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
-      KVF_CUDA_CHECK(cudaEventCreate(&s->e0));
-      KVF_CUDA_CHECK(cudaEventCreate(&s->e1));
+    int sms = kvf::cuda_props(be).multiProcessorCount;
+    if (green) {
+      int dev = 0;
+      KVF_CUDA_CHECK(cudaGetDevice(&dev));
+      s->split = std::make_unique<kvf::GreenSplit>(dev, green_request);
+      if (!s->split->available()) throw std::runtime_error("green contexts: " + s->split->reason());
+      s->ds = s->split->stream(1);
+      sms = s->split->sm_count(1);
+      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->hop_in, cudaEventDisableTiming));
+      s->hop_out = s->split->make_event(1);
+      KVF_CUDA_CHECK(cudaStreamSynchronize(st));  // nothing of the backend's still queued behind the split
+    }
+    const cudaStream_t ds = green ? s->ds : st;
+    // The attention's split-KV plan sees the SMs decode runs on; cuBLASLt picks its kernels for the whole device.
+    s->dec = std::make_unique<dc::gpu::DecodeGpu>(*s->w, mm, B, C, copies, kSeed, sms, ds);
+    if (with_bg) {
+      if (green) {
+        s->s2 = s->split->stream(0);
+      } else {
+        KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s2, cudaStreamNonBlocking));
+      }
+      s->rc = std::make_unique<dc::gpu::RecomputeGpu>(mm, 128, 1, kSeed + 90, s->s2);
+      s->e0 = s->event(0);
+      s->e1 = s->event(0);
+      cudaEvent_t d0 = s->event(1), d1 = s->event(1);
       // Size the background so it outlasts a step several times: time both alone once.
       float t_dec = 0, t_bg = 0;
       for (int i = 0; i < 2; ++i) {
-        KVF_CUDA_CHECK(cudaEventRecord(s->e0, st));
-        s->dec->step(L, st);
-        KVF_CUDA_CHECK(cudaEventRecord(s->e1, st));
-        KVF_CUDA_CHECK(cudaEventSynchronize(s->e1));
-        KVF_CUDA_CHECK(cudaEventElapsedTime(&t_dec, s->e0, s->e1));
-        KVF_CUDA_CHECK(cudaEventRecord(s->e0, st));
-        s->rc->run(st);
-        KVF_CUDA_CHECK(cudaEventRecord(s->e1, st));
-        KVF_CUDA_CHECK(cudaEventSynchronize(s->e1));
-        KVF_CUDA_CHECK(cudaEventElapsedTime(&t_bg, s->e0, s->e1));
+        s->record(d0, ds, 1);
+        s->dec->step(L, ds);
+        s->record(d1, ds, 1);
+        s->sync(d1);
+        t_dec = s->elapsed(d0, d1);
+        s->record(s->e0, s->s2, 0);
+        s->rc->run(s->s2);
+        s->record(s->e1, s->s2, 0);
+        s->sync(s->e1);
+        t_bg = s->elapsed(s->e0, s->e1);
       }
       // 4 steps' worth plus 0.2 ms for the blocking kernel that holds the timed step while it is queued.
       s->reps = std::min(20000, int(std::ceil((4 * t_dec + 0.2f) / std::max(t_bg, 1e-3f))) + 2);
       s->stride = std::max(1, (s->reps + 511) / 512);
       s->marks.resize(static_cast<std::size_t>((s->reps + s->stride - 1) / s->stride));
-      for (auto& e : s->marks) KVF_CUDA_CHECK(cudaEventCreate(&e));
-      KVF_CUDA_CHECK(cudaEventCreate(&s->step0));
-      KVF_CUDA_CHECK(cudaEventCreate(&s->step1));
+      for (auto& e : s->marks) e = s->event(0);
+      s->step0 = s->event(1);
+      s->step1 = s->event(1);
     }
   };
   c.on_verify = [s, B](Backend& be) {
     std::vector<int> rows = {0};
     if (B > 1) rows.push_back(B - 1);
-    const auto r = s->dec->verify(*s->w, rows, kvf::cuda_stream(be));
-    if (!r.ok()) throw kvf::VerifyError("GPU decode layer vs reference: " + r.text());
+    // Green: on the decode partition's stream, so a partition that cannot run the step fails here, before timing.
+    const auto r = s->dec->verify(*s->w, rows, s->split ? s->ds : kvf::cuda_stream(be));
+    if (!r.ok())
+      throw kvf::VerifyError(std::string("GPU decode layer") + (s->split ? " (green-context partition)" : "") +
+                             " vs reference: " + r.text());
   };
   c.on_before = [s](Backend&) {
     if (!s->rc) return;
@@ -816,74 +939,100 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     ++s->samples;
     // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
     KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
-    KVF_CUDA_CHECK(cudaEventRecord(s->e0, s->s2));
+    s->record(s->e0, s->s2, 0);
     for (int i = 0; i < s->reps; ++i) {
       s->rc->run(s->s2);
       if ((i + 1) % s->stride == 0 || i + 1 == s->reps)
-        KVF_CUDA_CHECK(cudaEventRecord(s->marks[static_cast<std::size_t>(i / s->stride)], s->s2));
+        s->record(s->marks[static_cast<std::size_t>(i / s->stride)], s->s2, 0);
     }
-    KVF_CUDA_CHECK(cudaEventRecord(s->e1, s->s2));
+    s->record(s->e1, s->s2, 0);
     s->first_run = true;
   };
   c.on_run = [s, L](Backend& be) {
     const cudaStream_t st = kvf::cuda_stream(be);
+    if (s->split) {
+      // Hop to the decode partition behind everything queued on the backend's stream (its start event and the
+      // blocking kernel), and back, so the backend's events bracket the partition's work.
+      KVF_CUDA_CHECK(cudaEventRecord(s->hop_in, st));
+      s->split->wait(s->ds, s->hop_in);
+    }
+    const cudaStream_t ds = s->split ? s->ds : st;
     // Event records cost no GPU time; they mark the span of this sample's steps for the overlap accounting.
-    if (s->rc && s->first_run) (void)cudaEventRecord(s->step0, st);
-    s->dec->step(L, st);
+    if (s->rc && s->first_run) s->record(s->step0, ds, 1);
+    s->dec->step(L, ds);
     if (s->rc) {
-      (void)cudaEventRecord(s->step1, st);
+      s->record(s->step1, ds, 1);
       s->first_run = false;
     }
+    if (s->split) {
+      s->split->record(s->hop_out, 1);
+      s->split->wait(st, s->hop_out);
+    }
   };
-  c.on_after = [this, s, L, &c](Backend& be, const kvf::Summary&, const std::string& mode) {
+  c.on_after = [this, s, L, &c, green, with_bg](Backend& be, const kvf::Summary& sm, const std::string& mode) {
     const double gemm = ceiling_value({"idleness", {{"arm", "gemm_ceiling"}}, "tflops"}, mode);
     const double rd = ceiling_value({"idleness", {{"arm", "read_ceiling"}}, "gbps"}, mode);
     std::string note = "ridge_flop_per_byte=" + num(dc::ridge_flop_per_byte(gemm, rd), 3) +
                        " bound_batch=" + num(dc::bound_batch(gemm, rd, 2), 3) + " (bf16 weights); K/V copies " +
                        i2s(s->dec->copies()) + " for " + i2s(L) + " layers";
+    if (green) note += "; " + green_slowdown_note(c, sm, mode, with_bg);
     if (s->rc) {
       KVF_CUDA_CHECK(cudaStreamSynchronize(s->s2));
-      float ms = 0;
-      KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, s->e0, s->e1));
+      const float ms = s->elapsed(s->e0, s->e1);
       note += "; background drained before the step ended in " + std::to_string(s->drained) + " of " +
               std::to_string(std::max(0L, s->samples - 1)) + " executions (warm-up included; 0 expected)";
       note += "; background recompute over the last sample's whole queue: " + num(s->reps / (ms * 1e-3)) +
               " pages/s (" + i2s(s->reps) + " pages, T=128; includes time before and after the steps)";
       // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
-      // taken from e0, recorded on the background stream before this sample's steps and checkpoints.
-      KVF_CUDA_CHECK(cudaEventSynchronize(s->step1));
+      // taken from e0, recorded on the background stream before this sample's steps and checkpoints. Green: e0
+      // and the checkpoints are events of the recompute partition, the steps' of the decode partition.
+      s->sync(s->step1);
       float t0 = 0, t1 = 0;
-      KVF_CUDA_CHECK(cudaEventElapsedTime(&t0, s->e0, s->step0));
-      KVF_CUDA_CHECK(cudaEventElapsedTime(&t1, s->e0, s->step1));
-      const float span_ms = t1 - t0;
-      std::vector<double> t_marks;
-      for (const auto& e : s->marks) {
-        float t = 0;
-        KVF_CUDA_CHECK(cudaEventElapsedTime(&t, s->e0, e));
-        t_marks.push_back(t);
+      std::string err;
+      bool ok = true;
+      if (s->split) {
+        ok = s->split->elapsed_ms(s->e0, s->step0, t0, err) && s->split->elapsed_ms(s->e0, s->step1, t1, err);
+      } else {
+        t0 = s->elapsed(s->e0, s->step0);
+        t1 = s->elapsed(s->e0, s->step1);
       }
-      const auto ov = dc::overlap_rate(t_marks, s->stride, s->reps, t0, t1);
-      note += ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " pages/s (" +
-                                 std::to_string(ov.pages) + " pages over " + num(ov.ms, 3) + " ms of the steps' " +
-                                 num(span_ms, 3) + " ms)"
-                           : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
-                                 num(span_ms, 3) + " ms to state a rate";
+      if (!ok) {
+        note += "; while overlapped with the steps: not stated (times between the two partitions' events: " + err + ")";
+      } else {
+        const float span_ms = t1 - t0;
+        std::vector<double> t_marks;
+        for (const auto& e : s->marks) t_marks.push_back(s->elapsed(s->e0, e));
+        const auto ov = dc::overlap_rate(t_marks, s->stride, s->reps, t0, t1);
+        note += ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " pages/s (" +
+                                   std::to_string(ov.pages) + " pages over " + num(ov.ms, 3) + " ms of the steps' " +
+                                   num(span_ms, 3) + " ms)"
+                             : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
+                                   num(span_ms, 3) + " ms to state a rate";
+      }
     }
-    note += counters_note(s->counted, c.name, mode, be, [s, L](cudaStream_t st) { s->dec->step(L, st); });
+    if (green) {
+      // The range profiler and PM sampling configure one context; the partitions are other contexts. Not collected
+      // rather than attributed to the wrong context.
+      if (mode == "hot") note += "; counters: not collected for green-context rows (CUPTI collects per context)";
+    } else {
+      note += counters_note(s->counted, c.name, mode, be, [s, L](cudaStream_t st) { s->dec->step(L, st); });
+    }
     return note;
   };
   c.on_teardown = [s](Backend&) {
-    if (s->s2) { (void)cudaStreamSynchronize(s->s2); (void)cudaStreamDestroy(s->s2); }
-    if (s->e0) (void)cudaEventDestroy(s->e0);
-    if (s->e1) (void)cudaEventDestroy(s->e1);
-    for (auto& e : s->marks) (void)cudaEventDestroy(e);
+    if (s->split) s->split->synchronize();
+    if (s->s2) (void)cudaStreamSynchronize(s->s2);
+    if (s->s2 && !s->split) (void)cudaStreamDestroy(s->s2);
+    for (auto& e : s->own) (void)cudaEventDestroy(e);
+    s->own.clear();
+    if (s->hop_in) (void)cudaEventDestroy(s->hop_in);
+    s->hop_in = s->hop_out = nullptr;
     s->marks.clear();
-    if (s->step0) (void)cudaEventDestroy(s->step0);
-    if (s->step1) (void)cudaEventDestroy(s->step1);
     s->step0 = s->step1 = nullptr;
-    s->s2 = nullptr; s->e0 = s->e1 = nullptr;
+    s->s2 = nullptr; s->e0 = s->e1 = nullptr; s->ds = nullptr;
     s->rc.reset();
     s->dec.reset();
+    s->split.reset();  // its events, streams and green contexts, after the work using them
     s->w.reset();
   };
 }
@@ -926,15 +1075,118 @@ void IdlenessStudy::add_prefill_gpu(FnCase& c, const md::ModelShape& m, int T, i
   };
 }
 
-void IdlenessStudy::add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P) {
-  auto s = std::make_shared<std::unique_ptr<dc::gpu::RecomputeGpu>>();
-  const md::ModelShape mm = m;
-  c.on_setup = [s, mm, T, P](Backend& be) {
-    *s = std::make_unique<dc::gpu::RecomputeGpu>(mm, T, P, kSeed + 90, kvf::cuda_stream(be));
+void IdlenessStudy::add_recompute_gpu(FnCase& c, const md::ModelShape& m, int T, int P, bool green) {
+  struct R {
+    std::unique_ptr<dc::gpu::RecomputeGpu> rc;
+    // Green: recompute on partition 0 of the split, between event hops from and back to the backend's stream.
+    std::unique_ptr<kvf::GreenSplit> split;
+    cudaEvent_t hop_in = nullptr, hop_out = nullptr;
   };
-  c.on_run = [s](Backend& be) { (*s)->run(kvf::cuda_stream(be)); };
-  c.on_after = [](Backend&, const kvf::Summary& sm, const std::string&) { return "pages_per_s=" + num(1.0 / sm.median); };
-  c.on_teardown = [s](Backend&) { s->reset(); };
+  auto s = std::make_shared<R>();
+  const md::ModelShape mm = m;
+  const int green_request = green_request_;
+  c.on_setup = [s, mm, T, P, green, green_request](Backend& be) {
+    cudaStream_t st = kvf::cuda_stream(be);
+    if (green) {
+      int dev = 0;
+      KVF_CUDA_CHECK(cudaGetDevice(&dev));
+      s->split = std::make_unique<kvf::GreenSplit>(dev, green_request);
+      if (!s->split->available()) throw std::runtime_error("green contexts: " + s->split->reason());
+      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&s->hop_in, cudaEventDisableTiming));
+      s->hop_out = s->split->make_event(0);
+      st = s->split->stream(0);  // constructed (and run once) on the partition: a failure shows here
+    }
+    s->rc = std::make_unique<dc::gpu::RecomputeGpu>(mm, T, P, kSeed + 90, st);
+  };
+  c.on_run = [s](Backend& be) {
+    const cudaStream_t st = kvf::cuda_stream(be);
+    if (!s->split) {
+      s->rc->run(st);
+      return;
+    }
+    KVF_CUDA_CHECK(cudaEventRecord(s->hop_in, st));
+    s->split->wait(s->split->stream(0), s->hop_in);
+    s->rc->run(s->split->stream(0));
+    s->split->record(s->hop_out, 0);
+    s->split->wait(st, s->hop_out);
+  };
+  c.on_after = [s](Backend&, const kvf::Summary& sm, const std::string&) {
+    std::string note = "pages_per_s=" + num(1.0 / sm.median);
+    if (s->split) note += " on " + i2s(s->split->sm_count(0)) + " SMs (event hops included)";
+    return note;
+  };
+  c.on_teardown = [s](Backend&) {
+    if (s->split) s->split->synchronize();
+    if (s->hop_in) (void)cudaEventDestroy(s->hop_in);
+    s->hop_in = s->hop_out = nullptr;
+    s->rc.reset();
+    s->split.reset();
+  };
+}
+
+// The SM split of the green-context co-run, once per case list: the request (--green-sms, or about a quarter of the
+// device), checked against the driver's granularity (bad flag: exit 2), then a trial split whose failure (driver
+// without green contexts, a split the device refuses) becomes the skipped row's reason.
+void IdlenessStudy::probe_green(Backend& be) {
+  if (green_request_ > 0 || !green_skip_.empty()) return;  // probed already (one split serves every model)
+  if (green_sms_ == 0) {
+    green_skip_ = "--green-sms 0: green-context cases not asked for";
+    return;
+  }
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    green_skip_ = std::string("green contexts unavailable: cudaGetDevice: ") + cudaGetErrorName(e);
+    return;
+  }
+  kvf::SmLimits lim;
+  std::string why;
+  if (!kvf::query_sm_limits(dev, lim, why)) {
+    green_skip_ = "green contexts unavailable: " + why;
+    return;
+  }
+  if (green_sms_ != kGreenAuto) {
+    const std::string p = kvf::partition_request_problem(green_sms_, lim);
+    if (!p.empty()) throw kvf::UsageError("--green-sms " + p);
+    green_request_ = green_sms_;
+  } else {
+    green_request_ = kvf::default_partition_sms(lim);
+    if (green_request_ == 0) {
+      green_skip_ = "green contexts: " + kvf::partition_request_problem(1, lim);
+      return;
+    }
+  }
+  kvf::GreenSplit trial(dev, green_request_);
+  if (!trial.available()) {
+    green_skip_ = "green contexts unavailable: " + trial.reason();
+    green_request_ = 0;
+    return;
+  }
+  green_bg_sms_ = trial.sm_count(0);
+  green_decode_sms_ = trial.sm_count(1);
+  (void)be;
+}
+
+// Slowdown of a green-context decode row against decode alone on the whole device (bg_none) and, for the co-run,
+// against decode alone on its partition (bg_green_none): rows of the same run and mode, same bytes.
+std::string IdlenessStudy::green_slowdown_note(const FnCase& c, const kvf::Summary& s, const std::string& mode,
+                                               bool vs_partition) {
+  std::vector<Param> match;
+  for (const auto& p : c.params)
+    if (p.name == "arm" || p.name == "model" || p.name == "batch" || p.name == "context" || p.name == "layers")
+      match.push_back(p);
+  const double gbps = s.median > 0 ? c.bytes / s.median / 1e9 : 0;
+  auto against = [&](const std::string& bg, const std::string& what) {
+    auto m = match;
+    m.push_back({"background", bg});
+    const auto ref = g_out_dir.empty() ? std::nullopt
+                                       : kvf::find_ceiling(g_out_dir, kvf::CeilingRef{"idleness", m, "gbps"}, mode);
+    if (!ref || gbps <= 0) return "slowdown vs " + what + ": no row of this run";
+    return "slowdown vs " + what + " " + num(*ref / gbps, 4) + "x";
+  };
+  std::string note = against("none", "decode alone on the whole device");
+  if (vs_partition) note += ", " + against("green_none", "decode alone on its partition");
+  return note;
 }
 #endif
 
