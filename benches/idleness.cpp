@@ -1159,6 +1159,13 @@ void IdlenessStudy::probe_green(Backend& be) {
   kvf::GreenSplit trial(dev, green_request_);
   if (!trial.available()) {
     green_skip_ = "green contexts unavailable: " + trial.reason();
+#if defined(KVF_HAVE_CUPTI)
+    // Measured on an H100 (driver 580.159): once CUPTI's profiler is set up in the process (the counters probe
+    // above), cuGreenCtxCreate returns CUDA_ERROR_NOT_SUPPORTED; without counters the same split works.
+    if (!no_counters_ && trial.reason().find("cuGreenCtxCreate") != std::string::npos)
+      green_skip_ += " (CUPTI counters are on in this process: green contexts were refused with CUPTI's profiler set "
+                     "up on the H100 tried; run the co-run arm with --no-counters for the green-context rows)";
+#endif
     green_request_ = 0;
     return;
   }
