@@ -909,8 +909,10 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
         s->sync(s->e1);
         t_bg = s->elapsed(s->e0, s->e1);
       }
-      // 4 steps' worth plus 0.2 ms for the blocking kernel that holds the timed step while it is queued.
-      s->reps = std::min(20000, int(std::ceil((4 * t_dec + 0.2f) / std::max(t_bg, 1e-3f))) + 2);
+      // 16 steps' worth plus 2 ms for the blocking kernel that holds the timed step while it is queued (and the
+      // L2 flush of cold samples): with 4 steps plus 0.2 ms the queue drained before the step ended in every
+      // sample on an H100 (the alone-timing of one recompute overstates its pipelined cost).
+      s->reps = std::min(20000, int(std::ceil((16 * t_dec + 2.0f) / std::max(t_bg, 1e-3f))) + 2);
       s->stride = std::max(1, (s->reps + 511) / 512);
       s->marks.resize(static_cast<std::size_t>((s->reps + s->stride - 1) / s->stride));
       for (auto& e : s->marks) e = s->event(0);
