@@ -215,8 +215,12 @@ void item_avx512_impl(const Item& it) {
     vbs[h] = static_cast<const E*>(it.vb[h]);
     lists[h] = it.list[h];
   }
-  float* __restrict const state = it.state;
-  std::uint64_t* __restrict const ring = it.ring;
+  // One head: the state and the position ring on the stack (as the single-head kernel had them: measured
+  // faster than the workspace copies for the unpaged layout).
+  alignas(64) float local_state[One ? G * (D + 32) : 1];
+  alignas(64) std::uint64_t local_ring[One ? kRing * (kChunk + 4) : 1];
+  float* __restrict const state = One ? local_state : it.state;
+  std::uint64_t* __restrict const ring = One ? local_ring : it.ring;
   const float* __restrict const qf = it.q;
   const std::uint16_t* __restrict const qbf = it.qb;
   const bool shared = One || it.shared;
