@@ -65,6 +65,7 @@
 #include "decode_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
 #include "kvf/green_ctx.hpp"
+#include "kvf/stream_gate.hpp"
 #endif
 #if defined(KVF_HAVE_CUPTI)
 #include "kvf/cupti/activity.hpp"
@@ -818,7 +819,7 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
     // Holds the background queue until the step starts on the device (see StreamGate): queued ahead from the
     // host, a recompute that runs about as fast as the host enqueues it had finished before the step began in
     // every sample on an H100 (the two-stream row measured no co-run).
-    std::unique_ptr<dc::gpu::StreamGate> gate;
+    std::unique_ptr<kvf::StreamGate> gate;
     cudaStream_t s2 = nullptr;  // background stream (the recompute partition's stream when green)
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     // Overlap accounting: checkpoints on the background stream every `stride` recomputes, and the span of the
@@ -918,7 +919,7 @@ void IdlenessStudy::add_decode_gpu(FnCase& c, const md::ModelShape& m, int B, in
       // A gate that is never opened gives up after 50 steps' worth (at least 5 ms) and the row's note says so: on
       // the H100, in a process that had created green contexts (a --no-counters run), the two-stream gate timed
       // out although the same binary's gate opened in a run with counters and in the unit test (cause not settled).
-      s->gate = std::make_unique<dc::gpu::StreamGate>(std::max(0.005, 50.0 * t_dec * 1e-3));
+      s->gate = std::make_unique<kvf::StreamGate>(std::max(0.005, 50.0 * t_dec * 1e-3));
       s->gate->warm(s->s2);  // both kernels loaded in both streams' contexts before any of them spins
       s->gate->warm(ds);
       s->stride = std::max(1, (s->reps + 511) / 512);

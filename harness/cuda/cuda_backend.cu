@@ -33,6 +33,7 @@
 
 #include <cuda_runtime.h>
 
+#include "device_time.cuh"
 #include "cuda_backend_impl.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/cuda_backend.hpp"
@@ -55,11 +56,7 @@ namespace {
 // Device code
 // ------------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ std::uint64_t globaltimer_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using detail::globaltimer_ns;
 
 // Shared between host and device through mapped pinned memory.
 struct BlockFlags {

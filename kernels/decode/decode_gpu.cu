@@ -457,58 +457,6 @@ void RecomputeGpu::run(cudaStream_t s) {
                       d.slot.as<std::int64_t>(), d.cache.as<std::uint16_t>(), s);
 }
 
-// ---------------------------------------------------------------- stream gate
-namespace {
-__device__ __forceinline__ unsigned long long gate_time_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// word[0]: the last ticket opened; word[1]: how many waits gave up.
-__global__ void gate_wait_kernel(volatile unsigned* word, unsigned ticket, unsigned long long timeout_ns) {
-  const unsigned long long t0 = gate_time_ns();
-  while (static_cast<int>(word[0] - ticket) < 0) {  // wrap-safe "word[0] < ticket"
-    if (gate_time_ns() - t0 > timeout_ns) {
-      atomicAdd(const_cast<unsigned*>(word) + 1, 1u);
-      return;
-    }
-  }
-}
-__global__ void gate_open_kernel(unsigned* word, unsigned ticket) {
-  *reinterpret_cast<volatile unsigned*>(word) = ticket;
-  __threadfence();
-}
-}  // namespace
-
-StreamGate::StreamGate(double timeout_s) : timeout_ns_(static_cast<unsigned long long>(timeout_s * 1e9)) {
-  DC_CHECK(cudaMalloc(&word_, 2 * sizeof(unsigned)));
-  DC_CHECK(cudaMemset(word_, 0, 2 * sizeof(unsigned)));
-}
-StreamGate::~StreamGate() {
-  if (word_) (void)cudaFree(word_);
-}
-void StreamGate::warm(cudaStream_t s) {
-  gate_wait_kernel<<<1, 1, 0, s>>>(word_, ticket_, timeout_ns_);  // word >= ticket already: returns at once
-  DC_CHECK(cudaGetLastError());
-  gate_open_kernel<<<1, 1, 0, s>>>(word_, ticket_);
-  DC_CHECK(cudaGetLastError());
-  DC_CHECK(cudaStreamSynchronize(s));
-}
-void StreamGate::close(cudaStream_t s) {
-  ++ticket_;
-  gate_wait_kernel<<<1, 1, 0, s>>>(word_, ticket_, timeout_ns_);
-  DC_CHECK(cudaGetLastError());
-}
-void StreamGate::open(cudaStream_t t) {
-  gate_open_kernel<<<1, 1, 0, t>>>(word_, ticket_);
-  DC_CHECK(cudaGetLastError());
-}
-bool StreamGate::timed_out() const {
-  unsigned w[2] = {0, 0};
-  DC_CHECK(cudaMemcpy(w, word_, sizeof(w), cudaMemcpyDeviceToHost));
-  return w[1] != 0;
-}
-
 // ---------------------------------------------------------------- ceilings
 struct GemmCeiling::Impl {
   Dev a, b, y;
