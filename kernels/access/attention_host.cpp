@@ -284,13 +284,14 @@ void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std
                      const PageMap& pm) {
   const std::uint32_t nb = s.ctx / block;
   cent.assign(std::uint64_t{s.batch} * s.hkv * nb * s.d, 0.0f);
+  const KvLayout kl = s.kv_layout();
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh)
     for (std::uint32_t j = 0; j < nb; ++j) {
       const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
       float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
       for (std::uint32_t t = j * block; t < (j + 1) * block; ++t) {
-        const std::uint64_t r = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, s.d, s.page);
+        const std::uint64_t r = kl.row(b, pm.phys_token(b, t), h, s.ctx);
         for (std::uint32_t d = 0; d < s.d; ++d) c[d] += elem(s, k, r + d);
       }
       for (std::uint32_t d = 0; d < s.d; ++d) c[d] /= static_cast<float>(block);
@@ -365,6 +366,7 @@ void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& 
   lr.basis.assign(std::uint64_t{nbh} * D * r, 0.0f);
   lr.keys.assign(std::uint64_t{nbh} * s.ctx * r, 0.0f);
   const std::uint32_t stride = std::max<std::uint32_t>(1, s.ctx / 4096);
+  const KvLayout kl = s.kv_layout();
 #pragma omp parallel for schedule(dynamic)
   for (std::uint32_t bh = 0; bh < nbh; ++bh) {
     const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
@@ -372,7 +374,7 @@ void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& 
     std::vector<double> C(std::uint64_t{D} * D, 0.0);
     std::vector<double> row(D);
     for (std::uint32_t t = 0; t < s.ctx; t += stride) {
-      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D, s.page);
+      const std::uint64_t off = kl.row(b, pm.phys_token(b, t), h, s.ctx);
       for (std::uint32_t i = 0; i < D; ++i) row[i] = elem(s, k, off + i);
       for (std::uint32_t i = 0; i < D; ++i)
         for (std::uint32_t j = i; j < D; ++j) C[std::uint64_t{i} * D + j] += row[i] * row[j];
@@ -416,7 +418,7 @@ void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& 
     float* kp = lr.keys.data() + std::uint64_t{bh} * s.ctx * r;
     std::vector<float> kr(D);
     for (std::uint32_t t = 0; t < s.ctx; ++t) {
-      const std::uint64_t off = kv_row(s.layout, b, pm.phys_token(b, t), h, s.ctx, s.hkv, D, s.page);
+      const std::uint64_t off = kl.row(b, pm.phys_token(b, t), h, s.ctx);
       for (std::uint32_t i = 0; i < D; ++i) kr[i] = elem(s, k, off + i);
       float* o = kp + std::uint64_t{t} * r;
       for (std::uint32_t c = 0; c < r; ++c) o[c] = 0.0f;
@@ -473,6 +475,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
   const std::uint32_t G = s.group(), D = s.d;
   const std::uint64_t n = sel.geom.n_tokens();
   const float scale = s.scale();
+  const KvLayout kl = s.kv_layout();
 #pragma omp parallel for schedule(dynamic)
   for (std::uint64_t bq = 0; bq < std::uint64_t{s.batch} * s.hq; ++bq) {
     const std::uint64_t b = bq / s.hq, hq = bq % s.hq, h = hq / G;
@@ -481,7 +484,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
     for (std::uint32_t d = 0; d < D; ++d) qf[d] = qelem(s, q, bq * D + d);
     double mx = -1e300;
     for (std::uint64_t t = 0; t < n; ++t) {
-      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d, s.page);
+      const std::uint64_t r = kl.row(b, sel.geom.token(list, t), h, s.ctx);
       float a = 0;
       for (std::uint32_t d = 0; d < D; ++d) a += qf[d] * elem(s, k, r + d);
       sc[t] = a * scale;
@@ -492,7 +495,7 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
     for (std::uint64_t t = 0; t < n; ++t) {
       const double p = std::exp(static_cast<double>(sc[t]) - mx);
       l += p;
-      const std::uint64_t r = kv_row(s.layout, b, sel.geom.token(list, t), h, s.ctx, s.hkv, s.d, s.page);
+      const std::uint64_t r = kl.row(b, sel.geom.token(list, t), h, s.ctx);
       for (std::uint32_t d = 0; d < D; ++d) o[d] += p * elem(s, v, r + d);
     }
     for (std::uint32_t d = 0; d < D; ++d) out[bq * D + d] = static_cast<float>(o[d] / l);
