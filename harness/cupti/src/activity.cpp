@@ -60,13 +60,7 @@ WindowSummary summarize_window(std::span<const KernelRecord> kernels, std::uint6
 
 std::vector<CounterRow> window_rows(const WindowSummary& s, const CounterRow& key) {
   std::vector<CounterRow> rows;
-  auto add = [&](const char* metric, double v, const char* unit) {
-    CounterRow r = key;
-    r.metric = metric;
-    r.value = v;
-    r.unit = unit;
-    rows.push_back(std::move(r));
-  };
+  auto add = [&](const char* metric, double v, const char* unit) { rows.push_back(metric_row(key, metric, v, unit)); };
   add("kvf:kernels", static_cast<double>(s.kernels), "count");
   add("kvf:window_ns", s.window_ns, "nanosecond");
   add("kvf:busy_ns", s.busy_ns, "nanosecond");

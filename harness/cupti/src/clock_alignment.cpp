@@ -137,13 +137,7 @@ std::vector<CounterRow> clock_check_rows(const std::filesystem::path& results_di
     key.range_index = -1;
     key.range = "clock_check";
     key.chip = pm.chip;
-    auto add = [&](const char* metric, double v, const char* unit) {
-      CounterRow r = key;
-      r.metric = metric;
-      r.value = v;
-      r.unit = unit;
-      out.push_back(std::move(r));
-    };
+    auto add = [&](const char* metric, double v, const char* unit) { out.push_back(metric_row(key, metric, v, unit)); };
     add("kvf:clock_samples", static_cast<double>(a.samples), "samples");
     add("kvf:clock_corr_at_zero", a.corr_at_zero, "");
     add("kvf:clock_mae_at_zero_pct", a.mae_at_zero_pct, "%");

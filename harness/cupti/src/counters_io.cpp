@@ -151,11 +151,7 @@ std::vector<CounterRow> derived_rows(const std::vector<CounterRow>& raw, double 
     return nullptr;
   };
   auto add = [&](const CounterRow& from, const char* metric, double value, const char* unit) {
-    CounterRow d = from;
-    d.metric = metric;
-    d.value = value;
-    d.unit = unit;
-    out.push_back(std::move(d));
+    out.push_back(metric_row(from, metric, value, unit));
   };
   struct Idle { const char* in; const char* out; };
   static const Idle idles[] = {
@@ -208,13 +204,7 @@ std::vector<CounterRow> evaluate_images(const CaptureManifest& m, const std::vec
     }
     const auto values = hs.evaluate(counter_data, i, m.metrics);
     std::vector<CounterRow> raw;
-    for (std::size_t k = 0; k < m.metrics.size(); ++k) {
-      CounterRow r = key;
-      r.metric = m.metrics[k];
-      r.value = values[k];
-      r.unit = units[k];
-      raw.push_back(std::move(r));
-    }
+    for (std::size_t k = 0; k < m.metrics.size(); ++k) raw.push_back(metric_row(key, m.metrics[k], values[k], units[k]));
     auto derived = derived_rows(raw, meta ? meta->host_clock_mhz : std::numeric_limits<double>::quiet_NaN());
     rows.insert(rows.end(), raw.begin(), raw.end());
     rows.insert(rows.end(), derived.begin(), derived.end());

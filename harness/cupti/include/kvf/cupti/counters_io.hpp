@@ -48,6 +48,14 @@ struct CounterRow {
   double value = std::numeric_limits<double>::quiet_NaN();
   std::string unit;
 };
+// A row of key's range (study, case, source, capture, range, times, chip) holding one metric.
+inline CounterRow metric_row(const CounterRow& key, std::string metric, double value, std::string unit) {
+  CounterRow r = key;
+  r.metric = std::move(metric);
+  r.value = value;
+  r.unit = std::move(unit);
+  return r;
+}
 const std::vector<std::string>& counter_columns();
 std::vector<std::string> to_fields(const CounterRow& r);
 
