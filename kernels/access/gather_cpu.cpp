@@ -34,12 +34,14 @@ inline void prefetch_range(const unsigned char* p, std::uint64_t n) {
 }
 
 #if defined(__AVX512F__)
-// Wrapping sum of the 8 lanes. GCC 12's _mm512_reduce_add_epi64 adds as signed 64-bit (undefined on
+// Wrapping sums of the lanes. GCC 12's _mm512_reduce_add_epi64 adds as signed 64-bit (undefined on
 // overflow, flagged by UBSan); these adds are the unsigned vector ones.
-inline std::uint64_t hsum_u64(__m512i a) {
-  const __m256i s = _mm256_add_epi64(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-  const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+inline std::uint64_t hsum_u64(__m256i a) {
+  const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
   return static_cast<std::uint64_t>(_mm_cvtsi128_si64(t)) + static_cast<std::uint64_t>(_mm_extract_epi64(t, 1));
+}
+inline std::uint64_t hsum_u64(__m512i a) {
+  return hsum_u64(_mm256_add_epi64(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
 }
 #endif
 
@@ -67,9 +69,7 @@ inline std::uint64_t sum_run(const unsigned char* p, std::uint64_t n, bool prefe
     for (std::uint64_t x = 0; x < n; x += 64) a = _mm512_add_epi64(a, _mm512_load_si512(p + x));
     return hsum_u64(a);
   }
-  const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-  const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(s)) + static_cast<std::uint64_t>(_mm_extract_epi64(s, 1));
+  return hsum_u64(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 #elif defined(__AVX2__)
   __m256i a0 = _mm256_setzero_si256(), a1 = a0;
   std::uint64_t x = 0;
