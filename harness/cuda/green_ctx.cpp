@@ -120,33 +120,44 @@ struct GreenSplit::Part {
   std::vector<CUevent> events;
 };
 
-bool query_sm_limits(int device, SmLimits& out, std::string& reason) {
+namespace {
+// The device's handle and its whole SM resource; false with the failing call in `reason`.
+bool sm_resource(int device, CUdevice& dev, CUdevResource& res, std::string& reason) {
   const Driver& d = driver();
   if (!d.error.empty()) {
     reason = d.error;
     return false;
   }
-  CUdevice dev = 0;
   reason = d.check(d.device_get(&dev, device), "cuDeviceGet");
   if (!reason.empty()) return false;
-  CUdevResource res{};
   reason = d.check(d.get_dev_resource(dev, &res, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource(SM)");
-  if (!reason.empty()) return false;
+  return reason.empty();
+}
+SmLimits limits_of(const CUdevResource& res) {
+  SmLimits out;
   out.total = static_cast<int>(res.sm.smCount);
   // Drivers before 12.8 leave the two granularity fields zero: fall back to cuda.h's table for Hopper and later
   // (the strictest listed), which a split then confirms or rejects with its own error.
   out.min_partition = res.sm.minSmPartitionSize > 0 ? static_cast<int>(res.sm.minSmPartitionSize) : 8;
   out.alignment = res.sm.smCoscheduledAlignment > 0 ? static_cast<int>(res.sm.smCoscheduledAlignment) : 8;
+  return out;
+}
+}  // namespace
+
+bool query_sm_limits(int device, SmLimits& out, std::string& reason) {
+  CUdevice dev = 0;
+  CUdevResource res{};
+  if (!sm_resource(device, dev, res, reason)) return false;
+  out = limits_of(res);
   return true;
 }
 
 GreenSplit::GreenSplit(int device, int sms) {
   const Driver& d = driver();
-  if (!d.error.empty()) {
-    reason_ = d.error;
-    return;
-  }
-  if (!query_sm_limits(device, limits_, reason_)) return;
+  CUdevice dev = 0;
+  CUdevResource input{};
+  if (!sm_resource(device, dev, input, reason_)) return;
+  limits_ = limits_of(input);
   if (const std::string p = partition_request_problem(sms, limits_); !p.empty()) {
     reason_ = "SM split: " + p;
     return;
@@ -163,12 +174,6 @@ GreenSplit::GreenSplit(int device, int sms) {
     reason_ = std::string("cudaFree(nullptr) (primary context): ") + cudaGetErrorName(e);
     return;
   }
-  CUdevice dev = 0;
-  if (!(reason_ = d.check(d.device_get(&dev, device), "cuDeviceGet")).empty()) return;
-  CUdevResource input{};
-  if (!(reason_ = d.check(d.get_dev_resource(dev, &input, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource(SM)"))
-           .empty())
-    return;
   // One group of at least `sms` SMs (the driver rounds up), and the remainder for partition 1.
   CUdevResource groups[1]{};
   CUdevResource rest{};
