@@ -21,11 +21,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "access.hpp"
@@ -581,44 +583,83 @@ class AttnCase final : public kvf::Case {
 };
 
 // ------------------------------------------------------------------------------------------------ parsing
-std::uint32_t parse_ctx(const std::string& t) {
-  std::size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(t, &pos);
-  } catch (...) {
-    throw kvf::UsageError("--contexts " + t + ": not a number (e.g. 4096, 4K, 64K, 1M)");
-  }
-  std::string suf = t.substr(pos);
-  if (suf == "K" || suf == "k") v <<= 10;
-  else if (suf == "M" || suf == "m") v <<= 20;
-  else if (!suf.empty()) throw kvf::UsageError("--contexts " + t + ": unknown suffix (K or M)");
-  if (v == 0 || v > (1ull << 26)) throw kvf::UsageError("--contexts " + t + ": must be in 1 .. 64M tokens");
-  return static_cast<std::uint32_t>(v);
+// Every flag value is checked here, before any case exists: one line naming the flag, the value and what is
+// allowed (exit 2). Numbers are plain decimal digits: a sign, a space, an exponent or a trailing letter is
+// refused rather than read as something else, and nothing wraps around.
+
+// A value as a message shows it: '' for empty, control characters as '?', long values cut, so the message
+// stays one line whatever was typed.
+std::string shown(const std::string& t) {
+  if (t.empty()) return "''";
+  std::string r;
+  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
+  if (t.size() > 64) r += "...";
+  return r;
 }
 
-double parse_keep(const std::string& t) {
-  double v = 0;
-  try {
-    const auto slash = t.find('/');
-    if (slash != std::string::npos) v = std::stod(t.substr(0, slash)) / std::stod(t.substr(slash + 1));
-    else v = std::stod(t);
-  } catch (...) {
-    throw kvf::UsageError("--keep " + t + ": not a fraction (e.g. 1/8 or 0.125)");
-  }
-  if (!(v > 0.0 && v <= 1.0)) throw kvf::UsageError("--keep " + t + ": must be in (0, 1]");
+[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
+  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
+}
+
+// Leading decimal digits of t as a number (false on none, or on overflow of 64 bits); `rest` is what follows.
+bool leading_digits(const std::string& t, std::uint64_t& v, std::string& rest) {
+  const char* b = t.data();
+  const char* e = b + t.size();
+  if (b == e || *b < '0' || *b > '9') return false;
+  const auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc{}) return false;
+  rest.assign(p, e);
+  return true;
+}
+
+std::uint64_t parse_whole(const std::string& t, const std::string& flag, std::uint64_t lo, std::uint64_t hi) {
+  std::uint64_t v = 0;
+  std::string rest;
+  if (!leading_digits(t, v, rest) || !rest.empty() || v < lo || v > hi)
+    bad(flag, t, "must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
   return v;
 }
 
-std::uint32_t parse_u32(const std::string& t, const std::string& flag) {
-  try {
-    std::size_t pos = 0;
-    const unsigned long long v = std::stoull(t, &pos);
-    if (pos != t.size() || v > 0xFFFFFFFFull) throw 0;
-    return static_cast<std::uint32_t>(v);
-  } catch (...) {
-    throw kvf::UsageError(flag + " " + t + ": not a non-negative integer");
+bool pow2(std::uint64_t x) { return x && !(x & (x - 1)); }
+
+constexpr std::uint64_t kMaxCtx = 1ull << 26;  // 64M tokens: every index the kernels keep is 32-bit
+
+std::uint32_t parse_ctx(const std::string& t) {
+  const std::string allowed = "must be a whole number of tokens in 1 .. 64M, with an optional K or M (e.g. 4096, 4K, 1M)";
+  std::uint64_t v = 0;
+  std::string suf;
+  if (!leading_digits(t, v, suf)) bad("--contexts", t, allowed);
+  std::uint64_t mul = 1;
+  if (suf == "K" || suf == "k") mul = 1024;
+  else if (suf == "M" || suf == "m") mul = 1024 * 1024;
+  else if (!suf.empty()) bad("--contexts", t, allowed);
+  // Compared before multiplying: a huge count times K must not wrap into range.
+  if (v == 0 || v > kMaxCtx / mul) bad("--contexts", t, allowed);
+  return static_cast<std::uint32_t>(v * mul);
+}
+
+// A decimal number, the whole text (no trailing characters; NaN and infinities are not numbers here).
+bool parse_decimal(std::string_view t, double& v) {
+  if (t.empty() || !((t[0] >= '0' && t[0] <= '9') || t[0] == '.')) return false;
+  const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, std::chars_format::fixed);
+  return ec == std::errc{} && p == t.data() + t.size() && std::isfinite(v);
+}
+
+double parse_keep(const std::string& t) {
+  const std::string allowed = "must be a fraction in (0, 1] written as a/b or a decimal (e.g. 1/8 or 0.125)";
+  double v = 0;
+  const auto slash = t.find('/');
+  if (slash != std::string::npos) {
+    double a = 0, b = 0;
+    if (!parse_decimal(std::string_view(t).substr(0, slash), a) || !parse_decimal(std::string_view(t).substr(slash + 1), b) ||
+        b == 0)
+      bad("--keep", t, allowed);
+    v = a / b;
+  } else if (!parse_decimal(t, v)) {
+    bad("--keep", t, allowed);
   }
+  if (!(v > 0.0 && v <= 1.0)) bad("--keep", t, allowed);
+  return v;
 }
 
 std::string reuse_text(const std::vector<std::uint32_t>& v) {
@@ -637,40 +678,45 @@ class AccessStudy final : public kvf::Study {
   std::string name() const override { return "access"; }
 
   void add_options(CLI::App& app) override {
+    app_ = &app;
     app.add_option("--parts", parts_, "gather, attention, routing (default all)")->delimiter(',');
-    app.add_option("--contexts", contexts_, "context lengths, e.g. 4K,16K,64K (default CPU 4K,16K,64K,128K)")
+    app.add_option("--contexts", contexts_, "context lengths in tokens, 1 .. 64M, e.g. 4K,16K,64K (default CPU 4K,16K,64K,128K)")
         ->delimiter(',');
     app.add_option("--keep", keeps_, "keep fractions in (0,1], e.g. 1/8,1/2 (default 1/8, plus 1/2 and 1/32 at one context)")
         ->delimiter(',');
-    app.add_option("--block-sizes", blocks_, "block sizes of the block arm: 16,32,64,128,256 (default 32 CPU, 64 GPU; the others at one context)")
+    app.add_option("--block-sizes", blocks_, "block sizes of the block arm, powers of two 1..4096 dividing every context, "
+                   "e.g. 16,32,64,128,256 (default 32 CPU, 64 GPU; the others at one context)")
         ->delimiter(',');
     app.add_option("--dtypes", dtypes_, "bf16, fp16, fp8_e4m3 (GPU sm_89+ only) (default bf16)")->delimiter(',');
     app.add_option("--layouts", layouts_, "NHD, HND (default HND, plus NHD at one context)")->delimiter(',');
     app.add_option("--head-dims", head_dims_, "64, 128 (default 128)")->delimiter(',');
-    app.add_option("--hq", hq_, "query heads (default 32)");
-    app.add_option("--hkv", hkv_, "KV heads (default 8)");
-    app.add_option("--batch", batch_, "batch (default 1)");
+    app.add_option("--hq", hq_text_, "query heads, 1..4096, a multiple of --hkv by 1, 2, 4, 8 or 16 (default 32)");
+    app.add_option("--hkv", hkv_text_, "KV heads, 1..1024 (default 8)");
+    app.add_option("--batch", batch_text_, "batch, 1..1024 (default 1)");
     app.add_option("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
     app.add_option("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
-    app.add_option("--cluster-mean", cluster_mean_, "mean run length of the clustered token arm (default 8)");
-    app.add_option("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 (default 32 .. 64Ki)")
+    app.add_option("--cluster-mean", cluster_mean_text_, "mean run length of the clustered token arm, 1..65536 (default 8)");
+    app.add_option("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 to 1 GiB dividing the pool "
+                   "(default 32 .. 64Ki)")
         ->delimiter(',');
-    app.add_option("--pool-mib", pool_mib_, "gather pool sizes in MiB (default max(4x LLC, 128 MiB) on CPU)")
+    app.add_option("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
+                   "(default max(4x LLC, 128 MiB) on CPU)")
         ->delimiter(',');
-    app.add_option("--gather-mib", gather_mib_, "bytes read per gather execution, MiB (default min(64, pool/2))");
+    app.add_option("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
+                   "(default min(64, pool/2))");
     app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
     app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: on, off or both (default on)");
     app.add_option("--placement", placement_,
                    "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
                    "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
                    "== physical order) or both (default shuffled)");
-    app.add_option("--page-tokens", page_tokens_,
+    app.add_option("--page-tokens", page_tokens_text_,
                    "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
     app.add_option("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
-                   "8, 16, 32, 64, or 0 for none (default 16)")
+                   "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)")
         ->delimiter(',');
-    app.add_option("--reuse-steps", reuse_, "decode steps a routed selection is reused for; the route end_to_end rows "
-                   "note attend + routing/S per S, derived from this run's medians (default 1,8,64)")
+    app.add_option("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
+                   "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)")
         ->delimiter(',');
   }
 
@@ -683,32 +729,53 @@ class AccessStudy final : public kvf::Study {
     std::vector<std::unique_ptr<kvf::Case>> out;
 
     // ---- validate every flag first (one clear line, exit 2)
+    // A flag given with an empty value is refused, never taken for "not given".
+    const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
+    const auto choice = [&](const char* flag, const std::string& v, std::initializer_list<const char*> allowed) {
+      if (!given(flag)) return;
+      std::string list;
+      for (const char* a : allowed) {
+        if (v == a) return;
+        list += (list.empty() ? "" : ", ") + std::string(a);
+      }
+      bad(flag, v, "allowed " + list);
+    };
+    choice("--huge-pages", huge_, {"on", "off", "both"});
+    choice("--prefetch", prefetch_, {"on", "off", "both"});
+    choice("--select", select_, {"per_head", "shared", "both"});
+    choice("--scatter", scatter_, {"uniform", "clustered", "both"});
+    choice("--placement", placement_, {"shuffled", "contiguous", "both"});
     for (const auto& p : parts_)
-      if (p != "gather" && p != "attention" && p != "routing")
-        throw kvf::UsageError("--parts " + p + ": unknown part (gather, attention, routing)");
+      if (p != "gather" && p != "attention" && p != "routing") bad("--parts", p, "unknown part; allowed gather, attention, routing");
     auto want = [&](const char* p) { return parts_.empty() || std::find(parts_.begin(), parts_.end(), p) != parts_.end(); };
     std::vector<bool> huges;
     if (huge_ == "on") huges = {true};
     else if (huge_ == "off") huges = {false};
-    else if (huge_ == "both" || huge_.empty()) huges = {true, false};
-    else throw kvf::UsageError("--huge-pages " + huge_ + ": allowed on, off, both");
+    else huges = {true, false};
     if (gpu || (quick && huge_.empty())) huges = {true};
     std::vector<bool> prefetches;
     if (prefetch_ == "on" || prefetch_.empty() || gpu) prefetches = {true};
     else if (prefetch_ == "off") prefetches = {false};
-    else if (prefetch_ == "both") prefetches = {true, false};
-    else throw kvf::UsageError("--prefetch " + prefetch_ + ": allowed on, off, both");
+    else prefetches = {true, false};
     std::vector<bool> selects;
     if (select_ == "per_head") selects = {false};
     else if (select_ == "shared") selects = {true};
     else if (select_ == "both") selects = {false, true};
-    else if (!select_.empty()) throw kvf::UsageError("--select " + select_ + ": allowed per_head, shared, both");
     std::vector<ka::Scatter> scatters;
     if (scatter_ == "uniform" || (quick && scatter_.empty())) scatters = {ka::Scatter::uniform};
     else if (scatter_ == "clustered") scatters = {ka::Scatter::clustered};
-    else if (scatter_ == "both" || scatter_.empty()) scatters = {ka::Scatter::uniform, ka::Scatter::clustered};
-    else throw kvf::UsageError("--scatter " + scatter_ + ": allowed uniform, clustered, both");
-    if (cluster_mean_ < 1) throw kvf::UsageError("--cluster-mean " + std::to_string(cluster_mean_) + ": must be >= 1");
+    else scatters = {ka::Scatter::uniform, ka::Scatter::clustered};
+    // Grid y and z of the kernels are kv heads and batch (< 65536); lists are batch x kv heads in 32 bits.
+    const auto hq = given("--hq") ? static_cast<std::uint32_t>(parse_whole(hq_text_, "--hq", 1, 4096)) : 32u;
+    const auto hkv = given("--hkv") ? static_cast<std::uint32_t>(parse_whole(hkv_text_, "--hkv", 1, 1024)) : 8u;
+    const auto batch = given("--batch") ? static_cast<std::uint32_t>(parse_whole(batch_text_, "--batch", 1, 1024)) : 1u;
+    if (hq % hkv || !pow2(hq / hkv) || hq / hkv > 16)
+      throw kvf::UsageError("--hq " + std::to_string(hq) + " --hkv " + std::to_string(hkv) +
+                            ": hq must be hkv times 1, 2, 4, 8 or 16 (the query heads of one KV head)");
+    // The clustered arm draws run lengths up to 2 x the mean in 32 bits.
+    const auto cluster_mean = given("--cluster-mean")
+                                  ? static_cast<std::uint32_t>(parse_whole(cluster_mean_text_, "--cluster-mean", 1, 65536))
+                                  : 8u;
     std::vector<ka::DType> dtypes;
     for (const auto& t : dtypes_) dtypes.push_back(ka::parse_dtype(t));
     std::vector<ka::Layout> layouts;
@@ -719,13 +786,20 @@ class AccessStudy final : public kvf::Study {
     for (const auto& t : contexts_) ctxs.push_back(parse_ctx(t));
     for (const auto& t : keeps_) { keeps.push_back(parse_keep(t)); keep_texts.push_back(t); }
     for (const auto& t : blocks_) {
-      const auto b = parse_u32(t, "--block-sizes");
-      if (b == 0 || (b & (b - 1)) || b > 4096)
-        throw kvf::UsageError("--block-sizes " + t + ": must be a power of two from 1 to 4096");
-      blocks.push_back(b);
+      const auto b = parse_whole(t, "--block-sizes", 1, 4096);
+      if (!pow2(b)) bad("--block-sizes", t, "must be a power of two from 1 to 4096");
+      blocks.push_back(static_cast<std::uint32_t>(b));
     }
-    for (const auto& t : head_dims_) dims.push_back(parse_u32(t, "--head-dims"));
-    for (const auto& t : run_bytes_) runs.push_back(parse_u32(t, "--run-bytes"));
+    for (const auto& t : head_dims_) {
+      const auto d = parse_whole(t, "--head-dims", 1, 1024);
+      if (d != 64 && d != 128) bad("--head-dims", t, "allowed 64, 128");
+      dims.push_back(static_cast<std::uint32_t>(d));
+    }
+    for (const auto& t : run_bytes_) {
+      const auto r = parse_whole(t, "--run-bytes", 32, 1ull << 30);
+      if (!pow2(r)) bad("--run-bytes", t, "must be a power of two from 32 to 1 GiB (1073741824)");
+      runs.push_back(static_cast<std::uint32_t>(r));
+    }
     bool have_fp8 = false;
 #if defined(KVF_HAVE_CUDA)
     if (gpu) {
@@ -762,43 +836,59 @@ class AccessStudy final : public kvf::Study {
 
     auto base_shape = [&]() {
       ka::AttnShape s;
-      s.batch = batch_;
-      s.hq = hq_;
-      s.hkv = hkv_;
+      s.batch = batch;
+      s.hq = hq;
+      s.hkv = hkv;
       return s;
     };
     // Placement: page sizes per case (0 = contiguous); the page size must divide every context.
+    std::uint32_t page_tokens = 16;
+    if (given("--page-tokens")) {
+      if (placement_ == "contiguous")
+        bad("--page-tokens", page_tokens_text_, "--placement contiguous has no pages (give shuffled or both)");
+      page_tokens = static_cast<std::uint32_t>(parse_whole(page_tokens_text_, "--page-tokens", 1, kMaxCtx));
+    }
     std::vector<std::uint32_t> pages;
-    if (placement_ == "shuffled" || placement_.empty()) pages = {page_tokens_};
-    else if (placement_ == "contiguous") pages = {0};
-    else if (placement_ == "both") pages = {page_tokens_, 0};
-    else throw kvf::UsageError("--placement " + placement_ + ": allowed shuffled, contiguous, both");
+    if (placement_ == "contiguous") pages = {0};
+    else if (placement_ == "both") pages = {page_tokens, 0};
+    else pages = {page_tokens};
     if (placement_ != "contiguous") {
-      if (page_tokens_ == 0)
-        throw kvf::UsageError("--page-tokens 0: must be a power of two from 1 to the context that divides it "
-                              "(--placement contiguous has no pages)");
       std::vector<std::uint32_t> all_ctx = ctxs;
       if (contexts_.empty()) all_ctx.push_back(side_ctx);
-      for (auto c : all_ctx) ka::validate_page_tokens(page_tokens_, c);
+      for (auto c : all_ctx) ka::validate_page_tokens(page_tokens, c);
     }
     std::vector<std::uint32_t> reuse;
-    for (const auto& t : reuse_) {
-      const auto v = parse_u32(t, "--reuse-steps");
-      if (v == 0) throw kvf::UsageError("--reuse-steps " + t + ": must be a positive number of decode steps");
-      reuse.push_back(v);
-    }
+    for (const auto& t : reuse_) reuse.push_back(static_cast<std::uint32_t>(parse_whole(t, "--reuse-steps", 1, 1u << 20)));
     if (reuse.empty()) reuse = {1, 8, 64};
     std::vector<std::uint32_t> proxy_ranks;
     for (const auto& t : proxy_rank_) {
-      const auto v = parse_u32(t, "--proxy-rank");
+      const auto v = parse_whole(t, "--proxy-rank", 0, 64);
       if (v == 0) continue;
       if (!(v == 8 || v == 16 || v == 32 || v == 64) || v >= dims[0])
-        throw kvf::UsageError("--proxy-rank " + t + ": allowed 0 (none), 8, 16, 32, 64 (below the head dim " +
-                              std::to_string(dims[0]) + ")");
-      proxy_ranks.push_back(v);
+        bad("--proxy-rank", t, "allowed 0 (none), 8, 16, 32, 64 (below the head dim " + std::to_string(dims[0]) + ")");
+      proxy_ranks.push_back(static_cast<std::uint32_t>(v));
     }
     if (proxy_rank_.empty()) proxy_ranks = {16};
-    // Validate shape and budget combinations up front (no case is created for bad input).
+    // Budgets: every (context, block, keep) the sweep makes must keep the sink and latest blocks. Checked here,
+    // where the flags are known, so the message names them.
+    {
+      std::vector<std::uint32_t> all_ctx = ctxs;
+      if (contexts_.empty() && !quick) all_ctx.push_back(side_ctx);
+      for (auto c : all_ctx)
+        for (auto b : blocks) {
+          if (c % b)
+            throw kvf::UsageError("--block-sizes " + std::to_string(b) + ": must divide the context (" +
+                                  std::to_string(c) + ", --contexts)");
+          for (std::size_t ki = 0; ki < keeps.size(); ++ki) {
+            const double kb = std::round(double(c / b) * keeps[ki]);
+            if (c / b < 2 || kb < 2)
+              throw kvf::UsageError("--keep " + shown(keep_texts[ki]) + " --block-sizes " + std::to_string(b) +
+                                    " at context " + std::to_string(c) + ": a budget of " + fmt(kb) +
+                                    " block(s), smaller than sink + latest block (2 blocks)");
+          }
+        }
+    }
+    // The kernels' own checks, as a last line (the flags above keep them from firing).
     for (auto d : dims)
       for (auto dt : dtypes) {
         ka::AttnShape s = base_shape();
@@ -815,26 +905,41 @@ class AccessStudy final : public kvf::Study {
     const std::uint64_t dev_mem = gpu ? be.info().memory_bytes : host_mem;
 
     // ---- gather
+    std::vector<std::uint64_t> pools;
+    for (const auto& t : pool_mib_) {
+      const auto m = parse_whole(t, "--pool-mib", 1, 1u << 20);
+      if (dev_mem && (m << 20) > dev_mem / 2)
+        bad("--pool-mib", t, "more than half of the memory (" + kvf::format_bytes(double(dev_mem)) + ")");
+      pools.push_back(m << 20);
+    }
+    std::optional<std::uint64_t> gather_bytes;
+    if (given("--gather-mib")) gather_bytes = parse_whole(gather_mib_text_, "--gather-mib", 1, 1u << 20) << 20;
     if (want("gather")) {
-      std::vector<std::uint64_t> pools;
-      for (const auto& t : pool_mib_) {
-        const auto m = parse_u32(t, "--pool-mib");
-        if (m == 0) throw kvf::UsageError("--pool-mib " + t + ": must be positive");
-        pools.push_back(std::uint64_t{m} << 20);
-      }
       if (pools.empty()) pools = {std::max<std::uint64_t>(4 * llc, quick ? 64ull << 20 : 128ull << 20)};
       if (runs.empty()) {
         if (quick) runs = {256};
         else runs = {32, 64, 128, 256, 512, 1024, 4096, 16384, 65536};
       }
-      for (auto p : pools)
-        if (dev_mem && p > dev_mem / 2)
-          throw kvf::UsageError("--pool-mib " + std::to_string(p >> 20) + ": more than half of the memory (" +
-                                kvf::format_bytes(double(dev_mem)) + ")");
+      const auto total_for = [&](std::uint64_t p) {
+        return gather_bytes ? *gather_bytes
+                            : std::min<std::uint64_t>(gpu ? 256ull << 20 : (quick ? 16ull << 20 : 64ull << 20), p / 2);
+      };
+      for (auto p : pools) {
+        const std::uint64_t total = total_for(p);
+        if (gather_bytes && *gather_bytes > p)
+          bad("--gather-mib", gather_mib_text_, "more than the pool (" + kvf::format_bytes(double(p)) + ", --pool-mib)");
+        for (std::uint64_t R : runs) {
+          if (p % R)
+            throw kvf::UsageError("--run-bytes " + std::to_string(R) + ": must divide the pool (" +
+                                  kvf::format_bytes(double(p)) + ", --pool-mib)");
+          if (R > total)
+            throw kvf::UsageError("--run-bytes " + std::to_string(R) + ": more than the bytes read per execution (" +
+                                  kvf::format_bytes(double(total)) + ", --gather-mib)");
+        }
+      }
       for (auto p : pools)
         for (bool huge : huges) {
-          std::uint64_t total = gather_mib_ ? std::uint64_t{gather_mib_} << 20 : std::min<std::uint64_t>(
-                                                                                    gpu ? 256ull << 20 : (quick ? 16ull << 20 : 64ull << 20), p / 2);
+          const std::uint64_t total = total_for(p);
           const std::string seq_key0 = "seq" + std::to_string(p) + (huge ? "h" : "n");
           auto add = [&](std::uint64_t R, bool seq, bool pf) {
             ka::GatherGeom g{p, R, total / R * R, kSeed, seq};
@@ -996,7 +1101,7 @@ class AccessStudy final : public kvf::Study {
               base.s.layout = lay;
               base.s.ctx = c;
               base.huge = huge_attn;
-              base.cluster_mean = cluster_mean_;
+              base.cluster_mean = cluster_mean;
               bool first = true;
               for (std::size_t ki = 0; ki < keeps.size(); ++ki)
                 for (auto b : blocks)
@@ -1094,8 +1199,10 @@ class AccessStudy final : public kvf::Study {
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
       reuse_, proxy_rank_;
-  std::uint32_t hq_ = 32, hkv_ = 8, batch_ = 1, cluster_mean_ = 8, gather_mib_ = 0, page_tokens_ = 16;
+  // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
+  std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
+  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
 };
 
 }  // namespace
