@@ -2,7 +2,7 @@
 # Installs missing packages when run as root; otherwise prints the one apt-get line and exits 2.
 set -euo pipefail
 KVF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev libfccp-dev
+KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev
               nlohmann-json3-dev libopenblas-dev gnuplot-nox)
 
 kvf_install_deps() {
