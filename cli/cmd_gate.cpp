@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/gate.hpp"
+#include "read_limits.hpp"
 
 namespace kvf::cli {
 
@@ -57,7 +58,9 @@ void add_gate(CLI::App& app) {
                 "Also exit 1 when a baseline case is missing from the current results");
   sub->add_flag("--allow-device-mismatch", args->opts.allow_device_mismatch,
                 "Compare even when baseline and current ran on different devices (refused otherwise)");
-  sub->callback([args] {
+  auto limits = add_read_limit_flags(sub);
+  sub->callback([args, limits] {
+    limits->apply();
     gate::GateReport report;
     try {
       args->opts.threshold = args->threshold_pct / 100.0;

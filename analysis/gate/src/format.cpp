@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "kvf/csv.hpp"
 #include "kvf/gate.hpp"
@@ -48,12 +49,29 @@ std::string counts_text(const GateReport& r) {
   return s;
 }
 
-// Markdown table cells: a '|' would end the cell, a newline the row.
+// Text from the results (case names, devices, notes) in Markdown: a '|' would end the cell, a line
+// break the row, and '<', '`', '*', '_', '[' would become HTML, code, emphasis or a link in a
+// pull-request comment. Backslash escapes keep them literal; other control characters become '?'.
 std::string cell(std::string s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '|') out += "\\|";
-    else if (ch == '\n' || ch == '\r') out += ' ';
+    if (ch == '\n' || ch == '\r' || ch == '\t') out += ' ';
+    else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) out += '?';
+    else if (std::string_view("\\`*_[]<>|~!#").find(ch) != std::string_view::npos) (out += '\\') += ch;
+    else out += ch;
+  }
+  return out;
+}
+
+// Inside a code span Markdown processes no escapes: only a backtick ends it (it becomes '), and in a
+// table a '|' still ends the cell (GitHub honours "\\|" there).
+std::string code(std::string s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\n' || ch == '\r' || ch == '\t') out += ' ';
+    else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) out += '?';
+    else if (ch == '`') out += '\'';
+    else if (ch == '|') out += "\\|";
     else out += ch;
   }
   return out;
@@ -61,7 +79,7 @@ std::string cell(std::string s) {
 
 std::string md_row(const CaseResult& c) {
   const std::string verdict = c.verdict == Verdict::slower ? "**SLOWER**" : to_string(c.verdict);
-  std::string row = "| " + verdict + " | `" + cell(c.label) + "` | ";
+  std::string row = "| " + verdict + " | `" + code(c.label) + "` | ";
   if (c.compared) {
     row += duration(c.median_base) + " | " + duration(c.median_cur) + " | " + signed_pct(c.change) + " | " +
            p_value(c.p) + " | " + pct(c.noise_floor) + " | ";
@@ -124,11 +142,11 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
           " unchanged (SAME)</summary>\n\n" + kTableHead + same + "\n</details>\n\n";
   }
   md += "Threshold " + pct(o.threshold) + ", alpha " + fmt("%g", o.alpha) + ", min samples " +
-        std::to_string(o.min_samples) + (o.filter.empty() ? "" : ", filter `" + cell(o.filter) + "`") +
+        std::to_string(o.min_samples) + (o.filter.empty() ? "" : ", filter `" + code(o.filter) + "`") +
         ". A case is SLOWER when its median rose by more than max(threshold, noise floor) and the "
         "Mann-Whitney U test gives p < alpha; noise floor = 2 x the wider relative IQR of the two runs.\n\n";
-  md += "Baseline: `" + cell(r.baseline_source) + "` (" + cell(r.baseline_device) + "). Current: `" +
-        cell(r.current_source) + "` (" + cell(r.current_device) + ").\n";
+  md += "Baseline: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). Current: `" +
+        code(r.current_source) + "` (" + cell(r.current_device) + ").\n";
   if (r.throttled_base || r.throttled_cur)
     md += "\nThrottled samples were ignored: " + std::to_string(r.throttled_base) + " in the baseline, " +
           std::to_string(r.throttled_cur) + " in the current run.\n";

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "kvf/gate.hpp"
 
 namespace kvf::gate {
@@ -49,17 +50,13 @@ bool operator==(const CaseKey& a, const CaseKey& b) { return !(a < b) && !(b < a
 
 namespace {
 
-std::string where(const CsvTable& t, std::size_t row) {
-  return t.path + ":" + std::to_string(t.line[row]);
-}
+std::string where(const CsvTable& t, std::size_t row) { return t.where(row); }
 
-// A whole, non-negative count in a numeric column.
+// A whole, non-negative count in a numeric column (range-checked before any conversion).
 long long parse_count(const CsvTable& t, std::size_t row, const std::string& col) {
-  auto v = parse_number(t, row, col);
-  if (!v || *v < 0 || std::floor(*v) != *v)
-    throw UsageError(where(t, row) + ": column '" + col + "': '" + t.at(row, col) +
-                     "' is not a whole number >= 0");
-  return static_cast<long long>(*v);
+  const auto v = parse_integer(t, row, col, 0, std::int64_t{1} << 53);
+  if (!v) throw UsageError(where(t, row) + ": column '" + col + "': empty, expected a whole number >= 0");
+  return *v;
 }
 
 }  // namespace
@@ -68,6 +65,8 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
   ResultSet rs;
   rs.source = source;
   rs.format = "kvf results";
+  for (const CsvTable* t : {&cases, &samples})
+    if (t->torn) rs.warnings.push_back(*t->torn);
   for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "note"}) cases.require_column(c);
   for (const char* c : {"study", "case", "mode", "seconds", "throttled"}) samples.require_column(c);
 
@@ -154,9 +153,13 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
 
 std::set<std::string> meta_device_names(const nlohmann::json& meta) {
   // meta.json carries a device description per study; we gather the name of every "device" object
-  // (or string) wherever it sits, so the layout can grow without the gate breaking.
+  // (or string) wherever it sits, so the layout can grow without the gate breaking. The walk keeps
+  // its own stack: a hostile file must not be able to overflow ours (the reader also bounds depth).
   std::set<std::string> out;
-  auto visit = [&](auto&& self, const nlohmann::json& j) -> void {
+  std::vector<const nlohmann::json*> todo = {&meta};
+  while (!todo.empty()) {
+    const nlohmann::json& j = *todo.back();
+    todo.pop_back();
     if (j.is_object()) {
       for (auto it = j.begin(); it != j.end(); ++it) {
         if (it.key() == "device") {
@@ -165,13 +168,12 @@ std::set<std::string> meta_device_names(const nlohmann::json& meta) {
                    !(*it)["name"].get<std::string>().empty())
             out.insert((*it)["name"].get<std::string>());
         }
-        self(self, *it);
+        todo.push_back(&*it);
       }
     } else if (j.is_array()) {
-      for (const auto& e : j) self(self, e);
+      for (const auto& e : j) todo.push_back(&e);
     }
-  };
-  visit(visit, meta);
+  }
   return out;
 }
 
@@ -185,7 +187,7 @@ ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
   if (j.contains("context") && j["context"].is_object()) {
     const auto& ctx = j["context"];
     for (const char* k : {"kvf_device", "device"})
-      if (ctx.contains(k) && ctx[k].is_string()) { device = ctx[k].get<std::string>(); break; }
+      if (auto d = json_string(ctx, k, source, std::string("context.") + k)) { device = *d; break; }
   }
   if (!device.empty()) rs.meta_devices.insert(device);
 
@@ -195,13 +197,14 @@ ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
     const auto& b = j["benchmarks"][i];
     const std::string at = source + ": benchmarks[" + std::to_string(i) + "]";
     if (!b.is_object()) throw UsageError(at + ": not an object");
-    if (b.contains("run_type") && b["run_type"] != "iteration") {  // aggregates: mean, median, ...
-      ++aggregates;
+    const std::string key = "benchmarks[" + std::to_string(i) + "]";
+    if (auto rt = json_string(b, "run_type", source, key + ".run_type"); rt && *rt != "iteration") {
+      ++aggregates;  // mean, median, stddev, ...
       continue;
     }
     std::string name;
-    if (b.contains("run_name") && b["run_name"].is_string()) name = b["run_name"].get<std::string>();
-    else if (b.contains("name") && b["name"].is_string()) name = b["name"].get<std::string>();
+    if (auto rn = json_string(b, "run_name", source, key + ".run_name")) name = *rn;
+    else if (auto n = json_string(b, "name", source, key + ".name")) name = *n;
     else throw UsageError(at + ": no \"run_name\" or \"name\"");
     auto [it, fresh] = index.try_emplace(name, rs.cases.size());
     if (fresh) {
@@ -211,14 +214,18 @@ ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
       rs.cases.push_back(std::move(cd));
     }
     CaseData& cd = rs.cases[it->second];
-    if (b.value("error_occurred", false)) {
+    const auto error_occurred = b.find("error_occurred");
+    if (error_occurred != b.end() && !error_occurred->is_boolean())
+      throw UsageError(source + ": key '" + key + ".error_occurred': expected true or false, got " +
+                       error_occurred->type_name());
+    if (error_occurred != b.end() && error_occurred->get<bool>()) {
       cd.skipped = true;
-      cd.note = "error: " + b.value("error_message", std::string("(no message)"));
+      cd.note = "error: " + json_string(b, "error_message", source, key + ".error_message").value_or("(no message)");
       continue;
     }
     if (!b.contains("real_time") || !b["real_time"].is_number())
       throw UsageError(at + " (" + name + "): no numeric \"real_time\"");
-    const std::string unit = b.value("time_unit", std::string("ns"));
+    const std::string unit = json_string(b, "time_unit", source, key + ".time_unit").value_or("ns");
     double scale;
     if (unit == "ns") scale = 1e-9;
     else if (unit == "us") scale = 1e-6;
@@ -239,16 +246,7 @@ ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
 
 namespace {
 
-nlohmann::json read_json_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw UsageError(p.string() + ": cannot be opened");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    throw UsageError(p.string() + ": malformed JSON (" + what + ")");
-  }
-}
+nlohmann::json read_json_file(const fs::path& p, const fs::path& root = {}) { return read_json_input(p, root); }
 
 }  // namespace
 
@@ -256,8 +254,8 @@ ResultSet load_results(const std::string& path) {
   if (path.empty()) throw UsageError("empty path");
   std::error_code ec;
   const fs::path p(path);
+  if (!input_exists(p)) throw UsageError(path + ": no such file or directory");
   const auto st = fs::status(p, ec);
-  if (!fs::exists(st)) throw UsageError(path + ": no such file or directory");
   fs::path dir;
   if (fs::is_directory(st)) {
     dir = p;
@@ -273,10 +271,10 @@ ResultSet load_results(const std::string& path) {
     }
   }
   const fs::path cases = dir / "cases.csv", samples = dir / "samples.csv", meta = dir / "meta.json";
-  if (!fs::exists(cases)) throw UsageError(cases.string() + ": no such file (not a results directory?)");
-  if (!fs::exists(samples)) throw UsageError(samples.string() + ": no such file (the gate needs the raw samples)");
-  ResultSet rs = load_kvf_tables(read_csv_table(cases.string()), read_csv_table(samples.string()), path);
-  if (fs::exists(meta)) rs.meta_devices = meta_device_names(read_json_file(meta));
+  if (!input_exists(cases)) throw UsageError(cases.string() + ": no such file (not a results directory?)");
+  if (!input_exists(samples)) throw UsageError(samples.string() + ": no such file (the gate needs the raw samples)");
+  ResultSet rs = load_kvf_tables(read_csv_table(cases.string(), dir), read_csv_table(samples.string(), dir), path);
+  if (input_exists(meta)) rs.meta_devices = meta_device_names(read_json_file(meta, dir));
   return rs;
 }
 
