@@ -101,6 +101,7 @@ std::vector<KernelRecord> read_kernels_csv(const std::filesystem::path& p) {
     const std::string& f = t.at(row, col);
     try {
       std::size_t used = 0;
+      if (f.empty() || f[0] < '0' || f[0] > '9') throw std::invalid_argument(f);  // stoull wraps "-1"
       auto v = std::stoull(f, &used);
       if (used != f.size()) throw std::invalid_argument(f);
       return v;

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "kvf/csv.hpp"
+#include "kvf/input.hpp"
 #include "kvf/table.hpp"
 #include "kvf/cupti/activity.hpp"
 #include "kvf/cupti/clock_alignment.hpp"
@@ -101,9 +102,9 @@ CaptureManifest CaptureManifest::from_json(const nlohmann::json& j, const std::s
 fs::path counters_dir(const fs::path& results_dir) { return results_dir / "counters"; }
 
 std::vector<std::uint8_t> read_binary(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw UsageError(p.string() + ": missing or unreadable");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Bounded and regular files only, like every reader of a results directory (kvf/input.hpp).
+  const std::string data = read_input_file(p);
+  std::vector<std::uint8_t> bytes(data.begin(), data.end());
   // Images are read by CUPTI with 8-byte alignment; std::vector's allocation satisfies that.
   return bytes;
 }
@@ -260,23 +261,17 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
   std::sort(manifests.begin(), manifests.end());
 
   std::string chip_txt;
-  if (std::ifstream in(dir / "chip.txt"); in) std::getline(in, chip_txt);
+  if (input_exists(dir / "chip.txt")) {
+    chip_txt = read_input_file(dir / "chip.txt", results_dir);
+    chip_txt = chip_txt.substr(0, chip_txt.find('\n'));
+  }
 
   EvaluateSummary sum;
   std::vector<CounterRow> rows;
   std::vector<std::string> captured;  // names of the captures re-evaluated below
   std::vector<CaptureManifest> evaluated;
   for (const auto& p : manifests) {
-    nlohmann::json j;
-    {
-      std::ifstream in(p);
-      if (!in) throw UsageError(p.string() + ": unreadable");
-      try {
-        in >> j;
-      } catch (const nlohmann::json::exception& e) {
-        throw UsageError(p.string() + ": not JSON (" + e.what() + ")");
-      }
-    }
+    const nlohmann::json j = read_json_input(p, results_dir);
     auto m = CaptureManifest::from_json(j, p.string());
     if (m.chip.empty() && m.kind != "activity") {
       if (chip_txt.empty()) throw UsageError((dir / "chip.txt").string() + ": missing (capture " + m.name +
@@ -297,8 +292,8 @@ EvaluateSummary evaluate_dir(const fs::path& results_dir) {
   // Rows that came from no saved capture (the CPU twin's cpu_model and perf rows) cannot be
   // re-evaluated: keep them as they are, so re-evaluation never loses a measurement.
   std::string text = csv_line(counter_columns());
-  if (fs::exists(sum.csv)) {
-    const CsvTable old = read_csv_table(sum.csv.string());
+  if (input_exists(sum.csv)) {
+    const CsvTable old = read_csv_table(sum.csv.string(), results_dir);
     const std::size_t cap = old.require_column("capture");
     for (const auto& row : old.rows) {
       if (std::find(captured.begin(), captured.end(), row[cap]) != captured.end()) continue;
