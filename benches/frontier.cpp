@@ -23,8 +23,10 @@
 // fetched. Each arm records the resident bytes per page it needs (resident_bytes_per_page).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -156,19 +158,23 @@ class FrontierStudy final : public kvf::Study {
   std::string name() const override { return "frontier"; }
 
   void add_options(CLI::App& app) override {
+    app_ = &app;
     app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B,DeepSeek-V3)")
         ->delimiter(',');
     app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
-    app.add_option("--tokens", tokens_, "tokens per page T, 16..4096, multiple of 16 (default per arm)")
+    app.add_option("--tokens", tokens_text_, "tokens per page T, 16..4096, multiple of 16 (default per arm)")
         ->delimiter(',');
-    app.add_option("--pages", pages_, "pages per recompute call P, 1..64 (default per arm)")->delimiter(',');
-    app.add_option("--layers", layers_, "layers L for the through-layers arm, 1..model layers")->delimiter(',');
-    app.add_option("--prefix", prefix_, "resident prefix N tokens for the through-layers arm")->delimiter(',');
+    app.add_option("--pages", pages_text_, "pages per recompute call P, 1..64 (default per arm)")->delimiter(',');
+    app.add_option("--layers", layers_text_, "layers L for the through-layers arm, 1..model layers")->delimiter(',');
+    app.add_option("--prefix", prefix_text_, "resident prefix N tokens for the through-layers arm, 0..1048576 "
+                   "(and the decode tokens of the interference arm)")->delimiter(',');
     app.add_option("--xdtypes", xdtypes_, "X forms of the quantized arm: int8,int4 (default both)")->delimiter(',');
     app.add_option("--arms", arms_, std::string("arms to run (default all): ") + kAllArms)->delimiter(',');
-    app.add_option("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, e.g. 32KiB,2MiB")->delimiter(',');
+    app.add_option("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, multiples of 4 KiB in 4 KiB .. 1 GiB, "
+                   "e.g. 32KiB,2MiB")->delimiter(',');
     app.add_option("--file-dir", file_dir_, "directory on local disk for the O_DIRECT file tier (default /var/tmp)");
-    app.add_option("--file-size", file_size_text_, "size of the file tier's file (default 256MiB; --quick 64MiB)");
+    app.add_option("--file-size", file_size_text_, "size of the file tier's file, a multiple of 2 MiB that fits the "
+                   "free space of --file-dir (default 256MiB; --quick 64MiB)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
@@ -176,7 +182,10 @@ class FrontierStudy final : public kvf::Study {
  private:
   std::vector<std::string> models_, xdtypes_, arms_, copy_sizes_;
   std::string models_file_, file_dir_ = "/var/tmp", file_size_text_;
+  // Numbers are kept as text and parsed in cases(): plain digits in a stated range, one clear line otherwise.
+  std::vector<std::string> tokens_text_, pages_text_, layers_text_, prefix_text_;
   std::vector<int> tokens_, pages_, layers_, prefix_;
+  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
   std::vector<md::ModelShape> all_;
   std::map<std::string, std::shared_ptr<fr::LayerWeights>> layer_weights_;
   bool gpu_ = false, quick_ = false;
@@ -207,10 +216,36 @@ class FrontierStudy final : public kvf::Study {
 };
 
 // ---------------------------------------------------------------- validation and case list
-void check_range(const std::vector<int>& v, const char* flag, int lo, int hi, int multiple, const std::string& what) {
-  for (int x : v)
-    if (x < lo || x > hi || (multiple > 1 && x % multiple != 0))
-      throw kvf::UsageError(std::string(flag) + " " + std::to_string(x) + ": " + what);
+// Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
+
+// A value as a message shows it: '' for empty, control characters as '?', long values cut (one line always).
+std::string shown(const std::string& t) {
+  if (t.empty()) return "''";
+  std::string r;
+  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
+  if (t.size() > 64) r += "...";
+  return r;
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
+  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
+}
+
+// Plain decimal digits in [lo, hi] (a sign, a space, an exponent or a suffix is refused; nothing wraps), and
+// a multiple of `multiple`.
+std::vector<int> parse_ints(const std::vector<std::string>& texts, const char* flag, int lo, int hi, int multiple,
+                            const std::string& allowed) {
+  std::vector<int> out;
+  for (const auto& t : texts) {
+    long long v = 0;
+    const char* b = t.data();
+    const char* e = b + t.size();
+    const auto [p, ec] = std::from_chars(b, e, v);
+    if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
+      bad(flag, t, allowed);
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
 }
 
 std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyContext& ctx) {
@@ -220,6 +255,24 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
 #if !defined(KVF_HAVE_CUDA)
   if (gpu_) throw kvf::UsageError("--backend cuda: this build of bench_frontier has no CUDA kernels");
 #endif
+  // A flag given with an empty value is refused, never taken for "not given".
+  const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
+  if (given("--models-file") && models_file_.empty()) bad("--models-file", "", "the path of a model shape file");
+  if (given("--file-dir") && file_dir_.empty()) bad("--file-dir", "", "a writable directory on local disk");
+  if (given("--file-size") && file_size_text_.empty())
+    bad("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
+  {
+    const std::string known = kAllArms;
+    for (const auto& a : arms_)
+      if (("," + known + ",").find("," + a + ",") == std::string::npos) bad("--arms", a, "unknown arm; allowed: " + known);
+  }
+  tokens_ = parse_ints(tokens_text_, "--tokens", 16, 4096, fr::kBlockTokens,
+                       "tokens per page must be a whole number in 16..4096 and a multiple of 16");
+  pages_ = parse_ints(pages_text_, "--pages", 1, 64, 1, "pages per call must be a whole number in 1..64");
+  prefix_ = parse_ints(prefix_text_, "--prefix", 0, 1 << 20, 1, "prefix must be a whole number of tokens in 0..1048576");
+  layers_ = parse_ints(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
+  for (const auto& x : xdtypes_)
+    if (x != "int8" && x != "int4") bad("--xdtypes", x, "allowed: int8, int4");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const bool user_models = !models_.empty();
   std::vector<std::string> names = user_models ? models_ : std::vector<std::string>{"Llama-3.1-8B", "DeepSeek-V3"};
@@ -229,39 +282,37 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
   }
   std::vector<const md::ModelShape*> ms;
   for (const auto& n : names) ms.push_back(&md::find_model(all_, n));
-  {
-    const std::string known = kAllArms;
-    for (const auto& a : arms_)
-      if (("," + known + ",").find("," + a + ",") == std::string::npos)
-        throw kvf::UsageError("--arms " + a + ": unknown arm; allowed: " + known);
-  }
-  check_range(tokens_, "--tokens", 16, 4096, fr::kBlockTokens, "tokens per page must be 16..4096 and a multiple of 16");
-  check_range(pages_, "--pages", 1, 64, 1, "pages per call must be 1..64");
-  check_range(prefix_, "--prefix", 0, 1 << 30, 1, "prefix must be 0 or more tokens");
-  for (const auto& x : xdtypes_)
-    if (x != "int8" && x != "int4") throw kvf::UsageError("--xdtypes " + x + ": allowed: int8, int4");
-  for (int L : layers_) {
-    if (L < 1) throw kvf::UsageError("--layers " + std::to_string(L) + ": must be 1 or more");
+  for (int L : layers_)
     for (const auto* m : ms)
       if (!m->is_mla && L > m->layers)
         throw kvf::UsageError("--layers " + std::to_string(L) + ": " + m->name + " has " + std::to_string(m->layers) +
                               " layers");
-  }
   std::vector<std::size_t> sizes;
   for (const auto& s : copy_sizes_) {
     const std::size_t b = kvf::parse_bytes(s, "--copy-sizes");
     if (b < 4096 || b > (std::size_t(1) << 30) || b % 4096)
-      throw kvf::UsageError("--copy-sizes " + s + ": must be a multiple of 4 KiB between 4 KiB and 1 GiB");
+      bad("--copy-sizes", s, "must be a multiple of 4 KiB between 4 KiB and 1 GiB");
     sizes.push_back(b);
   }
   std::size_t file_bytes = quick_ ? std::size_t(64) << 20 : std::size_t(256) << 20;
   if (!file_size_text_.empty()) {
     file_bytes = kvf::parse_bytes(file_size_text_, "--file-size");
     if (file_bytes % (std::size_t(2) << 20) || file_bytes < (std::size_t(2) << 20))
-      throw kvf::UsageError("--file-size " + file_size_text_ + ": must be a multiple of 2 MiB");
+      bad("--file-size", file_size_text_, "must be a multiple of 2 MiB");
   }
   mem_avail_ = double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
-  if ((arm_on("file") || arm_on("overlap") || arm_on("interference")) && !gpu_) fr::check_file_dir(file_dir_);
+  if ((arm_on("file") || arm_on("overlap") || arm_on("interference")) && !gpu_) {
+    fr::check_file_dir(file_dir_);
+    // The tier file is written whole at setup: one that cannot fit would fill the disk mid-run.
+    struct statvfs fs {};
+    if (arm_on("file") && ::statvfs(file_dir_.c_str(), &fs) == 0) {
+      const double free_bytes = double(fs.f_bavail) * double(fs.f_frsize);
+      if (double(file_bytes) > 0.9 * free_bytes)
+        bad("--file-size", file_size_text_.empty() ? kvf::format_bytes(double(file_bytes)) : file_size_text_,
+            "more than 90% of the free space of --file-dir " + shown(file_dir_) + " (" + kvf::format_bytes(free_bytes) +
+                " free)");
+    }
+  }
 
   // Memory: the largest recompute batch and the through-layers prefix must fit.
   const double dev_mem = gpu_ ? double(be.info().memory_bytes) * 0.8 : mem_avail_;
