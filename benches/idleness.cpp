@@ -34,6 +34,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -243,24 +244,25 @@ class IdlenessStudy final : public kvf::Study {
   std::string name() const override { return "idleness"; }
 
   void add_options(CLI::App& app) override {
+    app_ = &app;
     app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B)")->delimiter(',');
     app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
-    app.add_option("--batches", batches_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
+    app.add_option("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
         ->delimiter(',');
-    app.add_option("--contexts", contexts_, "contexts C in tokens, multiples of 1024 in 1K..128K (default CPU 1024,4096; "
-                   "GPU 1024,8192,32768,131072)")->delimiter(',');
-    app.add_option("--layers", layers_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
-    app.add_option("--prefill-tokens", prefill_tokens_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
+    app.add_option("--contexts", contexts_text_, "contexts C in tokens, multiples of 1024 in 1024..131072 (default CPU "
+                   "1024,4096; GPU 1024,8192,32768,131072)")->delimiter(',');
+    app.add_option("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
+    app.add_option("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
     app.add_option("--arms", arms_, std::string("arms to run (default all): ") + kAllArms)->delimiter(',');
     app.add_option("--metric-set", metric_set_, "range-profiler metric set (GPU): decode_idleness (default)");
     app.add_option("--metrics", metrics_, "range-profiler metrics instead of the set's (must fit one pass)")
         ->delimiter(',');
     app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
     app.add_flag("--no-counters", no_counters_, "GPU: timings only, no CUPTI collection");
-    app.add_option("--green-sms", green_sms_,
-                   "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, decode gets the "
-                   "rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no green-context "
-                   "cases (default: about a quarter of the SMs)");
+    app.add_option("--green-sms", green_sms_text_,
+                   "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
+                   "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
+                   "green-context cases (default: about a quarter of the SMs)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
@@ -268,11 +270,15 @@ class IdlenessStudy final : public kvf::Study {
  private:
   std::vector<std::string> models_, arms_, metrics_;
   std::string models_file_, metric_set_ = "decode_idleness", chip_;
+  // Numbers are kept as text and parsed in cases(): plain digits in a stated range, one clear line otherwise.
+  std::vector<std::string> batches_text_, contexts_text_;
+  std::string layers_text_, prefill_tokens_text_, green_sms_text_;
+  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
   std::vector<int> batches_, contexts_;
-  int layers_ = -1, prefill_tokens_ = 0;
+  // Absent: the flag was not given (the default applies); a given value is always in range.
+  std::optional<int> layers_, prefill_tokens_;
   bool no_counters_ = false, gpu_ = false, quick_ = false;
-  static constexpr int kGreenAuto = -1000000;  // --green-sms not given: about a quarter of the device
-  int green_sms_ = kGreenAuto;
+  std::optional<int> green_sms_;  // absent: about a quarter of the device
   // The SM split of the green-context cases, probed once when the case list is made (GPU co-run only).
   int green_request_ = 0, green_decode_sms_ = 0, green_bg_sms_ = 0;
   std::string green_skip_;  // non-empty: why the green-context cases are a skipped row
@@ -330,10 +336,40 @@ class IdlenessStudy final : public kvf::Study {
 };
 
 // ---------------------------------------------------------------- validation and case list
+// Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
+
+// A value as a message shows it: '' for empty, control characters as '?', long values cut (one line always).
+std::string shown(const std::string& t) {
+  if (t.empty()) return "''";
+  std::string r;
+  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
+  if (t.size() > 64) r += "...";
+  return r;
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
+  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
+}
+
+// Plain decimal digits in [lo, hi], a multiple of `multiple` (a sign, a space, an exponent or a suffix is
+// refused; nothing wraps).
+int parse_int(const std::string& t, const char* flag, int lo, int hi, int multiple, const std::string& allowed) {
+  long long v = 0;
+  const char* b = t.data();
+  const char* e = b + t.size();
+  const auto [p, ec] = std::from_chars(b, e, v);
+  if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
+    bad(flag, t, allowed);
+  return static_cast<int>(v);
+}
+
 void IdlenessStudy::validate_counters_flags() {
   if (metric_set_ != "decode_idleness")
-    throw kvf::UsageError("--metric-set " + metric_set_ + ": unknown metric set; allowed: decode_idleness "
-                          "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
+    bad("--metric-set", metric_set_, "unknown metric set; allowed: decode_idleness "
+        "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
+  if (app_ && app_->count("--chip") && chip_.empty()) bad("--chip", chip_, "allowed GA100, GH100, GB100");
+  for (const auto& m : metrics_)
+    if (m.empty()) bad("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
 #if defined(KVF_HAVE_CUPTI)
   if (!chip_.empty() || !metrics_.empty()) {
     // Offline check with the Profiler Host API: unknown chip, unknown metric, more than one pass -> exit 2.
@@ -360,23 +396,33 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   if (gpu_) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
 #endif
   validate_counters_flags();
+  // A flag given with an empty value is refused, never taken for "not given".
+  const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
   for (const auto& a : arms_)
     if (("," + std::string(kAllArms) + ",").find("," + a + ",") == std::string::npos)
-      throw kvf::UsageError("--arms " + a + ": unknown arm; allowed: " + kAllArms);
-  for (int b : batches_) dc::validate_batch(b);
-  for (int c : contexts_) dc::validate_context(c);
-  if (prefill_tokens_ != 0 && (prefill_tokens_ < 16 || prefill_tokens_ > 4096))
-    throw kvf::UsageError("--prefill-tokens " + i2s(prefill_tokens_) + ": must be 16..4096");
+      bad("--arms", a, std::string("unknown arm; allowed: ") + kAllArms);
+  batches_.clear();
+  contexts_.clear();
+  for (const auto& t : batches_text_)
+    batches_.push_back(parse_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1, "batch must be a whole number in 1..256"));
+  for (const auto& t : contexts_text_)
+    contexts_.push_back(parse_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
+                                  "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits"));
+  if (given("--prefill-tokens"))
+    prefill_tokens_ = parse_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1, "must be a whole number in 16..4096");
   // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
-  if (green_sms_ != kGreenAuto && (green_sms_ < 0 || green_sms_ > 4096))
-    throw kvf::UsageError("--green-sms " + i2s(green_sms_) + ": must be 0 (no green-context cases) or 1..4096 SMs "
-                          "(and leave the rest of the device a partition)");
+  if (given("--green-sms"))
+    green_sms_ = parse_int(green_sms_text_, "--green-sms", 0, 4096, 1,
+                           "must be 0 (no green-context cases) or 1..4096 SMs (and leave the rest of the device a "
+                           "partition)");
+  if (given("--layers"))
+    layers_ = parse_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
+  if (given("--models-file") && models_file_.empty()) bad("--models-file", "", "the path of a model shape file");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const std::vector<std::string> names = models_.empty() ? std::vector<std::string>{"Llama-3.1-8B"} : models_;
   std::vector<const md::ModelShape*> ms;
   for (const auto& n : names) ms.push_back(&md::find_model(all_, n));
-  const int L = layers_ > 0 ? layers_ : (gpu_ ? 4 : 1);
-  if (layers_ != -1 && layers_ < 1) throw kvf::UsageError("--layers " + i2s(layers_) + ": must be 1 or more");
+  const int L = layers_.value_or(gpu_ ? 4 : 1);
   for (const auto* m : ms)
     if (L > m->layers)
       throw kvf::UsageError("--layers " + i2s(L) + ": " + m->name + " has " + i2s(m->layers) + " layers");
@@ -437,7 +483,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
           add_decode(out, *m, B, C, L, "decode", "none");
         }
     if (arm_on("prefill") && !quick_) {
-      const int T = prefill_tokens_ ? prefill_tokens_ : (gpu_ ? 512 : 128), N = Cs.front();
+      const int T = prefill_tokens_.value_or(gpu_ ? 512 : 128), N = Cs.front();
 #if defined(KVF_HAVE_CUDA)
       const double need = gpu_ ? double(dc::gpu::PrefillGpu::device_bytes(*m, T, N)) : 0.0;
 #else
@@ -1163,10 +1209,10 @@ void IdlenessStudy::probe_green(Backend& be) {
     green_skip_ = "green contexts unavailable: " + why;
     return;
   }
-  if (green_sms_ != kGreenAuto) {
-    const std::string p = kvf::partition_request_problem(green_sms_, lim);
+  if (green_sms_) {
+    const std::string p = kvf::partition_request_problem(*green_sms_, lim);
     if (!p.empty()) throw kvf::UsageError("--green-sms " + p);
-    green_request_ = green_sms_;
+    green_request_ = *green_sms_;
   } else {
     green_request_ = kvf::default_partition_sms(lim);
     if (green_request_ == 0) {
