@@ -45,9 +45,10 @@ class StreamStudy final : public kvf::Study {
   std::string name() const override { return "stream"; }
 
   void add_options(CLI::App& app) override {
-    app.add_option("--size", size_text_,
-                   "bytes per array, e.g. 512MiB (default: 8x LLC and at least 256 MiB on CPU, 1 GiB on GPU; "
-                   "--quick: 4x LLC)");
+    size_opt_ = app.add_option("--size", size_text_,
+                               "bytes per array, at least 4 KiB, rounded down to 64 bytes; two arrays within 70% of "
+                               "host memory (and 90% of GPU memory), e.g. 512MiB (default: 8x LLC and at least "
+                               "256 MiB on CPU, 1 GiB on GPU; --quick: 4x LLC)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override {
@@ -56,7 +57,8 @@ class StreamStudy final : public kvf::Study {
     const auto& info = be.info();
     const std::size_t llc = info.llc_bytes ? info.llc_bytes : std::size_t{32} << 20;
     std::size_t bytes;
-    if (!size_text_.empty()) {
+    // Given but empty is refused by parse_bytes ("empty size"), never taken for "not given".
+    if (size_opt_ && size_opt_->count() > 0) {
       bytes = kvf::parse_bytes(size_text_, "--size");
     } else if (be.name() == "cuda") {
       bytes = std::max<std::size_t>(std::size_t{1} << 30, 8 * llc);
@@ -64,17 +66,19 @@ class StreamStudy final : public kvf::Study {
       bytes = ctx.quick ? 4 * llc : std::max<std::size_t>(8 * llc, std::size_t{256} << 20);
     }
     bytes = bytes / 64 * 64;  // whole cache lines and 16-byte vectors
+    // The value as typed when there is one (a message names what the user wrote), else the default's size.
+    const auto shown_size = [&](std::size_t b) {
+      return size_text_.empty() ? kvf::format_bytes(static_cast<double>(b)) : size_text_;
+    };
     if (bytes < 4096)
-      throw kvf::UsageError("--size " + size_text_ + ": at least 4 KiB is needed (4x the LLC, " +
+      throw kvf::UsageError("--size " + size_text_ + ": must be at least 4 KiB (and 4x the LLC, " +
                             kvf::format_bytes(4.0 * llc) + ", to measure memory rather than cache)");
     const std::size_t host_mem = kvf::host_memory_bytes();
     if (host_mem && 2 * bytes > host_mem * 7 / 10)
-      throw kvf::UsageError("--size " + kvf::format_bytes(static_cast<double>(bytes)) +
-                            ": two arrays need more than 70% of host memory (" +
+      throw kvf::UsageError("--size " + shown_size(bytes) + ": two arrays need more than 70% of host memory (" +
                             kvf::format_bytes(static_cast<double>(host_mem)) + ")");
     if (be.name() == "cuda" && info.memory_bytes && 2 * bytes > info.memory_bytes * 9 / 10)
-      throw kvf::UsageError("--size " + kvf::format_bytes(static_cast<double>(bytes)) +
-                            ": two arrays exceed 90% of GPU memory (" +
+      throw kvf::UsageError("--size " + shown_size(bytes) + ": two arrays exceed 90% of GPU memory (" +
                             kvf::format_bytes(static_cast<double>(info.memory_bytes)) + ")");
     const std::string note = bytes < 4 * llc ? "arrays smaller than 4x LLC: partly cache, not memory" : "";
 
@@ -92,6 +96,7 @@ class StreamStudy final : public kvf::Study {
  private:
   std::shared_ptr<Arrays> arrays_ = std::make_shared<Arrays>();
   std::string size_text_;
+  CLI::Option* size_opt_ = nullptr;  // owned by bench_main's app, which outlives cases()
   bool quick_ = false;
 
   FnCase& add(std::vector<std::unique_ptr<kvf::Case>>& out, const std::string& op, const std::string& extra_name,
