@@ -2,7 +2,10 @@
 // and its kernel records (Activity API) with the CUPTI Profiler Host API alone (no GPU), and (re)write
 // DIR/counters.csv. Format: harness/cupti/include/kvf/cupti/counters_io.hpp.
 //   exit 0: written; 2: DIR/counters missing, or a file a manifest names is missing or unreadable.
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -14,6 +17,33 @@
 
 namespace kvf::cli {
 
+namespace {
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a directory";
+}
+
+// DIR before anything reads it: a directory, its counters/ a directory where present, and its counters.csv
+// (rewritten here) a regular file where present, so a FIFO or a device never blocks or receives the table.
+void check_results_dir(const std::string& dir) {
+  if (dir.empty()) throw UsageError("DIR '': the results directory holding counters/ is needed");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) throw UsageError("DIR " + dir + ": no such directory (a results directory holding counters/)");
+  if (!S_ISDIR(st.st_mode)) throw UsageError("DIR " + dir + ": " + kind_of(st.st_mode) + ", expected a results directory");
+  const std::filesystem::path root(dir);
+  if (::stat((root / "counters").c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw UsageError("DIR " + dir + ": counters is " + kind_of(st.st_mode) + ", expected a directory of counter images");
+  if (::lstat((root / "counters.csv").c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw UsageError("DIR " + dir + ": counters.csv is " +
+                     (S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symlink" : kind_of(st.st_mode)) +
+                     ", expected a regular file to rewrite");
+}
+}  // namespace
+
 void add_counters(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto* sub = app.add_subcommand(
@@ -22,6 +52,7 @@ void add_counters(CLI::App& app) {
   sub->add_option("DIR", *dir, "Results directory holding counters/ (chip.txt, *.json, *.config, *.counterdata)")
       ->required();
   sub->callback([dir] {
+    check_results_dir(*dir);  // UsageError -> exit 2, in every build
 #if !defined(HAVE_KVF_CUPTI)
     std::fprintf(stderr, "kvf counters: not available: this build has no CUDA/CUPTI (configure with nvcc present)\n");
     exit_with(kExitUsage);

@@ -3,6 +3,7 @@
 //   exit 0: every listed set is valid and fits one pass; 2: unknown chip or metric, or a set needing > 1 pass.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,22 @@
 #endif
 
 namespace kvf::cli {
+
+namespace {
+// Chip and metric names are identifiers (GH100, sm__cycles_active.avg): anything else, an empty value
+// included, is refused with one line before the Profiler Host API sees it.
+void check_name(const char* flag, const std::string& v, const char* extra, const char* allowed) {
+  bool ok = !v.empty() && v.size() <= 256;
+  for (char ch : v)
+    ok = ok && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                (ch && std::strchr(extra, ch)));
+  if (ok) return;
+  std::string shown = v.empty() ? "''" : v.substr(0, 64);
+  for (auto& ch : shown)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  throw UsageError(std::string(flag) + " " + shown + (v.size() > 64 ? "..." : "") + ": " + allowed);
+}
+}  // namespace
 
 void add_metrics(CLI::App& app) {
   struct Args {
@@ -31,6 +48,9 @@ void add_metrics(CLI::App& app) {
   sub->add_option("--metric", args->metrics,
                   "Check these metrics as one set instead of the default set (repeatable; one pass required)");
   sub->callback([args] {
+    check_name("--chip", args->chip, "", "a chip name: GA100 (A100), GH100 (H100/H200) or GB100 (B200)");
+    for (const auto& m : args->metrics)
+      check_name("--metric", m, "_.", "a metric name: letters, digits, '_' and '.' (e.g. sm__cycles_active.avg)");
 #if !defined(HAVE_KVF_CUPTI)
     std::fprintf(stderr, "kvf metrics: not available: this build has no CUDA/CUPTI (configure with nvcc present)\n");
     exit_with(kExitUsage);
