@@ -289,6 +289,7 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
                               " layers");
   std::vector<std::size_t> sizes;
   for (const auto& s : copy_sizes_) {
+    if (s.empty()) bad("--copy-sizes", s, "a size, a multiple of 4 KiB between 4 KiB and 1 GiB (e.g. 32KiB)");
     const std::size_t b = kvf::parse_bytes(s, "--copy-sizes");
     if (b < 4096 || b > (std::size_t(1) << 30) || b % 4096)
       bad("--copy-sizes", s, "must be a multiple of 4 KiB between 4 KiB and 1 GiB");

@@ -57,8 +57,9 @@ class StreamStudy final : public kvf::Study {
     const auto& info = be.info();
     const std::size_t llc = info.llc_bytes ? info.llc_bytes : std::size_t{32} << 20;
     std::size_t bytes;
-    // Given but empty is refused by parse_bytes ("empty size"), never taken for "not given".
+    // Given but empty is refused, never taken for "not given".
     if (size_opt_ && size_opt_->count() > 0) {
+      if (size_text_.empty()) throw kvf::UsageError("--size '': a size is needed, e.g. 512MiB (at least 4 KiB)");
       bytes = kvf::parse_bytes(size_text_, "--size");
     } else if (be.name() == "cuda") {
       bytes = std::max<std::size_t>(std::size_t{1} << 30, 8 * llc);
