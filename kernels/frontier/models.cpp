@@ -1,100 +1,148 @@
 #include "models.hpp"
 
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 
 namespace kvf::models {
 
 namespace {
 using nlohmann::json;
 
-template <class T>
-T get(const json& j, const char* key, const std::string& ctx) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) throw UsageError(ctx + ": missing field '" + key + "'");
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw UsageError(ctx + ": field '" + key + "' has the wrong type");
+// One model entry, read with the file and the key named on every problem ("--models-file F: key
+// 'models[2].hidden_size': ..."). Ranges hold every real model with room to spare and keep the byte counts
+// derived from them (layers x heads x head_dim x tokens) far from overflow.
+class Entry {
+ public:
+  Entry(const json& obj, std::string source, std::string path) : obj_(obj), src_(std::move(source)), path_(std::move(path)) {
+    if (!obj_.is_object()) throw UsageError(src_ + ": key '" + path_ + "': expected an object, got " + obj_.type_name());
   }
-}
-template <class T>
-T get_or(const json& j, const char* key, T dflt) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return dflt;
-  return it->get<T>();
-}
+  std::string key(const char* k) const { return path_ + "." + k; }
+  std::optional<std::string> str(const char* k) const { return json_string(obj_, k, src_, key(k)); }
+  std::string need_str(const char* k) const {
+    auto v = str(k);
+    if (!v || v->empty()) throw UsageError(src_ + ": key '" + key(k) + "': missing (a non-empty string is needed)");
+    return *v;
+  }
+  std::optional<int> integer(const char* k, int lo, int hi) const {
+    const auto v = json_integer(obj_, k, src_, key(k), lo, hi);
+    return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
+  }
+  int need_int(const char* k, int lo, int hi) const {
+    const auto v = integer(k, lo, hi);
+    if (!v)
+      throw UsageError(src_ + ": key '" + key(k) + "': missing (a whole number in [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "] is needed)");
+    return *v;
+  }
+  double number(const char* k, double lo, double hi, double dflt) const {
+    return json_number(obj_, k, src_, key(k), lo, hi).value_or(dflt);
+  }
+  bool boolean(const char* k, bool dflt) const {
+    const auto it = obj_.find(k);
+    if (it == obj_.end() || it->is_null()) return dflt;
+    if (!it->is_boolean())
+      throw UsageError(src_ + ": key '" + key(k) + "': expected true or false, got " + it->type_name());
+    return it->get<bool>();
+  }
+  // A member object, absent or null as nullptr.
+  const json* object(const char* k) const {
+    const auto it = obj_.find(k);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) throw UsageError(src_ + ": key '" + key(k) + "': expected an object, got " + it->type_name());
+    return &*it;
+  }
+  const std::string& source() const { return src_; }
+
+ private:
+  const json& obj_;
+  std::string src_, path_;
+};
+
+constexpr int kMaxDim = 1 << 17;  // hidden, intermediate, head dims: the largest real models are near 2^15
+constexpr int kMaxHeads = 1024, kMaxLayers = 1024, kMaxPositions = 1 << 30;
 }  // namespace
 
 std::vector<ModelShape> load_models(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw UsageError("--models-file " + path + ": cannot open (give the path of data/models.json with --models-file)");
+  // Named as the flag that chose it, so every message says which file and how to pick another.
+  const std::string src = "--models-file " + path;
   json doc;
   try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    throw UsageError("--models-file " + path + ": not valid JSON (" + std::string(e.what()) + ")");
+    doc = read_json_input(path);
+  } catch (const UsageError& e) {
+    throw UsageError("--models-file " + std::string(e.what()));
   }
-  if (!doc.contains("models") || !doc["models"].is_array())
-    throw UsageError("--models-file " + path + ": no 'models' array");
+  if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_array())
+    throw UsageError(src + ": no 'models' array");
   std::vector<ModelShape> out;
-  for (const auto& m : doc["models"]) {
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < doc["models"].size(); ++i) {
+    const Entry m(doc["models"][i], src, "models[" + std::to_string(i) + "]");
     ModelShape s;
-    s.name = get<std::string>(m, "name", path);
-    const std::string ctx = path + ": model " + s.name;
-    s.hf_id = get_or<std::string>(m, "hf_id", "");
-    s.source = get_or<std::string>(m, "source", "");
-    s.hidden = get<int>(m, "hidden_size", ctx);
-    s.n_heads = get<int>(m, "num_attention_heads", ctx);
-    s.n_kv_heads = get<int>(m, "num_key_value_heads", ctx);
-    s.head_dim = get_or<int>(m, "head_dim", s.n_heads ? s.hidden / s.n_heads : 0);
-    s.layers = get<int>(m, "num_hidden_layers", ctx);
-    s.intermediate = get<int>(m, "intermediate_size", ctx);
-    s.vocab = get_or<int>(m, "vocab_size", 0);
-    s.max_positions = get_or<int>(m, "max_position_embeddings", 0);
-    s.rope_theta = get_or<double>(m, "rope_theta", 10000.0);
-    s.rms_eps = get_or<double>(m, "rms_norm_eps", 1e-5);
-    s.qkv_bias = get_or<bool>(m, "attention_bias", false);
-    if (m.contains("rope_scaling") && m["rope_scaling"].is_object()) {
-      const auto& r = m["rope_scaling"];
-      s.rope_scaling.type = get_or<std::string>(r, "rope_type", get_or<std::string>(r, "type", "none"));
-      s.rope_scaling.factor = get_or<double>(r, "factor", 1.0);
-      s.rope_scaling.low_freq_factor = get_or<double>(r, "low_freq_factor", 1.0);
-      s.rope_scaling.high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0);
-      s.rope_scaling.beta_fast = get_or<double>(r, "beta_fast", 32.0);
-      s.rope_scaling.beta_slow = get_or<double>(r, "beta_slow", 1.0);
-      s.rope_scaling.mscale = get_or<double>(r, "mscale", 1.0);
-      s.rope_scaling.mscale_all_dim = get_or<double>(r, "mscale_all_dim", 0.0);
-      s.rope_scaling.original_max_position = get_or<int>(r, "original_max_position_embeddings", 0);
+    s.name = m.need_str("name");
+    if (!names.insert(s.name).second)
+      throw UsageError(src + ": key '" + m.key("name") + "': '" + s.name + "' names two models");
+    s.hf_id = m.str("hf_id").value_or("");
+    s.source = m.str("source").value_or("");
+    s.hidden = m.need_int("hidden_size", 1, kMaxDim);
+    s.n_heads = m.need_int("num_attention_heads", 1, kMaxHeads);
+    s.n_kv_heads = m.need_int("num_key_value_heads", 1, s.n_heads);
+    if (s.n_heads % s.n_kv_heads)
+      throw UsageError(src + ": key '" + m.key("num_key_value_heads") + "': " + std::to_string(s.n_kv_heads) +
+                       " does not divide num_attention_heads " + std::to_string(s.n_heads));
+    s.head_dim = m.integer("head_dim", 2, 1024).value_or(s.hidden / s.n_heads);
+    if (s.head_dim < 2 || s.head_dim % 2)
+      throw UsageError(src + ": key '" + m.key("head_dim") + "': " + std::to_string(s.head_dim) +
+                       " must be even and at least 2 (RoPE rotates pairs)");
+    s.layers = m.need_int("num_hidden_layers", 1, kMaxLayers);
+    s.intermediate = m.need_int("intermediate_size", 1, kMaxDim);
+    s.vocab = m.integer("vocab_size", 0, 1 << 24).value_or(0);
+    s.max_positions = m.integer("max_position_embeddings", 0, kMaxPositions).value_or(0);
+    s.rope_theta = m.number("rope_theta", 1.0, 1e12, 10000.0);
+    s.rms_eps = m.number("rms_norm_eps", 1e-12, 1.0, 1e-5);
+    s.qkv_bias = m.boolean("attention_bias", false);
+    if (const json* r = m.object("rope_scaling")) {
+      const Entry e(*r, src, m.key("rope_scaling"));
+      s.rope_scaling.type = e.str("rope_type").value_or(e.str("type").value_or("none"));
+      if (s.rope_scaling.type == "default") s.rope_scaling.type = "none";
+      if (s.rope_scaling.type != "none" && s.rope_scaling.type != "llama3" && s.rope_scaling.type != "yarn")
+        throw UsageError(src + ": key '" + e.key("rope_type") + "': '" + s.rope_scaling.type +
+                         "' is not modelled (allowed: none, default, llama3, yarn)");
+      s.rope_scaling.factor = e.number("factor", 1.0, 1e6, 1.0);
+      s.rope_scaling.low_freq_factor = e.number("low_freq_factor", 1e-6, 1e6, 1.0);
+      s.rope_scaling.high_freq_factor = e.number("high_freq_factor", 1e-6, 1e6, 4.0);
+      s.rope_scaling.beta_fast = e.number("beta_fast", 0.0, 1e6, 32.0);
+      s.rope_scaling.beta_slow = e.number("beta_slow", 0.0, 1e6, 1.0);
+      s.rope_scaling.mscale = e.number("mscale", 0.0, 1e6, 1.0);
+      s.rope_scaling.mscale_all_dim = e.number("mscale_all_dim", 0.0, 1e6, 0.0);
+      s.rope_scaling.original_max_position = e.integer("original_max_position_embeddings", 0, kMaxPositions).value_or(0);
     }
-    if (m.contains("mla") && m["mla"].is_object()) {
-      const auto& a = m["mla"];
+    if (const json* a = m.object("mla")) {
+      const Entry e(*a, src, m.key("mla"));
       s.is_mla = true;
-      s.mla.kv_lora_rank = get<int>(a, "kv_lora_rank", ctx + " mla");
-      s.mla.q_lora_rank = get_or<int>(a, "q_lora_rank", 0);
-      s.mla.qk_nope_head_dim = get<int>(a, "qk_nope_head_dim", ctx + " mla");
-      s.mla.qk_rope_head_dim = get<int>(a, "qk_rope_head_dim", ctx + " mla");
-      s.mla.v_head_dim = get<int>(a, "v_head_dim", ctx + " mla");
+      s.mla.kv_lora_rank = e.need_int("kv_lora_rank", 1, kMaxDim);
+      s.mla.q_lora_rank = e.integer("q_lora_rank", 0, kMaxDim).value_or(0);
+      s.mla.qk_nope_head_dim = e.need_int("qk_nope_head_dim", 1, 1024);
+      s.mla.qk_rope_head_dim = e.need_int("qk_rope_head_dim", 2, 1024);
+      s.mla.v_head_dim = e.need_int("v_head_dim", 1, 1024);
     }
-    if (m.contains("moe") && m["moe"].is_object()) {
-      const auto& e = m["moe"];
+    if (const json* o = m.object("moe")) {
+      const Entry e(*o, src, m.key("moe"));
       s.is_moe = true;
-      s.moe_intermediate = get_or<int>(e, "moe_intermediate_size", 0);
-      s.n_routed_experts = get_or<int>(e, "n_routed_experts", 0);
-      s.n_shared_experts = get_or<int>(e, "n_shared_experts", 0);
-      s.experts_per_tok = get_or<int>(e, "num_experts_per_tok", 0);
-      s.first_k_dense = get_or<int>(e, "first_k_dense_replace", 0);
+      s.moe_intermediate = e.integer("moe_intermediate_size", 0, kMaxDim).value_or(0);
+      s.n_routed_experts = e.integer("n_routed_experts", 0, 1 << 16).value_or(0);
+      s.n_shared_experts = e.integer("n_shared_experts", 0, 1 << 16).value_or(0);
+      s.experts_per_tok = e.integer("num_experts_per_tok", 0, 1 << 16).value_or(0);
+      s.first_k_dense = e.integer("first_k_dense_replace", 0, kMaxLayers).value_or(0);
     }
-    if (s.hidden <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.layers <= 0 ||
-        s.head_dim % 2 != 0)
-      throw UsageError(ctx + ": sizes must be positive and head_dim even");
     out.push_back(std::move(s));
   }
-  if (out.empty()) throw UsageError("--models-file " + path + ": 'models' is empty");
+  if (out.empty()) throw UsageError(src + ": 'models' is empty");
   return out;
 }
 
@@ -103,7 +151,7 @@ const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_vie
     if (m.name == name) return m;
   std::string known;
   for (const auto& m : all) known += (known.empty() ? "" : ", ") + m.name;
-  throw UsageError("--models " + std::string(name) + ": unknown model; known: " + known);
+  throw UsageError("--models " + (name.empty() ? std::string("''") : std::string(name)) + ": unknown model; known: " + known);
 }
 
 std::string default_models_path() {
