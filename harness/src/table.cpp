@@ -162,9 +162,13 @@ std::optional<double> parse_number(const CsvTable& t, std::size_t row, const std
 
 std::optional<long long> parse_integer(const CsvTable& t, std::size_t row, const std::string& column, long long lo,
                                        long long hi) {
+  const std::string what = t.where(row) + ": column '" + column + "'";
+  const std::string& s = t.at(row, column);
+  if (s == "nan" || s == "NaN")  // the missing value of a measurement; a count is never missing that way
+    throw UsageError(what + ": '" + s + "' is not a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   const auto v = parse_number(t, row, column);
   if (!v) return std::nullopt;
-  return checked_integer(*v, lo, hi, t.where(row) + ": column '" + column + "'");
+  return checked_integer(*v, lo, hi, what);
 }
 
 }  // namespace kvf

@@ -43,7 +43,8 @@ CsvTable parse_csv_text(std::string_view text, const std::string& path);
 // Parses a number field; empty (or "nan", as older writers wrote) means missing (nullopt). Throws
 // UsageError naming file:line:column when the field is not a number or is infinite.
 std::optional<double> parse_number(const CsvTable& t, std::size_t row, const std::string& column);
-// A whole number in [lo, hi] (empty: nullopt); anything else names file:line:column.
+// A whole number in [lo, hi] (empty: nullopt; "nan" is refused: a count is never a missing measurement);
+// anything else names file:line:column.
 std::optional<long long> parse_integer(const CsvTable& t, std::size_t row, const std::string& column, long long lo,
                                        long long hi);
 
