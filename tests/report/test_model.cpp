@@ -1,7 +1,11 @@
 // Model arithmetic against hand-computed cases (every expected number is worked out in the comment).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 
 #include "kvf/errors.hpp"
@@ -312,4 +316,119 @@ TEST(Model, ActionTableLayerAxisIsProportionalForDenseModels) {
   moe.experts_per_tok = 4;
   const double e1 = recompute_layers(g, moe, 128, 1, 1).seconds, e4 = recompute_layers(g, moe, 128, 1, 4).seconds;
   EXPECT_GT(std::fabs(e4 - 4 * e1), 1e-3 * e4);
+}
+
+// ------------------------------------------------------------------------------------------ bad input (issue 12)
+namespace {
+
+std::string usage_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kvf::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("kvf_model_test_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// A one-GPU spec file with `field` replaced by `value` (JSON text).
+std::string gpus_with(const std::string& field, const std::string& value) {
+  std::map<std::string, std::string> f = {{"name", "\"toy\""},      {"hbm_tbps", "1"},    {"l2_mib", "50"},
+                                          {"host_link_gbps", "50"}, {"nvlink_gbps", "0"}, {"bf16_tflops", "100"},
+                                          {"sms", "132"}};
+  f[field] = value;
+  std::string g = "{";
+  for (const auto& [k, v] : f) g += "\"" + k + "\": " + v + ", ";
+  g += R"("source": {"hbm_tbps": "a", "l2_mib": "b", "host_link_gbps": "c", "nvlink_gbps": "d", "bf16_tflops": "e", "sms": "f"}})";
+  return R"({"defaults": {"launch_us": 4, "copy_fixed_us": 10}, "gpus": [)" + g + "]}";
+}
+
+}  // namespace
+
+TEST(BadInput, GpuSpecFileTypesAndRanges) {
+  const auto dir = scratch("gpus");
+  auto load = [&](const std::string& text) {
+    const auto p = dir / "gpus.json";
+    std::ofstream(p) << text;
+    return usage_message([&] { load_gpus(p.string()); });
+  };
+  EXPECT_EQ(load(gpus_with("sms", "132")), "(no UsageError)");
+  EXPECT_NE(load(gpus_with("sms", "1e30")).find("key 'gpus[0].sms'"), std::string::npos);  // no cast of 1e30 to int
+  EXPECT_NE(load(gpus_with("sms", "\"many\"")).find("key 'gpus[0].sms'"), std::string::npos);
+  EXPECT_NE(load(gpus_with("hbm_tbps", "-1")).find("key 'gpus[0].hbm_tbps'"), std::string::npos);
+  EXPECT_NE(load(gpus_with("hbm_tbps", "1e300")).find("key 'gpus[0].hbm_tbps'"), std::string::npos);
+  EXPECT_NE(load(gpus_with("name", "7")).find("key 'gpus[0].name': expected a string"), std::string::npos);
+  EXPECT_NE(load(gpus_with("launch_us", "\"fast\"")).find("key 'gpus[0].launch_us'"), std::string::npos);
+  EXPECT_NE(load(gpus_with("aliases", "[\"a\", 3]")).find("key 'gpus[0].aliases[1]': expected a string"),
+            std::string::npos);
+  EXPECT_NE(load(R"({"gpus": {}})").find("key 'gpus': expected an array"), std::string::npos);
+  EXPECT_NE(load("[1, 2]").find("expected a JSON object"), std::string::npos);
+  const std::string m = load(R"({"gpus": [)");
+  EXPECT_EQ(m.rfind((dir / "gpus.json").string(), 0), 0u) << m;  // malformed: names the file
+  // a directory where the file should be: bad input naming it
+  EXPECT_NE(usage_message([&] { load_gpus(dir.string()); }).find(dir.string() + ": a directory"), std::string::npos);
+}
+
+TEST(BadInput, ModelShapeOutOfRangeNamesFileAndKey) {
+  const auto dir = scratch("models");
+  const auto p = dir / "models.json";
+  std::ofstream(p) << R"({"models": [{"name": "deep", "hidden_size": 1024, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 20000, "intermediate_size": 4096,
+    "vocab_size": 32000, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096}]})";
+  const std::string m = usage_message([&] { load_shapes(p.string()); });
+  EXPECT_NE(m.find(p.string()), std::string::npos) << m;
+  EXPECT_NE(m.find("num_hidden_layers"), std::string::npos) << m;
+}
+
+TEST(BadInput, LayerCountsAreCheckedBeforeAnyIntegerConversion) {
+  Shape m = small();
+  // a layer count far beyond int: refused, never a loop bound or a cast
+  EXPECT_NE(usage_message([&] { recompute_layers(toy(), m, 16, 1, 1e10); }).find("layers: '1e+10' is not a whole number in [0, 10000]"),
+            std::string::npos);
+  EXPECT_THROW(recompute_layers(toy(), m, 16, 1, std::nan("")), kvf::UsageError);
+  EXPECT_THROW(recompute_layers(toy(), m, 16, 1, 1.5), kvf::UsageError);
+  // a row whose layers column is 1e30: no prediction, the reason names the row and the column
+  CaseRow r;
+  r.study = "idleness";
+  r.where = "x/cases.csv:9";
+  r.params = {{"arm", "decode"}, {"layers", "1e30"}};
+  r.bytes = 1e9;
+  r.median_s = 1e-3;
+  r.samples = 5;
+  std::string why;
+  EXPECT_FALSE(predict_row(toy(), r, &why));
+  EXPECT_NE(why.find("x/cases.csv:9: column 'layers'"), std::string::npos) << why;
+  r.study = "frontier";
+  r.params = {{"arm", "granularity"}, {"copies", "-5"}};
+  EXPECT_FALSE(predict_row(toy(), r, &why));
+  EXPECT_NE(why.find("column 'copies'"), std::string::npos) << why;
+}
+
+TEST(BadInput, ActionOptionsNameTheFlag) {
+  auto msg = [](auto set) {
+    ActionOptions o;
+    set(o);
+    return usage_message([&] { action_table(toy(), small(), o); });
+  };
+  EXPECT_NE(msg([](ActionOptions& o) { o.hbm_price_us_per_mib = -1; }).find("--hbm-price -1"), std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.hbm_price_us_per_mib = std::nan(""); }).find("--hbm-price"), std::string::npos);
+  EXPECT_EQ(msg([](ActionOptions& o) { o.hbm_price_us_per_mib = 0; }), "(no UsageError)");  // free HBM is allowed
+  EXPECT_NE(msg([](ActionOptions& o) { o.tokens = {std::nan("")}; }).find("--tokens"), std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.tokens = {1e300}; }).find("--tokens"), std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.reuse = {std::nan("")}; }).find("--reuse"), std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.layers = {1.5}; }).find("--layers 1.5: a whole number in [1, 4]"),
+            std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.layers = {5}; }).find("--layers 5"), std::string::npos);
+  EXPECT_NE(msg([](ActionOptions& o) { o.prefill_pages = 0; }).find("--prefill-pages 0"), std::string::npos);
+  // unset: the default price (a fetch of 1 MiB), said so in the JSON
+  ActionOptions o;
+  o.tokens = {64};
+  const auto j = action_table_json(toy(), small(), o, action_table(toy(), small(), o));
+  EXPECT_EQ(j["hbm_price_source"], "default: time to fetch 1 MiB over the host link");
 }

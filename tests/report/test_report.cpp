@@ -147,13 +147,13 @@ TEST(Report, GoldenNumbersAndDeterminism) {
   ReportOptions o;
   o.charts = false;
   const std::string md = render_markdown(sets, o, {});
-  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | Llama-3.1-8B x/bf16 L1 P1 (cold) | h2d_pinned | 16..512 | 3 | "
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | Llama-3.1-8B x/bf16 L1 P1 (cold) | h2d\\_pinned | 16..512 | 3 | "
                     "24.48 tokens (interpolated between 16 and 128) | 0 |"),
             std::string::npos);
   EXPECT_NE(md.find("working set crosses the LLC/L2 at ctx 3413"), std::string::npos);
   EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | cold | 4096 | 2000 | 66.67 |"), std::string::npos);
   EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64) |"), std::string::npos);
-  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d_pinned/1 MiB | cold | 330 | - | 330 | 1 |"),
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d\\_pinned/1 MiB | cold | 330 | - | 330 | 1 |"),
             std::string::npos);
   EXPECT_EQ(md, render_markdown(sets, o, {}));
   // Same input written twice: byte-identical report.md.
@@ -399,7 +399,7 @@ TEST(Report, EveryTierRowHasAPredictionAndThrottlingIsListed) {
   EXPECT_EQ(md, render_markdown(tiers, o, {}));
   const std::string gmd = render_markdown(load_all({kFx + "/gpu"}), o, {});
   EXPECT_NE(gmd.find("Throttled samples: 2 in 1 case rows"), std::string::npos);
-  EXPECT_NE(gmd.find("- NVIDIA H100 80GB HBM3 (cuda): frontier `x/Llama-3.1-8B/bf16/T128/P1` (cold): 2 throttled, 5 kept"),
+  EXPECT_NE(gmd.find("- NVIDIA H100 80GB HBM3 (cuda): frontier x/Llama-3.1-8B/bf16/T128/P1 (cold): 2 throttled, 5 kept"),
             std::string::npos);
   EXPECT_NE(gmd.find("disk - (no disk figure: no file-tier rows)"), std::string::npos);
 }

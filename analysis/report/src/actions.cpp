@@ -28,6 +28,11 @@ std::string fmt(double v) {
 }
 std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
 
+double hbm_price(const GpuSpec& g, const ActionOptions& o) {
+  if (o.hbm_price_us_per_mib) return *o.hbm_price_us_per_mib;
+  return double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
+}
+
 std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const ActionOptions& o) {
   std::vector<double> layers = o.layers;
   if (layers.empty()) {
@@ -35,17 +40,25 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
       if (l < m.layers) layers.push_back(l);
     layers.push_back(m.layers);
   }
+  // Written as !(in range) so NaN is refused too; layers become copy counts (int), so whole numbers only.
   for (double l : layers)
-    if (l < 1 || l > m.layers)
-      throw UsageError("--layers " + fmt(l) + ": " + m.name + " has " + fmt(m.layers) + " layers");
+    if (!(l >= 1 && l <= m.layers) || l != std::floor(l))
+      throw UsageError("--layers " + fmt(l) + ": a whole number in [1, " + fmt(m.layers) + "] (" + m.name + " has " +
+                       fmt(m.layers) + " layers)");
   for (double t : o.tokens)
-    if (t < 1) throw UsageError("--tokens " + fmt(t) + ": must be 1 or more");
+    if (!(t >= 1 && t <= kMaxTokensPerPage))
+      throw UsageError("--tokens " + fmt(t) + ": tokens per page in [1, " +
+                       std::to_string(static_cast<long long>(kMaxTokensPerPage)) + "]");
   for (double p : o.reuse)
-    if (p < 0 || p > 1) throw UsageError("--reuse " + fmt(p) + ": a probability in [0, 1]");
-  if (o.prefill_pages < 1) throw UsageError("--prefill-pages " + std::to_string(o.prefill_pages) + ": must be 1 or more");
+    if (!(p >= 0 && p <= 1)) throw UsageError("--reuse " + fmt(p) + ": a probability in [0, 1]");
+  if (o.prefill_pages < 1 || o.prefill_pages > kMaxPrefillPages)
+    throw UsageError("--prefill-pages " + std::to_string(o.prefill_pages) + ": pages per call in [1, " +
+                     std::to_string(kMaxPrefillPages) + "]");
+  if (o.hbm_price_us_per_mib && !(*o.hbm_price_us_per_mib >= 0 && *o.hbm_price_us_per_mib <= kMaxHbmPrice))
+    throw UsageError("--hbm-price " + fmt(*o.hbm_price_us_per_mib) + ": microseconds per MiB in [0, " +
+                     fmt(kMaxHbmPrice) + "]");
   if (g.host_link_gbps <= 0) throw UsageError(g.name + ": host link bandwidth unknown: the demote action needs it");
-  const double price =
-      o.hbm_price_us_per_mib >= 0 ? o.hbm_price_us_per_mib : double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
+  const double price = hbm_price(g, o);
   const double MiB = 1 << 20;
 
   std::vector<detail::RecSeries> recs;
@@ -81,6 +94,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             c.costs.push_back(a);
           };
           add("keep", kv, 0, 0, 0);
+          const int copies = static_cast<int>(L);  // whole, in [1, kMaxLayers]: checked above
           for (int bits : {8, 4}) {
             const double q = kv_quant_bytes_per_layer(m, T, bits) * L;
             // one pass per layer: read one form, write the other
@@ -89,7 +103,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
           }
           {
             // The D2H write-back runs on a copy engine, overlapped with compute: not on the critical path (0).
-            double fetch = transfer(g, kv, static_cast<int>(L), g.host_link_gbps).seconds;
+            double fetch = transfer(g, kv, copies, g.host_link_gbps).seconds;
             std::string src = "model";
             if (h2d) {
               const double b = kv / L;
@@ -133,10 +147,8 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
   j["model"] = m.name;
   j["cost_unit"] = "microseconds per page";
   j["cost_rule"] = "total_us = reuse * reuse_us + one_time_us + hbm_price_us_per_mib * hbm_bytes / 2^20";
-  const double price =
-      o.hbm_price_us_per_mib >= 0 ? o.hbm_price_us_per_mib : double(1 << 20) / (g.host_link_gbps * 1e9) * 1e6;
-  j["hbm_price_us_per_mib"] = price;
-  j["hbm_price_source"] = o.hbm_price_us_per_mib >= 0 ? "--hbm-price" : "default: time to fetch 1 MiB over the host link";
+  j["hbm_price_us_per_mib"] = hbm_price(g, o);
+  j["hbm_price_source"] = o.hbm_price_us_per_mib ? "--hbm-price" : "default: time to fetch 1 MiB over the host link";
   j["phases"] = {{"decode", {{"pages_per_call", 1}}}, {"prefill", {{"pages_per_call", o.prefill_pages}}}};
   nlohmann::json spec;
   spec["hbm_tbps"] = g.hbm_tbps;
@@ -168,13 +180,13 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
 
 // ------------------------------------------------------------------------------------------ crossovers
 std::optional<double> interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
-  if (xs.empty() || xs.size() != ys.size() || x < xs.front() || x > xs.back()) return std::nullopt;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i] == x) return ys[i];
-    if (i + 1 < xs.size() && xs[i] < x && x < xs[i + 1])
-      return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i]);
-  }
-  return std::nullopt;
+  if (xs.empty() || xs.size() != ys.size() || !(x >= xs.front() && x <= xs.back())) return std::nullopt;
+  // Binary search: called per point of a series against another series, a scan made that quadratic.
+  const auto it = std::lower_bound(xs.begin(), xs.end(), x);
+  const std::size_t i = static_cast<std::size_t>(it - xs.begin());
+  if (i < xs.size() && xs[i] == x) return ys[i];
+  if (i == 0 || i >= xs.size()) return std::nullopt;
+  return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
 }
 
 Crossover find_crossover(const std::vector<double>& x, const std::vector<double>& a, const std::vector<double>& b,

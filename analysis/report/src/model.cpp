@@ -10,6 +10,7 @@
 #include <set>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "kvf/report.hpp"
 #include "models.hpp"
 
@@ -32,57 +33,69 @@ std::string lower(std::string s) {
   return s;
 }
 
-double num_field(const nlohmann::json& g, const std::string& path, const std::string& name, const char* field) {
-  if (!g.contains(field) || !g[field].is_number())
-    throw UsageError(path + ": gpu '" + name + "': field '" + field + "' missing or not a number");
-  const double v = g[field].get<double>();
-  if (v < 0) throw UsageError(path + ": gpu '" + name + "': field '" + field + "' is negative");
-  return v;
-}
+// Peaks and overheads are physical quantities: finite, >= 0, and below what any device has (1e9 of the
+// unit: PB/s, PiB, EFLOP/s) so a typo like 1e300 is refused rather than carried into every prediction.
+constexpr double kMaxSpecValue = 1e9;
 
 }  // namespace
 
 std::vector<GpuSpec> load_gpus(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(path + ": cannot open the GPU spec file");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.contains("gpus") || !j["gpus"].is_array()) throw UsageError(path + ": no 'gpus' array");
+  const nlohmann::json j = kvf::read_json_input(path);
+  if (!j.is_object()) throw UsageError(path + ": expected a JSON object with a 'gpus' array");
+  if (!j.contains("gpus") || !j["gpus"].is_array()) throw UsageError(path + ": key 'gpus': expected an array");
   double launch = 0, copy = 0;
   std::map<std::string, std::string> dsrc;
-  if (j.contains("defaults")) {
-    launch = j["defaults"].value("launch_us", 0.0);
-    copy = j["defaults"].value("copy_fixed_us", 0.0);
-    if (j["defaults"].contains("source"))
-      for (auto it = j["defaults"]["source"].begin(); it != j["defaults"]["source"].end(); ++it)
-        dsrc[it.key()] = it.value().get<std::string>();
+  if (const auto it = j.find("defaults"); it != j.end() && !it->is_null()) {
+    const auto& d = *it;
+    launch = kvf::json_number(d, "launch_us", path, "defaults.launch_us", 0, kMaxSpecValue).value_or(0);
+    copy = kvf::json_number(d, "copy_fixed_us", path, "defaults.copy_fixed_us", 0, kMaxSpecValue).value_or(0);
+    if (const auto src = d.find("source"); src != d.end() && !src->is_null()) {
+      if (!src->is_object()) throw UsageError(path + ": key 'defaults.source': expected an object");
+      for (auto e = src->begin(); e != src->end(); ++e)
+        dsrc[e.key()] = *kvf::json_string(*src, e.key(), path, "defaults.source." + e.key());
+    }
   }
   std::vector<GpuSpec> out;
-  for (const auto& g : j["gpus"]) {
+  for (std::size_t i = 0; i < j["gpus"].size(); ++i) {
+    const auto& g = j["gpus"][i];
+    const std::string at = "gpus[" + std::to_string(i) + "]";
     GpuSpec s;
-    s.name = g.value("name", "");
-    if (s.name.empty()) throw UsageError(path + ": a gpu without a 'name'");
-    s.hbm_tbps = num_field(g, path, s.name, "hbm_tbps");
-    s.l2_mib = num_field(g, path, s.name, "l2_mib");
-    s.host_link_gbps = num_field(g, path, s.name, "host_link_gbps");
-    s.nvlink_gbps = num_field(g, path, s.name, "nvlink_gbps");
-    s.bf16_tflops = num_field(g, path, s.name, "bf16_tflops");
-    s.sms = static_cast<int>(num_field(g, path, s.name, "sms"));
-    s.launch_us = g.value("launch_us", launch);
-    s.copy_fixed_us = g.value("copy_fixed_us", copy);
+    s.name = kvf::json_string(g, "name", path, at + ".name").value_or("");
+    if (s.name.empty()) throw UsageError(path + ": " + at + ": a gpu without a 'name'");
+    auto field = [&](const char* f) {
+      const auto v = kvf::json_number(g, f, path, at + "." + f, 0, kMaxSpecValue);
+      if (!v) throw UsageError(path + ": gpu '" + s.name + "': key '" + at + "." + f + "' missing");
+      return *v;
+    };
+    s.hbm_tbps = field("hbm_tbps");
+    s.l2_mib = field("l2_mib");
+    s.host_link_gbps = field("host_link_gbps");
+    s.nvlink_gbps = field("nvlink_gbps");
+    s.bf16_tflops = field("bf16_tflops");
+    const auto sms = kvf::json_integer(g, "sms", path, at + ".sms", 0, 1 << 20);
+    if (!sms) throw UsageError(path + ": gpu '" + s.name + "': key '" + at + ".sms' missing");
+    s.sms = static_cast<int>(*sms);
+    s.launch_us = kvf::json_number(g, "launch_us", path, at + ".launch_us", 0, kMaxSpecValue).value_or(launch);
+    s.copy_fixed_us = kvf::json_number(g, "copy_fixed_us", path, at + ".copy_fixed_us", 0, kMaxSpecValue).value_or(copy);
+    const auto src = g.find("source");
+    if (src != g.end() && !src->is_null() && !src->is_object())
+      throw UsageError(path + ": key '" + at + ".source': expected an object");
     for (const char* f : {"hbm_tbps", "l2_mib", "host_link_gbps", "nvlink_gbps", "bf16_tflops", "sms"}) {
-      if (!g.contains("source") || !g["source"].contains(f) || !g["source"][f].is_string() ||
-          g["source"][f].get<std::string>().empty())
-        throw UsageError(path + ": gpu '" + s.name + "': no source for '" + f + "'");
-      s.source[f] = g["source"][f].get<std::string>();
+      const auto text = src == g.end() ? std::nullopt : kvf::json_string(*src, f, path, at + ".source." + f);
+      if (!text || text->empty()) throw UsageError(path + ": gpu '" + s.name + "': no source for '" + f + "'");
+      s.source[f] = *text;
     }
     for (const auto& [k, v] : dsrc) s.source[k] = v;
-    if (g.contains("aliases"))
-      for (const auto& a : g["aliases"]) s.source["alias:" + a.get<std::string>()] = a.get<std::string>();
+    if (const auto al = g.find("aliases"); al != g.end() && !al->is_null()) {
+      if (!al->is_array()) throw UsageError(path + ": key '" + at + ".aliases': expected an array of strings");
+      for (std::size_t k = 0; k < al->size(); ++k) {
+        const std::string key = at + ".aliases[" + std::to_string(k) + "]";
+        if (!(*al)[k].is_string())
+          throw UsageError(path + ": key '" + key + "': expected a string, got " + (*al)[k].type_name());
+        const std::string a = (*al)[k].get<std::string>();
+        s.source["alias:" + a] = a;
+      }
+    }
     out.push_back(std::move(s));
   }
   return out;
@@ -113,9 +126,37 @@ const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name
 }
 
 std::vector<Shape> load_shapes(const std::string& path) {
-  const auto ms = kvf::models::load_models(path.empty() ? kvf::models::default_models_path() : path);
+  const std::string file = path.empty() ? kvf::models::default_models_path() : path;
+  const auto ms = kvf::models::load_models(file);
   std::vector<Shape> out;
   for (const auto& m : ms) {
+    // The model's loops and integer conversions run over these (layers above all): a shape outside what any
+    // model has is bad input naming the file and key, never a meaningless prediction.
+    const auto check = [&](double v, double lo, double hi, const char* key) {
+      if (!(v >= lo && v <= hi))
+        throw UsageError(file + ": model '" + m.name + "': key '" + key + "': " + fmt(v) + " is not in [" + fmt(lo) +
+                         ", " + fmt(hi) + "]");
+    };
+    check(m.layers, 1, kMaxLayers, "num_hidden_layers");
+    check(m.hidden, 1, 1 << 20, "hidden_size");
+    check(m.n_heads, 1, 1 << 16, "num_attention_heads");
+    check(m.n_kv_heads, 1, m.n_heads, "num_key_value_heads");
+    check(m.head_dim, 1, 1 << 16, "head_dim");
+    check(m.intermediate, 0, 1 << 24, "intermediate_size");
+    if (m.is_mla) {
+      check(m.mla.kv_lora_rank, 1, 1 << 20, "mla.kv_lora_rank");
+      check(m.mla.q_lora_rank, 0, 1 << 20, "mla.q_lora_rank");
+      check(m.mla.qk_nope_head_dim, 0, 1 << 16, "mla.qk_nope_head_dim");
+      check(m.mla.qk_rope_head_dim, 0, 1 << 16, "mla.qk_rope_head_dim");
+      check(m.mla.v_head_dim, 1, 1 << 16, "mla.v_head_dim");
+    }
+    if (m.is_moe) {
+      check(m.moe_intermediate, 1, 1 << 24, "moe.moe_intermediate_size");
+      check(m.n_routed_experts, 1, 1 << 16, "moe.n_routed_experts");
+      check(m.n_shared_experts, 0, 1 << 16, "moe.n_shared_experts");
+      check(m.experts_per_tok, 1, m.n_routed_experts, "moe.num_experts_per_tok");
+      check(m.first_k_dense, 0, m.layers, "moe.first_k_dense_replace");
+    }
     Shape s;
     s.name = m.name;
     s.hidden = m.hidden;
@@ -213,6 +254,7 @@ Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages) {
 }
 
 Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers) {
+  const auto n_layers = kvf::checked_integer(layers, 0, kMaxLayers, "layers");
   const double rows = tokens * pages, H = m.hidden;
   double attn_params = 0, qdim = 0;
   if (m.mla) {
@@ -225,7 +267,7 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
     attn_params = H * (qdim + 2 * m.n_kv_heads * m.head_dim) + qdim * H;
   }
   Cost c;
-  for (int l = 0; l < static_cast<int>(layers); ++l) {
+  for (std::int64_t l = 0; l < n_layers; ++l) {
     const bool moe_layer = m.moe && l >= m.first_k_dense;
     double mlp_active = 3 * H * m.intermediate, mlp_read = mlp_active;
     if (moe_layer) {
@@ -450,28 +492,86 @@ namespace {
 
 using Match = std::vector<std::pair<std::string, std::string>>;
 
-bool matches(const CaseRow& r, const Match& m) {
-  for (const auto& [k, v] : m)
-    if (r.param(k) != v) return false;
-  return true;
-}
-
 // A measured row of `run` matching every (param, value): the same mode first, then cold, then hot.
-const CaseRow* alone_row(const ResultSet* run, const std::string& study, const Match& m, const std::string& mode) {
+const CaseRow* alone_row(const RunIndex* run, const std::string& study, const Match& m, const std::string& mode) {
   if (!run) return nullptr;
   for (const auto& md : {mode, std::string("cold"), std::string("hot")})
-    for (const auto* r : run->rows(study))
-      if (r->mode == md && matches(*r, m)) return r;
+    if (const CaseRow* r = run->first(study, m, md)) return r;
   return nullptr;
 }
+
+// Length-prefixed, so no parameter value can make two different tuples one key.
+void append_key(std::string& key, const std::string& part) {
+  key += std::to_string(part.size());
+  key += ':';
+  key += part;
+}
+
+std::optional<double> predict(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex* run_index,
+                              const std::vector<Shape>* shapes);
 
 std::string us_text(double s) { return fmt(s * 1e6) + " us"; }
 std::string gbps_text(double bps) { return fmt(bps / 1e9) + " GB/s"; }
 
 }  // namespace
 
+const CaseRow* RunIndex::first(const std::string& study, const Match& match, const std::string& mode) const {
+  std::string keys;
+  append_key(keys, study);
+  for (const auto& [k, v] : match) append_key(keys, k);
+  auto [index, fresh] = first_.try_emplace(keys);
+  auto& rows = index->second;
+  auto tuple = [&](const CaseRow& r, bool from_match) {
+    std::string t;
+    append_key(t, r.mode);
+    for (const auto& [k, v] : match) append_key(t, from_match ? v : r.param(k));
+    return t;
+  };
+  if (fresh)
+    for (const auto& r : run_->cases)
+      if (r.study == study && r.measured()) rows.try_emplace(tuple(r, false), &r);  // file order: the first wins
+  CaseRow probe;
+  probe.mode = mode;
+  const auto it = rows.find(tuple(probe, true));
+  return it == rows.end() ? nullptr : it->second;
+}
+
+const CaseRow* RunIndex::largest(const std::string& study, const std::string& arm, const std::string& param,
+                                 const std::string& mode) const {
+  std::string key;
+  for (const auto* part : {&study, &arm, &param, &mode}) append_key(key, *part);
+  auto [it, fresh] = largest_.try_emplace(key, nullptr);
+  if (fresh) {
+    std::optional<double> best;
+    for (const auto& r : run_->cases) {
+      if (r.study != study || !r.measured() || r.mode != mode || r.param("arm") != arm) continue;
+      const auto v = r.num(param);
+      if (v && (!best || *v > *best)) {
+        best = v;
+        it->second = &r;
+      }
+    }
+  }
+  return it->second;
+}
+
 std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const ResultSet* run,
                                   const std::vector<Shape>* shapes) {
+  if (!run) return predict(g, r, why, nullptr, shapes);
+  const RunIndex index(*run);
+  return predict(g, r, why, &index, shapes);
+}
+
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
+                                  const std::vector<Shape>* shapes) {
+  return predict(g, r, why, &run, shapes);
+}
+
+namespace {
+
+std::optional<double> predict(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex* run_index,
+                              const std::vector<Shape>* shapes) {
+  const ResultSet* run = run_index ? &run_index->run() : nullptr;
   auto say = [&](const std::string& s) {
     if (why) *why = s;
   };
@@ -522,14 +622,27 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
     }
     say("co-run model (bandwidth sharing): decode bytes / min(alone rate " + gbps_text(bytes / *alone->median_s) +
         ", memory " + gbps_text(bw) + " - co-runner " + gbps_text(demand) + " = " + co_what + " " +
-        (demand_factor == 1 ? "" : fmt(demand_factor) + " x ") + "bytes / time of `" + co->case_name + "` (" +
-        co->mode + ")); decode alone `" + alone->case_name + "` " + us_text(*alone->median_s) +
+        (demand_factor == 1 ? "" : fmt(demand_factor) + " x ") + "bytes / time of '" + co->case_name + "' (" +
+        co->mode + ")); decode alone '" + alone->case_name + "' " + us_text(*alone->median_s) +
         share + "; predicted slowdown " + fmt(*t / *alone->median_s) +
         (r.backend != "cpu"  ? " (shared SMs not modelled)"
          : busy_threads == 0 ? " (the co-runner waits on a device: no core time-sharing term)"
          : share.empty()     ? " (core time-sharing not modelled: meta.json gives no core count)"
                              : ""));
     return t;
+  };
+  // A count parameter of the row (layers, copies): a whole number in [1, hi] before it becomes an int; anything
+  // else is no prediction, with the reason (file:line, column, value).
+  std::string bad_count;
+  auto count = [&](const char* name, std::int64_t hi) -> std::optional<int> {
+    const auto v = r.num(name);
+    if (!v) return 1;
+    try {
+      return static_cast<int>(kvf::checked_integer(*v, 1, hi, r.where + ": column '" + name + "'"));
+    } catch (const UsageError& e) {
+      bad_count = e.what();
+      return std::nullopt;
+    }
   };
   const std::string op = r.param("op"), arm = r.param("arm");
   if (r.study == "stream") {
@@ -542,13 +655,19 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
     if (arm == "x") return roof(2, "roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
     if (arm == "xq") return roof(3, "roofline(flops, bytes) + 3 launches (dequant, GEMM, RoPE+write)");
     if (arm == "mla_latent" || arm == "mla_up") return roof(2, "roofline(flops, bytes) + 2 launches");
-    if (arm == "layers") return roof(8 * static_cast<int>(r.num("layers").value_or(1)), "roofline + 8 launches per layer");
+    if (arm == "layers") {
+      const auto layers = count("layers", kMaxLayers);
+      if (!layers) return none(bad_count);
+      return roof(8 * *layers, "roofline + 8 launches per layer");
+    }
     if (arm == "h2d_pinned" || arm == "h2d_pageable" || arm == "d2h_pinned" || arm == "d2h_pageable" || arm == "bidir")
       return link(g.host_link_gbps, "host link", 1);
     if (arm == "zero_copy") return link(g.host_link_gbps, "host link (SM reads)", 0);
     if (arm == "p2p") return link(g.nvlink_gbps, "NVLink", 1);
     if (arm == "granularity") {
-      const int n = static_cast<int>(r.num("copies").value_or(1));
+      const auto copies = count("copies", 1 << 30);
+      if (!copies) return none(bad_count);
+      const int n = *copies;
       if (r.backend == "cuda") return link(g.host_link_gbps, "host link, one call per chunk", n);
       if (g.hbm_tbps <= 0) return none("no memory bandwidth");
       say("2 x bytes / memory bandwidth (read + write)");
@@ -577,9 +696,9 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
       const std::string lk = r.param("link"), model = r.param("model");
       const double sync = launch;
       // The run's alone rows: f=0 (fetch the whole page) and f=1 (recompute the whole page), same shape and mode.
-      const CaseRow* f0 = alone_row(run, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
+      const CaseRow* f0 = alone_row(run_index, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
                                                        {"recompute_tokens", "0"}}, r.mode);
-      const CaseRow* f1 = alone_row(run, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
+      const CaseRow* f1 = alone_row(run_index, "frontier", {{"arm", "overlap"}, {"model", model}, {"tokens", r.param("tokens")},
                                                        {"recompute_tokens", r.param("tokens")}}, r.mode);
       std::string measured_alone;
       std::optional<double> m_rec, m_fetch;
@@ -634,29 +753,25 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
       if (bg == "none")
         return roof(r.backend == "cuda" ? 1 : 0, std::string("decode step alone: roofline(flops, bytes)") +
                                                      (r.backend == "cuda" ? " + 1 launch" : " (one thread: the all-core ceilings overstate it)"));
-      const CaseRow* alone = alone_row(run, "frontier", {{"arm", "interference"}, {"model", model}, {"decode_tokens", N},
+      const CaseRow* alone = alone_row(run_index, "frontier", {{"arm", "interference"}, {"model", model}, {"decode_tokens", N},
                                                          {"background", "none"}}, r.mode);
       if (bg == "recompute")
-        return corun(alone, alone_row(run, "frontier", {{"arm", "x"}, {"model", model}, {"tokens", "128"}, {"pages", "1"},
+        return corun(alone, alone_row(run_index, "frontier", {{"arm", "x"}, {"model", model}, {"tokens", "128"}, {"pages", "1"},
                                                         {"layers", "1"}, {"xdtype", "bf16"}}, r.mode),
                      1, "recompute x T=128 P=1", 1);
       if (bg == "copy" && r.backend == "cuda")
-        return corun(alone, alone_row(run, "frontier", {{"arm", "h2d_pinned"}, {"copy_bytes", "524288"}}, r.mode), 1,
+        return corun(alone, alone_row(run_index, "frontier", {{"arm", "h2d_pinned"}, {"copy_bytes", "524288"}}, r.mode), 1,
                      "512 KiB pinned H2D copies");
       if (bg == "copy") {
         // The background copies 512 KiB pages over a 128 MiB pool (DRAM, not cache): the largest memcpy row
         // measured, cold first; read + write traffic.
         const CaseRow* co = nullptr;
         for (const char* md : {"cold", "hot"})
-          if (run && !co)
-            for (const auto* c : run->rows("frontier"))
-              if (c->mode == md && c->param("arm") == "memcpy" && c->num("copy_bytes") &&
-                  (!co || *c->num("copy_bytes") > *co->num("copy_bytes")))
-                co = c;
+          if (run_index && !co) co = run_index->largest("frontier", "memcpy", "copy_bytes", md);
         return corun(alone, co, 2, "DRAM copies (read + write)", 1);
       }
       if (bg == "file")
-        return corun(alone, alone_row(run, "frontier", {{"arm", "file_direct"}, {"copy_bytes", "524288"}}, r.mode), 1,
+        return corun(alone, alone_row(run_index, "frontier", {{"arm", "file_direct"}, {"copy_bytes", "524288"}}, r.mode), 1,
                      "512 KiB O_DIRECT reads (DMA into memory)");
       return none("interference background '" + bg + "' has no model term");
     }
@@ -664,7 +779,9 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
   }
   if (r.study == "access") return roof(r.backend == "cuda" ? 1 : 0, "roofline(flops, bytes) of the row");
   if (r.study == "idleness") {
-    const int layer_launches = 8 * static_cast<int>(r.num("layers").value_or(1));
+    const auto layers = count("layers", kMaxLayers);
+    if (!layers) return none(bad_count);
+    const int layer_launches = 8 * *layers;
     if (arm == "gemm_ceiling") return roof(1, "flops / GEMM peak");
     if (arm == "read_ceiling") return roof(1, "bytes / memory bandwidth");
     if (arm == "decode" || arm == "prefill") return roof(layer_launches, "roofline(flops, bytes) + 8 launches per layer");
@@ -674,10 +791,10 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
       if (bg == "recompute_alone")
         return roof(r.backend == "cuda" ? 2 : 0, "recompute one page alone: roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
       if (bg == "recompute") {
-        const CaseRow* alone = alone_row(run, "idleness", {{"arm", "corun"}, {"model", model}, {"batch", r.param("batch")},
+        const CaseRow* alone = alone_row(run_index, "idleness", {{"arm", "corun"}, {"model", model}, {"batch", r.param("batch")},
                                                            {"context", r.param("context")}, {"layers", r.param("layers")},
                                                            {"background", "none"}}, r.mode);
-        return corun(alone, alone_row(run, "idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}, r.mode),
+        return corun(alone, alone_row(run_index, "idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}, r.mode),
                      1, "recompute one page alone", 1);
       }
       return none("co-run background '" + bg + "' has no model term");
@@ -686,5 +803,7 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
   }
   return none("study '" + r.study + "' has no model term");
 }
+
+}  // namespace
 
 }  // namespace kvf::report

@@ -1,18 +1,20 @@
 // `kvf report`: report.md (deterministic: input order, fixed number format, no clock but meta.json's),
 // gnuplot charts (.dat + .gp written, SVG + PNG drawn when gnuplot runs) and a self-contained report.html.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "series.hpp"
 
 extern char** environ;
@@ -21,6 +23,119 @@ namespace kvf::report {
 
 using namespace detail;
 namespace fs = std::filesystem;
+
+// ------------------------------------------------------------------------------------------ untrusted text
+namespace {
+
+// Non-ASCII code points that print nothing visible or move text around: shown as '?' so a name cannot
+// hide or reorder what the report says next to it.
+bool invisible(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) ||                      // C1 controls
+         (cp >= 0x200b && cp <= 0x200f) ||                  // zero-width, LRM/RLM
+         (cp >= 0x202a && cp <= 0x202e) ||                  // bidirectional embeddings and overrides
+         (cp >= 0x2060 && cp <= 0x206f) ||                  // word joiner, invisible operators, isolates
+         cp == 0xfeff || (cp >= 0xfff9 && cp <= 0xfffb) ||  // BOM, interlinear annotation
+         cp == 0xfffe || cp == 0xffff || (cp >= 0xe0000 && cp <= 0xe007f);  // non-characters, tags
+}
+
+// Length of the valid UTF-8 sequence at s[i] and its code point; 0 when invalid (overlong, surrogate,
+// beyond U+10FFFF, truncated).
+std::size_t utf8_at(const std::string& s, std::size_t i, char32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  std::size_t len = 0;
+  if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+}  // namespace
+
+std::string printable_text(const std::string& s, std::size_t max_chars) {
+  std::string out;
+  out.reserve(std::min(s.size(), max_chars * 4) + 3);
+  std::size_t chars = 0, i = 0;
+  for (; i < s.size() && chars < max_chars; ++chars) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f') out += ' ';
+      else if (c < 0x20 || c == 0x7f) out += '?';
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    char32_t cp = 0;
+    const std::size_t len = utf8_at(s, i, cp);
+    if (len == 0) {
+      out += '?';
+      ++i;
+    } else {
+      if (cp == 0x2028 || cp == 0x2029) out += ' ';  // line and paragraph separators
+      else if (invisible(cp)) out += '?';
+      else out.append(s, i, len);
+      i += len;
+    }
+  }
+  if (i < s.size()) out += "...";
+  return out;
+}
+
+std::string gnuplot_quote(const std::string& s, std::size_t max_chars) {
+  const std::string t = printable_text(s, max_chars);
+  std::string o = "'";
+  for (char c : t) {
+    if (c == '`') o += '?';
+    else if (c == '\'') o += "''";
+    else o += c;
+  }
+  return o + "'";
+}
+
+std::string gnuplot_data_label(const std::string& s, std::size_t max_chars) {
+  // gnuplot reads a "..." field of a data file as one column; a quote would end it, # start a comment.
+  const std::string t = printable_text(s, max_chars);
+  std::string o = "\"";
+  for (char c : t) {
+    if (c == '"') o += '\'';
+    else if (c == '#' || c == '\\' || c == '`') o += '?';
+    else o += c;
+  }
+  return o + "\"";
+}
+
+std::string md_text(const std::string& s, std::size_t max_chars) {
+  const std::string t = printable_text(s, max_chars);
+  std::string o;
+  o.reserve(t.size() + t.size() / 8);
+  for (char c : t) {
+    if (c != '\0' && std::strchr("\\`*_[]<>#&~", c)) o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size() + s.size() / 8);
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else if (c == '\'') o += "&#39;";
+    else o += c;
+  }
+  return o;
+}
 
 namespace {
 
@@ -38,45 +153,83 @@ struct Plot {
   int logx_base = 2;
 };
 
-std::string gq(const std::string& s) {  // gnuplot double-quoted string
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o + "\"";
-}
-
 bool has_points(const Plot& p) {
   for (const auto& l : p.lines)
     if (!l.pts.empty()) return true;
   return false;
 }
 
+// Chart names become file names and gnuplot `set output` strings: the report makes them up itself
+// ("gather", "frontier_map_2"); anything else is a bug, refused before a file is named after it.
+bool safe_stem(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// Writes a new file at `path`. Whatever is there is removed first (unlink removes a symlink, not its
+// target) and the file is created with O_EXCL | O_NOFOLLOW: the default report directory lies inside a
+// results directory someone else may have made, and a symlink planted as report/report.md must not make the
+// report overwrite the file it points to. A write failure (ENOSPC, EIO) is not bad input: runtime_error, exit 1.
+void write_new_file(const fs::path& path, const std::string& text) {
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(path.string() + ": cannot create (" + std::strerror(errno) + ")");
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(path.c_str());
+      throw std::runtime_error(path.string() + ": cannot write (" + std::strerror(err) + ")");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    throw std::runtime_error(path.string() + ": cannot write (" + std::strerror(err) + ")");
+  }
+}
+
+// A comment line of a .gp or .dat file: gnuplot ignores it, but the files are handed to users to run and
+// read, so it holds no line break and no backquote either.
+std::string comment_text(const std::string& s) {
+  std::string t = printable_text(s, kMaxChartText);
+  std::replace(t.begin(), t.end(), '`', '?');
+  return t;
+}
+
+// Every text in a .gp file is a single-quoted gnuplot_quote string or a number the report formatted; the
+// data reach gnuplot only through the .dat file (numbers, and label fields through gnuplot_data_label).
 void write_plot(const Plot& p, const fs::path& dir) {
-  std::ofstream dat(dir / (p.name + ".dat"));
+  if (!safe_stem(p.name)) throw std::logic_error("chart name '" + p.name + "' is not a plain file stem");
+  std::string dat;
   std::ostringstream plot;
   int idx = 0;
   for (const auto& l : p.lines) {
     if (l.pts.empty()) continue;
-    dat << "# " << l.title << "\n";
+    dat += "# " + comment_text(l.title) + "\n";
     for (std::size_t i = 0; i < l.pts.size(); ++i) {
-      dat << fmt(l.pts[i].first) << " " << fmt(l.pts[i].second);
-      if (!l.labels.empty()) dat << " " << gq(l.labels[i]);
-      dat << "\n";
+      dat += fmt(l.pts[i].first) + " " + fmt(l.pts[i].second);
+      if (!l.labels.empty()) dat += " " + gnuplot_data_label(i < l.labels.size() ? l.labels[i] : std::string());
+      dat += "\n";
     }
-    dat << "\n\n";
+    dat += "\n\n";
     plot << (idx ? ", \\\n     " : "plot ") << "'" << p.name << ".dat' index " << idx
          << (l.labels.empty() ? " using 1:2 with " + l.style : " using 1:2:3 with labels " + l.style) << " title "
-         << gq(l.title);
+         << gnuplot_quote(l.title);
     ++idx;
   }
-  std::ofstream gp(dir / (p.name + ".gp"));
-  gp << "# kvf report: " << p.title << "\n"
+  std::ostringstream gp;
+  gp << "# kvf report: " << comment_text(p.title) << "\n"
      << "set terminal svg size 960,720 noenhanced font 'Helvetica,12' background rgb 'white'\n"
      << "set output '" << p.name << ".svg'\n"
-     << "set title " << gq(p.title) << "\n"
-     << "set xlabel " << gq(p.xlabel) << "\nset ylabel " << gq(p.ylabel) << "\n"
+     << "set title " << gnuplot_quote(p.title) << "\n"
+     << "set xlabel " << gnuplot_quote(p.xlabel) << "\nset ylabel " << gnuplot_quote(p.ylabel) << "\n"
      << "set grid\nset key below left Left reverse\n";
   if (p.logx) gp << "set logscale x " << p.logx_base << "\n";
   if (p.logy) gp << "set logscale y\n";
@@ -85,6 +238,8 @@ void write_plot(const Plot& p, const fs::path& dir) {
      << "set terminal pngcairo size 960,720 noenhanced font 'Helvetica,10' background rgb 'white'\n"
      << "set output '" << p.name << ".png'\n"
      << "replot\nset output\n";
+  write_new_file(dir / (p.name + ".dat"), dat);
+  write_new_file(dir / (p.name + ".gp"), gp.str());
 }
 
 // Runs gnuplot in `dir` on `gp`; output to gnuplot.log. Returns "" or why it failed.
@@ -92,7 +247,7 @@ std::string run_gnuplot(const std::string& gnuplot, const fs::path& dir, const s
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addchdir_np(&fa, dir.c_str());
-  posix_spawn_file_actions_addopen(&fa, 1, "gnuplot.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, "gnuplot.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<std::string> args = {gnuplot, gp};
   std::vector<char*> argv;
@@ -112,12 +267,16 @@ std::string run_gnuplot(const std::string& gnuplot, const fs::path& dir, const s
 }
 
 // ------------------------------------------------------------------------------------------ markdown helpers
+// Cells are report text or md_text of input text (no line breaks); | is escaped here for all.
 std::string row(const std::vector<std::string>& cells) {
   std::string s = "|";
   for (const auto& c : cells) {
-    std::string e;
-    for (char ch : c) e += ch == '|' ? std::string("\\|") : std::string(1, ch);
-    s += " " + e + " |";
+    s += ' ';
+    for (char ch : c) {
+      if (ch == '|') s += '\\';
+      s += ch;
+    }
+    s += " |";
   }
   return s + "\n";
 }
@@ -127,6 +286,9 @@ std::string header(const std::vector<std::string>& cells) {
   return s + "\n";
 }
 std::string us(const std::optional<double>& s) { return s ? fmt(*s * 1e6) : "-"; }
+// A results directory's device label, as Markdown (capped: it is repeated in every row of its tables).
+std::string lbl(const ResultSet& rs) { return md_text(rs.label, kMaxLabelText); }
+std::string txt(const std::string& s) { return md_text(s); }
 
 struct Ctx {
   const std::vector<ResultSet>& sets;
@@ -151,9 +313,9 @@ std::string section_inputs(Ctx& cx) {
                "samples", "counters", "1-min load (max) / hw threads"});
   int i = 0;
   for (const auto& r : cx.sets)
-    s += row({std::to_string(++i), "`" + r.dir + "`", r.label, r.backend, r.has_meta ? r.suite_version : "-",
-              r.git_sha.empty() ? "-" : r.git_sha, r.started.empty() ? "-" : r.started,
-              r.finished.empty() ? "-" : r.finished, std::to_string(r.cases.size()),
+    s += row({std::to_string(++i), txt(r.dir), lbl(r), txt(r.backend), r.has_meta ? txt(r.suite_version) : "-",
+              r.git_sha.empty() ? "-" : txt(r.git_sha), r.started.empty() ? "-" : txt(r.started),
+              r.finished.empty() ? "-" : txt(r.finished), std::to_string(r.cases.size()),
               r.has_samples ? std::to_string(r.n_samples) : "missing",
               r.has_counters ? std::to_string(r.counters.size()) : "missing",
               r.max_load < 0 ? "-"
@@ -163,10 +325,18 @@ std::string section_inputs(Ctx& cx) {
   bool any = false;
   for (const auto& r : cx.sets)
     for (const auto& m : r.missing) {
-      s += "- " + r.label + ": " + m + "\n";
+      s += "- " + lbl(r) + ": " + txt(m) + "\n";
       any = true;
     }
   if (!any) s += "Nothing: every file and study is present.\n";
+  s += "\n### Input warnings\n\n";
+  any = false;
+  for (const auto& r : cx.sets)
+    for (const auto& w : r.warnings) {
+      s += "- " + lbl(r) + ": " + txt(w) + "\n";
+      any = true;
+    }
+  if (!any) s += "None: every input row was read.\n";
   return s + "\n";
 }
 
@@ -190,7 +360,7 @@ std::string model_says(Ctx& cx, const ResultSet& rs, const std::string& claim) {
       tag = g.name + " spec sheet";
     }
     if (c1)
-      return m->name + ", " + tag + ": recompute " + fmt(recompute_x(g, *m, 128, 1, 16).seconds * 1e6) + " us, fetch " +
+      return txt(m->name + ", " + tag) + ": recompute " + fmt(recompute_x(g, *m, 128, 1, 16).seconds * 1e6) + " us, fetch " +
              fmt(transfer(g, kv_bytes_per_layer(*m, 128), 1, g.host_link_gbps).seconds * 1e6) + " us";
     const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
     std::vector<double> r, t;
@@ -198,9 +368,10 @@ std::string model_says(Ctx& cx, const ResultSet& rs, const std::string& claim) {
       r.push_back(recompute_x(g, *m, T, 1, 16).seconds);
       t.push_back(transfer(g, kv_bytes_per_layer(*m, T), 1, g.host_link_gbps).seconds);
     }
-    return m->name + ", " + tag + ": crossover " + find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated").text;
+    return txt(m->name + ", " + tag + ": crossover " +
+               find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated").text);
   } catch (const UsageError& e) {
-    return std::string("- (") + e.what() + ")";
+    return "- (" + txt(e.what()) + ")";
   }
 }
 
@@ -213,7 +384,7 @@ std::string throttled_note(Ctx& cx) {
       if (r.throttled_samples > 0) {
         ++cases;
         total += r.throttled_samples;
-        list += "- " + rs.label + ": " + r.study + " `" + r.case_name + "` (" + r.mode + "): " +
+        list += "- " + lbl(rs) + ": " + txt(r.study) + " " + txt(r.case_name) + " (" + txt(r.mode) + "): " +
                 std::to_string(r.throttled_samples) + " throttled, " + std::to_string(r.samples) + " kept\n";
       }
   if (!cases)
@@ -231,7 +402,8 @@ std::string section_verdicts(Ctx& cx) {
     const ResultSet* rs = nullptr;
     for (const auto& r : cx.sets)
       if (r.label == v.device) rs = &r;
-    s += row({v.claim, v.device, "**" + v.verdict + "**", v.figures, rs ? model_says(cx, *rs, v.claim) : "-"});
+    s += row({v.claim, rs ? lbl(*rs) : txt(v.device), "**" + v.verdict + "**", txt(v.figures),
+              rs ? model_says(cx, *rs, v.claim) : "-"});
   }
   s += "\n" + throttled_note(cx);
   s += "\nRules (docs/report.md):\n\n";
@@ -257,7 +429,7 @@ std::string section_gather(Ctx& cx) {
       l.title = rs.label + ": " + key;
       l.pts.emplace_back(*rb, *r->gbps);
       if (r->ceiling_value && (!ceiling || *r->ceiling_value > *ceiling)) ceiling = r->ceiling_value;
-      table += row({rs.label, r->param("arm"), r->param("huge"), r->mode, fmt(*rb), fmt(r->gbps),
+      table += row({lbl(rs), txt(r->param("arm")), txt(r->param("huge")), txt(r->mode), fmt(*rb), fmt(r->gbps),
                     r->ceiling_value ? fmt(100 * *r->gbps / *r->ceiling_value) : "-"});
     }
     double lo = 1e300, hi = 0;
@@ -302,7 +474,7 @@ std::string section_block_token(Ctx& cx) {
       for (std::size_t i = 0; i < g.ctx.size(); ++i) {
         b.pts.emplace_back(g.ctx[i], g.block_s[i] * 1e6);
         t.pts.emplace_back(g.ctx[i], g.token_s[i] * 1e6);
-        table += row({rs.label, "`" + g.key + "`", fmt(g.ctx[i]), fmt(g.block_s[i] * 1e6), fmt(g.token_s[i] * 1e6),
+        table += row({lbl(rs), txt(g.key), fmt(g.ctx[i]), fmt(g.block_s[i] * 1e6), fmt(g.token_s[i] * 1e6),
                       fmt(g.token_s[i] / g.block_s[i]), g.ws_vs_llc[i] > 0 ? fmt(g.ws_vs_llc[i]) : "-"});
       }
       if (draw) {
@@ -310,7 +482,7 @@ std::string section_block_token(Ctx& cx) {
         p.lines.push_back(t);
       }
       if (auto k = knee_ctx(g)) {
-        knees += "- " + rs.label + " `" + g.key + "`: working set crosses the LLC/L2 at ctx " + fmt(*k) + "\n";
+        knees += "- " + lbl(rs) + " " + txt(g.key) + ": working set crosses the LLC/L2 at ctx " + fmt(*k) + "\n";
         if (knee_n++ < 8)
           p.extra.push_back("set arrow from " + fmt(*k) + ", graph 0 to " + fmt(*k) + ", graph 1 nohead dt 3 lc rgb 'gray'");
       }
@@ -335,7 +507,7 @@ std::string section_frontier(Ctx& cx) {
     std::set<std::string> drawn;
     const std::string primary = primary_link(rs);
     for (const auto& c : crossovers(rs)) {
-      table += row({rs.label, c.rec.label() + " (" + c.rec.mode + ")", c.link, fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
+      table += row({lbl(rs), txt(c.rec.label() + " (" + c.rec.mode + ")"), txt(c.link), fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
                     std::to_string(c.tokens.size()), c.c.text, c.dropped ? std::to_string(c.dropped) : "0"});
       // The chart keeps to one page per call and the device's own fetch (the table has every combination).
       if (c.rec.pages != 1 || c.link != primary) continue;
@@ -367,14 +539,14 @@ std::string section_frontier(Ctx& cx) {
   }
   // The GPU answer from spec sheets: what the model predicts where no GPU was measured.
   if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) {
-    s += "Model predictions not available: " + cx.gpus_error + cx.shapes_error + "\n\n";
+    s += "Model predictions not available: " + txt(cx.gpus_error + cx.shapes_error) + "\n\n";
     return s;
   }
   const Shape* m = nullptr;
   for (const auto& sh : cx.shapes)
     if (sh.name == cx.o.model) m = &sh;
-  if (!m) return s + "Model predictions not available: model " + cx.o.model + " not in data/models.json\n\n";
-  s += "### Model: recompute from bf16 X (P=1) against a pinned host fetch, " + m->name + ", spec-sheet peaks\n\n";
+  if (!m) return s + "Model predictions not available: model " + txt(cx.o.model) + " not in data/models.json\n\n";
+  s += "### Model: recompute from bf16 X (P=1) against a pinned host fetch, " + txt(m->name) + ", spec-sheet peaks\n\n";
   s += header({"GPU", "layers", "recompute 128 tok (us)", "fetch 128 tok (us)", "predicted crossover"});
   const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   for (const auto& g : cx.gpus) {
@@ -385,7 +557,7 @@ std::string section_frontier(Ctx& cx) {
         t.push_back(transfer(g, kv_bytes_per_layer(*m, T) * L, static_cast<int>(L), g.host_link_gbps).seconds);
       }
       const auto c = find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated");
-      s += row({g.name, fmt(L), fmt(r[3] * 1e6), fmt(t[3] * 1e6), c.text});
+      s += row({txt(g.name), fmt(L), fmt(r[3] * 1e6), fmt(t[3] * 1e6), c.text});
     }
   }
   return s + "\n";
@@ -400,12 +572,12 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
   try {
     t = action_table(g, m, o);
   } catch (const UsageError& e) {
-    return "- " + label + ": not computed (" + e.what() + ")\n\n";
+    return "- " + txt(label) + ": not computed (" + txt(e.what()) + ")\n\n";
   }
   std::vector<double> Ls;
   for (const auto& c : t)
     if (std::find(Ls.begin(), Ls.end(), c.layers) == Ls.end()) Ls.push_back(c.layers);
-  std::string s = "### " + label + " (" + m.name + ", decode, reuse probability " + fmt(reuse) + ")\n\n";
+  std::string s = "### " + txt(label) + " (" + txt(m.name) + ", decode, reuse probability " + fmt(reuse) + ")\n\n";
   std::vector<std::string> h = {"tokens \\ layers"};
   for (double L : Ls) h.push_back(fmt(L));
   s += header(h);
@@ -443,11 +615,12 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
 
 std::string section_map(Ctx& cx) {
   std::string s = "## 4. Frontier map: tokens per page x layers -> cheapest action\n\n";
-  if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) return s + "Not available: " + cx.gpus_error + cx.shapes_error + "\n\n";
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty())
+    return s + "Not available: " + txt(cx.gpus_error + cx.shapes_error) + "\n\n";
   const Shape* m = nullptr;
   for (const auto& sh : cx.shapes)
     if (sh.name == cx.o.model) m = &sh;
-  if (!m) return s + "Not available: model " + cx.o.model + " not in data/models.json\n\n";
+  if (!m) return s + "Not available: model " + txt(cx.o.model) + " not in data/models.json\n\n";
   s += "Costs per page in microseconds: reuse probability x reuse cost + one-time cost + HBM price x resident MiB "
        "(price: the time to fetch 1 MiB over the host link). `kvf model --json` writes the full table.\n\n";
   bool any_gpu = false;
@@ -458,7 +631,7 @@ std::string section_map(Ctx& cx) {
     any_gpu = true;
     const GpuSpec g = spec_from_results(rs, cx.gpus);
     for (double p : {0.1, 0.5, 0.9})
-      s += map_table(g, *m, rs.label + ", calibrated, measured costs where present", cx,
+      s += map_table(g, *m, printable_text(rs.label, kMaxLabelText) + ", calibrated, measured costs where present", cx,
                      p == 0.5 ? "frontier_map_" + std::to_string(i) : "", p, &rs);
   }
   if (!any_gpu) {
@@ -468,7 +641,7 @@ std::string section_map(Ctx& cx) {
       for (double p : {0.1, 0.5, 0.9})
         s += map_table(g, *m, g.name + " spec sheet", cx, p == 0.5 ? "frontier_map_spec" : "", p);
     } catch (const UsageError& e) {
-      s += std::string("- ") + e.what() + "\n\n";
+      s += "- " + txt(e.what()) + "\n\n";
     }
   }
   return s;
@@ -484,7 +657,8 @@ std::string section_idle(Ctx& cx) {
   for (const auto& rs : cx.sets) {
     std::map<std::string, Line> lines;
     for (const auto& st : idle_stats(rs)) {
-      table += row({rs.label, st.case_name, st.batch ? fmt(*st.batch) : "-", st.metric, fmt(st.median), std::to_string(st.ranges)});
+      table += row({lbl(rs), txt(st.case_name), st.batch ? fmt(*st.batch) : "-", txt(st.metric), fmt(st.median),
+                    std::to_string(st.ranges)});
       if (st.batch) {
         auto& l = lines[st.metric];
         l.title = rs.label + " " + st.metric;
@@ -524,28 +698,30 @@ std::string section_idle(Ctx& cx) {
 
 std::string section_predicted(Ctx& cx) {
   std::string s = "## 6. Measured against model-predicted, every arm\n\n";
-  if (!cx.gpus_error.empty()) return s + "Not available: " + cx.gpus_error + "\n\n";
+  if (!cx.gpus_error.empty()) return s + "Not available: " + txt(cx.gpus_error) + "\n\n";
   Plot p{"predicted", "Measured vs predicted (median, us)", "predicted (us)", "measured (us)", true, true, {}, {}, 10};
   std::string table, ceilings;
   double lo = 1e300, hi = 0;
   for (const auto& rs : cx.sets) {
     const GpuSpec g = spec_from_results(rs, cx.gpus);
-    ceilings += "- " + rs.label + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
+    ceilings += "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
                 " TFLOP/s, host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) + " us, per copy " +
                 fmt(g.copy_fixed_us) + " us, disk " +
                 (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
                                  : std::string("- (no disk figure: no file-tier rows)")) +
                 "; measured: " + std::to_string(g.calibration.size()) + " field(s)";
-    for (const auto& c : g.calibration) ceilings += "; " + c;
+    for (const auto& c : g.calibration) ceilings += "; " + txt(c);
     ceilings += "\n";
     std::map<std::string, Line> lines;
+    const RunIndex index(rs);
     for (const auto& r : rs.cases) {
       if (!r.measured()) continue;
       std::string why;
-      const auto pr = predict_row(g, r, &why, &rs, cx.shapes_error.empty() ? &cx.shapes : nullptr);
+      const auto pr = predict_row(g, r, &why, index, cx.shapes_error.empty() ? &cx.shapes : nullptr);
       const std::string spread = r.q1_s && r.q3_s ? us(r.q1_s) + ".." + us(r.q3_s) : "-";
-      table += row({rs.label, r.study, r.case_name, r.mode, us(r.median_s), spread, us(pr),
-                    pr ? fmt(*pr / *r.median_s) : "-", pr ? why : "no prediction: " + (why.empty() ? std::string("no model term") : why)});
+      table += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), us(r.median_s), spread, us(pr),
+                    pr ? fmt(*pr / *r.median_s) : "-",
+                    txt(pr ? why : "no prediction: " + (why.empty() ? std::string("no model term") : why))});
       if (pr && *pr > 0 && *r.median_s > 0) {
         auto& l = lines[r.study];
         l.title = rs.label + " " + r.study;
@@ -578,33 +754,28 @@ std::string section_predicted(Ctx& cx) {
 }
 
 // ------------------------------------------------------------------------------------------ html
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
+// report.md's inline markup: `code` and **bold** (what render_markdown emits), and backslash escapes
+// (what md_text emits for input text): an escaped character is always literal text.
 std::string inline_md(const std::string& s) {
-  // `code` and **bold** only (what render_markdown emits)
-  std::string e = esc(s), o;
+  std::string o;
   bool code = false, bold = false;
-  for (std::size_t i = 0; i < e.size(); ++i) {
-    if (e[i] == '`') {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!code && c == '\\' && i + 1 < s.size() && std::ispunct(static_cast<unsigned char>(s[i + 1]))) {
+      o += html_escape(std::string(1, s[++i]));
+    } else if (c == '`') {
       o += code ? "</code>" : "<code>";
       code = !code;
-    } else if (!code && e.compare(i, 2, "**") == 0) {
+    } else if (!code && s.compare(i, 2, "**") == 0) {
       o += bold ? "</b>" : "<b>";
       bold = !bold;
       ++i;
     } else {
-      o += e[i];
+      o += html_escape(std::string(1, c));
     }
   }
+  if (code) o += "</code>";
+  if (bold) o += "</b>";
   return o;
 }
 std::vector<std::string> split_row(const std::string& line) {
@@ -648,7 +819,7 @@ std::string scope_ids(const std::string& svg, int n) {
   return out;
 }
 
-std::string to_html(const std::string& md, const fs::path& dir) {
+std::string to_html(const std::string& md, const fs::path& dir, const std::vector<std::string>& drawn) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kvfrontier report</title>\n<style>"
        "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -695,14 +866,19 @@ std::string to_html(const std::string& md, const fs::path& dir) {
     else if (line.rfind("# ", 0) == 0) h << "<h1>" << inline_md(line.substr(2)) << "</h1>\n";
     else if (line.rfind("![", 0) == 0) {
       const auto a = line.find("](");
-      const std::string file = line.substr(a + 2, line.size() - a - 3);
-      std::ifstream svg(dir / file);
-      std::stringstream buf;
-      buf << svg.rdbuf();
-      std::string text = buf.str();
+      const std::string file = a == std::string::npos || line.size() < a + 3 ? "" : line.substr(a + 2, line.size() - a - 3);
+      // Only an SVG gnuplot wrote in this run is inlined; read bounded, a regular file inside `dir`.
+      std::string text;
+      if (std::find(drawn.begin(), drawn.end(), file) != drawn.end()) {
+        try {
+          text = read_input_file(dir / file, dir);
+        } catch (const UsageError&) {
+          text.clear();
+        }
+      }
       const auto start = text.find("<svg");
-      if (svg && start != std::string::npos) h << "<figure>" << scope_ids(text.substr(start), ++figures) << "</figure>\n";
-      else h << "<p><i>chart " << esc(file) << " not drawn</i></p>\n";
+      if (start != std::string::npos) h << "<figure>" << scope_ids(text.substr(start), ++figures) << "</figure>\n";
+      else h << "<p><i>chart " << html_escape(file) << " not drawn</i></p>\n";
     } else {
       h << "<p>" << inline_md(line) << "</p>\n";
     }
@@ -756,21 +932,33 @@ std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOpti
   return render(cx, chart_notes);
 }
 
+std::string markdown_to_html(const std::string& md, const std::string& dir, const std::vector<std::string>& drawn) {
+  return to_html(md, fs::path(dir), drawn);
+}
+
 ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o) {
   ReportResult res;
   const fs::path dir = o.out_dir.empty() ? fs::path(sets.at(0).dir) / "report" : fs::path(o.out_dir);
   std::error_code ec;
+  // The default report directory lies inside a results directory someone else may have made: a symlink
+  // there would send every file the report writes (and gnuplot's output) somewhere else.
+  if (o.out_dir.empty() && fs::is_symlink(dir, ec))
+    throw UsageError(dir.string() + ": is a symbolic link (refused: the report writes only into a real directory; "
+                     "pass --out DIR)");
   fs::create_directories(dir, ec);
   if (ec) throw UsageError(dir.string() + ": cannot create the report directory (" + ec.message() + ")");
+  if (!fs::is_directory(dir, ec)) throw UsageError(dir.string() + ": not a directory");
   res.dir = dir.string();
   // First pass collects the charts; their notes (gnuplot ran or not) go into the markdown of the second.
   Ctx cx = make_ctx(sets, o);
   (void)render(cx, {});
-  std::vector<std::string> notes;
-  fs::remove(dir / "gnuplot.log", ec);
+  std::vector<std::string> notes, drawn;
+  ::unlink((dir / "gnuplot.log").c_str());
   for (const auto& p : cx.plots) {
     write_plot(p, dir);
     res.files.push_back((dir / (p.name + ".gp")).string());
+    // A chart of an earlier run (or one planted in a shared directory) is never shown as this run's.
+    for (const char* ext : {".svg", ".png"}) ::unlink((dir / (p.name + ext)).c_str());
   }
   if (!o.charts) {
     notes.push_back("charts not drawn (--no-charts): .dat and .gp files are written; run `gnuplot NAME.gp` in this directory");
@@ -782,8 +970,12 @@ ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOption
       if (err.empty()) {
         for (const char* ext : {".svg", ".png"}) {
           const fs::path f = dir / (p.name + ext);
-          if (!fs::exists(f) || fs::file_size(f) == 0) res.warnings.push_back(f.string() + ": empty or not written");
-          else res.files.push_back(f.string());
+          if (!fs::is_regular_file(fs::symlink_status(f, ec)) || fs::file_size(f, ec) == 0 || ec) {
+            res.warnings.push_back(f.string() + ": empty or not written");
+          } else {
+            res.files.push_back(f.string());
+            if (std::string(ext) == ".svg") drawn.push_back(p.name + ext);
+          }
         }
         res.gnuplot_ran = true;
       } else {
@@ -795,16 +987,9 @@ ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOption
   }
   Ctx cx2 = make_ctx(sets, o);
   const std::string md = render(cx2, notes);
-  {
-    std::ofstream f(dir / "report.md", std::ios::binary);
-    f << md;
-    if (!f) throw UsageError((dir / "report.md").string() + ": cannot write");
-  }
+  write_new_file(dir / "report.md", md);
   res.files.push_back((dir / "report.md").string());
-  {
-    std::ofstream f(dir / "report.html", std::ios::binary);
-    f << to_html(md, dir);
-  }
+  write_new_file(dir / "report.html", to_html(md, dir, drawn));
   res.files.push_back((dir / "report.html").string());
   return res;
 }

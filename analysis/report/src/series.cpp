@@ -67,7 +67,7 @@ std::string RecSeries::label() const {
 
 std::vector<RecSeries> recompute_series(const ResultSet& rs) {
   std::map<std::string, RecSeries> groups;  // ordered key: deterministic
-  std::vector<std::string> order;
+  std::map<std::string, std::set<double>> seen;  // tokens already in each series (the first row of each wins)
   for (const char* mode : {"cold", "hot"}) {
     for (const auto* r : rs.rows("frontier")) {
       const std::string arm = r->param("arm");
@@ -91,7 +91,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       }
       RecSeries& s = it->second;
       if (s.mode != mode) continue;  // cold rows already made this series
-      if (std::find(s.tokens.begin(), s.tokens.end(), *T) != s.tokens.end()) continue;
+      if (!seen[key].insert(*T).second) continue;
       s.tokens.push_back(*T);
       s.secs.push_back(*r->median_s / std::max(1.0, s.pages));  // per page: a call recomputes P pages
       s.kv_bytes.push_back(r->num("kv_bytes_per_page").value_or(0));
@@ -202,6 +202,13 @@ std::vector<IdleStat> idle_stats(const ResultSet& rs) {
     if (!gpu && !cpu) continue;
     vals[{c.case_name, c.metric}].push_back(*c.value);
   }
+  // The batch of each case: its first row that has one. Looked up per (case, definition) below; a scan of
+  // every row per key made the report quadratic in rows.
+  std::map<std::string, double> batch_of;
+  if (!vals.empty())
+    for (const auto& r : rs.cases)
+      if (!batch_of.count(r.case_name))
+        if (const auto b = r.num("batch")) batch_of.emplace(r.case_name, *b);
   std::vector<IdleStat> out;
   for (const auto& [k, v] : vals) {
     IdleStat s;
@@ -209,11 +216,7 @@ std::vector<IdleStat> idle_stats(const ResultSet& rs) {
     s.metric = k.second;
     s.median = median_of(v);
     s.ranges = v.size();
-    for (const auto& r : rs.cases)
-      if (r.case_name == k.first && r.num("batch")) {
-        s.batch = r.num("batch");
-        break;
-      }
+    if (const auto b = batch_of.find(k.first); b != batch_of.end()) s.batch = b->second;
     out.push_back(s);
   }
   return out;

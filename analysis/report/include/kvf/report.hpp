@@ -1,15 +1,17 @@
 // kvf_report: results directories -> report (markdown, charts, html), the analytic model behind
 // `kvf model`, and the residency action table (keep / compress / demote / recompute / evict).
 //
-// Reading: cases.csv, samples.csv, counters.csv through kvf::read_csv_table (libfccp); meta.json through
-// nlohmann-json. Every problem with an input is a kvf::UsageError naming the file (and line) -> exit 2.
+// Reading: cases.csv, samples.csv, counters.csv through kvf::read_csv_table; meta.json through
+// kvf::read_json_input (bounded, typed: kvf/input.hpp). Every problem with an input is a kvf::UsageError naming the file (and line) -> exit 2.
 // A partial directory (interrupted run, a study not run, no counters) loads; what is absent is listed in
 // ResultSet::missing and every claim that needs it is "not measured".
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +50,7 @@ struct ResultSet {
   std::vector<CaseRow> cases;
   std::vector<CounterRow> counters;
   std::vector<std::string> missing;        // one line each: what this directory lacks
+  std::vector<std::string> warnings;       // one line each: input problems read around (a torn last row)
   std::vector<const CaseRow*> rows(const std::string& study) const;  // measured rows of one study
 };
 
@@ -85,6 +88,9 @@ struct Shape {
   double moe_intermediate = 0, n_routed = 0, n_shared = 0, experts_per_tok = 0, first_k_dense = 0;
   double kv_out() const { return mla ? kv_values_per_token : 2 * n_kv_heads * head_dim; }  // GEMM output width
 };
+// Shapes outside what any model has (layers <= 0 or > kMaxLayers, a head count <= 0, ...) are UsageError
+// naming the file, the model and the key.
+inline constexpr std::int64_t kMaxLayers = 10000;
 std::vector<Shape> load_shapes(const std::string& path = {});  // default: data/models.json
 const Shape& find_shape(const std::vector<Shape>& all, const std::string& name);
 
@@ -134,13 +140,39 @@ GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus)
 std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr,
                                   const ResultSet* run = nullptr, const std::vector<Shape>* shapes = nullptr);
 
+// The rows predict_row looks up in a run (alone rows of the co-run and overlap terms), indexed once: the
+// report predicts every row of a run, and a scan of the run per row made it quadratic in rows. Lookups
+// build their index on first use (one pass per distinct key set), then cost O(log n). `run` must outlive it.
+class RunIndex {
+ public:
+  explicit RunIndex(const ResultSet& run) : run_(&run) {}
+  const ResultSet& run() const { return *run_; }
+  // The first measured row (file order) of `study` whose parameters equal `match`, in `mode`; nullptr if none.
+  const CaseRow* first(const std::string& study, const std::vector<std::pair<std::string, std::string>>& match,
+                       const std::string& mode) const;
+  // The measured row of `study` with param arm=`arm` and the largest numeric `param`, in `mode` (first on ties).
+  const CaseRow* largest(const std::string& study, const std::string& arm, const std::string& param,
+                         const std::string& mode) const;
+
+ private:
+  const ResultSet* run_;
+  mutable std::map<std::string, std::map<std::string, const CaseRow*>> first_;  // key set -> values -> row
+  mutable std::map<std::string, const CaseRow*> largest_;
+};
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
+                                  const std::vector<Shape>* shapes);
+
 // ------------------------------------------------------------------------------------------ actions
+// Limits of the action table's options (`kvf model` flags): beyond them is UsageError naming the flag.
+inline constexpr double kMaxTokensPerPage = 1 << 20;
+inline constexpr int kMaxPrefillPages = 1 << 16;
+inline constexpr double kMaxHbmPrice = 1e9;  // us per MiB
 struct ActionOptions {
   std::vector<double> tokens = {16, 64, 128, 256, 1024, 4096};
   std::vector<double> layers;                       // default: 1, 4, 16, model layers
   std::vector<double> reuse = {0.1, 0.5, 0.9};
   int prefill_pages = 16;                           // pages per recompute call in prefill (decode: 1)
-  double hbm_price_us_per_mib = -1;                 // < 0: the time to fetch 1 MiB over the host link
+  std::optional<double> hbm_price_us_per_mib;       // unset: the time to fetch 1 MiB over the host link
   // Measured costs replace the model's where this directory measured them (frontier arms x / xq at the
   // class's tokens and pages per call, h2d_pinned at the page's K/V bytes per layer); linear interpolation
   // between measured token counts / copy sizes, never beyond them.
@@ -157,7 +189,10 @@ struct ActionClass {
   std::vector<ActionCost> costs;
   std::string cheapest;
 };
+// Throws UsageError naming the flag (--tokens, --layers, --reuse, --prefill-pages, --hbm-price) for a value
+// outside its limits (NaN included).
 std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const ActionOptions& o);
+double hbm_price(const GpuSpec& g, const ActionOptions& o);  // us per MiB: the option, else the host link's
 nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionOptions& o,
                                  const std::vector<ActionClass>& t);
 
@@ -179,6 +214,31 @@ struct Verdict {
 };
 std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets);
 
+// ------------------------------------------------------------------------------------------ untrusted text
+// Every text the report did not write itself (device names, case names, parameters, paths, messages that
+// quote them) reaches gnuplot, Markdown and HTML only through these. Results directories are shared, so a
+// device name is attacker-controlled: in a gnuplot double-quoted string a backquote runs a shell command and
+// a line break starts a new gnuplot command; in Markdown/HTML it is markup.
+//
+// printable_text: line breaks and tabs become spaces; other control characters, DEL, invalid UTF-8 and
+// invisible Unicode (C1 controls, line/paragraph separators, bidirectional and zero-width format characters)
+// become '?'; at most `max_chars` characters (code points), then "...".
+inline constexpr std::size_t kMaxChartText = 200;  // a chart title, axis label or legend entry
+inline constexpr std::size_t kMaxLabelText = 200;  // a device label (repeated in every table row)
+inline constexpr std::size_t kMaxCellText = 2000;  // any other text in report.md
+std::string printable_text(const std::string& s, std::size_t max_chars);
+// A gnuplot single-quoted string ('...': gnuplot expands neither backquotes nor escapes in it; ' doubled),
+// from printable_text with backquotes replaced by '?'. Never holds a line break.
+std::string gnuplot_quote(const std::string& s, std::size_t max_chars = kMaxChartText);
+// A "..." label field of a .dat file read `with labels`: printable_text without ", #, \ and backquotes.
+std::string gnuplot_data_label(const std::string& s, std::size_t max_chars = kMaxChartText);
+// Markdown text or table cell: printable_text with \ ` * _ [ ] < > # & ~ backslash-escaped (| is escaped
+// by the table writer, for every cell).
+std::string md_text(const std::string& s, std::size_t max_chars = kMaxCellText);
+// (No code spans for input text: inside one nothing can be escaped, so a `<script>` would stay raw.)
+// HTML text and attribute values: < > & " ' as entities.
+std::string html_escape(const std::string& s);
+
 // Fixed formatting used everywhere in the report: %.4g, "-" for missing.
 std::string fmt(double v);
 std::string fmt(const std::optional<double>& v);
@@ -193,12 +253,15 @@ struct ReportOptions {
   std::string spec_gpu = "H100 SXM";    // spec-sheet GPU predicted when no GPU results are given
 };
 struct ReportResult {
-  std::string dir;
+  std::string dir;  // files are written fresh: an existing file (or a symlink planted in its place) is replaced
   std::vector<std::string> files, warnings;
   bool gnuplot_ran = false;
 };
 std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
                             const std::vector<std::string>& chart_notes);
+// report.md -> a self-contained report.html. Charts are inlined only from `drawn` (names of SVG files gnuplot
+// wrote in `dir` during this run), so a stale or planted SVG in the directory is never inlined.
+std::string markdown_to_html(const std::string& md, const std::string& dir, const std::vector<std::string>& drawn);
 ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o);
 
 }  // namespace kvf::report
