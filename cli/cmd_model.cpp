@@ -1,6 +1,7 @@
 // `kvf model --gpu NAME --model NAME [--calibrate DIR]`: the analytic model's predictions for every arm,
 // the recompute/transfer crossovers and the residency action table (text; --json FILE for a serving system).
 // Logic in analysis/report (kvf/report.hpp); docs/report.md describes every term.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -89,6 +90,7 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
       std::vector<double> r, t;
       for (double T : Ts) {
         r.push_back(L * recompute_x(g, m, T, 1, 16).seconds);
+        // L is whole and in [1, model layers]: action_table checked --layers, load_shapes the model's count.
         t.push_back(transfer(g, kv_bytes_per_layer(m, T) * L, static_cast<int>(L), bw).seconds);
       }
       const auto c = find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated");
@@ -111,6 +113,25 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   }
 }
 
+// Flag values are checked where CLI11 parses them, so a bad one is one line naming the flag and the value
+// (ValidationError -> exit 2) before any file is read. Written as !(in range): "nan" is refused too.
+CLI::Validator number_in(double lo, double hi, const std::string& allowed, bool whole = false) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number (allowed: " + allowed + ")";
+        if (!(v >= lo && v <= hi) || (whole && v != std::floor(v)))
+          return "'" + text + "' is out of range (allowed: " + allowed + ")";
+        return "";
+      },
+      allowed);
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string { return text.empty() ? "empty (expected " + what + ")" : ""; }, what);
+}
+
 }  // namespace
 
 void add_model(CLI::App& app) {
@@ -118,7 +139,7 @@ void add_model(CLI::App& app) {
     std::string gpu, model, calibrate, json, gpus_path, models_path;
     std::vector<double> tokens, layers, reuse;
     int prefill_pages = 16;
-    double hbm_price = -1;
+    double hbm_price = 0;  // used only when the flag is given (ActionOptions::hbm_price_us_per_mib)
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -126,20 +147,47 @@ void add_model(CLI::App& app) {
       "Analytic model: predicted time of every arm, recompute/transfer crossovers and the residency action table "
       "(docs/report.md)");
   sub->add_option("--gpu", args->gpu, "GPU from data/gpus.json (H100 SXM, H100 PCIe, H200, A100 SXM 80GB, B200, GH200, L40S)")
-      ->required();
-  sub->add_option("--model", args->model, "Model from data/models.json (e.g. Llama-3.1-8B)")->required();
+      ->required()
+      ->check(non_empty("a GPU name"));
+  sub->add_option("--model", args->model, "Model from data/models.json (e.g. Llama-3.1-8B)")
+      ->required()
+      ->check(non_empty("a model name"));
   sub->add_option("--calibrate", args->calibrate,
-                  "Results directory whose measured ceilings (stream read, GEMM, host copy) replace the spec peaks");
-  sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)");
-  sub->add_option("--tokens", args->tokens, "Tokens per page (default 16,64,128,256,1024,4096)")->delimiter(',');
-  sub->add_option("--layers", args->layers, "Layer counts (default 1,4,16,all)")->delimiter(',');
-  sub->add_option("--reuse", args->reuse, "Reuse probabilities (default 0.1,0.5,0.9)")->delimiter(',');
-  sub->add_option("--prefill-pages", args->prefill_pages, "Pages per recompute call in prefill")->capture_default_str();
-  sub->add_option("--hbm-price", args->hbm_price,
-                  "Price of 1 MiB resident in HBM, in us (default: the time to fetch 1 MiB over the host link)");
-  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: <source>/data/gpus.json)");
-  sub->add_option("--models-file", args->models_path, "Model shape file (default: <source>/data/models.json)");
-  sub->callback([args] {
+                  "Results directory whose measured ceilings (stream read, GEMM, host copy) replace the spec peaks")
+      ->check(non_empty("a results directory"));
+  sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)")
+      ->check(non_empty("a file name or '-'"));
+  const std::string tokens_allowed =
+      "tokens per page in [1, " + std::to_string(static_cast<long long>(report::kMaxTokensPerPage)) + "]";
+  auto* tokens = sub->add_option("--tokens", args->tokens, "Tokens per page (default 16,64,128,256,1024,4096)")
+                     ->delimiter(',')
+                     ->check(number_in(1, report::kMaxTokensPerPage, tokens_allowed));
+  // The upper bound of --layers is the model's layer count: action_table checks it once the model is known.
+  const std::string layers_allowed = "whole layer counts in [1, " + std::to_string(report::kMaxLayers) + "]";
+  auto* layers = sub->add_option("--layers", args->layers, "Layer counts (default 1,4,16,all)")
+                     ->delimiter(',')
+                     ->check(number_in(1, static_cast<double>(report::kMaxLayers), layers_allowed, true));
+  auto* reuse = sub->add_option("--reuse", args->reuse, "Reuse probabilities (default 0.1,0.5,0.9)")
+                    ->delimiter(',')
+                    ->check(number_in(0, 1, "probabilities in [0, 1]"));
+  sub->add_option("--prefill-pages", args->prefill_pages, "Pages per recompute call in prefill")
+      ->capture_default_str()
+      ->check(number_in(1, report::kMaxPrefillPages,
+                        "whole pages per call in [1, " + std::to_string(report::kMaxPrefillPages) + "]", true));
+  auto* price = sub->add_option("--hbm-price", args->hbm_price,
+                                "Price of 1 MiB resident in HBM, in us (default: the time to fetch 1 MiB over the host link)")
+                    ->check(number_in(0, report::kMaxHbmPrice,
+                                      "microseconds per MiB in [0, " + f(report::kMaxHbmPrice) + "]"));
+  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: <source>/data/gpus.json)")
+      ->check(non_empty("a GPU spec file"));
+  sub->add_option("--models-file", args->models_path, "Model shape file (default: <source>/data/models.json)")
+      ->check(non_empty("a model shape file"));
+  sub->callback([args, tokens, layers, reuse, price] {
+    // A list flag given as '' parses to no values: that is not "use the default".
+    for (const auto& [opt, values] : {std::pair{tokens, &args->tokens}, std::pair{layers, &args->layers},
+                                      std::pair{reuse, &args->reuse}})
+      if (opt->count() > 0 && values->empty())
+        throw UsageError(opt->get_name() + ": empty (expected a comma-separated list: " + opt->get_description() + ")");
     const auto gpus = report::load_gpus(args->gpus_path.empty() ? report::default_gpus_path() : args->gpus_path);
     report::GpuSpec g = report::find_gpu(gpus, args->gpu);
     const auto shapes = report::load_shapes(args->models_path);
@@ -158,7 +206,7 @@ void add_model(CLI::App& app) {
     if (!args->layers.empty()) ao.layers = args->layers;
     if (!args->reuse.empty()) ao.reuse = args->reuse;
     ao.prefill_pages = args->prefill_pages;
-    ao.hbm_price_us_per_mib = args->hbm_price;
+    if (price->count() > 0) ao.hbm_price_us_per_mib = args->hbm_price;
     if (!args->calibrate.empty()) ao.measured = &rs;  // measured arm times replace the model's where present
     const auto table = report::action_table(g, m, ao);
     const auto j = report::action_table_json(g, m, ao, table);
@@ -171,7 +219,8 @@ void add_model(CLI::App& app) {
     if (!args->json.empty()) {
       std::ofstream out(args->json);
       out << j.dump(2) << "\n";
-      if (!out) throw UsageError("--json " + args->json + ": cannot write");
+      out.flush();
+      if (!out) throw std::runtime_error("--json " + args->json + ": cannot write");
       std::printf("\naction table: %s\n", args->json.c_str());
     }
     exit_with(kExitOk);
