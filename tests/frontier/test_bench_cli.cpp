@@ -55,9 +55,17 @@ TEST(FrontierBenchCli, LayersBeyondTheModel) {
   EXPECT_NE(r.err.find("--layers 33: Llama-3.1-8B has 32 layers"), std::string::npos) << r.err;
 }
 TEST(FrontierBenchCli, PrefixBeyondMemory) {
-  const auto r = run("--models Llama-3.1-70B --layers 80 --prefix 100000000");
+  // Within --prefix's range (1M tokens), beyond any host's memory for 80 layers of fp32 K/V.
+  const auto r = run("--models Llama-3.1-70B --layers 80 --prefix 1000000");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("--prefix 100000000:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--prefix 1000000: the fp32 prefix K/V"), std::string::npos) << r.err;
+  EXPECT_EQ(error_lines(r.err), 1) << r.err;
+}
+TEST(FrontierBenchCli, PrefixBeyondRange) {
+  const auto r = run("--prefix 100000000");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--prefix 100000000: prefix must be a whole number of tokens in 0..1048576"), std::string::npos)
+      << r.err;
 }
 TEST(FrontierBenchCli, FileDirNotWritable) {
   for (const char* d : {"/nonexistent/kvf", "/proc"}) {
