@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "read_limits.hpp"
 
 namespace kvf::cli {
 
@@ -35,7 +36,9 @@ void add_report(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--spec-gpu", args->opts.spec_gpu, "GPU whose spec sheet the map predicts when no GPU results are given")
       ->capture_default_str();
-  sub->callback([args] {
+  auto limits = add_read_limit_flags(sub);
+  sub->callback([args, limits] {
+    limits->apply();
     args->opts.charts = !args->no_charts;
     // Flags naming a model or a GPU are checked up front: a typo is bad input (exit 2), not a quiet gap.
     report::find_shape(report::load_shapes(args->opts.models_path), args->opts.model);
@@ -43,6 +46,8 @@ void add_report(CLI::App& app) {
                      args->opts.spec_gpu);
     const auto sets = report::load_all(args->dirs);
     const auto res = report::write_report(sets, args->opts);
+    for (const auto& s : sets)
+      for (const auto& w : s.warnings) std::fprintf(stderr, "kvf report: warning: %s\n", w.c_str());
     for (const auto& w : res.warnings) std::fprintf(stderr, "kvf report: warning: %s\n", w.c_str());
     std::size_t missing = 0;
     for (const auto& s : sets) missing += s.missing.size();

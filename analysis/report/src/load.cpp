@@ -1,11 +1,12 @@
 // Loading results directories for the report: cases.csv (required), samples.csv, meta.json, counters.csv
 // (each optional: absence is recorded and reported, never guessed around).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "kvf/report.hpp"
 #include "kvf/results.hpp"
 #include "kvf/table.hpp"
@@ -26,7 +27,7 @@ std::optional<double> CaseRow::num(const std::string& name) const {
   try {
     std::size_t used = 0;
     double v = std::stod(s, &used);
-    if (used != s.size()) return std::nullopt;
+    if (used != s.size() || !std::isfinite(v)) return std::nullopt;
     return v;
   } catch (...) {
     return std::nullopt;
@@ -42,14 +43,11 @@ std::vector<const CaseRow*> ResultSet::rows(const std::string& study) const {
 
 namespace {
 
-std::string where(const CsvTable& t, std::size_t row) { return t.path + ":" + std::to_string(t.line[row]); }
+std::string where(const CsvTable& t, std::size_t row) { return t.where(row); }
 
+// Counts are range-checked before conversion (a hostile 9e18 or 1e30 is bad input, not a wrapped long).
 long whole(const CsvTable& t, std::size_t row, const std::string& col) {
-  auto v = parse_number(t, row, col);
-  if (!v) return 0;
-  if (*v < 0 || static_cast<double>(static_cast<long>(*v)) != *v)
-    throw UsageError(where(t, row) + ": column '" + col + "': '" + t.at(row, col) + "' is not a whole number >= 0");
-  return static_cast<long>(*v);
+  return static_cast<long>(parse_integer(t, row, col, 0, std::int64_t{1} << 53).value_or(0));
 }
 
 const std::vector<std::string> kAllStudies = {"stream", "access", "frontier", "idleness"};
@@ -63,59 +61,60 @@ ResultSet load_results(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) throw UsageError(dir + ": no such results directory");
   const fs::path d(dir);
 
-  // meta.json (optional, but without it the device is only what cases.csv says)
+  // meta.json (optional, but without it the device is only what cases.csv says). Every field is typed:
+  // a wrong type or range names the file and the key (exit 2), never a library message.
   const fs::path meta_path = d / "meta.json";
-  nlohmann::json meta;
-  if (fs::exists(meta_path)) {
-    std::ifstream in(meta_path);
-    try {
-      meta = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(meta_path.string() + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!meta.is_object()) throw UsageError(meta_path.string() + ": expected a JSON object");
+  if (input_exists(meta_path)) {
+    const std::string src = meta_path.string();
+    const nlohmann::json meta = read_json_input(meta_path, d);
+    if (!meta.is_object()) throw UsageError(src + ": expected a JSON object");
     rs.has_meta = true;
-    rs.suite_version = meta.value("suite_version", "");
-    rs.git_sha = meta.value("git_sha", "");
-    if (rs.suite_version.empty()) throw UsageError(meta_path.string() + ": no 'suite_version'");
+    rs.suite_version = json_string(meta, "suite_version", src, "suite_version").value_or("");
+    rs.git_sha = json_string(meta, "git_sha", src, "git_sha").value_or("");
+    if (rs.suite_version.empty()) throw UsageError(src + ": no 'suite_version'");
     if (meta.contains("device") && meta["device"].is_object()) {
-      rs.device = meta["device"].value("name", "");
-      rs.backend = meta["device"].value("backend", "");
-      if (meta["device"].contains("llc_bytes") && meta["device"]["llc_bytes"].is_number())
-        rs.llc_bytes = meta["device"]["llc_bytes"].get<std::uint64_t>();
-      if (meta["device"].contains("compute_units") && meta["device"]["compute_units"].is_number_integer())
-        rs.compute_units = meta["device"]["compute_units"].get<int>();
+      const auto& dev = meta["device"];
+      rs.device = json_string(dev, "name", src, "device.name").value_or("");
+      rs.backend = json_string(dev, "backend", src, "device.backend").value_or("");
+      rs.llc_bytes = static_cast<std::uint64_t>(
+          json_integer(dev, "llc_bytes", src, "device.llc_bytes", 0, std::int64_t{1} << 50).value_or(0));
+      rs.compute_units =
+          static_cast<int>(json_integer(dev, "compute_units", src, "device.compute_units", 0, 1 << 20).value_or(0));
     }
     if (meta.contains("studies") && meta["studies"].is_object()) {
       for (auto it = meta["studies"].begin(); it != meta["studies"].end(); ++it) {
         rs.studies_run.push_back(it.key());
         const auto& s = it.value();
         if (!s.is_object()) continue;
-        const std::string st = s.value("status", "");
+        const std::string key = "studies." + it.key();
+        const std::string st = json_string(s, "status", src, key + ".status").value_or("");
         if (!st.empty() && st != "complete")
           rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (interrupted run: only finished cases are reported)");
         for (const char* k : {"machine_load", "machine_load_at_end"})
           if (s.contains(k) && s[k].is_object()) {
             const auto& ml = s[k];
-            if (ml.contains("loadavg_1m") && ml["loadavg_1m"].is_number())
-              rs.max_load = std::max(rs.max_load, ml["loadavg_1m"].get<double>());
-            if (ml.contains("hardware_threads") && ml["hardware_threads"].is_number_integer())
-              rs.hardware_threads = ml["hardware_threads"].get<int>();
+            const std::string mk = key + "." + k;
+            if (auto l = json_number(ml, "loadavg_1m", src, mk + ".loadavg_1m", 0, 1e6))
+              rs.max_load = std::max(rs.max_load, *l);
+            if (auto h = json_integer(ml, "hardware_threads", src, mk + ".hardware_threads", 0, 1 << 20))
+              rs.hardware_threads = static_cast<int>(*h);
           }
-        const std::string a = s.value("started_utc", ""), b = s.value("finished_utc", "");
+        const std::string a = json_string(s, "started_utc", src, key + ".started_utc").value_or("");
+        const std::string b = json_string(s, "finished_utc", src, key + ".finished_utc").value_or("");
         if (!a.empty() && (rs.started.empty() || a < rs.started)) rs.started = a;
         if (!b.empty() && (rs.finished.empty() || b > rs.finished)) rs.finished = b;
       }
     }
-    if (rs.started.empty()) rs.started = meta.value("created_utc", "");
+    if (rs.started.empty()) rs.started = json_string(meta, "created_utc", src, "created_utc").value_or("");
   } else {
     rs.missing.push_back("meta.json missing: device details, suite version and run times unknown");
   }
 
   // cases.csv (required)
   const fs::path cases_path = d / "cases.csv";
-  if (!fs::exists(cases_path)) throw UsageError(cases_path.string() + ": no such file (not a kvf results directory)");
-  const CsvTable ct = read_csv_table(cases_path.string());
+  if (!input_exists(cases_path)) throw UsageError(cases_path.string() + ": no such file (not a kvf results directory)");
+  const CsvTable ct = read_csv_table(cases_path.string(), d);
+  if (ct.torn) rs.warnings.push_back(*ct.torn);
   for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "median_s"}) ct.require_column(c);
   const auto& fixed = case_columns();
   std::vector<std::string> param_cols;
@@ -164,16 +163,26 @@ ResultSet load_results(const std::string& dir) {
 
   // samples.csv (optional for the report: the summary columns of cases.csv carry the figures)
   const fs::path samples_path = d / "samples.csv";
-  if (fs::exists(samples_path)) {
-    const CsvTable st = read_csv_table(samples_path.string());
+  if (input_exists(samples_path)) {
+    const CsvTable st = read_csv_table(samples_path.string(), d);
+    if (st.torn) rs.warnings.push_back(*st.torn);
     for (const char* c : {"study", "case", "mode", "seconds"}) st.require_column(c);
+    std::size_t orphans = 0;
     for (std::size_t i = 0; i < st.rows.size(); ++i) {
       auto v = parse_number(st, i, "seconds");
       if (!v) throw UsageError(where(st, i) + ": column 'seconds': empty");
-      if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case")))
-        throw UsageError(where(st, i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
-                         "' that cases.csv does not list");
+      if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case"))) {
+        // The samples of a case whose row was torn off cases.csv (written first, so a reader that finds
+        // a row finds its samples) are expected; anywhere else they mean mixed or edited files.
+        if (!ct.torn)
+          throw UsageError(where(st, i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
+                           "' that cases.csv does not list");
+        ++orphans;
+      }
     }
+    if (orphans)
+      rs.warnings.push_back(samples_path.string() + ": " + std::to_string(orphans) +
+                            " samples of the torn case row left out");
     rs.has_samples = true;
     rs.n_samples = st.rows.size();
   } else {
@@ -182,8 +191,9 @@ ResultSet load_results(const std::string& dir) {
 
   // counters.csv (optional: written by `kvf counters` on a GPU run of the idleness study)
   const fs::path counters_path = d / "counters.csv";
-  if (fs::exists(counters_path)) {
-    const CsvTable kt = read_csv_table(counters_path.string());
+  if (input_exists(counters_path)) {
+    const CsvTable kt = read_csv_table(counters_path.string(), d);
+    if (kt.torn) rs.warnings.push_back(*kt.torn);
     for (const char* c : {"study", "case", "source", "metric", "value"}) kt.require_column(c);
     for (std::size_t i = 0; i < kt.rows.size(); ++i) {
       CounterRow c;
