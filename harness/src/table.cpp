@@ -27,7 +27,8 @@ std::size_t split_records(std::string_view text, const std::string& path, OnReco
   bool quoted = false, was_quoted = false, after_quote = false;
   auto where = [&] { return path + ":" + std::to_string(record_line); };
   auto end_field = [&] {
-    if (!was_quoted) {  // unquoted fields are trimmed, as the writer quotes fields with edge spaces
+    if (!was_quoted && !cur.empty() && (is_trim(cur.front()) || is_trim(cur.back()))) {
+      // unquoted fields are trimmed, as the writer quotes fields with edge spaces
       std::size_t b = 0, e = cur.size();
       while (b < e && is_trim(cur[b])) ++b;
       while (e > b && is_trim(cur[e - 1])) --e;
@@ -94,6 +95,10 @@ std::size_t split_records(std::string_view text, const std::string& path, OnReco
 }  // namespace
 
 std::optional<std::size_t> CsvTable::column(const std::string& name) const {
+  if (!index.empty()) {
+    const auto it = index.find(name);
+    return it == index.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  }
   for (std::size_t i = 0; i < header.size(); ++i)
     if (header[i] == name) return i;
   return std::nullopt;
@@ -122,7 +127,9 @@ CsvTable parse_csv_text(std::string_view text, const std::string& path) {
         if (!seen.insert(h).second) throw UsageError(path + ":1: duplicate column '" + h + "'");
       }
       t.header = std::move(fields);
+      for (std::size_t i = 0; i < t.header.size(); ++i) t.index.emplace(t.header[i], i);
       have_header = true;
+      fields.reserve(t.header.size());
       return;
     }
     if (fields.size() != t.header.size())
@@ -130,6 +137,8 @@ CsvTable parse_csv_text(std::string_view text, const std::string& path) {
                        std::to_string(t.header.size()));
     t.rows.push_back(std::move(fields));
     t.line.push_back(at);
+    fields = {};
+    fields.reserve(t.header.size());
   });
   if (torn && !have_header) {
     // A header without its line end is still the header of an empty table.

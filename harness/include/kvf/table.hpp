@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace kvf {
@@ -24,6 +25,9 @@ struct CsvTable {
   // A last record without its line end (an interrupted or full-disk write) is not a row: it is left
   // out and named here ("<path>:<line>: torn last row ... left out"), for the reader to pass on.
   std::optional<std::string> torn;
+  // Column name -> index, built by the readers: at() by name is called per row and per column, so a
+  // scan of a wide header there made loading 100,000 rows quadratic-looking.
+  std::unordered_map<std::string, std::size_t> index;
 
   std::optional<std::size_t> column(const std::string& name) const;
   // Throws UsageError("<path>: missing column '<name>'") when absent.
