@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Replays issue 12's crafted results directories against `kvf report` and `kvf gate`.
+
+Each case is one small edit of a real quick run (results/baselines/AMD-EPYC/run-1: stream + access).
+What must hold for every case: no command runs, no hang (a 60 s limit), no crash (no signal), and
+either exit 2 with one line naming the file (and key or line), or a correct report (exit 0) with a
+warning where the input was read around.
+
+usage: hostile_results.py KVF BASE_DIR WORK_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+KVF, BASE, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+failures = []
+checks = 0
+
+
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(BASE, d, symlinks=True)
+    return d
+
+
+def run(args, timeout=60):
+    try:
+        p = subprocess.run([KVF] + args, capture_output=True, text=True, timeout=timeout, errors="replace")
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return "hang", "", ""
+
+
+def check(name, args, code, needle=None, one_line=True, marks=()):
+    """Runs kvf ARGS; the exit code must be `code`; for code 2 stderr is one line holding `needle`."""
+    global checks
+    checks += 1
+    rc, out, err = run(args)
+    problems = []
+    if rc == "hang":
+        problems.append("hung (60 s)")
+    elif rc < 0:
+        problems.append(f"killed by signal {-rc}")
+    elif rc != code:
+        problems.append(f"exit {rc}, expected {code}")
+    lines = [l for l in err.splitlines() if l.strip() and "warning:" not in l]
+    if code == 2 and one_line and len(lines) != 1:
+        problems.append(f"{len(lines)} error lines on stderr, expected 1")
+    if needle and needle not in err:
+        problems.append(f"stderr lacks {needle!r}")
+    for m in marks:
+        if os.path.exists(m):
+            problems.append(f"command ran: {m} exists")
+    if problems:
+        failures.append(f"{name}: " + "; ".join(problems) + f"\n    kvf {' '.join(args)[:300]}\n    stderr: {err[-600:]}")
+    return rc, out, err
+
+
+def edit_meta(d, fn):
+    p = os.path.join(d, "meta.json")
+    with open(p) as f:
+        m = json.load(f)
+    fn(m)
+    with open(p, "w") as f:
+        json.dump(m, f)
+
+
+def csv_rows(d, name="cases.csv"):
+    with open(os.path.join(d, name), newline="") as f:
+        return f.read()
+
+
+def replace_device(d, payload, rows_to_edit=None):
+    """The device cells of cases.csv (all, or the first `rows_to_edit`) become `payload` (RFC 4180 quoted)."""
+    import csv
+    import io
+    p = os.path.join(d, "cases.csv")
+    with open(p, newline="") as f:
+        rows = list(csv.reader(f))
+    col = rows[0].index("device")
+    for r in rows[1:][:rows_to_edit]:
+        r[col] = payload
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    with open(p, "w", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def gp_strings_clean(name, d):
+    """No backquote and no payload command in any written gnuplot script."""
+    rep = os.path.join(d, "report")
+    for f in os.listdir(rep) if os.path.isdir(rep) else []:
+        if f.endswith(".gp"):
+            text = open(os.path.join(rep, f), errors="replace").read()
+            commands = [l.strip() for l in text.splitlines()]
+            if "`" in text or any(c.startswith(("system", "!", "shell")) for c in commands):
+                failures.append(f"{name}: {f} holds a backquote or a shell command")
+
+
+os.makedirs(WORK, exist_ok=True)
+
+# 1. Data never becomes code: a device name that gnuplot would expand or run.
+payloads = {
+    "backquote": lambda m: f"`touch {m}`",
+    "newline_system": lambda m: f'x"\nsystem "touch {m}"\n#',
+    "newline_bang": lambda m: f"x'\n!touch {m}\n#",
+    "dollar": lambda m: f"$(touch {m})",
+}
+for pname, make in payloads.items():
+    for where in ("meta", "cases"):
+        for charts in ([], ["--no-charts"]):
+            name = f"gnuplot_{pname}_{where}{'_nocharts' if charts else ''}"
+            d = fresh(name)
+            mark = os.path.join(WORK, name + ".pwned")
+            if where == "meta":
+                edit_meta(d, lambda m: m["device"].__setitem__("name", make(mark)))
+            else:
+                replace_device(d, make(mark))
+            check(name, ["report", d] + charts, 0, marks=[mark])
+            gp_strings_clean(name, d)
+            if charts:  # the user runs the written .gp files as the report invites
+                rep = os.path.join(d, "report")
+                for f in sorted(os.listdir(rep)):
+                    if f.endswith(".gp"):
+                        subprocess.run(["gnuplot", f], cwd=rep, capture_output=True, timeout=60)
+                if os.path.exists(mark):
+                    failures.append(f"{name}: running the written .gp files ran the payload")
+
+# HTML: the report escapes markup it did not write.
+d = fresh("html_script")
+edit_meta(d, lambda m: m["device"].__setitem__("name", "<script>alert(1)</script>"))
+check("html_script", ["report", d, "--no-charts"], 0)
+html = open(os.path.join(d, "report", "report.html"), errors="replace").read()
+if "<script>alert(1)" in html:
+    failures.append("html_script: raw <script> in report.html")
+
+# 2. Unbounded reads and hangs: devices, FIFOs, symlinks out, huge fields.
+for fname in ("cases.csv", "samples.csv", "meta.json", "counters.csv"):
+    d = fresh(f"devzero_{fname}")
+    os.remove(os.path.join(d, fname))
+    os.symlink("/dev/zero", os.path.join(d, fname))
+    check(f"devzero_report_{fname}", ["report", d, "--no-charts"], 2, fname)
+    if fname != "counters.csv":
+        check(f"devzero_gate_{fname}", ["gate", "--baseline", BASE, "--current", d], 2, fname)
+    check(f"devzero_follow_{fname}", ["report", d, "--no-charts", "--follow-symlinks"], 2, "character device")
+    d = fresh(f"fifo_{fname}")
+    os.remove(os.path.join(d, fname))
+    os.mkfifo(os.path.join(d, fname))
+    check(f"fifo_report_{fname}", ["report", d, "--no-charts"], 2, "FIFO")
+    if fname != "counters.csv":
+        check(f"fifo_gate_{fname}", ["gate", "--baseline", d, "--current", BASE], 2, "FIFO")
+
+d = fresh("symlink_out")
+outside = os.path.join(WORK, "outside_samples.csv")
+shutil.copy(os.path.join(BASE, "samples.csv"), outside)
+os.remove(os.path.join(d, "samples.csv"))
+os.symlink(outside, os.path.join(d, "samples.csv"))
+check("symlink_out_report", ["report", d, "--no-charts"], 2, "--follow-symlinks")
+check("symlink_out_gate", ["gate", "--baseline", BASE, "--current", d], 2, "--follow-symlinks")
+check("symlink_out_allowed", ["report", d, "--no-charts", "--follow-symlinks"], 0)
+
+d = fresh("huge_device_csv")
+replace_device(d, "A" * (17 << 20), rows_to_edit=1)
+check("huge_device_csv_report", ["report", d, "--no-charts"], 2, "--max-field-kib")
+check("huge_device_csv_gate", ["gate", "--baseline", BASE, "--current", d], 2, "--max-field-kib")
+d = fresh("huge_device_meta")
+edit_meta(d, lambda m: m["device"].__setitem__("name", "A" * (17 << 20)))
+check("huge_device_meta_report", ["report", d, "--no-charts"], 2, "--max-field-kib")
+check("huge_device_meta_gate", ["gate", "--baseline", BASE, "--current", d], 2, "--max-field-kib")
+check("limit_field_zero", ["report", d, "--no-charts", "--max-field-kib", "0"], 2, "--max-field-kib")
+
+d = fresh("big_file")
+with open(os.path.join(d, "samples.csv"), "a") as f:
+    f.write("stream,read/loop/huge/128MiB,cold,0,0.001,,0\n" * 40000)
+check("big_file_limit", ["report", d, "--no-charts", "--max-file-mib", "1"], 2, "--max-file-mib")
+
+# 3. Crashes: deep JSON.
+for tool in ("report", "gate"):
+    d = fresh(f"deep_json_{tool}")
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        f.write('{"device":' * 50000 + "1" + "}" * 50000)
+    args = ["report", d, "--no-charts"] if tool == "report" else ["gate", "--baseline", BASE, "--current", d]
+    check(f"deep_json_{tool}", args, 2, "nested more than")
+
+# 4. Undefined behaviour: numbers out of range for integers.
+d = fresh("llc_1e30")
+edit_meta(d, lambda m: m["device"].__setitem__("llc_bytes", 1e30))
+check("llc_1e30_report", ["report", d, "--no-charts"], 2, "device.llc_bytes")
+
+
+def set_cell(d, column, value, row=1, name="cases.csv"):
+    import csv
+    import io
+    p = os.path.join(d, name)
+    with open(p, newline="") as f:
+        rows = list(csv.reader(f))
+    rows[row][rows[0].index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    with open(p, "w", newline="") as f:
+        f.write(buf.getvalue())
+
+
+for col, val in (("throttled_samples", "9e18"), ("samples", "-9223372036854775808"), ("samples", "1e30"),
+                 ("samples", "inf"), ("median_s", "1e400"), ("samples", "nan")):
+    d = fresh(f"num_{col}_{val}")
+    set_cell(d, col, val)
+    check(f"num_{col}_{val}_report", ["report", d, "--no-charts"], 2, f"'{col}'")
+    if col == "samples":
+        check(f"num_{col}_{val}_gate", ["gate", "--baseline", BASE, "--current", d], 2, f"'{col}'")
+
+# 5. Wrong exit codes and messages: a directory where a file is expected, wrong JSON types.
+d = fresh("meta_is_dir")
+os.remove(os.path.join(d, "meta.json"))
+os.mkdir(os.path.join(d, "meta.json"))
+check("meta_is_dir_report", ["report", d, "--no-charts"], 2, "meta.json: a directory")
+check("meta_is_dir_gate", ["gate", "--baseline", BASE, "--current", d], 2, "meta.json: a directory")
+check("gpus_is_dir", ["report", BASE, "--no-charts", "--gpus", WORK, "--out", os.path.join(WORK, "r_gpus")], 2, "a directory")
+check("models_is_dir", ["report", BASE, "--no-charts", "--models-file", WORK, "--out", os.path.join(WORK, "r_models")], 2,
+      "a directory")
+for key, val in (("suite_version", 5), ("device", {"name": 7}), ("device", {"llc_bytes": "big"}),
+                 ("studies", {"stream": {"status": []}}), ("git_sha", {"a": 1})):
+    d = fresh(f"meta_type_{key}")
+    edit_meta(d, lambda m: m.__setitem__(key, val) if key != "device" else m["device"].update(val))
+    check(f"meta_type_{key}_report", ["report", d, "--no-charts"], 2, "meta.json: key")
+
+# 6. Torn rows: a full disk cut the last row; the finished rows are reported and the torn one named.
+for fname in ("cases.csv", "samples.csv"):
+    d = fresh(f"torn_{fname}")
+    p = os.path.join(d, fname)
+    data = open(p, "rb").read()
+    open(p, "wb").write(data[: len(data) - 7])
+    rc, out, err = check(f"torn_{fname}_report", ["report", d, "--no-charts"], 0)
+    if "torn last row" not in err:
+        failures.append(f"torn_{fname}_report: no warning naming the torn row: {err[-300:]}")
+    rc, out, err = check(f"torn_{fname}_gate", ["gate", "--baseline", BASE, "--current", d, "--min-samples", "3"], 0)
+    if "torn last row" not in out:
+        failures.append(f"torn_{fname}_gate: the gate report does not name the torn row")
+
+# 7. RFC 4180: a quoted field holding a line break is read.
+d = fresh("quoted_newline")
+set_cell(d, "note", "first line\nsecond line, with \"quotes\"")
+check("quoted_newline_report", ["report", d, "--no-charts"], 0)
+check("quoted_newline_gate", ["gate", "--baseline", BASE, "--current", d, "--min-samples", "3"], 0)
+
+# 8. Bad limit flags.
+check("limit_flag_zero", ["report", BASE, "--max-file-mib", "0"], 2, "--max-file-mib")
+check("limit_flag_text", ["gate", "--baseline", BASE, "--current", BASE, "--max-line-kib", "lots"], 2, "--max-line-kib")
+
+print(f"{checks} checks, {len(failures)} failed")
+for f in failures:
+    print("FAIL", f)
+print(f"{checks - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
