@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +78,9 @@ std::vector<std::string> read_csv_header(const std::string& path) {
   return split_csv_line(line);
 }
 
+WriteError::WriteError(const std::string& p, int e, const std::string& more)
+    : std::runtime_error(p + ": write failed: " + std::strerror(e) + more), path(p), err(e) {}
+
 CsvAppender::CsvAppender(const std::string& path, std::vector<std::string> header)
     : path_(path), header_(std::move(header)) {
   struct stat st {};
@@ -86,36 +90,94 @@ CsvAppender::CsvAppender(const std::string& path, std::vector<std::string> heade
     if (have != header_)
       throw UsageError(path + ": exists with different columns; write to a new --out directory");
   }
-  f_ = std::fopen(path.c_str(), "ab");
-  if (!f_) throw UsageError(path + ": cannot open for writing: " + std::strerror(errno));
-  if (!exists) append(header_);
+  // O_NONBLOCK: opening a FIFO in place of the file never blocks (fstat below refuses it); O_RDWR: the
+  // torn-row check reads the last byte.
+  fd_ = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd_ < 0) throw UsageError(path + ": cannot open for writing: " + std::strerror(errno));
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw UsageError(path + ": not a regular file" + (err ? std::string(": ") + std::strerror(err) : ""));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+  if (size_ > 0) {
+    // A row appended after a torn one (a run killed mid-write before rows were written whole) would be
+    // glued onto it and make both unreadable.
+    char last = 0;
+    if (::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+      ::close(fd_);
+      fd_ = -1;
+      throw UsageError(path + ": ends in a torn row (no line break at the end); write to a new --out directory");
+    }
+  } else {
+    write_whole(csv_line(header_));
+  }
 }
 
 CsvAppender::CsvAppender(CsvAppender&& o) noexcept
-    : f_(o.f_), path_(std::move(o.path_)), header_(std::move(o.header_)) {
-  o.f_ = nullptr;
+    : fd_(o.fd_), size_(o.size_), path_(std::move(o.path_)), header_(std::move(o.header_)) {
+  o.fd_ = -1;
 }
 CsvAppender& CsvAppender::operator=(CsvAppender&& o) noexcept {
   if (this != &o) {
-    if (f_) std::fclose(f_);
-    f_ = o.f_;
-    o.f_ = nullptr;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+    size_ = o.size_;
     path_ = std::move(o.path_);
     header_ = std::move(o.header_);
   }
   return *this;
 }
 CsvAppender::~CsvAppender() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-void CsvAppender::append(const std::vector<std::string>& row) {
-  if (row.size() != header_.size())
-    throw std::logic_error(path_ + ": row has " + std::to_string(row.size()) + " fields, header has " +
-                           std::to_string(header_.size()));
-  const std::string line = csv_line(row);
-  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
-    throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));
+bool CsvAppender::truncate_to(std::uint64_t size) noexcept {
+  if (fd_ < 0) return false;
+  int rc;
+  do rc = ::ftruncate(fd_, static_cast<off_t>(size));
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return false;
+  size_ = size;
+  return true;
+}
+
+// One write(2) loop on an O_APPEND descriptor; a short write followed by an error (EFBIG at the file
+// size limit, ENOSPC) is cut back so the file ends where the last whole batch ended.
+void CsvAppender::write_whole(const std::string& bytes) {
+  if (fd_ < 0) throw std::logic_error(path_ + ": append to a closed CsvAppender");
+  const std::uint64_t before = size_;
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;  // write() returning 0 for a non-empty buffer: no progress
+    if (done > 0 && !truncate_to(before)) {
+      const int cut_err = errno;
+      throw WriteError(path_, err, std::string("; cutting the partial row off failed too: ") + std::strerror(cut_err));
+    }
+    throw WriteError(path_, err);
+  }
+  size_ = before + bytes.size();
+}
+
+void CsvAppender::append(const std::vector<std::string>& row) { append_rows({row}); }
+
+void CsvAppender::append_rows(const std::vector<std::vector<std::string>>& rows) {
+  std::string text;
+  for (const auto& row : rows) {
+    if (row.size() != header_.size())
+      throw std::logic_error(path_ + ": row has " + std::to_string(row.size()) + " fields, header has " +
+                             std::to_string(header_.size()));
+    text += csv_line(row);
+  }
+  if (!text.empty()) write_whole(text);
 }
 
 }  // namespace kvf

@@ -1,15 +1,21 @@
 #include "kvf/results.hpp"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "kvf/table.hpp"
 
 namespace kvf {
@@ -27,18 +33,84 @@ std::string one_line(std::string s) {
 
 std::string opt_number(const std::optional<double>& v) { return v ? csv_number(*v) : std::string{}; }
 
-void write_atomically(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError(tmp.string() + ": cannot write: " + std::strerror(errno));
-    out << content;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed");
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+  return set;
+}
+
+// Held around every change to a results file. A termination signal waits for it (see
+// guard_termination_signals), so the process dies between whole rows, never inside one; blocking the
+// signals in the writing thread covers processes without the guard (kvf, tests).
+std::recursive_mutex& write_mutex() {  // recursive: write_case holds it across write_atomically
+  static std::recursive_mutex m;
+  return m;
+}
+class WriteSection {
+ public:
+  WriteSection() {
+    const sigset_t set = termination_signals();
+    pthread_sigmask(SIG_BLOCK, &set, &old_);
+    write_mutex().lock();
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path.string() + ": rename failed: " + ec.message());
+  ~WriteSection() {
+    write_mutex().unlock();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  WriteSection(const WriteSection&) = delete;
+  WriteSection& operator=(const WriteSection&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// The whole content to `path.tmp`, fsync, rename over `path`: a reader sees the old file or the new
+// one. On any failure the .tmp is removed (a full disk left 0-byte meta.json.tmp files before).
+void write_atomically(const fs::path& path, const std::string& content) {
+  WriteSection hold;
+  const std::string tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    // No room for another inode is a full disk; anything else (permissions, a directory in the way) is
+    // a directory the user has to fix.
+    if (err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS) throw WriteError(path.string(), err);
+    throw UsageError(tmp + ": cannot write: " + std::strerror(err));
+  }
+  auto fail = [&](int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw UsageError(tmp + ": not a regular file; remove it");
+  }
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      fail(n < 0 ? errno : EIO);
+    }
+  }
+  // Some file systems (NFS, delayed allocation) report a full disk only at fsync or close.
+  if (::fsync(fd) != 0 && errno != EINVAL) fail(errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err, " (renaming " + tmp + " over it)");
+  }
 }
 
 }  // namespace
@@ -99,6 +171,7 @@ void ResultsDir::write_case(const CaseRecord& rec, std::span<const Sample> sampl
   for (const auto& p : rec.params)
     if (std::find(case_columns().begin(), case_columns().end(), p.name) != case_columns().end())
       throw std::logic_error("parameter name '" + p.name + "' clashes with a fixed column of cases.csv");
+  WriteSection hold;
   ensure_param_columns(rec.params);
   const Summary& s = rec.summary;
   const bool measured = s.n > 0;
@@ -115,30 +188,63 @@ void ResultsDir::write_case(const CaseRecord& rec, std::span<const Sample> sampl
     const auto it = std::find(case_header_.begin(), case_header_.end(), p.name);
     row[static_cast<std::size_t>(it - case_header_.begin())] = one_line(p.value);
   }
-  // samples first: a reader that finds the case row can always find its samples.
-  {
-    CsvAppender out((dir_ / "samples.csv").string(), sample_columns());
-    for (std::size_t i = 0; i < samples.size(); ++i)
-      out.append({rec.study, rec.case_name, rec.mode, std::to_string(i), csv_number(samples[i].seconds),
-                  csv_number(samples[i].clock_mhz), samples[i].throttled ? "1" : "0"});
+  std::vector<std::vector<std::string>> sample_rows;
+  sample_rows.reserve(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    sample_rows.push_back({rec.study, rec.case_name, rec.mode, std::to_string(i), csv_number(samples[i].seconds),
+                           csv_number(samples[i].clock_mhz), samples[i].throttled ? "1" : "0"});
+  CsvAppender samples_out((dir_ / "samples.csv").string(), sample_columns());
+  CsvAppender cases_out((dir_ / "cases.csv").string(), case_header_);
+  // Samples first: a reader that finds the case row can always find its samples. When the case row
+  // cannot be written its samples are cut off again, so neither file keeps a part of this case.
+  const std::uint64_t samples_before = samples_out.size();
+  samples_out.append_rows(sample_rows);
+  try {
+    cases_out.append(row);
+  } catch (...) {
+    samples_out.truncate_to(samples_before);
+    throw;
   }
-  CsvAppender cases((dir_ / "cases.csv").string(), case_header_);
-  cases.append(row);
 }
 
 void ResultsDir::update_meta(const std::function<void(nlohmann::json&)>& edit) {
   const fs::path path = dir_ / "meta.json";
   nlohmann::json m = nlohmann::json::object();
-  if (fs::exists(path)) {
-    std::ifstream in(path);
-    try {
-      m = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(path.string() + ": not valid JSON (" + e.what() + "); use a new --out directory");
-    }
+  // Bounded like every reader (a FIFO or a huge file in its place is refused, never waited on).
+  if (input_exists(path)) m = read_json_input(path, dir_);
+  if (!m.is_object()) throw UsageError(path.string() + ": not a JSON object; use a new --out directory");
+  try {
+    edit(m);
+  } catch (const nlohmann::json::exception& e) {  // e.g. "studies" holding a string
+    throw UsageError(path.string() + ": unexpected content (" + e.what() + "); use a new --out directory");
   }
-  edit(m);
   write_atomically(path, m.dump(2) + "\n");
+}
+
+void guard_termination_signals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const sigset_t set = termination_signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread([set] {
+      int sig = 0;
+      while (sigwait(&set, &sig) != 0) {
+      }
+      // Wait for a write in progress to end, then die of the signal as if it had not been caught (the
+      // exit status tells the parent which signal it was). The mutex is never released.
+      write_mutex().lock();
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(sig, &dfl, nullptr);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      raise(sig);
+      _exit(128 + sig);
+    }).detach();
+  });
 }
 
 std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, const std::string& mode) {

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -90,4 +92,18 @@ TEST(Results, ForeignCasesCsvIsRefused) {
   std::string first;
   std::getline(in, first);
   EXPECT_EQ(first, "x,y");  // untouched
+}
+
+TEST(Results, MetaJsonThatIsNoFileOrNoObjectIsBadInput) {
+  const auto d = fresh_dir("badmeta");
+  ResultsDir dir(d);
+  fs::remove(d / "meta.json");
+  ASSERT_EQ(::mkfifo((d / "meta.json").c_str(), 0600), 0);
+  EXPECT_THROW(dir.update_meta([](nlohmann::json&) {}), UsageError);  // refused at once, not blocked in open()
+  fs::remove(d / "meta.json");
+  std::ofstream(d / "meta.json") << "[1, 2]";
+  EXPECT_THROW(dir.update_meta([](nlohmann::json&) {}), UsageError);
+  std::ofstream(d / "meta.json") << R"({"studies": "x"})";
+  EXPECT_THROW(dir.update_meta([](nlohmann::json& m) { m["studies"]["a"] = 1; }), UsageError);
+  EXPECT_FALSE(fs::exists(d / "meta.json.tmp"));
 }

@@ -5,9 +5,12 @@
 // samples.csv study, case, mode, sample, seconds, clock_mhz, throttled
 // meta.json  suite version, git sha, host, command lines, per-study device description and times.
 //
-// Every row is flushed as its case finishes. When a case brings a parameter column the file does not
+// Every row is written as its case finishes. A case's samples and its row reach the files whole or not
+// at all: on a failed write (full disk, EIO, file size limit) both files are cut back to their sizes
+// before the case and WriteError is thrown. When a case brings a parameter column the file does not
 // have yet, cases.csv is rewritten with the wider header through a temporary file and rename(2), so
-// an interruption at any moment leaves either the old or the new file, never a torn one.
+// an interruption at any moment leaves either the old or the new file, never a torn one. Termination
+// signals are held off while a file is being changed (see guard_termination_signals).
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -65,8 +68,9 @@ class ResultsDir {
   explicit ResultsDir(std::filesystem::path dir);
   const std::filesystem::path& path() const { return dir_; }
 
+  // Throws WriteError when a file cannot be written (nothing of this case is left in it then).
   void write_case(const CaseRecord& rec, std::span<const Sample> samples);
-  // Read-modify-write of meta.json (atomic through rename).
+  // Read-modify-write of meta.json (atomic through rename; WriteError leaves the old meta.json).
   void update_meta(const std::function<void(nlohmann::json&)>& edit);
 
  private:
@@ -85,6 +89,13 @@ struct CeilingRef {
 };
 std::optional<double> find_ceiling(const std::filesystem::path& dir, const CeilingRef& ref,
                                    const std::string& mode);
+
+// For a bench: blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread, and so in every thread
+// it starts later, and starts one thread that takes them. That thread waits for a results write in
+// progress to finish, then ends the process by the same signal. Call it first, before any other thread
+// exists: a signal blocked only in the writing thread would go to another thread (OpenMP, CUDA) and
+// kill the process in the middle of a row.
+void guard_termination_signals();
 
 // Suite identity baked in at configure time.
 const char* suite_version();
