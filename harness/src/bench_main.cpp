@@ -6,10 +6,14 @@
 // Google Benchmark reporter, writes each finished case to the results directory and then lets the
 // console reporter print it.
 #include <benchmark/benchmark.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <thread>
 #include <chrono>
@@ -18,9 +22,12 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvf/errors.hpp"
@@ -66,6 +73,8 @@ std::string utc_now() {
   return buf;
 }
 
+constexpr std::size_t kMaxFilterChars = 1000;  // std::regex compiles recursively: a huge pattern overflows the stack
+
 std::string default_out_dir(const std::string& study) {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -101,12 +110,119 @@ std::string fmt_eta(double s) {
   return buf;
 }
 
-int repetitions_flag(int argc, char** argv) {
+// Every error is one line, and a value typed by the user may hold a line break or an escape sequence.
+std::string one_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
+    else out.push_back(c);
+  }
+  return out;
+}
+void print_error(const std::string& prog, const std::string& msg) {
+  std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), one_line(msg).c_str());
+}
+
+std::string fmt_bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+// A number in [lo, hi], all of the text (no hex, no sign prefix, no trailing unit); NaN and infinities
+// are refused here because a range check (v < lo || v > hi) lets NaN through.
+std::optional<double> parse_number_in(std::string_view v, double lo, double hi, bool whole) {
+  if (whole) {
+    long long x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc{} || p != v.data() + v.size() || v.empty()) return std::nullopt;
+    if (static_cast<double>(x) < lo || static_cast<double>(x) > hi) return std::nullopt;
+    return static_cast<double>(x);
+  }
+  double x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x, std::chars_format::general);
+  if (ec != std::errc{} || p != v.data() + v.size() || v.empty() || !std::isfinite(x) || x < lo || x > hi)
+    return std::nullopt;
+  return x;
+}
+std::string range_text(double lo, double hi, bool whole, const char* unit) {
+  return std::string(whole ? "a whole number" : "a number") + " in [" + fmt_bound(lo) + ", " + fmt_bound(hi) + "]" +
+         (unit && *unit ? std::string(" ") + unit : std::string{});
+}
+// CLI11 prefixes the flag: "--budget: 'nan' is not a number in [0.001, 3600] seconds".
+CLI::Validator number_in(double lo, double hi, bool whole, const char* unit = "") {
+  return CLI::Validator(
+      [=](std::string& v) -> std::string {
+        if (parse_number_in(v, lo, hi, whole)) return {};
+        return "'" + v + "' is not " + range_text(lo, hi, whole, unit);
+      },
+      range_text(lo, hi, whole, unit));
+}
+CLI::Validator non_empty(const char* what) {
+  return CLI::Validator(
+      [what](std::string& v) -> std::string { return v.empty() ? std::string("'' is empty; give ") + what : std::string{}; },
+      "");
+}
+
+// --benchmark_repetitions=N, the one Google Benchmark flag bench_main reads itself (a row per repetition).
+constexpr int kMaxRepetitions = 1000;
+std::optional<int> repetitions_flag(int argc, char** argv, std::string* bad) {
+  int reps = 1;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
-    if (std::strncmp(a, "--benchmark_repetitions=", 24) == 0) return std::max(1, std::atoi(a + 24));
+    if (std::strncmp(a, "--benchmark_repetitions=", 24) != 0) continue;
+    const auto v = parse_number_in(a + 24, 1, kMaxRepetitions, true);
+    if (!v) {
+      *bad = std::string("--benchmark_repetitions '") + (a + 24) + "' is not " +
+             range_text(1, kMaxRepetitions, true, "");
+      return std::nullopt;
+    }
+    reps = static_cast<int>(*v);
   }
-  return 1;
+  return reps;
+}
+
+// Google Benchmark prints its own complaint about a bad --benchmark_* value (and leaves the flag for us
+// to refuse again): capture what it says while it parses, so the user gets one line.
+std::string initialize_benchmark(int* argc, char** argv) {
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int cap = ::memfd_create("kvf-benchmark-init", MFD_CLOEXEC);
+  if (saved < 0 || cap < 0 || ::dup2(cap, 2) < 0) {
+    if (saved >= 0) ::close(saved);
+    if (cap >= 0) ::close(cap);
+    benchmark::Initialize(argc, argv);
+    return {};
+  }
+  benchmark::Initialize(argc, argv);
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string said;
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = ::pread(cap, buf, sizeof buf, off)) > 0 && said.size() < 64 * 1024) {
+    said.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  ::close(cap);
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  return said;
+}
+
+// stdout carries the console table and --list: a failed write there (a full disk, `> /dev/full`) is
+// an error of the run, said on stderr, not an abort and not a silent exit 0.
+std::string stdout_failure() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return {};
+  return std::string("stdout: write failed") + (err ? std::string(": ") + std::strerror(err) : std::string{});
 }
 
 struct Pending {
@@ -152,7 +268,14 @@ std::unique_ptr<Case> skipped_case(std::string name, std::vector<Param> params, 
   return c;
 }
 
-int bench_main(int argc, char** argv, Study& study) {
+namespace {
+
+int run_study(int argc, char** argv, Study& study) {
+  // Before any other thread exists (OpenMP, CUDA): they inherit the blocked termination signals.
+  guard_termination_signals();
+  // Past a file size limit (ulimit -f) a write fails with EFBIG, which the writers report, instead of
+  // SIGXFSZ killing the process in the middle of a row.
+  ::signal(SIGXFSZ, SIG_IGN);
   const std::string prog = "bench_" + study.name();
   const std::string command = join_args(argc, argv);
 
@@ -163,26 +286,41 @@ int bench_main(int argc, char** argv, Study& study) {
   CLI::App app{prog + ": the " + study.name() +
                " study of kvfrontier. Google Benchmark flags (--benchmark_filter, --benchmark_out=FILE "
                "--benchmark_out_format=json, --benchmark_repetitions) are accepted too."};
-  app.add_option("--out", out_dir, "results directory; created, rows appended (default results/runs/<utc>-<study>)");
-  app.add_option("--backend", backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)");
+  app.add_option("--out", out_dir, "results directory; created, rows appended (default results/runs/<utc>-<study>)")
+      ->check(non_empty("a directory (leave the flag out for the default)"));
+  app.add_option("--backend", backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)")
+      ->check(non_empty("auto, cpu or cuda"));
   app.add_flag("--quick", quick, "the quick subset: a few cases, seconds (budget 0.1 s unless --budget is given)");
   app.add_option("--list", list_format, "print the cases (text or json) with estimated seconds and exit")
       ->expected(0, 1)
-      ->default_str("text");
+      ->default_str("text")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v == "text" || v == "json" ? std::string{} : "'" + v + "': allowed formats are text and json";
+          },
+          "text|json"));
   app.add_option("--case-filter", case_filter,
                  "only cases whose name matches this regular expression (and the cases of this study that "
-                 "measure their ceilings)");
+                 "measure their ceilings)")
+      ->check(non_empty("a regular expression (leave the flag out for every case)"))
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v.size() <= kMaxFilterChars ? std::string{}
+                                               : std::to_string(v.size()) + " characters; at most " +
+                                                     std::to_string(kMaxFilterChars);
+          },
+          ""));
   app.add_option("--warmup", cfg.warmup, "untimed executions before each mode's samples (default 2)")
-      ->check(CLI::Range(0, 1000));
+      ->check(number_in(0, 1000, true));
   app.add_option("--min-samples", cfg.stop.min_samples, "samples per mode at least (default 5)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(number_in(1, 1000000, true));
   app.add_option("--max-samples", cfg.stop.max_samples, "samples per mode at most (default 1000)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(number_in(1, 1000000, true));
   app.add_option("--noise", noise_pct,
                  "stop when the relative standard error of the mean is at most this, percent (default 1)")
-      ->check(CLI::Range(0.001, 100.0));
+      ->check(number_in(0.001, 100.0, false, "percent"));
   app.add_option("--budget", cfg.stop.budget_s, "seconds of samples per case and mode at most (default 0.5)")
-      ->check(CLI::Range(0.001, 3600.0));
+      ->check(number_in(0.001, 3600.0, false, "seconds"));
   app.add_flag("--no-cold", no_cold, "skip cold samples (caches flushed before each)");
   app.add_flag("--no-hot", no_hot, "skip hot samples");
   study.add_options(app);
@@ -191,20 +329,39 @@ int bench_main(int argc, char** argv, Study& study) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf("%s", app.help().c_str());
+      if (const std::string f = stdout_failure(); !f.empty()) {
+        print_error(prog, f);
+        return kExitFailure;
+      }
       return kExitOk;
     }
 
-  const int reps = repetitions_flag(argc, argv);
-  benchmark::Initialize(&argc, argv);  // takes --benchmark_* flags out of argv
+  std::string bad_reps;
+  const auto reps_flag = repetitions_flag(argc, argv, &bad_reps);
+  if (!reps_flag) {
+    print_error(prog, bad_reps);
+    return kExitUsage;
+  }
+  const int reps = *reps_flag;
+  // Takes the --benchmark_* flags it knows out of argv; one it cannot parse stays there for CLI11 to refuse.
+  const std::string benchmark_said = initialize_benchmark(&argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", prog.c_str(), e.what(), prog.c_str());
+    // Exactly one line: CLI11's message (what it names may hold a line break) and Google Benchmark's
+    // complaint about the same flag when it had one.
+    std::string msg = e.what();
+    if (!benchmark_said.empty()) msg += " (" + benchmark_said + ")";
+    print_error(prog, msg + " (see " + prog + " --help)");
+    return kExitUsage;
+  }
+  if (!benchmark_said.empty()) {  // it complained but took the flag after all: still one line, still refused
+    print_error(prog, benchmark_said);
     return kExitUsage;
   }
   if (cfg.stop.min_samples > cfg.stop.max_samples) {
-    std::fprintf(stderr, "%s: error: --min-samples %d exceeds --max-samples %d\n", prog.c_str(),
-                 cfg.stop.min_samples, cfg.stop.max_samples);
+    print_error(prog, "--min-samples " + std::to_string(cfg.stop.min_samples) + " exceeds --max-samples " +
+                          std::to_string(cfg.stop.max_samples));
     return kExitUsage;
   }
   if (no_cold && no_hot) {
@@ -212,10 +369,19 @@ int bench_main(int argc, char** argv, Study& study) {
     return kExitUsage;
   }
   const bool listing = app.count("--list") > 0;
-  if (listing && list_format.empty()) list_format = "text";
+  // A bare --list reads as "text" (its default); an empty value given on purpose does not reach the validator.
   if (listing && list_format != "text" && list_format != "json") {
-    std::fprintf(stderr, "%s: error: --list %s: allowed formats are text and json\n", prog.c_str(), list_format.c_str());
+    print_error(prog, "--list '" + list_format + "': allowed formats are text and json");
     return kExitUsage;
+  }
+  std::regex filter_re;  // checked before the backend starts: a typo should not cost a device probe
+  if (!case_filter.empty()) {
+    try {
+      filter_re = std::regex(case_filter);
+    } catch (const std::regex_error& e) {
+      print_error(prog, "--case-filter '" + case_filter + "': not a valid regular expression (" + e.what() + ")");
+      return kExitUsage;
+    }
   }
   cfg.stop.target_rel_error = noise_pct / 100.0;
   // --quick is a smoke run: a shorter budget unless one was asked for.
@@ -230,12 +396,7 @@ int bench_main(int argc, char** argv, Study& study) {
     StudyContext ctx{be.get(), quick};
     cases = study.cases(ctx);
     if (!case_filter.empty()) {
-      std::regex re;
-      try {
-        re = std::regex(case_filter);
-      } catch (const std::regex_error& e) {
-        throw UsageError("--case-filter " + case_filter + ": not a valid regular expression (" + e.what() + ")");
-      }
+      const std::regex& re = filter_re;
       // A kept case keeps the cases of this study that provide its ceilings (`ceiling` and `uses`): a filtered run
       // still states its figures against ceilings measured in the same run. They run first, as listed.
       std::vector<CeilingRef> needed;
@@ -262,7 +423,7 @@ int bench_main(int argc, char** argv, Study& study) {
       });
     }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    print_error(prog, e.what());
     return kExitUsage;
   }
   for (auto& c : cases) {
@@ -290,6 +451,10 @@ int bench_main(int argc, char** argv, Study& study) {
     }
     if (list_format == "text")
       std::printf("%zu cases, estimated %.0f s on backend %s\n", cases.size(), total_est, be->name().c_str());
+    if (const std::string f = stdout_failure(); !f.empty()) {
+      print_error(prog, f);
+      return kExitFailure;
+    }
     return kExitOk;
   }
   if (cases.empty()) {
@@ -329,8 +494,11 @@ int bench_main(int argc, char** argv, Study& study) {
                    "noisy; compare ratios within one run, or re-run on a quiet machine (load recorded in meta.json)\n",
                    prog.c_str(), l, std::thread::hardware_concurrency());
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    print_error(prog, e.what());
     return kExitUsage;
+  } catch (const WriteError& e) {
+    print_error(prog, e.what());
+    return kExitFailure;
   }
   std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
   // Google Benchmark's JSON (--benchmark_out) carries the device so `kvf gate` can refuse a mismatch.
@@ -459,16 +627,18 @@ int bench_main(int argc, char** argv, Study& study) {
           rec.note = std::string("verify failed: ") + e.what();
           st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
+        } catch (const WriteError&) {
+          throw;  // a full disk ends the run (below), not just this case
         } catch (const UsageError& e) {
           stop_study = std::string("bad input in ") + c->name;
           exit_code = kExitUsage;
-          std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+          print_error(prog, e.what());
           rec.note = std::string("error: ") + e.what();
           st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
         } catch (const std::exception& e) {
           if (exit_code == kExitOk) exit_code = kExitFailure;
-          std::fprintf(stderr, "%s: case %s failed: %s\n", prog.c_str(), c->name.c_str(), e.what());
+          print_error(prog, "case " + c->name + " failed: " + e.what());
           rec.note = std::string("error: ") + e.what();
           st.SkipWithError(rec.note.c_str());  // before the move: rec lives in p
           pending[bname].push_back(std::move(p));
@@ -481,25 +651,72 @@ int bench_main(int argc, char** argv, Study& study) {
   }
 
   KvfReporter reporter(*dir, pending);
+  // A failed results write (full disk, EIO, the file size limit) ends the run: the files hold whole rows
+  // only (ResultsDir cuts a failed case off), and nothing more is measured that could not be kept.
+  std::string write_failure;
   try {
     benchmark::RunSpecifiedBenchmarks(&reporter);
     reporter.flush_all();
+  } catch (const WriteError& e) {
+    write_failure = e.what();
   } catch (const std::exception& e) {
-    reporter.flush_all();
-    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    print_error(prog, e.what());
     exit_code = kExitFailure;
+    try {
+      reporter.flush_all();
+    } catch (const WriteError& w) {
+      write_failure = w.what();
+    } catch (const std::exception& w) {
+      print_error(prog, w.what());
+    }
   }
   benchmark::Shutdown();
   for (std::size_t i = 0; i < cases.size(); ++i)
     if (state[i].set_up) cases[i]->teardown(*be);
-  dir->update_meta([&](nlohmann::json& m) {
-    auto& s = m["studies"][study.name()];
-    s["finished_utc"] = utc_now();
-    s["machine_load_at_end"] = machine_load_json();
-    s["status"] = exit_code == kExitOk ? "complete" : (stop_study.empty() ? "errors" : stop_study);
-  });
-  std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
+  std::string status = exit_code == kExitOk ? "complete" : (stop_study.empty() ? "errors" : stop_study);
+  if (!write_failure.empty()) {
+    print_error(prog, write_failure);
+    if (exit_code == kExitOk) exit_code = kExitFailure;
+    status = "stopped: " + write_failure;
+  }
+  try {
+    dir->update_meta([&](nlohmann::json& m) {
+      auto& s = m["studies"][study.name()];
+      s["finished_utc"] = utc_now();
+      s["machine_load_at_end"] = machine_load_json();
+      s["status"] = status;
+    });
+  } catch (const std::exception& e) {
+    // meta.json keeps "running": it cannot be told more (the old file stays whole).
+    if (write_failure.empty()) {
+      print_error(prog, e.what());
+      if (exit_code == kExitOk) exit_code = kExitFailure;
+    }
+  }
+  if (const std::string f = stdout_failure(); !f.empty()) {
+    print_error(prog, f + " (the results files are not affected)");
+    if (exit_code == kExitOk) exit_code = kExitFailure;
+  }
+  if (write_failure.empty()) std::fprintf(stderr, "%s: results in %s\n", prog.c_str(), dir->path().c_str());
   return exit_code;
+}
+
+}  // namespace
+
+// Last line of defence: whatever a study or a library throws ends in one line and an exit code, never
+// in std::terminate (SIGABRT).
+int bench_main(int argc, char** argv, Study& study) {
+  std::string prog = "bench";
+  try {
+    prog = "bench_" + study.name();
+    return run_study(argc, argv, study);
+  } catch (const UsageError& e) {
+    print_error(prog, e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    print_error(prog, e.what());
+    return kExitFailure;
+  }
 }
 
 }  // namespace kvf
