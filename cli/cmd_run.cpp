@@ -1,7 +1,9 @@
 // kvf run: resolve the backend once, then launch each study's bench binary into one results directory.
 // The stream study always runs first when another study is chosen: it is the ceiling the others are
 // stated against, and it must be measured in the same run.
-#include <spawn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,39 +51,128 @@ std::filesystem::path bin_dir() {
 
 std::filesystem::path bench_path(const std::string& study) { return bin_dir() / ("bench_" + study); }
 
-// Runs argv; returns the exit code (128+signal when killed). Captures stdout when `out` is given.
+// A signal to kvf is passed on to the bench it is running (the bench finishes the row it is writing and
+// dies of it); kvf then stops instead of starting the next study. Without this, a kill of kvf's own pid
+// left the bench running and writing for the rest of its study.
+volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_child = 0;  // the running bench's pid (pid_t is an int on Linux), 0 when none
+constexpr std::array kForwarded = {SIGINT, SIGTERM, SIGHUP};
+
+void forward_signal(int sig) {
+  g_signal = sig;
+  const pid_t child = g_child;
+  if (child > 0) ::kill(child, sig);
+}
+
+void install_forwarding() {
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: waitpid and read return EINTR and the loops below look again
+  for (int sig : kForwarded) ::sigaction(sig, &sa, nullptr);
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+// Runs argv (fork + exec); returns the exit code (128+signal when killed). Captures stdout when `out` is
+// given. The child gets SIGTERM when kvf dies (PR_SET_PDEATHSIG), so a bench never outlives its kvf,
+// not even a kill -9 of kvf; posix_spawn cannot set that, hence fork.
 int run_process(const std::vector<std::string>& args, std::string* out = nullptr) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  int pipefd[2] = {-1, -1};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (out) {
-    if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  int outfd[2] = {-1, -1};
+  int errfd[2] = {-1, -1};  // the child's exec errno; closed by a successful exec (O_CLOEXEC)
+  if (out && ::pipe2(outfd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  if (::pipe2(errfd, O_CLOEXEC) != 0) {
+    const int err = errno;
+    if (out) ::close(outfd[0]), ::close(outfd[1]);
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(err));
   }
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (out) close(pipefd[1]);
-  if (rc != 0) {
-    if (out) close(pipefd[0]);
-    throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(rc));
+  // Forwarded signals wait until g_child names the new process, so none falls between fork and that.
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (int sig : kForwarded) sigaddset(&block, sig);
+  ::pthread_sigmask(SIG_BLOCK, &block, &old);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec. Default dispositions before unblocking: a
+    // forwarded signal arriving now must kill this child, not run kvf's handler in it.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : kForwarded) ::sigaction(sig, &dfl, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // kvf died before prctl took effect
+    if (out && ::dup2(outfd[1], 1) < 0) {
+      const int err = errno;
+      (void)!::write(errfd[1], &err, sizeof err);
+      ::_exit(127);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    ::execve(argv[0], argv.data(), environ);
+    const int err = errno;
+    (void)!::write(errfd[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  const int fork_err = errno;
+  if (pid > 0) g_child = pid;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);  // a signal that came meanwhile is forwarded now
+  // Another thread of kvf (OpenMP's, from the backend probe) may have taken one before g_child was set.
+  if (pid > 0 && g_signal) ::kill(pid, g_signal);
+  ::close(errfd[1]);
+  if (out) ::close(outfd[1]);
+  if (pid < 0) {
+    ::close(errfd[0]);
+    if (out) ::close(outfd[0]);
+    throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(fork_err));
+  }
+  auto wait_child = [pid] {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    g_child = 0;
+    return status;
+  };
+  int exec_err = 0;
+  ssize_t n;
+  while ((n = ::read(errfd[0], &exec_err, sizeof exec_err)) < 0 && errno == EINTR) {
+  }
+  ::close(errfd[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_err)) {
+    if (out) ::close(outfd[0]);
+    wait_child();
+    throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(exec_err));
   }
   if (out) {
     char buf[4096];
-    ssize_t n;
-    while ((n = read(pipefd[0], buf, sizeof buf)) > 0) out->append(buf, static_cast<std::size_t>(n));
-    close(pipefd[0]);
+    for (;;) {
+      n = ::read(outfd[0], buf, sizeof buf);
+      if (n > 0) out->append(buf, static_cast<std::size_t>(n));
+      else if (n == 0 || errno != EINTR) break;
+    }
+    ::close(outfd[0]);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = wait_child();
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// After a forwarded signal: the bench has stopped; kvf stops too, with the shell's code for the signal.
+int stopped_by_signal(const std::string& out) {
+  const int sig = g_signal;
+  std::fprintf(stderr, "kvf run: stopped by %s%s\n", signal_name(sig),
+               out.empty() ? "" : ("; the finished rows are in " + out).c_str());
+  return 128 + sig;
 }
 
 std::vector<std::string> split_commas(const std::vector<std::string>& in) {
@@ -132,6 +223,7 @@ int do_run(const RunOptions& o, const std::string& command) {
     std::fprintf(stderr, "kvf run: running stream first: it is the ceiling the other studies are stated against\n");
   }
 
+  install_forwarding();
   std::string note;
   auto be = make_backend(o.backend, &note);
   std::fprintf(stderr, "kvf run: %s\n", note.c_str());
@@ -153,6 +245,7 @@ int do_run(const RunOptions& o, const std::string& command) {
     args.insert(args.end(), {"--list", "json"});
     std::string listing;
     const int rc = run_process(args, &listing);
+    if (g_signal) return stopped_by_signal({});
     if (rc != 0) return rc == kExitUsage ? kExitUsage : kExitFailure;
     std::istringstream in(listing);
     std::string line;
@@ -195,9 +288,11 @@ int do_run(const RunOptions& o, const std::string& command) {
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     std::fprintf(stderr, "kvf run: [%zu/%zu] %s: %zu cases, ~%.0f s\n", i + 1, chosen.size(), chosen[i].c_str(), ncases[i],
                  est[i]);
+    if (g_signal) return stopped_by_signal(out);
     auto args = common(chosen[i]);
     args.insert(args.end(), {"--out", out});
     const int rc = run_process(args);
+    if (g_signal) return stopped_by_signal(out);
     if (rc == kExitUsage) {
       std::fprintf(stderr, "kvf run: %s stopped on bad input; results so far are in %s\n", chosen[i].c_str(), out.c_str());
       return kExitUsage;
@@ -219,15 +314,37 @@ void add_run(CLI::App& app) {
   std::string studies_help = "studies to run, comma-separated (default: all built). Known:";
   for (const auto& s : kStudies) studies_help += std::string(" ") + s.name + " (" + s.what + ");";
   auto* sub = app.add_subcommand("run", "run studies by launching their bench binaries into one results directory");
-  sub->add_option("--study", o->studies, studies_help)->delimiter(',');
+  std::string allowed;
+  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + s.name;
+  // An empty name (--study '', --study stream,) would otherwise be dropped and leave "all studies".
+  sub->add_option("--study", o->studies, studies_help)
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [allowed](std::string& v) -> std::string {
+            return v.empty() ? "'' is not a study; allowed: " + allowed : std::string{};
+          },
+          ""));
   sub->add_option("--backend", o->backend, "auto | cpu | cuda (auto takes CUDA when a usable GPU is present)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v == "auto" || v == "cpu" || v == "cuda" ? std::string{}
+                                                             : "'" + v + "' is not a backend; allowed: auto, cpu, cuda";
+          },
+          "auto|cpu|cuda"));
   sub->add_flag("--quick", o->quick, "the quick subset of every study (under 30 s on the CPU)");
-  sub->add_option("--out", o->out, "results directory (default results/runs/<utc>-<backend>)");
+  sub->add_option("--out", o->out, "results directory (default results/runs/<utc>-<backend>)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v.empty() ? "'' is empty; give a directory (leave the flag out for the default)" : std::string{};
+          },
+          ""));
   sub->add_flag("--list", o->list, "print the cases and the estimated time, run nothing");
   sub->add_option("args", o->pass, "after --: flags given to every bench binary (e.g. -- --budget 1)");
   sub->positionals_at_end();
-  sub->callback([o, &app] {
+  sub->callback([o, sub, &app] {
+    // Belt and braces for the validator above, which CLI11 may skip for an empty value.
+    if (sub->count("--out") > 0 && o->out.empty())
+      throw UsageError("--out '': empty; give a directory (leave the flag out for the default)");
     std::string cmd = "kvf run";
     for (const auto& s : o->studies) cmd += " --study " + s;
     cmd += " --backend " + o->backend;

@@ -1,7 +1,11 @@
 // kvf: the one CLI of the suite. `kvf --help` lists the subcommands.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <string>
+#include <string_view>
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
@@ -15,7 +19,35 @@ void exit_with(int code) { g_exit = code; }
 int pending_exit() { return g_exit; }
 }  // namespace kvf::cli
 
-int main(int argc, char** argv) {
+namespace {
+
+// Every error is one line, and a value typed by the user (echoed in the message) may hold a line break.
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
+    else out.push_back(c);
+  }
+  return out;
+}
+
+void print_error(std::string_view msg) { std::fprintf(stderr, "kvf: error: %s\n", one_line(msg).c_str()); }
+
+// Reports (gate Markdown, --list, help) go to stdout: a write failure there (`> /dev/full`, a full disk)
+// must not end in exit 0 with a truncated file.
+int check_stdout(int code) {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return code;
+  print_error(std::string("stdout: write failed") + (err ? std::string(": ") + std::strerror(err) : std::string{}));
+  return code == kvf::kExitOk ? kvf::kExitFailure : code;
+}
+
+int run(int argc, char** argv) {
   CLI::App app{"kvf: KV-cache memory microbenchmarks (access, frontier, idleness), reports and a CI gate"};
   app.set_version_flag("--version", std::string("kvfrontier ") + kvf::suite_version() + " (" + kvf::git_sha() + ")");
   app.require_subcommand(1);
@@ -35,14 +67,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line naming the bad value; exit 2 for every usage error (CLI11's own codes vary).
-    std::fprintf(stderr, "kvf: error: %s (see kvf --help)\n", e.what());
+    print_error(std::string(e.what()) + " (see kvf --help)");
     return kvf::kExitUsage;
   } catch (const kvf::UsageError& e) {
-    std::fprintf(stderr, "kvf: error: %s\n", e.what());
+    print_error(e.what());
     return kvf::kExitUsage;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvf: error: %s\n", e.what());
+  } catch (const std::exception& e) {  // a write failure (kvf::WriteError) among them: exit 1
+    print_error(e.what());
     return kvf::kExitFailure;
   }
   return kvf::cli::pending_exit();
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return check_stdout(run(argc, argv)); }
