@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +47,117 @@ int wait_exit(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+// The exit code (128+signal when killed), or nullopt when `pid` is still running after `seconds`.
+std::optional<int> wait_exit_for(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    int st = 0;
+    const pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (r < 0) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return std::nullopt;
+}
+
+struct Captured {
+  int rc = -1;
+  std::string err;  // all of stderr
+};
+// Runs a command to the end with stdout to `out` and stderr captured.
+Captured run_capture(std::vector<std::string> args, const char* out = "/dev/null") {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  Captured c;
+  if (rc != 0) {
+    close(fds[0]);
+    return c;
+  }
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) c.err.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  c.rc = wait_exit(pid);
+  return c;
+}
+std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// Processes whose parent is `parent` (from /proc/<pid>/stat; comm may hold spaces, so after its ')').
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return out;
+}
+std::string cmdline_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::replace(s.begin(), s.end(), '\0', ' ');
+  return s;
+}
+// Alive and not a zombie.
+bool running(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] != 'Z';
+}
+std::size_t csv_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::size_t n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+// The bench `kvf_pid` launched for measuring (not one of its --list runs), once it has written a row.
+pid_t wait_for_measuring_bench(pid_t kvf_pid, const fs::path& dir, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const pid_t c : children_of(kvf_pid))
+      if (cmdline_of(c).find("--out") != std::string::npos && csv_lines(dir / "cases.csv") >= 2) return c;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+// Whole rows only: each file ends with a line break and reads as a table.
+void expect_whole_rows(const fs::path& d) {
+  for (const char* f : {"cases.csv", "samples.csv"}) {
+    std::ifstream in(d / f, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(text.empty()) << f;
+    EXPECT_EQ(text.back(), '\n') << f << " ends in a torn row";
+    EXPECT_NO_THROW(kvf::read_csv_table((d / f).string())) << f;
+  }
+  for (const auto& e : fs::directory_iterator(d)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+}
+// A stream run that takes ~15 s unless stopped.
+std::vector<std::string> long_stream_flags() {
+  return {"--size", "8MiB", "--budget", "1", "--noise", "0.001", "--min-samples", "3"};
 }
 }  // namespace
 
@@ -113,4 +228,175 @@ TEST(EndToEnd, KilledRunLeavesEveryFinishedCaseReadable) {
   const auto before = fs::file_size(d / "cases.csv");
   EXPECT_EQ(wait_exit(spawn({KVF_BENCH_STREAM, "--size", "0", "--out", d.string()})), 2);
   EXPECT_EQ(fs::file_size(d / "cases.csv"), before);
+}
+
+TEST(Signals, KvfForwardsSigtermToItsBenchAndStops) {
+  const auto d = fresh_dir("kvf_sigterm");
+  std::vector<std::string> args = {KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--"};
+  for (const auto& f : long_stream_flags()) args.push_back(f);
+  const pid_t kvf = spawn(args);
+  ASSERT_GT(kvf, 0);
+  const pid_t bench = wait_for_measuring_bench(kvf, d, 120);
+  if (bench <= 0) kill(kvf, SIGKILL);
+  ASSERT_GT(bench, 0) << "kvf started no bench that wrote a row in time";
+  kill(kvf, SIGTERM);
+  const auto rc = wait_exit_for(kvf, 10);
+  if (!rc) kill(kvf, SIGKILL), kill(bench, SIGKILL);
+  ASSERT_TRUE(rc.has_value()) << "kvf did not stop on SIGTERM";
+  EXPECT_EQ(*rc, 128 + SIGTERM);
+  // kvf waited for its bench: it is gone (reaped), not left running or orphaned.
+  EXPECT_FALSE(running(bench)) << "the bench outlived kvf";
+  expect_whole_rows(d);
+  EXPECT_LT(kvf::read_csv_table((d / "cases.csv").string()).rows.size(), 18u);  // it really was stopped
+}
+
+TEST(Signals, BenchStopsWhenKvfIsKilled) {
+  const auto d = fresh_dir("kvf_sigkill");
+  // Orphans come to this process instead of init, so the bench's end can be waited for and its cause read.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  std::vector<std::string> args = {KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--"};
+  for (const auto& f : long_stream_flags()) args.push_back(f);
+  const pid_t kvf = spawn(args);
+  ASSERT_GT(kvf, 0);
+  const pid_t bench = wait_for_measuring_bench(kvf, d, 120);
+  if (bench <= 0) kill(kvf, SIGKILL);
+  ASSERT_GT(bench, 0) << "kvf started no bench that wrote a row in time";
+  kill(kvf, SIGKILL);
+  EXPECT_EQ(wait_exit(kvf), 128 + SIGKILL);
+  const auto rc = wait_exit_for(bench, 10);
+  if (!rc) kill(bench, SIGKILL), wait_exit(bench);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  ASSERT_TRUE(rc.has_value()) << "the bench kept running after kvf was killed";
+  EXPECT_EQ(*rc, 128 + SIGTERM);  // PR_SET_PDEATHSIG
+  expect_whole_rows(d);
+}
+
+// The bench takes SIGTERM while it writes rows from a process with several threads (OpenMP): it dies of the
+// signal (exit status says so) between whole rows.
+TEST(Signals, SigtermToABenchLeavesWholeRows) {
+  for (int round = 0; round < 3; ++round) {
+    const auto d = fresh_dir("bench_sigterm_" + std::to_string(round));
+    const pid_t pid = spawn({KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.001",
+                             "--warmup", "0", "--min-samples", "1", "--max-samples", "2000", "--out", d.string()});
+    ASSERT_GT(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (csv_lines(d / "cases.csv") < 2 + static_cast<std::size_t>(round) &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    kill(pid, SIGTERM);
+    const auto rc = wait_exit_for(pid, 10);
+    if (!rc) kill(pid, SIGKILL), wait_exit(pid);
+    ASSERT_TRUE(rc.has_value());
+    if (*rc == 0) continue;  // finished before the signal came: nothing to check
+    EXPECT_EQ(*rc, 128 + SIGTERM);
+    expect_whole_rows(d);
+  }
+}
+
+// A full disk, by the file size limit: the bench ends with one line and exit 1 (never SIGABRT), every row
+// it leaves is whole, and meta.json says the run stopped.
+TEST(FullDisk, BenchStopsWithOneLineAndWholeRows) {
+  for (const int kib : {2, 6, 12}) {
+    const auto d = fresh_dir("full_" + std::to_string(kib));
+    const std::string cmd = "ulimit -f " + std::to_string(kib) + "; trap '' XFSZ; exec \"$0\" \"$@\"";
+    const Captured c = run_capture({"/bin/sh", "-c", cmd, KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB",
+                                    "--budget", "0.01", "--warmup", "0", "--out", d.string()});
+    ASSERT_EQ(c.rc, 1) << kib << " KiB: " << c.err;
+    std::size_t error_lines = 0;
+    std::istringstream in(c.err);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("error:") != std::string::npos) {
+        ++error_lines;
+        EXPECT_NE(line.find(": write failed: File too large"), std::string::npos) << line;
+        EXPECT_EQ(line.rfind("bench_stream: error: " + d.string() + "/", 0), 0u) << line;
+      }
+    EXPECT_EQ(error_lines, 1u) << c.err;
+    if (fs::exists(d / "cases.csv")) expect_whole_rows(d);
+    for (const auto& e : fs::directory_iterator(d)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+    std::ifstream meta_in(d / "meta.json");
+    const auto meta = nlohmann::json::parse(meta_in);  // whole, whatever it could record
+    if (meta.contains("studies")) {
+      EXPECT_EQ(meta["studies"]["stream"]["status"].get<std::string>().rfind("stopped: ", 0), 0u) << meta.dump();
+    }
+  }
+}
+
+TEST(FullDisk, StdoutToDevFullIsAnErrorNotACrash) {
+  const auto d = fresh_dir("devfull");
+  const Captured run = run_capture({KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.01",
+                                    "--warmup", "0", "--out", d.string()},
+                                   "/dev/full");
+  EXPECT_EQ(run.rc, 1) << run.err;
+  EXPECT_NE(run.err.find("bench_stream: error: stdout: write failed"), std::string::npos) << run.err;
+  expect_whole_rows(d);
+  const Captured list = run_capture({KVF_BENCH_STREAM, "--backend", "cpu", "--list"}, "/dev/full");
+  EXPECT_EQ(list.rc, 1) << list.err;
+  const Captured kvf_list = run_capture({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--list"}, "/dev/full");
+  EXPECT_EQ(kvf_list.rc, 1) << kvf_list.err;
+  EXPECT_NE(kvf_list.err.find("kvf: error: stdout: write failed"), std::string::npos) << kvf_list.err;
+}
+
+// Every bad flag value: exit 2 and exactly one line on stderr naming the flag and the value.
+TEST(BadFlags, OneLineNamingFlagAndValueExit2) {
+  const auto d = fresh_dir("badflags");
+  const std::string out = (d / "never").string();
+  struct Bad {
+    std::vector<std::string> args;
+    std::vector<std::string> says;
+  };
+  const std::string B = KVF_BENCH_STREAM, K = KVF_CLI;
+  const std::vector<Bad> bad = {
+      {{B, "--budget", "nan"}, {"--budget", "'nan'", "[0.001, 3600]"}},
+      {{B, "--budget", "inf"}, {"--budget", "'inf'"}},
+      {{B, "--budget", "-1"}, {"--budget", "'-1'"}},
+      {{B, "--budget", "0"}, {"--budget", "'0'"}},
+      {{B, "--budget", ""}, {"--budget", "''"}},
+      {{B, "--budget", "1e999"}, {"--budget", "'1e999'"}},
+      {{B, "--budget", "0x10"}, {"--budget", "'0x10'"}},
+      {{B, "--budget", "1\n2"}, {"--budget", "'1\\n2'"}},
+      {{B, "--noise", "nan"}, {"--noise", "'nan'", "[0.001, 100]"}},
+      {{B, "--noise", "-inf"}, {"--noise", "'-inf'"}},
+      {{B, "--noise", "0"}, {"--noise", "'0'"}},
+      {{B, "--min-samples", "0"}, {"--min-samples", "'0'", "[1, 1000000]"}},
+      {{B, "--min-samples", ""}, {"--min-samples", "''"}},
+      {{B, "--max-samples", "99999999999999999999"}, {"--max-samples", "'99999999999999999999'"}},
+      {{B, "--max-samples", "2.5"}, {"--max-samples", "'2.5'"}},
+      {{B, "--min-samples", "10", "--max-samples", "5"}, {"--min-samples 10", "--max-samples 5"}},
+      {{B, "--warmup", "-1"}, {"--warmup", "'-1'", "[0, 1000]"}},
+      {{B, "--warmup", "nan"}, {"--warmup", "'nan'"}},
+      {{B, "--out", ""}, {"--out", "''"}},
+      {{B, "--case-filter", ""}, {"--case-filter", "''"}},
+      {{B, "--case-filter", std::string(5000, 'a')}, {"--case-filter", "5000 characters"}},
+      {{B, "--case-filter", "(\n"}, {"--case-filter", "'(\\n'"}},
+      {{B, "--list", ""}, {"--list", "''", "text and json"}},
+      {{B, "--list", "xml"}, {"--list", "'xml'"}},
+      {{B, "--backend", ""}, {"--backend", "''"}},
+      {{B, "--benchmark_repetitions=0"}, {"--benchmark_repetitions", "'0'"}},
+      {{B, "--benchmark_repetitions=abc"}, {"--benchmark_repetitions", "'abc'"}},
+      {{B, "--benchmark_min_time=abc"}, {"--benchmark_min_time"}},
+      {{B, "--frobnicate", "x\ny"}, {"--frobnicate", "x\\ny"}},
+      {{K, "run", "--out", ""}, {"--out", "''"}},
+      {{K, "run", "--study", ""}, {"--study", "''", "allowed: stream"}},
+      {{K, "run", "--backend", ""}, {"--backend", "''", "allowed: auto, cpu, cuda"}},
+      {{K, "run", "--backend", "tpu"}, {"--backend", "'tpu'"}},
+      {{K, "run", "--study", "a\nb"}, {"--study", "a\\nb"}},
+  };
+  for (const auto& b : bad) {
+    std::vector<std::string> args = b.args;
+    if (args[0] == K) {
+      args.push_back("--list");  // should a bad value pass, nothing runs
+    } else {
+      // A flag given twice is an error of its own: add the defaults only where the case gives none.
+      for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+               {"--backend", "cpu"}, {"--size", "1MiB"}, {"--out", out}})
+        if (std::find(b.args.begin(), b.args.end(), flag) == b.args.end()) args.insert(args.end(), {flag, value});
+    }
+    std::string shown;
+    for (const auto& a : args) shown += a.substr(0, 40) + " ";
+    const Captured c = run_capture(args);
+    EXPECT_EQ(c.rc, 2) << shown << "\n" << c.err;
+    EXPECT_EQ(count_lines(c.err), 1u) << shown << "\n" << c.err;
+    for (const auto& s : b.says) EXPECT_NE(c.err.find(s), std::string::npos) << shown << " lacks " << s << ": " << c.err;
+  }
+  EXPECT_FALSE(fs::exists(out));
 }
