@@ -23,6 +23,7 @@
 #include "commands.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "kvf/results.hpp"
 
 extern char** environ;
@@ -175,6 +176,17 @@ int stopped_by_signal(const std::string& out) {
   return 128 + sig;
 }
 
+// The status a bench left for its study in meta.json; empty when it cannot be read.
+std::string study_status(const std::string& out, const std::string& study) {
+  try {
+    const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
+    const auto s = m.at("studies").at(study).at("status");
+    return s.is_string() ? s.get<std::string>() : std::string{};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 std::vector<std::string> split_commas(const std::vector<std::string>& in) {
   std::vector<std::string> out;
   for (const auto& s : in) {
@@ -296,6 +308,16 @@ int do_run(const RunOptions& o, const std::string& command) {
     if (rc == kExitUsage) {
       std::fprintf(stderr, "kvf run: %s stopped on bad input; results so far are in %s\n", chosen[i].c_str(), out.c_str());
       return kExitUsage;
+    }
+    // A bench that could not write its results (full disk) said so in meta.json, or could not even do that and
+    // left "running": the next study would only fail the same way.
+    if (rc == kExitFailure) {
+      const std::string status = study_status(out, chosen[i]);
+      if (status.rfind("stopped: ", 0) == 0 || status == "running") {
+        std::fprintf(stderr, "kvf run: %s could not write its results; no further study is run; the finished rows are in %s\n",
+                     chosen[i].c_str(), out.c_str());
+        return kExitFailure;
+      }
     }
     if (rc != kExitOk) {
       std::fprintf(stderr, "kvf run: %s exited with %d (%s); going on with the next study\n", chosen[i].c_str(), rc,

@@ -321,6 +321,18 @@ TEST(FullDisk, BenchStopsWithOneLineAndWholeRows) {
   }
 }
 
+// kvf run stops at the study that could not write (the next one would only fail the same way).
+TEST(FullDisk, KvfRunStopsWithOneLine) {
+  const auto d = fresh_dir("kvf_full");
+  const Captured c = run_capture({"/bin/sh", "-c", "ulimit -f 6; exec \"$0\" \"$@\"", KVF_CLI, "run", "--study", "stream",
+                                  "--backend", "cpu", "--out", d.string(), "--", "--size", "1MiB", "--budget", "0.01",
+                                  "--warmup", "0"});
+  EXPECT_EQ(c.rc, 1) << c.err;
+  EXPECT_NE(c.err.find("write failed: File too large"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("kvf run: stream could not write its results"), std::string::npos) << c.err;
+  expect_whole_rows(d);
+}
+
 TEST(FullDisk, StdoutToDevFullIsAnErrorNotACrash) {
   const auto d = fresh_dir("devfull");
   const Captured run = run_capture({KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.01",
