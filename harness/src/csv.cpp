@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
+#include "kvf/table.hpp"
 
 namespace kvf {
 
@@ -45,37 +47,13 @@ std::string csv_number(double v) {
   return ec == std::errc{} ? std::string(buf, p) : std::string{};
 }
 
-std::vector<std::string> split_csv_line(std::string_view line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < line.size() && line[i + 1] == '"') { cur.push_back('"'); ++i; }
-        else quoted = false;
-      } else {
-        cur.push_back(c);
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(std::move(cur));
-      cur.clear();
-    } else if (c != '\r' && c != '\n') {
-      cur.push_back(c);
-    }
-  }
-  out.push_back(std::move(cur));
-  return out;
-}
-
 std::vector<std::string> read_csv_header(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) return {};
-  return split_csv_line(line);
+  if (!input_exists(path)) return {};
+  // Bounded like every reader (kvf/input.hpp): the header is the first record of the file.
+  const std::string text = read_input_file(path);
+  const auto nl = text.find('\n');
+  if (nl == std::string::npos && text.empty()) return {};
+  return parse_csv_text(std::string_view(text).substr(0, nl == std::string::npos ? text.size() : nl + 1), path).header;
 }
 
 WriteError::WriteError(const std::string& p, int e, const std::string& more)

@@ -1,4 +1,4 @@
-// RFC 4180 CSV writing (reading goes through the Fast C++ CSV Parser, see results_reader.hpp).
+// RFC 4180 CSV writing (reading goes through kvf/table.hpp).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -54,8 +54,7 @@ class CsvAppender {
   std::vector<std::string> header_;
 };
 
-// Reads only the first line of a CSV file; empty when the file is absent.
+// The header record of a CSV file; empty when the file is absent or empty.
 std::vector<std::string> read_csv_header(const std::string& path);
-std::vector<std::string> split_csv_line(std::string_view line);
 
 }  // namespace kvf
