@@ -11,7 +11,7 @@ namespace kvf {
 
 std::size_t parse_bytes(std::string_view text, std::string_view flag) {
   auto fail = [&](const char* why) -> std::size_t {
-    throw UsageError(std::string(flag) + " " + std::string(text) + ": " + why +
+    throw UsageError(std::string(flag) + " " + (text.empty() ? std::string("''") : std::string(text)) + ": " + why +
                      "; allowed: a positive size like 4096, 64KiB, 256MiB, 2GiB");
   };
   std::string_view s = text;
@@ -37,9 +37,11 @@ std::size_t parse_bytes(std::string_view text, std::string_view flag) {
   else if (unit == "tb") mult = 1e12;
   else return fail("unknown unit");
   const double bytes = v * mult;
-  if (bytes < 1) return fail("size must be positive");
+  if (bytes <= 0) return fail("size must be positive");
   if (bytes > 1e18) return fail("size too large");
-  return static_cast<std::size_t>(std::llround(bytes));
+  // A size is whole bytes: 4096.4 or 0.6 was rounded before, and a rounded size is not the one asked for.
+  if (bytes != std::floor(bytes)) return fail("not a whole number of bytes");
+  return static_cast<std::size_t>(bytes);
 }
 
 std::string format_bytes(double b) {

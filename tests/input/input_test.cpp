@@ -13,6 +13,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/table.hpp"
+#include "kvf/units.hpp"
 
 using namespace kvf;
 namespace fs = std::filesystem;
@@ -206,4 +207,23 @@ TEST_F(Input, JsonTypesNameFileAndKey) {
   EXPECT_FALSE(json_number(d, "absent", "meta.json", "device.absent", 0, 1));
   EXPECT_TRUE(has(error_of([&] { json_number(d, "neg", "meta.json", "device.neg", 0, 10); }), "-3 is not a number in [0, 10]"));
   EXPECT_TRUE(has(error_of([&] { json_string(j["suite_version"], "x", "meta.json", "suite_version.x"); }), "expected an object"));
+}
+
+TEST(Units, SizesAreWholeBytesAndNamedWhenEmpty) {
+  EXPECT_EQ(parse_bytes("1.5GiB", "--size"), 3u << 29);
+  EXPECT_EQ(parse_bytes("0.5KiB", "--size"), 512u);
+  for (const char* bad : {"4096.4", "0.6", "1.5", "0", "1e30", "inf", "nan", "4Q", "-1"})
+    EXPECT_THROW(parse_bytes(bad, "--size"), UsageError) << bad;
+  try {
+    parse_bytes("", "--size");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(has(e.what(), "--size '': empty size")) << e.what();
+  }
+  try {
+    parse_bytes("0.6", "--size");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(has(e.what(), "--size 0.6: not a whole number of bytes")) << e.what();
+  }
 }
