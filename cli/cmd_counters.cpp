@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
+#include "read_limits.hpp"
 #if defined(HAVE_KVF_CUPTI)
 #include "kvf/cupti/counters_io.hpp"
 #endif
@@ -51,7 +52,9 @@ void add_counters(CLI::App& app) {
       "Re-evaluate the saved counter images of a results directory (no GPU needed) and rewrite DIR/counters.csv");
   sub->add_option("DIR", *dir, "Results directory holding counters/ (chip.txt, *.json, *.config, *.counterdata)")
       ->required();
-  sub->callback([dir] {
+  auto limits = add_read_limit_flags(sub);
+  sub->callback([dir, limits] {
+    limits->apply();
     check_results_dir(*dir);  // UsageError -> exit 2, in every build
 #if !defined(HAVE_KVF_CUPTI)
     std::fprintf(stderr, "kvf counters: not available: this build has no CUDA/CUPTI (configure with nvcc present)\n");

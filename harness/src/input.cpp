@@ -124,7 +124,7 @@ std::string read_input_file(const fs::path& path, const fs::path& root) {
   const std::uint64_t limit = g_limits.max_file_bytes;
   const auto too_big = [&](std::uint64_t n) {
     return UsageError(name + ": " + std::to_string(n) + " bytes or more; at most " + std::to_string(limit) +
-                      " are read (raise with --max-file-mib)");
+                      " are read (kvf report, gate and counters raise it with --max-file-mib)");
   };
   if (static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));
   std::string out;
