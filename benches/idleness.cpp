@@ -559,8 +559,9 @@ void IdlenessStudy::add_ceilings(Out& out) {
   }
   // Two shapes: square, and the decode/prefill shape (M rows of activations against a wide weight matrix); the
   // ceiling is the better of the two (find_ceiling takes the best row of arm=gemm_ceiling).
-  for (const auto& [gm, gn, gk] : quick_ ? std::vector<std::array<int, 3>>{{1024, 1024, 1024}}
-                                         : std::vector<std::array<int, 3>>{{2048, 2048, 2048}, {256, 8192, 4096}}) {
+  for (const auto& shape : quick_ ? std::vector<std::array<int, 3>>{{1024, 1024, 1024}}
+                                   : std::vector<std::array<int, 3>>{{2048, 2048, 2048}, {256, 8192, 4096}}) {
+    const int gm = shape[0], gn = shape[1], gk = shape[2];  // named copies: clang 14 cannot capture bindings
     const int n = gm;
     auto& c = add(out, gm == gn && gn == gk ? "gemm_ceiling/" + i2s(n)
                                             : "gemm_ceiling/" + i2s(gm) + "x" + i2s(gn) + "x" + i2s(gk),

@@ -293,7 +293,7 @@ void item_avx512_impl(const Item& it) {
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
   auto pf_row = [&](const E* base, std::uint64_t p, auto hint) {
     const char* b = reinterpret_cast<const char*>(base + p);
-    for (int x = 0; x < kRowBytes; x += 64) _mm_prefetch(b + x, static_cast<_mm_hint>(decltype(hint)::value));
+    for (int x = 0; x < kRowBytes; x += 64) _mm_prefetch(b + x, static_cast<decltype(_MM_HINT_T0)>(decltype(hint)::value));
   };
   using T1 = std::integral_constant<int, static_cast<int>(_MM_HINT_T1)>;
   using T0 = std::integral_constant<int, static_cast<int>(_MM_HINT_T0)>;

@@ -102,7 +102,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
   for (auto& [k, s] : groups) {
     std::vector<std::size_t> idx(s.tokens.size());
     for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(), [&](auto a, auto b) { return s.tokens[a] < s.tokens[b]; });
+    std::sort(idx.begin(), idx.end(), [&s = s](auto a, auto b) { return s.tokens[a] < s.tokens[b]; });
     RecSeries t = s;
     for (std::size_t i = 0; i < idx.size(); ++i) {
       t.tokens[i] = s.tokens[idx[i]];
