@@ -392,9 +392,10 @@ int run_study(int argc, char** argv, Study& study) {
   try {
     std::string note;
     be = make_backend(backend_choice, &note);
-    std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
     StudyContext ctx{be.get(), quick};
     cases = study.cases(ctx);
+    // After the study checked its flags: a bad flag is one line on stderr, not a backend note and then it.
+    std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
     if (!case_filter.empty()) {
       const std::regex& re = filter_re;
       // A kept case keeps the cases of this study that provide its ceilings (`ceiling` and `uses`): a filtered run
