@@ -587,19 +587,6 @@ class AttnCase final : public kvf::Case {
 // allowed (exit 2). Numbers are plain decimal digits: a sign, a space, an exponent or a trailing letter is
 // refused rather than read as something else, and nothing wraps around.
 
-// A value as a message shows it: '' for empty, control characters as '?', long values cut, so the message
-// stays one line whatever was typed.
-std::string shown(const std::string& t) {
-  if (t.empty()) return "''";
-  std::string r;
-  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
-  if (t.size() > 64) r += "...";
-  return r;
-}
-
-[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
-  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
-}
 
 // Leading decimal digits of t as a number (false on none, or on overflow of 64 bits); `rest` is what follows.
 bool leading_digits(const std::string& t, std::uint64_t& v, std::string& rest) {
@@ -616,7 +603,7 @@ std::uint64_t parse_whole(const std::string& t, const std::string& flag, std::ui
   std::uint64_t v = 0;
   std::string rest;
   if (!leading_digits(t, v, rest) || !rest.empty() || v < lo || v > hi)
-    bad(flag, t, "must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
+    kvf::bad_flag(flag, t, "must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
   return v;
 }
 
@@ -628,13 +615,13 @@ std::uint32_t parse_ctx(const std::string& t) {
   const std::string allowed = "must be a whole number of tokens in 1 .. 64M, with an optional K or M (e.g. 4096, 4K, 1M)";
   std::uint64_t v = 0;
   std::string suf;
-  if (!leading_digits(t, v, suf)) bad("--contexts", t, allowed);
+  if (!leading_digits(t, v, suf)) kvf::bad_flag("--contexts", t, allowed);
   std::uint64_t mul = 1;
   if (suf == "K" || suf == "k") mul = 1024;
   else if (suf == "M" || suf == "m") mul = 1024 * 1024;
-  else if (!suf.empty()) bad("--contexts", t, allowed);
+  else if (!suf.empty()) kvf::bad_flag("--contexts", t, allowed);
   // Compared before multiplying: a huge count times K must not wrap into range.
-  if (v == 0 || v > kMaxCtx / mul) bad("--contexts", t, allowed);
+  if (v == 0 || v > kMaxCtx / mul) kvf::bad_flag("--contexts", t, allowed);
   return static_cast<std::uint32_t>(v * mul);
 }
 
@@ -653,12 +640,12 @@ double parse_keep(const std::string& t) {
     double a = 0, b = 0;
     if (!parse_decimal(std::string_view(t).substr(0, slash), a) || !parse_decimal(std::string_view(t).substr(slash + 1), b) ||
         b == 0)
-      bad("--keep", t, allowed);
+      kvf::bad_flag("--keep", t, allowed);
     v = a / b;
   } else if (!parse_decimal(t, v)) {
-    bad("--keep", t, allowed);
+    kvf::bad_flag("--keep", t, allowed);
   }
-  if (!(v > 0.0 && v <= 1.0)) bad("--keep", t, allowed);
+  if (!(v > 0.0 && v <= 1.0)) kvf::bad_flag("--keep", t, allowed);
   return v;
 }
 
@@ -738,7 +725,7 @@ class AccessStudy final : public kvf::Study {
         if (v == a) return;
         list += (list.empty() ? "" : ", ") + std::string(a);
       }
-      bad(flag, v, "allowed " + list);
+      kvf::bad_flag(flag, v, "allowed " + list);
     };
     choice("--huge-pages", huge_, {"on", "off", "both"});
     choice("--prefetch", prefetch_, {"on", "off", "both"});
@@ -746,7 +733,7 @@ class AccessStudy final : public kvf::Study {
     choice("--scatter", scatter_, {"uniform", "clustered", "both"});
     choice("--placement", placement_, {"shuffled", "contiguous", "both"});
     for (const auto& p : parts_)
-      if (p != "gather" && p != "attention" && p != "routing") bad("--parts", p, "unknown part; allowed gather, attention, routing");
+      if (p != "gather" && p != "attention" && p != "routing") kvf::bad_flag("--parts", p, "unknown part; allowed gather, attention, routing");
     auto want = [&](const char* p) { return parts_.empty() || std::find(parts_.begin(), parts_.end(), p) != parts_.end(); };
     std::vector<bool> huges;
     if (huge_ == "on") huges = {true};
@@ -787,17 +774,17 @@ class AccessStudy final : public kvf::Study {
     for (const auto& t : keeps_) { keeps.push_back(parse_keep(t)); keep_texts.push_back(t); }
     for (const auto& t : blocks_) {
       const auto b = parse_whole(t, "--block-sizes", 1, 4096);
-      if (!pow2(b)) bad("--block-sizes", t, "must be a power of two from 1 to 4096");
+      if (!pow2(b)) kvf::bad_flag("--block-sizes", t, "must be a power of two from 1 to 4096");
       blocks.push_back(static_cast<std::uint32_t>(b));
     }
     for (const auto& t : head_dims_) {
       const auto d = parse_whole(t, "--head-dims", 1, 1024);
-      if (d != 64 && d != 128) bad("--head-dims", t, "allowed 64, 128");
+      if (d != 64 && d != 128) kvf::bad_flag("--head-dims", t, "allowed 64, 128");
       dims.push_back(static_cast<std::uint32_t>(d));
     }
     for (const auto& t : run_bytes_) {
       const auto r = parse_whole(t, "--run-bytes", 32, 1ull << 30);
-      if (!pow2(r)) bad("--run-bytes", t, "must be a power of two from 32 to 1 GiB (1073741824)");
+      if (!pow2(r)) kvf::bad_flag("--run-bytes", t, "must be a power of two from 32 to 1 GiB (1073741824)");
       runs.push_back(static_cast<std::uint32_t>(r));
     }
     bool have_fp8 = false;
@@ -845,7 +832,7 @@ class AccessStudy final : public kvf::Study {
     std::uint32_t page_tokens = 16;
     if (given("--page-tokens")) {
       if (placement_ == "contiguous")
-        bad("--page-tokens", page_tokens_text_, "--placement contiguous has no pages (give shuffled or both)");
+        kvf::bad_flag("--page-tokens", page_tokens_text_, "--placement contiguous has no pages (give shuffled or both)");
       page_tokens = static_cast<std::uint32_t>(parse_whole(page_tokens_text_, "--page-tokens", 1, kMaxCtx));
     }
     std::vector<std::uint32_t> pages;
@@ -865,7 +852,7 @@ class AccessStudy final : public kvf::Study {
       const auto v = parse_whole(t, "--proxy-rank", 0, 64);
       if (v == 0) continue;
       if (!(v == 8 || v == 16 || v == 32 || v == 64) || v >= dims[0])
-        bad("--proxy-rank", t, "allowed 0 (none), 8, 16, 32, 64 (below the head dim " + std::to_string(dims[0]) + ")");
+        kvf::bad_flag("--proxy-rank", t, "allowed 0 (none), 8, 16, 32, 64 (below the head dim " + std::to_string(dims[0]) + ")");
       proxy_ranks.push_back(static_cast<std::uint32_t>(v));
     }
     if (proxy_rank_.empty()) proxy_ranks = {16};
@@ -882,7 +869,7 @@ class AccessStudy final : public kvf::Study {
           for (std::size_t ki = 0; ki < keeps.size(); ++ki) {
             const double kb = std::round(double(c / b) * keeps[ki]);
             if (c / b < 2 || kb < 2)
-              throw kvf::UsageError("--keep " + shown(keep_texts[ki]) + " --block-sizes " + std::to_string(b) +
+              throw kvf::UsageError("--keep " + kvf::shown_value(keep_texts[ki]) + " --block-sizes " + std::to_string(b) +
                                     " at context " + std::to_string(c) + ": a budget of " + fmt(kb) +
                                     " block(s), smaller than sink + latest block (2 blocks)");
           }
@@ -909,7 +896,7 @@ class AccessStudy final : public kvf::Study {
     for (const auto& t : pool_mib_) {
       const auto m = parse_whole(t, "--pool-mib", 1, 1u << 20);
       if (dev_mem && (m << 20) > dev_mem / 2)
-        bad("--pool-mib", t, "more than half of the memory (" + kvf::format_bytes(double(dev_mem)) + ")");
+        kvf::bad_flag("--pool-mib", t, "more than half of the memory (" + kvf::format_bytes(double(dev_mem)) + ")");
       pools.push_back(m << 20);
     }
     std::optional<std::uint64_t> gather_bytes;
@@ -927,7 +914,7 @@ class AccessStudy final : public kvf::Study {
       for (auto p : pools) {
         const std::uint64_t total = total_for(p);
         if (gather_bytes && *gather_bytes > p)
-          bad("--gather-mib", gather_mib_text_, "more than the pool (" + kvf::format_bytes(double(p)) + ", --pool-mib)");
+          kvf::bad_flag("--gather-mib", gather_mib_text_, "more than the pool (" + kvf::format_bytes(double(p)) + ", --pool-mib)");
         for (std::uint64_t R : runs) {
           if (p % R)
             throw kvf::UsageError("--run-bytes " + std::to_string(R) + ": must divide the pool (" +

@@ -218,18 +218,6 @@ class FrontierStudy final : public kvf::Study {
 // ---------------------------------------------------------------- validation and case list
 // Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
 
-// A value as a message shows it: '' for empty, control characters as '?', long values cut (one line always).
-std::string shown(const std::string& t) {
-  if (t.empty()) return "''";
-  std::string r;
-  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
-  if (t.size() > 64) r += "...";
-  return r;
-}
-
-[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
-  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
-}
 
 // Plain decimal digits in [lo, hi] (a sign, a space, an exponent or a suffix is refused; nothing wraps), and
 // a multiple of `multiple`.
@@ -242,7 +230,7 @@ std::vector<int> parse_ints(const std::vector<std::string>& texts, const char* f
     const char* e = b + t.size();
     const auto [p, ec] = std::from_chars(b, e, v);
     if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
-      bad(flag, t, allowed);
+      kvf::bad_flag(flag, t, allowed);
     out.push_back(static_cast<int>(v));
   }
   return out;
@@ -257,14 +245,14 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
 #endif
   // A flag given with an empty value is refused, never taken for "not given".
   const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
-  if (given("--models-file") && models_file_.empty()) bad("--models-file", "", "the path of a model shape file");
-  if (given("--file-dir") && file_dir_.empty()) bad("--file-dir", "", "a writable directory on local disk");
+  if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
+  if (given("--file-dir") && file_dir_.empty()) kvf::bad_flag("--file-dir", "", "a writable directory on local disk");
   if (given("--file-size") && file_size_text_.empty())
-    bad("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
+    kvf::bad_flag("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
   {
     const std::string known = kAllArms;
     for (const auto& a : arms_)
-      if (("," + known + ",").find("," + a + ",") == std::string::npos) bad("--arms", a, "unknown arm; allowed: " + known);
+      if (("," + known + ",").find("," + a + ",") == std::string::npos) kvf::bad_flag("--arms", a, "unknown arm; allowed: " + known);
   }
   tokens_ = parse_ints(tokens_text_, "--tokens", 16, 4096, fr::kBlockTokens,
                        "tokens per page must be a whole number in 16..4096 and a multiple of 16");
@@ -272,7 +260,7 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
   prefix_ = parse_ints(prefix_text_, "--prefix", 0, 1 << 20, 1, "prefix must be a whole number of tokens in 0..1048576");
   layers_ = parse_ints(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
   for (const auto& x : xdtypes_)
-    if (x != "int8" && x != "int4") bad("--xdtypes", x, "allowed: int8, int4");
+    if (x != "int8" && x != "int4") kvf::bad_flag("--xdtypes", x, "allowed: int8, int4");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const bool user_models = !models_.empty();
   std::vector<std::string> names = user_models ? models_ : std::vector<std::string>{"Llama-3.1-8B", "DeepSeek-V3"};
@@ -289,17 +277,17 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
                               " layers");
   std::vector<std::size_t> sizes;
   for (const auto& s : copy_sizes_) {
-    if (s.empty()) bad("--copy-sizes", s, "a size, a multiple of 4 KiB between 4 KiB and 1 GiB (e.g. 32KiB)");
+    if (s.empty()) kvf::bad_flag("--copy-sizes", s, "a size, a multiple of 4 KiB between 4 KiB and 1 GiB (e.g. 32KiB)");
     const std::size_t b = kvf::parse_bytes(s, "--copy-sizes");
     if (b < 4096 || b > (std::size_t(1) << 30) || b % 4096)
-      bad("--copy-sizes", s, "must be a multiple of 4 KiB between 4 KiB and 1 GiB");
+      kvf::bad_flag("--copy-sizes", s, "must be a multiple of 4 KiB between 4 KiB and 1 GiB");
     sizes.push_back(b);
   }
   std::size_t file_bytes = quick_ ? std::size_t(64) << 20 : std::size_t(256) << 20;
   if (!file_size_text_.empty()) {
     file_bytes = kvf::parse_bytes(file_size_text_, "--file-size");
     if (file_bytes % (std::size_t(2) << 20) || file_bytes < (std::size_t(2) << 20))
-      bad("--file-size", file_size_text_, "must be a multiple of 2 MiB");
+      kvf::bad_flag("--file-size", file_size_text_, "must be a multiple of 2 MiB");
   }
   mem_avail_ = double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
   if ((arm_on("file") || arm_on("overlap") || arm_on("interference")) && !gpu_) {
@@ -309,8 +297,8 @@ std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyCon
     if (arm_on("file") && ::statvfs(file_dir_.c_str(), &fs) == 0) {
       const double free_bytes = double(fs.f_bavail) * double(fs.f_frsize);
       if (double(file_bytes) > 0.9 * free_bytes)
-        bad("--file-size", file_size_text_.empty() ? kvf::format_bytes(double(file_bytes)) : file_size_text_,
-            "more than 90% of the free space of --file-dir " + shown(file_dir_) + " (" + kvf::format_bytes(free_bytes) +
+        kvf::bad_flag("--file-size", file_size_text_.empty() ? kvf::format_bytes(double(file_bytes)) : file_size_text_,
+            "more than 90% of the free space of --file-dir " + kvf::shown_value(file_dir_) + " (" + kvf::format_bytes(free_bytes) +
                 " free)");
     }
   }

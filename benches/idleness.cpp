@@ -338,18 +338,6 @@ class IdlenessStudy final : public kvf::Study {
 // ---------------------------------------------------------------- validation and case list
 // Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
 
-// A value as a message shows it: '' for empty, control characters as '?', long values cut (one line always).
-std::string shown(const std::string& t) {
-  if (t.empty()) return "''";
-  std::string r;
-  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
-  if (t.size() > 64) r += "...";
-  return r;
-}
-
-[[noreturn]] void bad(const std::string& flag, const std::string& t, const std::string& allowed) {
-  throw kvf::UsageError(flag + " " + shown(t) + ": " + allowed);
-}
 
 // Plain decimal digits in [lo, hi], a multiple of `multiple` (a sign, a space, an exponent or a suffix is
 // refused; nothing wraps).
@@ -359,17 +347,17 @@ int parse_int(const std::string& t, const char* flag, int lo, int hi, int multip
   const char* e = b + t.size();
   const auto [p, ec] = std::from_chars(b, e, v);
   if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
-    bad(flag, t, allowed);
+    kvf::bad_flag(flag, t, allowed);
   return static_cast<int>(v);
 }
 
 void IdlenessStudy::validate_counters_flags() {
   if (metric_set_ != "decode_idleness")
-    bad("--metric-set", metric_set_, "unknown metric set; allowed: decode_idleness "
+    kvf::bad_flag("--metric-set", metric_set_, "unknown metric set; allowed: decode_idleness "
         "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
-  if (app_ && app_->count("--chip") && chip_.empty()) bad("--chip", chip_, "allowed GA100, GH100, GB100");
+  if (app_ && app_->count("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
   for (const auto& m : metrics_)
-    if (m.empty()) bad("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
+    if (m.empty()) kvf::bad_flag("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
 #if defined(KVF_HAVE_CUPTI)
   if (!chip_.empty() || !metrics_.empty()) {
     // Offline check with the Profiler Host API: unknown chip, unknown metric, more than one pass -> exit 2.
@@ -400,7 +388,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
   for (const auto& a : arms_)
     if (("," + std::string(kAllArms) + ",").find("," + a + ",") == std::string::npos)
-      bad("--arms", a, std::string("unknown arm; allowed: ") + kAllArms);
+      kvf::bad_flag("--arms", a, std::string("unknown arm; allowed: ") + kAllArms);
   batches_.clear();
   contexts_.clear();
   for (const auto& t : batches_text_)
@@ -417,7 +405,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
                            "partition)");
   if (given("--layers"))
     layers_ = parse_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
-  if (given("--models-file") && models_file_.empty()) bad("--models-file", "", "the path of a model shape file");
+  if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const std::vector<std::string> names = models_.empty() ? std::vector<std::string>{"Llama-3.1-8B"} : models_;
   std::vector<const md::ModelShape*> ms;

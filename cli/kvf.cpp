@@ -22,19 +22,8 @@ int pending_exit() { return g_exit; }
 
 namespace {
 
-// Every error is one line, and a value typed by the user (echoed in the message) may hold a line break.
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
-    else out.push_back(c);
-  }
-  return out;
-}
 
-void print_error(std::string_view msg) { std::fprintf(stderr, "kvf: error: %s\n", one_line(msg).c_str()); }
+void print_error(std::string_view msg) { std::fprintf(stderr, "kvf: error: %s\n", kvf::one_line(msg).c_str()); }
 
 // Reports (gate Markdown, --list, help) go to stdout: a write failure there (`> /dev/full`, a full disk)
 // must not end in exit 0 with a truncated file.

@@ -110,18 +110,6 @@ std::string fmt_eta(double s) {
   return buf;
 }
 
-// Every error is one line, and a value typed by the user may hold a line break or an escape sequence.
-std::string one_line(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
-    else out.push_back(c);
-  }
-  return out;
-}
 void print_error(const std::string& prog, const std::string& msg) {
   std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), one_line(msg).c_str());
 }

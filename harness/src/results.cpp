@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A field may not carry a line break: libfccp reads one record per line.
-std::string one_line(std::string s) {
+std::string single_line(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
   return s;
@@ -177,16 +177,16 @@ void ResultsDir::write_case(const CaseRecord& rec, std::span<const Sample> sampl
   const bool measured = s.n > 0;
   auto num = [&](double v) { return measured ? csv_number(v) : std::string{}; };
   std::vector<std::string> row = {
-      rec.study, rec.case_name, rec.backend, one_line(rec.device), rec.mode, std::to_string(s.n),
+      rec.study, rec.case_name, rec.backend, single_line(rec.device), rec.mode, std::to_string(s.n),
       num(s.median), num(s.mean), num(s.min), num(s.max), num(s.q1), num(s.q3), num(s.rel_stdev),
       csv_number(rec.bytes), csv_number(rec.flops), measured && rec.bytes > 0 ? csv_number(rec.gbps) : "",
       measured && rec.flops > 0 ? csv_number(rec.tflops) : "", opt_number(rec.pct_of_ceiling), rec.ceiling,
       opt_number(rec.ceiling_value), rec.verified, rec.stop_reason, std::to_string(rec.throttled_samples),
-      one_line(rec.note)};
+      single_line(rec.note)};
   row.resize(case_header_.size());
   for (const auto& p : rec.params) {
     const auto it = std::find(case_header_.begin(), case_header_.end(), p.name);
-    row[static_cast<std::size_t>(it - case_header_.begin())] = one_line(p.value);
+    row[static_cast<std::size_t>(it - case_header_.begin())] = single_line(p.value);
   }
   std::vector<std::vector<std::string>> sample_rows;
   sample_rows.reserve(samples.size());

@@ -5,6 +5,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kvf {
 
@@ -23,5 +24,12 @@ struct UsageError : std::runtime_error {
 struct VerifyError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Messages are one line whatever the user typed: line breaks as \n and \r, other control characters as '?'.
+std::string one_line(std::string_view s);
+// A typed value as a message shows it: '' for empty, control characters as '?', cut after 64 characters.
+std::string shown_value(std::string_view value);
+// Throws UsageError("<flag> <shown value>: <allowed>"): the one line a bad flag value gets.
+[[noreturn]] void bad_flag(const std::string& flag, std::string_view value, const std::string& allowed);
 
 }  // namespace kvf

@@ -1,0 +1,29 @@
+#include "kvf/errors.hpp"
+
+namespace kvf {
+
+std::string one_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
+    else out.push_back(c);
+  }
+  return out;
+}
+
+std::string shown_value(std::string_view t) {
+  if (t.empty()) return "''";
+  std::string r;
+  for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
+  if (t.size() > 64) r += "...";
+  return r;
+}
+
+void bad_flag(const std::string& flag, std::string_view value, const std::string& allowed) {
+  throw UsageError(flag + " " + shown_value(value) + ": " + allowed);
+}
+
+}  // namespace kvf
