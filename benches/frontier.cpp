@@ -219,20 +219,11 @@ class FrontierStudy final : public kvf::Study {
 // Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
 
 
-// Plain decimal digits in [lo, hi] (a sign, a space, an exponent or a suffix is refused; nothing wraps), and
-// a multiple of `multiple`.
+// Each item through kvf::flag_int (plain digits in [lo, hi], a multiple of `multiple`).
 std::vector<int> parse_ints(const std::vector<std::string>& texts, const char* flag, int lo, int hi, int multiple,
                             const std::string& allowed) {
   std::vector<int> out;
-  for (const auto& t : texts) {
-    long long v = 0;
-    const char* b = t.data();
-    const char* e = b + t.size();
-    const auto [p, ec] = std::from_chars(b, e, v);
-    if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
-      kvf::bad_flag(flag, t, allowed);
-    out.push_back(static_cast<int>(v));
-  }
+  for (const auto& t : texts) out.push_back(kvf::flag_int(t, flag, lo, hi, multiple, allowed));
   return out;
 }
 

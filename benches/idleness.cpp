@@ -339,17 +339,6 @@ class IdlenessStudy final : public kvf::Study {
 // Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
 
 
-// Plain decimal digits in [lo, hi], a multiple of `multiple` (a sign, a space, an exponent or a suffix is
-// refused; nothing wraps).
-int parse_int(const std::string& t, const char* flag, int lo, int hi, int multiple, const std::string& allowed) {
-  long long v = 0;
-  const char* b = t.data();
-  const char* e = b + t.size();
-  const auto [p, ec] = std::from_chars(b, e, v);
-  if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
-    kvf::bad_flag(flag, t, allowed);
-  return static_cast<int>(v);
-}
 
 void IdlenessStudy::validate_counters_flags() {
   if (metric_set_ != "decode_idleness")
@@ -392,19 +381,19 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   batches_.clear();
   contexts_.clear();
   for (const auto& t : batches_text_)
-    batches_.push_back(parse_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1, "batch must be a whole number in 1..256"));
+    batches_.push_back(kvf::flag_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1, "batch must be a whole number in 1..256"));
   for (const auto& t : contexts_text_)
-    contexts_.push_back(parse_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
+    contexts_.push_back(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
                                   "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits"));
   if (given("--prefill-tokens"))
-    prefill_tokens_ = parse_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1, "must be a whole number in 16..4096");
+    prefill_tokens_ = kvf::flag_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1, "must be a whole number in 16..4096");
   // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
   if (given("--green-sms"))
-    green_sms_ = parse_int(green_sms_text_, "--green-sms", 0, 4096, 1,
+    green_sms_ = kvf::flag_int(green_sms_text_, "--green-sms", 0, 4096, 1,
                            "must be 0 (no green-context cases) or 1..4096 SMs (and leave the rest of the device a "
                            "partition)");
   if (given("--layers"))
-    layers_ = parse_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
+    layers_ = kvf::flag_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers");
   if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   all_ = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   const std::vector<std::string> names = models_.empty() ? std::vector<std::string>{"Llama-3.1-8B"} : models_;

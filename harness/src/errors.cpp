@@ -1,5 +1,7 @@
 #include "kvf/errors.hpp"
 
+#include <charconv>
+
 namespace kvf {
 
 std::string one_line(std::string_view s) {
@@ -24,6 +26,16 @@ std::string shown_value(std::string_view t) {
 
 void bad_flag(const std::string& flag, std::string_view value, const std::string& allowed) {
   throw UsageError(flag + " " + shown_value(value) + ": " + allowed);
+}
+
+int flag_int(std::string_view t, const std::string& flag, int lo, int hi, int multiple, const std::string& allowed) {
+  long long v = 0;
+  const char* b = t.data();
+  const char* e = b + t.size();
+  const auto [p, ec] = std::from_chars(b, e, v);
+  if (t.empty() || *b < '0' || *b > '9' || ec != std::errc{} || p != e || v < lo || v > hi || v % multiple)
+    bad_flag(flag, t, allowed);
+  return static_cast<int>(v);
 }
 
 }  // namespace kvf

@@ -8,6 +8,7 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "test_files.hpp"
 
 using namespace kvf::report;
 namespace fs = std::filesystem;
@@ -16,19 +17,8 @@ namespace {
 
 const std::string kFx = KVF_REPORT_FIXTURES;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path tmpdir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kvf_report_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using kvf_test::slurp;
+fs::path tmpdir(const std::string& name) { return kvf_test::tmpdir("kvf_report_test", name); }
 
 std::string message_of(const std::function<void()>& f) {
   try {

@@ -10,25 +10,15 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "test_files.hpp"
 
 using namespace kvf::report;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path tmpdir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kvf_untrusted_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using kvf_test::slurp;
+fs::path tmpdir(const std::string& name) { return kvf_test::tmpdir("kvf_untrusted_test", name); }
 
 bool have_gnuplot() { return std::system("gnuplot --version > /dev/null 2>&1") == 0; }
 

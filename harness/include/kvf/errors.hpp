@@ -31,5 +31,8 @@ std::string one_line(std::string_view s);
 std::string shown_value(std::string_view value);
 // Throws UsageError("<flag> <shown value>: <allowed>"): the one line a bad flag value gets.
 [[noreturn]] void bad_flag(const std::string& flag, std::string_view value, const std::string& allowed);
+// A flag value of plain decimal digits in [lo, hi] and a multiple of `multiple`: a sign, a space, an
+// exponent or a suffix is refused and nothing wraps; otherwise bad_flag(flag, value, allowed).
+int flag_int(std::string_view value, const std::string& flag, int lo, int hi, int multiple, const std::string& allowed);
 
 }  // namespace kvf
