@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/input.hpp"
 #include "read_limits.hpp"
 #if defined(HAVE_KVF_CUPTI)
 #include "kvf/cupti/counters_io.hpp"
@@ -19,28 +20,19 @@
 namespace kvf::cli {
 
 namespace {
-const char* kind_of(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a directory";
-}
-
 // DIR before anything reads it: a directory, its counters/ a directory where present, and its counters.csv
 // (rewritten here) a regular file where present, so a FIFO or a device never blocks or receives the table.
 void check_results_dir(const std::string& dir) {
   if (dir.empty()) throw UsageError("DIR '': the results directory holding counters/ is needed");
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) throw UsageError("DIR " + dir + ": no such directory (a results directory holding counters/)");
-  if (!S_ISDIR(st.st_mode)) throw UsageError("DIR " + dir + ": " + kind_of(st.st_mode) + ", expected a results directory");
+  if (!S_ISDIR(st.st_mode)) throw UsageError("DIR " + dir + ": " + file_kind(st.st_mode) + ", expected a results directory");
   const std::filesystem::path root(dir);
   if (::stat((root / "counters").c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-    throw UsageError("DIR " + dir + ": counters is " + kind_of(st.st_mode) + ", expected a directory of counter images");
+    throw UsageError("DIR " + dir + ": counters is " + file_kind(st.st_mode) + ", expected a directory of counter images");
   if (::lstat((root / "counters.csv").c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     throw UsageError("DIR " + dir + ": counters.csv is " +
-                     (S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symlink" : kind_of(st.st_mode)) +
+                     file_kind(st.st_mode) +
                      ", expected a regular file to rewrite");
 }
 }  // namespace

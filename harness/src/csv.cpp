@@ -49,11 +49,15 @@ std::string csv_number(double v) {
 
 std::vector<std::string> read_csv_header(const std::string& path) {
   if (!input_exists(path)) return {};
-  // Bounded like every reader (kvf/input.hpp): the header is the first record of the file.
-  const std::string text = read_input_file(path);
-  const auto nl = text.find('\n');
-  if (nl == std::string::npos && text.empty()) return {};
-  return parse_csv_text(std::string_view(text).substr(0, nl == std::string::npos ? text.size() : nl + 1), path).header;
+  // The first record only: every case a bench writes reopens samples.csv and cases.csv, and reading
+  // the whole file there made a run's I/O quadratic in its cases. A header longer than a record may
+  // be is bad input, as in the readers.
+  const std::string head = read_input_head(path, read_limits().max_line_bytes);
+  if (head.empty()) return {};
+  const auto nl = head.find('\n');
+  if (nl == std::string::npos && head.size() == read_limits().max_line_bytes)
+    throw UsageError(path + ":1: header longer than " + std::to_string(head.size()) + " bytes");
+  return parse_csv_text(std::string_view(head).substr(0, nl == std::string::npos ? head.size() : nl + 1), path).header;
 }
 
 WriteError::WriteError(const std::string& p, int e, const std::string& more)
@@ -112,6 +116,24 @@ CsvAppender::~CsvAppender() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+int write_all(int fd, std::string_view bytes, std::size_t* written) {
+  std::size_t done = 0;
+  int err = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      err = n < 0 ? errno : EIO;  // write() returning 0 for a non-empty buffer: no progress
+      break;
+    }
+  }
+  if (written) *written = done;
+  return err;
+}
+
 bool CsvAppender::truncate_to(std::uint64_t size) noexcept {
   if (fd_ < 0) return false;
   int rc;
@@ -128,14 +150,7 @@ void CsvAppender::write_whole(const std::string& bytes) {
   if (fd_ < 0) throw std::logic_error(path_ + ": append to a closed CsvAppender");
   const std::uint64_t before = size_;
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-    if (n > 0) {
-      done += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    const int err = n < 0 ? errno : EIO;  // write() returning 0 for a non-empty buffer: no progress
+  if (const int err = write_all(fd_, bytes, &done)) {
     if (done > 0 && !truncate_to(before)) {
       const int cut_err = errno;
       throw WriteError(path_, err, std::string("; cutting the partial row off failed too: ") + std::strerror(cut_err));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -26,14 +27,20 @@ std::string number_text(double v) {
   return ec == std::errc{} ? std::string(buf, p) : std::string("?");
 }
 
-const char* kind_of(mode_t m) {
+}  // namespace
+
+const char* file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISCHR(m)) return "a character device";
   if (S_ISBLK(m)) return "a block device";
   if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symlink";
   return "not a regular file";
 }
+
+namespace {
 
 // Refuses a path that resolves (through any symlink on the way) outside `root`.
 void check_inside(const fs::path& path, const fs::path& root) {
@@ -107,36 +114,48 @@ bool input_exists(const fs::path& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
-std::string read_input_file(const fs::path& path, const fs::path& root) {
-  const std::string name = path.string();
-  if (!input_exists(path)) throw UsageError(name + ": no such file");
-  check_inside(path, root);
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) throw UsageError(name + ": cannot open (" + std::strerror(errno) + ")");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw UsageError(name + ": cannot stat (" + std::strerror(errno) + ")");
-  if (!S_ISREG(st.st_mode)) throw UsageError(name + ": " + kind_of(st.st_mode) + ", expected a regular file");
-  const std::uint64_t limit = g_limits.max_file_bytes;
-  const auto too_big = [&](std::uint64_t n) {
-    return UsageError(name + ": " + std::to_string(n) + " bytes or more; at most " + std::to_string(limit) +
-                      " are read (kvf report, gate and counters raise it with --max-file-mib)");
-  };
-  if (static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));
+namespace {
+
+// Opens a regular file for reading, after the symlink check; the descriptor closes with the object.
+struct InputFd {
+  int fd = -1;
+  std::uint64_t size = 0;
+  InputFd(const fs::path& path, const fs::path& root) {
+    const std::string name = path.string();
+    if (!input_exists(path)) throw UsageError(name + ": no such file");
+    check_inside(path, root);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) throw UsageError(name + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw UsageError(name + ": cannot stat (" + std::strerror(err) + ")");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw UsageError(name + ": " + file_kind(st.st_mode) + ", expected a regular file");
+    }
+    size = static_cast<std::uint64_t>(st.st_size);
+  }
+  ~InputFd() { ::close(fd); }
+  InputFd(const InputFd&) = delete;
+  InputFd& operator=(const InputFd&) = delete;
+};
+
+// Up to `limit` + 1 bytes from the start of the file: one more than allowed tells "too big" apart.
+std::string read_upto(const InputFd& in, std::uint64_t limit, const std::string& name) {
   std::string out;
-  out.resize(static_cast<std::size_t>(st.st_size));
+  out.resize(static_cast<std::size_t>(std::min(in.size, limit + 1)));
   std::size_t have = 0;
   // The file may grow while we read (a run still writing): read what fstat saw, then check for more.
   for (;;) {
     if (have == out.size()) {
-      if (out.size() >= limit + 1) throw too_big(out.size());
+      if (out.size() >= limit + 1) break;
       out.resize(std::min<std::uint64_t>(limit + 1, out.size() + 65536));
     }
-    const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
+    const ssize_t n = ::read(in.fd, out.data() + have, out.size() - have);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw UsageError(name + ": read failed (" + std::strerror(errno) + ")");
@@ -144,8 +163,30 @@ std::string read_input_file(const fs::path& path, const fs::path& root) {
     if (n == 0) break;
     have += static_cast<std::size_t>(n);
   }
-  if (have > limit) throw too_big(have);
   out.resize(have);
+  return out;
+}
+
+}  // namespace
+
+std::string read_input_file(const fs::path& path, const fs::path& root) {
+  const std::string name = path.string();
+  const std::uint64_t limit = g_limits.max_file_bytes;
+  const auto too_big = [&](std::uint64_t n) {
+    return UsageError(name + ": " + std::to_string(n) + " bytes or more; at most " + std::to_string(limit) +
+                      " are read (kvf report, gate and counters raise it with --max-file-mib)");
+  };
+  const InputFd in(path, root);
+  if (in.size > limit) throw too_big(in.size);
+  std::string out = read_upto(in, limit, name);
+  if (out.size() > limit) throw too_big(out.size());
+  return out;
+}
+
+std::string read_input_head(const fs::path& path, std::size_t bytes) {
+  const InputFd in(path, {});
+  std::string out = read_upto(in, bytes, path.string());
+  if (out.size() > bytes) out.resize(bytes);
   return out;
 }
 

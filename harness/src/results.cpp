@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A field may not carry a line break: libfccp reads one record per line.
+// Rows stay one line each (line breaks in a field become spaces): the readers take quoted line breaks,
+// but line-oriented tools (grep, tail, wc -l) on results files should not have to.
 std::string single_line(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
@@ -88,17 +89,7 @@ void write_atomically(const fs::path& path, const std::string& content) {
     ::close(fd);
     throw UsageError(tmp + ": not a regular file; remove it");
   }
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n > 0) {
-      done += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      fail(n < 0 ? errno : EIO);
-    }
-  }
+  if (const int err = write_all(fd, content)) fail(err);
   // Some file systems (NFS, delayed allocation) report a full disk only at fsync or close.
   if (::fsync(fd) != 0 && errno != EINVAL) fail(errno);
   if (::close(fd) != 0) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/table.hpp"
@@ -226,4 +227,18 @@ TEST(Units, SizesAreWholeBytesAndNamedWhenEmpty) {
   } catch (const UsageError& e) {
     EXPECT_TRUE(has(e.what(), "--size 0.6: not a whole number of bytes")) << e.what();
   }
+}
+
+TEST_F(Input, HeaderReadsOnlyTheFirstRecord) {
+  // A writer reopens its files for every case: the header check must not read (or be refused for) the rows.
+  ReadLimits l = read_limits();
+  l.max_file_bytes = 1000;
+  set_read_limits(l);
+  std::string text = "study,case\n";
+  for (int i = 0; i < 200; ++i) text += "stream,read\n";
+  const fs::path p = write("cases.csv", text);
+  EXPECT_EQ(read_csv_header(p.string()), (std::vector<std::string>{"study", "case"}));
+  EXPECT_TRUE(has(error_of([&] { read_input_file(p); }), "--max-file-mib"));
+  EXPECT_TRUE(read_csv_header((dir_ / "absent.csv").string()).empty());
+  EXPECT_TRUE(has(error_of([&] { read_input_head("/dev/zero", 10); }), "character device"));
 }

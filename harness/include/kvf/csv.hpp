@@ -23,6 +23,10 @@ struct WriteError : std::runtime_error {
   int err = 0;
 };
 
+// Writes all of `bytes` to `fd` (EINTR retried). Returns 0, or the errno of the failed write (EIO when
+// write(2) made no progress); *written says how much reached the file either way.
+int write_all(int fd, std::string_view bytes, std::size_t* written = nullptr);
+
 // Appends rows to a CSV file with a fixed header. Each append() (one row or a batch) reaches the file
 // whole or not at all: on a failed write the file is cut back to its size before the call and
 // WriteError is thrown, so a full disk never leaves a torn row. Opening an existing file checks its

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,12 @@ bool input_exists(const std::filesystem::path& path);
 // file was found in: a symlink (anywhere on the way) that resolves outside it is refused unless
 // follow_symlinks. Throws UsageError naming the file.
 std::string read_input_file(const std::filesystem::path& path, const std::filesystem::path& root = {});
+
+// At most the first `bytes` of a regular file (same checks, no symlink rule): a header without the rows.
+std::string read_input_head(const std::filesystem::path& path, std::size_t bytes);
+
+// What a stat mode is, for messages: "a regular file", "a directory", "a FIFO", "a character device", ...
+const char* file_kind(mode_t mode);
 
 // JSON text to a tree: malformed JSON, nesting deeper than max_json_depth, a string longer than
 // max_field_bytes, or text longer than max_file_bytes is UsageError("<source>: ..."). Non-finite numbers cannot occur (JSON has none).
