@@ -50,12 +50,10 @@ bool operator==(const CaseKey& a, const CaseKey& b) { return !(a < b) && !(b < a
 
 namespace {
 
-std::string where(const CsvTable& t, std::size_t row) { return t.where(row); }
-
 // A whole, non-negative count in a numeric column (range-checked before any conversion).
 long long parse_count(const CsvTable& t, std::size_t row, const std::string& col) {
   const auto v = parse_integer(t, row, col, 0, std::int64_t{1} << 53);
-  if (!v) throw UsageError(where(t, row) + ": column '" + col + "': empty, expected a whole number >= 0");
+  if (!v) throw UsageError(t.where(row) + ": column '" + col + "': empty, expected a whole number >= 0");
   return *v;
 }
 
@@ -87,7 +85,7 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
     cd.key.case_name = cases.at(r, "case");
     cd.key.mode = cases.at(r, "mode");
     if (cd.key.study.empty() || cd.key.case_name.empty())
-      throw UsageError(where(cases, r) + ": empty study or case name");
+      throw UsageError(cases.where(r) + ": empty study or case name");
     for (const auto& pc : param_cols) {
       const std::string& v = cases.at(r, pc);
       if (!v.empty()) cd.key.params.push_back({pc, v});
@@ -98,11 +96,11 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
     // The harness counts unthrottled samples here; a row with 0 and no sample rows is a skipped case.
     const long long n = parse_count(cases, r, "samples");
     if (!seen.insert(cd.key).second)
-      throw UsageError(where(cases, r) + ": duplicate case " + cd.key.label() +
+      throw UsageError(cases.where(r) + ": duplicate case " + cd.key.label() +
                        (cd.key.params.empty() ? "" : " (" + cd.key.params_string() + ")"));
     Sub sub{cd.key.study, cd.key.case_name, cd.key.mode};
     if (by_sub.count(sub))
-      throw UsageError(where(cases, r) + ": case " + cd.key.label() +
+      throw UsageError(cases.where(r) + ": case " + cd.key.label() +
                        " appears twice with different parameters (samples.csv cannot tell them apart)");
     by_sub[sub] = rs.cases.size();
     declared.push_back(n);
@@ -116,10 +114,10 @@ ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const 
     auto it = by_sub.find(sub);
     const auto secs = parse_number(samples, r, "seconds");
     if (!secs || !std::isfinite(*secs) || *secs <= 0)
-      throw UsageError(where(samples, r) + ": column 'seconds': '" + samples.at(r, "seconds") +
+      throw UsageError(samples.where(r) + ": column 'seconds': '" + samples.at(r, "seconds") +
                        "' is not a positive time");
     const long long thr = parse_count(samples, r, "throttled");
-    if (thr > 1) throw UsageError(where(samples, r) + ": column 'throttled': must be 0 or 1");
+    if (thr > 1) throw UsageError(samples.where(r) + ": column 'throttled': must be 0 or 1");
     if (it == by_sub.end()) {
       ++orphans;
       continue;
@@ -244,12 +242,6 @@ ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
   return rs;
 }
 
-namespace {
-
-nlohmann::json read_json_file(const fs::path& p, const fs::path& root = {}) { return read_json_input(p, root); }
-
-}  // namespace
-
 ResultSet load_results(const std::string& path) {
   if (path.empty()) throw UsageError("empty path");
   std::error_code ec;
@@ -264,7 +256,7 @@ ResultSet load_results(const std::string& path) {
     if (fname == "cases.csv" || fname == "samples.csv" || fname == "meta.json") {
       dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
     } else if (p.extension() == ".json") {
-      return load_gbench_json(read_json_file(p), path);
+      return load_gbench_json(read_json_input(p), path);
     } else {
       throw UsageError(path + ": expected a results directory, its cases.csv or samples.csv, or a "
                               "Google Benchmark JSON file");
@@ -274,7 +266,7 @@ ResultSet load_results(const std::string& path) {
   if (!input_exists(cases)) throw UsageError(cases.string() + ": no such file (not a results directory?)");
   if (!input_exists(samples)) throw UsageError(samples.string() + ": no such file (the gate needs the raw samples)");
   ResultSet rs = load_kvf_tables(read_csv_table(cases.string(), dir), read_csv_table(samples.string(), dir), path);
-  if (input_exists(meta)) rs.meta_devices = meta_device_names(read_json_file(meta, dir));
+  if (input_exists(meta)) rs.meta_devices = meta_device_names(read_json_input(meta, dir));
   return rs;
 }
 

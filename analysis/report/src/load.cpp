@@ -43,8 +43,6 @@ std::vector<const CaseRow*> ResultSet::rows(const std::string& study) const {
 
 namespace {
 
-std::string where(const CsvTable& t, std::size_t row) { return t.where(row); }
-
 // Counts are range-checked before conversion (a hostile 9e18 or 1e30 is bad input, not a wrapped long).
 long whole(const CsvTable& t, std::size_t row, const std::string& col) {
   return static_cast<long>(parse_integer(t, row, col, 0, std::int64_t{1} << 53).value_or(0));
@@ -128,7 +126,7 @@ ResultSet load_results(const std::string& dir) {
   std::set<std::string> studies_in_cases;
   for (std::size_t i = 0; i < ct.rows.size(); ++i) {
     CaseRow r;
-    r.where = where(ct, i);
+    r.where = ct.where(i);
     r.study = ct.at(i, "study");
     r.case_name = ct.at(i, "case");
     r.backend = ct.at(i, "backend");
@@ -170,12 +168,12 @@ ResultSet load_results(const std::string& dir) {
     std::size_t orphans = 0;
     for (std::size_t i = 0; i < st.rows.size(); ++i) {
       auto v = parse_number(st, i, "seconds");
-      if (!v) throw UsageError(where(st, i) + ": column 'seconds': empty");
+      if (!v) throw UsageError(st.where(i) + ": column 'seconds': empty");
       if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case"))) {
         // The samples of a case whose row was torn off cases.csv (written first, so a reader that finds
         // a row finds its samples) are expected; anywhere else they mean mixed or edited files.
         if (!ct.torn)
-          throw UsageError(where(st, i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
+          throw UsageError(st.where(i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
                            "' that cases.csv does not list");
         ++orphans;
       }
@@ -209,7 +207,7 @@ ResultSet load_results(const std::string& dir) {
       if (kt.column("range_index")) c.range_index = whole(kt, i, "range_index");
       if (kt.column("t_start_ns")) c.t_start_ns = parse_number(kt, i, "t_start_ns");
       if (kt.column("t_end_ns")) c.t_end_ns = parse_number(kt, i, "t_end_ns");
-      if (c.metric.empty()) throw UsageError(where(kt, i) + ": empty 'metric'");
+      if (c.metric.empty()) throw UsageError(kt.where(i) + ": empty 'metric'");
       rs.counters.push_back(std::move(c));
     }
     rs.has_counters = true;
