@@ -47,6 +47,7 @@
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
 #include "layers.hpp"
+#include "kvf/model_shapes.hpp"
 #include "models.hpp"
 #include "recompute.hpp"
 #include "transfer.hpp"

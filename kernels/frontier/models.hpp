@@ -1,5 +1,5 @@
-// Model shapes from data/models.json (Hugging Face config field names). Shared by the frontier and
-// idleness studies: load once, look a model up by name, derive per-token byte counts.
+// Model shapes (Hugging Face config field names): the dimensions the kernels take. Loading them from
+// data/models.json is the studies' business (studies/shapes, kvf/model_shapes.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,12 +42,5 @@ struct ModelShape {
                   : 2 * std::int64_t(kv_dim());
   }
 };
-
-// Throws kvf::UsageError naming the file (and field) when the file is missing or malformed.
-std::vector<ModelShape> load_models(const std::string& path);
-// Throws kvf::UsageError("--models X: unknown model; known: a, b, c").
-const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_view name);
-// <source dir>/data/models.json as baked in at compile time (KVF_SOURCE_DIR), else "data/models.json".
-std::string default_models_path();
 
 }  // namespace kvf::models

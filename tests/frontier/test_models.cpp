@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "kvf/errors.hpp"
+#include "kvf/model_shapes.hpp"
 #include "models.hpp"
 
 using namespace kvf::models;

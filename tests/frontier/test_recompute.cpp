@@ -1,4 +1,5 @@
 // CPU twin of the recompute arms against fp64 references (tolerance: recompute.hpp kRelTol/kAbsTol).
+#include "kvf/model_shapes.hpp"
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,6 @@
 // The CPU decode step against its reference (tolerance in kernels/decode/decode.hpp), the check's teeth, and the
 // counts / idleness arithmetic the study reports.
+#include "kvf/model_shapes.hpp"
 #include <gtest/gtest.h>
 
 #include <cmath>

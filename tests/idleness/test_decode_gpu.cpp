@@ -8,6 +8,7 @@
 
 #include "decode.hpp"
 #include "decode_gpu.hpp"
+#include "kvf/model_shapes.hpp"
 #include "models.hpp"
 #include "recompute.hpp"
 

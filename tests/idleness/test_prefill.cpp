@@ -2,6 +2,7 @@
 // tolerance), the check's teeth, and the GPU causal attention's index/mask/softmax math (decode_math.hpp pf_*) run
 // on the CPU: a tile-by-tile emulation of prefill_attn_gpu.cu against a direct causal attention, split coverage,
 // and launch limits for T up to 4096 and N up to 128K.
+#include "kvf/model_shapes.hpp"
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -12,6 +12,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/report.hpp"
+#include "kvf/model_shapes.hpp"
 #include "models.hpp"
 
 namespace kvf::report {

@@ -1,4 +1,4 @@
-#include "models.hpp"
+#include "kvf/model_shapes.hpp"
 
 #include <fstream>
 #include <optional>

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The case list of a bench (--list json) against a golden file: the same case names with the same parameter
+columns and values, whatever the order, and the same skipped reasons. Values that depend on the machine
+(its LLC, its memory) are left out, and est_seconds is not compared; the golden runs pass explicit sizes
+(--pool-mib, --size) where a case name would depend on the LLC.
+
+  list_golden.py BENCH GOLDEN [--update] -- ARGS...   (ARGS go to BENCH after --list json --backend cpu)
+"""
+import json
+import subprocess
+import sys
+
+MACHINE_DEPENDENT = {"llc_bytes", "working_set_vs_llc"}
+
+
+def normalized(lines):
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        j = json.loads(line)
+        params = {k: v for k, v in j.get("params", {}).items() if k not in MACHINE_DEPENDENT}
+        out.append(json.dumps({"study": j["study"], "case": j["case"], "cold": j["cold"], "hot": j["hot"],
+                               "params": params, "skipped": "skipped" in j}, sort_keys=True))
+    return sorted(out)
+
+
+def main():
+    argv = sys.argv[1:]
+    if "--" not in argv or len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sep = argv.index("--")
+    head, args = argv[:sep], argv[sep + 1:]
+    update = "--update" in head
+    bench, golden = [a for a in head if a != "--update"][:2]
+    run = subprocess.run([bench, "--list", "json", "--backend", "cpu", *args], capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"{bench} exited {run.returncode}: {run.stderr.strip()}", file=sys.stderr)
+        return 1
+    got = normalized(run.stdout.splitlines())
+    if update:
+        with open(golden, "w") as f:
+            f.write("\n".join(got) + "\n")
+        print(f"wrote {len(got)} cases to {golden}")
+        return 0
+    with open(golden) as f:
+        want = [l for l in f.read().splitlines() if l.strip()]
+    if got == want:
+        print(f"{len(got)} cases as in {golden}")
+        return 0
+    gs, ws = set(got), set(want)
+    for l in sorted(ws - gs)[:20]:
+        print("missing:", l)
+    for l in sorted(gs - ws)[:20]:
+        print("new:    ", l)
+    if gs == ws:
+        print("same cases, different multiplicity (duplicated case names?)")
+    print(f"{len(ws - gs)} missing, {len(gs - ws)} new, against {golden}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
