@@ -125,7 +125,7 @@ TEST(Arms, CasesTakeTheirNameAndColumnsFromTheDeclaration) {
 }
 
 TEST(Arms, FormatRefusesUnknownAxesAndLoneBraces) {
-  const kvf::Point p({{"a", "1"}});
+  const kvf::Point p(std::vector<kvf::Param>{{"a", "1"}});
   EXPECT_EQ(kvf::format_name("x{a}y", p), "x1y");
   EXPECT_THROW(kvf::format_name("{b}", p), std::logic_error);
   EXPECT_THROW(kvf::format_name("{a", p), std::logic_error);
@@ -133,7 +133,7 @@ TEST(Arms, FormatRefusesUnknownAxesAndLoneBraces) {
 }
 
 TEST(Arms, PointValuesTyped) {
-  kvf::Point p({{"n", "12"}, {"f", "0.25"}, {"s", "abc"}});
+  kvf::Point p(std::vector<kvf::Param>{{"n", "12"}, {"f", "0.25"}, {"s", "abc"}});
   EXPECT_EQ(p.integer("n"), 12);
   EXPECT_DOUBLE_EQ(p.number("f"), 0.25);
   EXPECT_THROW(p.integer("s"), std::logic_error);
