@@ -1,0 +1,58 @@
+// What the three files of bench_main share (bench_main.cpp: the flow; bench_flags.cpp: the command line;
+// bench_run.cpp: registering, measuring and writing the cases). Not a public header: studies see study.hpp.
+#pragma once
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "kvf/errors.hpp"
+#include "kvf/measure.hpp"
+#include "kvf/results.hpp"
+#include "kvf/study.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace kvf::bench {
+
+struct Flags {
+  std::string out_dir, backend_choice = "auto", case_filter, list_format;
+  bool quick = false, no_cold = false, no_hot = false;
+  bool listing = false;  // --list given (list_format says how)
+  double noise_pct = 1.0;
+  MeasureConfig cfg;
+  int reps = 1;  // --benchmark_repetitions: a row per repetition
+  std::regex filter_re;  // --case-filter, compiled before the backend starts
+};
+
+// Adds the harness's and the study's flags to `app` and parses the command line (Google Benchmark takes
+// its --benchmark_* flags out of argv first). Returns the exit code when the run ends here: --help
+// printed, or a bad flag said in one line.
+std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::string& prog, CLI::App& app, Flags& f);
+
+void print_error(const std::string& prog, const std::string& msg);
+// stdout carries the console table and --list: a failed write there is an error of the run ("" when none).
+std::string stdout_failure();
+
+// A case that is listed but cannot run here (skipped_case).
+class SkippedCase final : public Case {
+ public:
+  std::string reason;
+  void run(Backend&) override {}
+};
+inline bool is_skipped(const Case& c) { return dynamic_cast<const SkippedCase*>(&c) != nullptr; }
+
+struct RunOutcome {
+  int exit_code = kExitOk;
+  std::string stop_study;     // why later cases were not run (verify failure, bad input); "" when none
+  std::string write_failure;  // the results write that ended the run; "" when none
+};
+// Registers every (case, mode) with Google Benchmark, runs them, writes each finished case to `dir`, and
+// tears every case down.
+RunOutcome run_cases(const std::string& study, Backend& be, ResultsDir& dir, std::vector<std::unique_ptr<Case>>& cases,
+                     const Flags& f, const std::string& prog);
+
+}  // namespace kvf::bench

@@ -1,0 +1,215 @@
+// The command line of a bench binary: the harness's flags (--out, --backend, --quick, --list, measurement
+// limits), the study's own, and the Google Benchmark flags it passes through.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "bench_detail.hpp"
+#include "kvf/errors.hpp"
+
+namespace kvf::bench {
+
+namespace {
+constexpr std::size_t kMaxFilterChars = 1000;  // std::regex compiles recursively: a huge pattern overflows the stack
+
+std::string fmt_bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+// A number in [lo, hi], all of the text (no hex, no sign prefix, no trailing unit); NaN and infinities
+// are refused here because a range check (v < lo || v > hi) lets NaN through.
+std::optional<double> parse_number_in(std::string_view v, double lo, double hi, bool whole) {
+  if (whole) {
+    long long x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc{} || p != v.data() + v.size() || v.empty()) return std::nullopt;
+    if (static_cast<double>(x) < lo || static_cast<double>(x) > hi) return std::nullopt;
+    return static_cast<double>(x);
+  }
+  double x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x, std::chars_format::general);
+  if (ec != std::errc{} || p != v.data() + v.size() || v.empty() || !std::isfinite(x) || x < lo || x > hi)
+    return std::nullopt;
+  return x;
+}
+std::string range_text(double lo, double hi, bool whole, const char* unit) {
+  return std::string(whole ? "a whole number" : "a number") + " in [" + fmt_bound(lo) + ", " + fmt_bound(hi) + "]" +
+         (unit && *unit ? std::string(" ") + unit : std::string{});
+}
+// CLI11 prefixes the flag: "--budget: 'nan' is not a number in [0.001, 3600] seconds".
+CLI::Validator number_in(double lo, double hi, bool whole, const char* unit = "") {
+  return CLI::Validator(
+      [=](std::string& v) -> std::string {
+        if (parse_number_in(v, lo, hi, whole)) return {};
+        return "'" + v + "' is not " + range_text(lo, hi, whole, unit);
+      },
+      range_text(lo, hi, whole, unit));
+}
+CLI::Validator non_empty(const char* what) {
+  return CLI::Validator(
+      [what](std::string& v) -> std::string { return v.empty() ? std::string("'' is empty; give ") + what : std::string{}; },
+      "");
+}
+
+// --benchmark_repetitions=N, the one Google Benchmark flag bench_main reads itself (a row per repetition).
+constexpr int kMaxRepetitions = 1000;
+std::optional<int> repetitions_flag(int argc, char** argv, std::string* bad) {
+  int reps = 1;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strncmp(a, "--benchmark_repetitions=", 24) != 0) continue;
+    const auto v = parse_number_in(a + 24, 1, kMaxRepetitions, true);
+    if (!v) {
+      *bad = std::string("--benchmark_repetitions '") + (a + 24) + "' is not " +
+             range_text(1, kMaxRepetitions, true, "");
+      return std::nullopt;
+    }
+    reps = static_cast<int>(*v);
+  }
+  return reps;
+}
+
+// Google Benchmark prints its own complaint about a bad --benchmark_* value (and leaves the flag for us
+// to refuse again): capture what it says while it parses, so the user gets one line.
+std::string initialize_benchmark(int* argc, char** argv) {
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int cap = ::memfd_create("kvf-benchmark-init", MFD_CLOEXEC);
+  if (saved < 0 || cap < 0 || ::dup2(cap, 2) < 0) {
+    if (saved >= 0) ::close(saved);
+    if (cap >= 0) ::close(cap);
+    benchmark::Initialize(argc, argv);
+    return {};
+  }
+  benchmark::Initialize(argc, argv);
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string said;
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = ::pread(cap, buf, sizeof buf, off)) > 0 && said.size() < 64 * 1024) {
+    said.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  ::close(cap);
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  return said;
+}
+
+}  // namespace
+
+std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::string& prog, CLI::App& app, Flags& f) {
+  app.add_option("--out", f.out_dir, "results directory; created, rows appended (default results/runs/<utc>-<study>)")
+      ->check(non_empty("a directory (leave the flag out for the default)"));
+  app.add_option("--backend", f.backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)")
+      ->check(non_empty("auto, cpu or cuda"));
+  app.add_flag("--quick", f.quick, "the quick subset: a few cases, seconds (budget 0.1 s unless --budget is given)");
+  app.add_option("--list", f.list_format, "print the cases (text or json) with estimated seconds and exit")
+      ->expected(0, 1)
+      ->default_str("text")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v == "text" || v == "json" ? std::string{} : "'" + v + "': allowed formats are text and json";
+          },
+          "text|json"));
+  app.add_option("--case-filter", f.case_filter,
+                 "only cases whose name matches this regular expression (and the cases of this study that "
+                 "measure their ceilings)")
+      ->check(non_empty("a regular expression (leave the flag out for every case)"))
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v.size() <= kMaxFilterChars ? std::string{}
+                                               : std::to_string(v.size()) + " characters; at most " +
+                                                     std::to_string(kMaxFilterChars);
+          },
+          ""));
+  app.add_option("--warmup", f.cfg.warmup, "untimed executions before each mode's samples (default 2)")
+      ->check(number_in(0, 1000, true));
+  app.add_option("--min-samples", f.cfg.stop.min_samples, "samples per mode at least (default 5)")
+      ->check(number_in(1, 1000000, true));
+  app.add_option("--max-samples", f.cfg.stop.max_samples, "samples per mode at most (default 1000)")
+      ->check(number_in(1, 1000000, true));
+  app.add_option("--noise", f.noise_pct,
+                 "stop when the relative standard error of the mean is at most this, percent (default 1)")
+      ->check(number_in(0.001, 100.0, false, "percent"));
+  app.add_option("--budget", f.cfg.stop.budget_s, "seconds of samples per case and mode at most (default 0.5)")
+      ->check(number_in(0.001, 3600.0, false, "seconds"));
+  app.add_flag("--no-cold", f.no_cold, "skip cold samples (caches flushed before each)");
+  app.add_flag("--no-hot", f.no_hot, "skip hot samples");
+  study.add_options(app);
+
+  // Our help first: Google Benchmark would print only its own.
+  for (int i = 1; i < *argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("%s", app.help().c_str());
+      if (const std::string failed = stdout_failure(); !failed.empty()) {
+        print_error(prog, failed);
+        return kExitFailure;
+      }
+      return kExitOk;
+    }
+
+  std::string bad_reps;
+  const auto reps_flag = repetitions_flag(*argc, argv, &bad_reps);
+  if (!reps_flag) {
+    print_error(prog, bad_reps);
+    return kExitUsage;
+  }
+  f.reps = *reps_flag;
+  // Takes the --benchmark_* flags it knows out of argv; one it cannot parse stays there for CLI11 to refuse.
+  const std::string benchmark_said = initialize_benchmark(argc, argv);
+  try {
+    app.parse(*argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Exactly one line: CLI11's message (what it names may hold a line break) and Google Benchmark's
+    // complaint about the same flag when it had one.
+    std::string msg = e.what();
+    if (!benchmark_said.empty()) msg += " (" + benchmark_said + ")";
+    print_error(prog, msg + " (see " + prog + " --help)");
+    return kExitUsage;
+  }
+  if (!benchmark_said.empty()) {  // it complained but took the flag after all: still one line, still refused
+    print_error(prog, benchmark_said);
+    return kExitUsage;
+  }
+  if (f.cfg.stop.min_samples > f.cfg.stop.max_samples) {
+    print_error(prog, "--min-samples " + std::to_string(f.cfg.stop.min_samples) + " exceeds --max-samples " +
+                          std::to_string(f.cfg.stop.max_samples));
+    return kExitUsage;
+  }
+  if (f.no_cold && f.no_hot) {
+    std::fprintf(stderr, "%s: error: --no-cold and --no-hot together leave nothing to measure\n", prog.c_str());
+    return kExitUsage;
+  }
+  f.listing = app.count("--list") > 0;
+  // A bare --list reads as "text" (its default); an empty value given on purpose does not reach the validator.
+  if (f.listing && f.list_format != "text" && f.list_format != "json") {
+    print_error(prog, "--list '" + f.list_format + "': allowed formats are text and json");
+    return kExitUsage;
+  }
+  // checked before the backend starts: a typo should not cost a device probe
+  if (!f.case_filter.empty()) {
+    try {
+      f.filter_re = std::regex(f.case_filter);
+    } catch (const std::regex_error& e) {
+      print_error(prog, "--case-filter '" + f.case_filter + "': not a valid regular expression (" + e.what() + ")");
+      return kExitUsage;
+    }
+  }
+  f.cfg.stop.target_rel_error = f.noise_pct / 100.0;
+  // --quick is a smoke run: a shorter budget unless one was asked for.
+  if (f.quick && app.count("--budget") == 0) f.cfg.stop.budget_s = 0.1;
+  return std::nullopt;
+}
+
+}  // namespace kvf::bench
