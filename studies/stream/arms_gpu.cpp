@@ -35,18 +35,29 @@ void check_read(Backend& be, const BufferHandle& checksum, const void* src, std:
                              : "GPU read checksum differs from the host reference xor of the fill pattern");
 }
 
+// SMs read device memory, or mapped pinned host memory over the link (zero-copy), and XOR it into a
+// checksum the verify step compares with the host reference.
 class GpuReadCase final : public StreamCase {
  public:
-  explicit GpuReadCase(const StreamEnv& env) : StreamCase(env, env.array_bytes, double(env.array_bytes)), n_(env.array_bytes) {}
+  GpuReadCase(const StreamEnv& env, std::size_t n, bool mapped)
+      : StreamCase(env, n, double(n)), n_(n), mapped_(mapped) {
+    if (mapped_) {
+      note = "SMs read mapped pinned host memory over the link";
+      ceiling = CeilingRef{"stream", {{"op", "h2d_pinned"}}, "gbps"};
+    }
+  }
   void setup(Backend& be) override {
-    arrays->a = BufferHandle(be, n_, MemKind::device);
+    arrays->a = mapped_ ? BufferHandle(be, n_, MemKind::pinned_host, {.huge_pages = true, .mapped = true})
+                        : BufferHandle(be, n_, MemKind::device);
     checksum_ = BufferHandle(be, 8, MemKind::device);
     be.fill(arrays->a.get(), kSeed);
   }
   bool has_verify() const override { return true; }
-  void verify(Backend& be) override { check_read(be, checksum_, arrays->a->ptr, n_, false); }
+  void verify(Backend& be) override { check_read(be, checksum_, src(), n_, mapped_); }
   void run(Backend& be) override {
-    st::gpu_read(arrays->a->ptr, n_, static_cast<unsigned long long*>(checksum_->ptr), kvf::cuda_stream(be));
+    auto* sum = static_cast<unsigned long long*>(checksum_->ptr);
+    if (mapped_) st::gpu_read_mapped(src(), n_, sum, kvf::cuda_stream(be));
+    else st::gpu_read(src(), n_, sum, kvf::cuda_stream(be));
   }
   void teardown(Backend& be) override {
     checksum_.reset();
@@ -54,7 +65,9 @@ class GpuReadCase final : public StreamCase {
   }
 
  private:
+  const void* src() const { return mapped_ ? arrays->a->device_alias : arrays->a->ptr; }
   std::size_t n_;
+  bool mapped_;
   BufferHandle checksum_;
 };
 
@@ -128,32 +141,6 @@ class GpuCopyCase final : public StreamCase {
   std::size_t n_;
 };
 
-class ZeroCopyReadCase final : public StreamCase {
- public:
-  ZeroCopyReadCase(const StreamEnv& env, std::size_t n) : StreamCase(env, n, double(n)), n_(n) {
-    note = "SMs read mapped pinned host memory over the link";
-    ceiling = CeilingRef{"stream", {{"op", "h2d_pinned"}}, "gbps"};
-  }
-  void setup(Backend& be) override {
-    arrays->a = BufferHandle(be, n_, MemKind::pinned_host, {.huge_pages = true, .mapped = true});
-    checksum_ = BufferHandle(be, 8, MemKind::device);
-    be.fill(arrays->a.get(), kSeed);
-  }
-  bool has_verify() const override { return true; }
-  void verify(Backend& be) override { check_read(be, checksum_, arrays->a->device_alias, n_, true); }
-  void run(Backend& be) override {
-    st::gpu_read_mapped(arrays->a->device_alias, n_, static_cast<unsigned long long*>(checksum_->ptr), kvf::cuda_stream(be));
-  }
-  void teardown(Backend& be) override {
-    checksum_.reset();
-    StreamCase::teardown(be);
-  }
-
- private:
-  std::size_t n_;
-  BufferHandle checksum_;
-};
-
 }  // namespace
 
 std::vector<StreamArm> gpu_arms() {
@@ -164,7 +151,7 @@ std::vector<StreamArm> gpu_arms() {
                 .default_grid = [](const Target&,
                                    const StreamEnv& e) { return Grid{sized("read", e.array_bytes, {{"mem", {"device"}}})}; },
                 .case_name_fn = [](const Point& p) { return sized_name(p, "device"); },
-                .make = [](const Point&, StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuReadCase>(e); }},
+                .make = [](const Point&, StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuReadCase>(e, e.array_bytes, false); }},
       StreamArm{.name = "write",
                 .doc = "device write kernel, 16-byte vector stores",
                 .on_cpu = false,
@@ -196,7 +183,7 @@ std::vector<StreamArm> gpu_arms() {
                     },
                 .case_name_fn = [](const Point& p) { return sized_name(p, ""); },
                 .make = [](const Point& p, StreamEnv& e) -> std::unique_ptr<Case> {
-                  return std::make_unique<ZeroCopyReadCase>(e, static_cast<std::size_t>(p.integer("array_bytes")));
+                  return std::make_unique<GpuReadCase>(e, static_cast<std::size_t>(p.integer("array_bytes")), true);
                 }},
   };
 }
