@@ -20,6 +20,7 @@ namespace kvf::bench {
 
 struct Flags {
   std::string out_dir, backend_choice = "auto", case_filter, list_format;
+  std::string plan_device;  // --plan-device FILE: list for the device it describes (with --list only)
   bool quick = false, no_cold = false, no_hot = false;
   bool listing = false;  // --list given (list_format says how)
   double noise_pct = 1.0;

@@ -122,6 +122,10 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
             return v == "text" || v == "json" ? std::string{} : "'" + v + "': allowed formats are text and json";
           },
           "text|json"));
+  app.add_option("--plan-device", f.plan_device,
+                 "with --list: the cases and estimates a run would have on the device described in this file (a "
+                 "results directory's meta.json, or its \"device\" object), e.g. a GPU run planned on a laptop")
+      ->check(non_empty("a meta.json file (leave the flag out to list for this machine)"));
   app.add_option("--case-filter", f.case_filter,
                  "only cases whose name matches this regular expression (and the cases of this study that "
                  "measure their ceilings)")
@@ -195,6 +199,14 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   // A bare --list reads as "text" (its default); an empty value given on purpose does not reach the validator.
   if (f.listing && f.list_format != "text" && f.list_format != "json") {
     print_error(prog, "--list '" + f.list_format + "': allowed formats are text and json");
+    return kExitUsage;
+  }
+  if (!f.plan_device.empty() && !f.listing) {
+    print_error(prog, "--plan-device " + f.plan_device + ": plans a run, it measures nothing; give --list too");
+    return kExitUsage;
+  }
+  if (!f.plan_device.empty() && app.count("--backend") > 0) {
+    print_error(prog, "--plan-device with --backend " + f.backend_choice + ": the backend is the one the file describes");
     return kExitUsage;
   }
   // checked before the backend starts: a typo should not cost a device probe

@@ -258,7 +258,12 @@ int run_study(int argc, char** argv, Study& study) {
   std::vector<std::unique_ptr<Case>> cases;
   try {
     std::string note;
-    be = make_backend(f.backend_choice, &note);
+    if (f.plan_device.empty()) {
+      be = make_backend(f.backend_choice, &note);
+    } else {
+      be = make_plan_backend(f.plan_device);
+      note = "backend: " + be->name() + " (planned for " + be->info().name + " from " + f.plan_device + "; nothing runs)";
+    }
     StudyContext ctx{be.get(), f.quick};
     cases = study.cases(ctx);
     // After the study checked its flags: a bad flag is one line on stderr, not a backend note and then it.

@@ -58,6 +58,9 @@ class StreamStudy final : public Study {
     check_arm_names("--arms", arms_, all_arm_names());
     Backend& be = *ctx.backend;
     const bool gpu = be.name() == "cuda";
+#if !defined(KVF_HAVE_CUDA)
+    if (gpu) throw UsageError("--backend cuda: this build of bench_stream has no CUDA kernels");
+#endif
     env_.quick = ctx.quick;
     env_.array_bytes = array_bytes(be, ctx.quick);
     const std::size_t llc = be.info().llc_bytes ? be.info().llc_bytes : std::size_t{32} << 20;

@@ -107,3 +107,60 @@ TEST(Numa, BindPlacesPagesOnTheNode) {
   EXPECT_NE(why.find("out of range"), std::string::npos);
   kvf::host_free(p, bytes);
 }
+
+namespace {
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+}  // namespace
+
+TEST(PlanBackend, DescribesTheDeviceOfAMetaJsonAndRunsNothing) {
+  const auto path = write_temp("plan_meta.json",
+                               R"({"device": {"backend": "cuda", "name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
+                                  "compute_units": 132, "memory_bytes": 85017493504, "llc_bytes": 52428800}})");
+  auto be = make_plan_backend(path);
+  EXPECT_EQ(be->name(), "cuda");
+  EXPECT_EQ(be->info().name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(be->info().compute_units, 132);
+  EXPECT_EQ(be->info().memory_bytes, 85017493504ull);
+  EXPECT_EQ(compute_capability(be->info()), 90);
+  EXPECT_THROW(be->alloc(64, MemKind::device), std::logic_error);
+  EXPECT_THROW(be->synchronize(), std::logic_error);
+}
+
+TEST(PlanBackend, ABareDeviceObjectToo) {
+  auto be = make_plan_backend(write_temp("plan_device.json", R"({"backend": "cpu", "name": "AMD EPYC", "llc_bytes": 33554432})"));
+  EXPECT_EQ(be->name(), "cpu");
+  EXPECT_EQ(be->info().llc_bytes, 33554432u);
+  EXPECT_EQ(compute_capability(be->info()), 0);
+}
+
+TEST(PlanBackend, BadFilesAreUsageErrorsNamingTheKey) {
+  auto message = [](const std::string& text) {
+    try {
+      make_plan_backend(write_temp("plan_bad.json", text));
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"backend": "tpu"})").find("'tpu' is not cpu or cuda"), std::string::npos);
+  EXPECT_NE(message(R"({"device": {"backend": "cuda", "memory_bytes": -1}})").find("device.memory_bytes"), std::string::npos);
+  EXPECT_NE(message(R"({"device": 3})").find("'device'"), std::string::npos);
+  EXPECT_NE(message(R"([1, 2])").find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(message("{").find("--plan-device"), std::string::npos);
+  EXPECT_THROW(make_plan_backend(::testing::TempDir() + "no_such_plan.json"), UsageError);
+}
+
+TEST(ComputeCapability, FromTheArchText) {
+  DeviceInfo d;
+  for (const auto& [arch, cc] : std::vector<std::pair<std::string, int>>{
+           {"sm_80", 80}, {"sm_90", 90}, {"sm_100", 100}, {"sm_", 0}, {"sm_9x", 0}, {"x86_64 avx512", 0}, {"", 0}}) {
+    d.arch = arch;
+    EXPECT_EQ(compute_capability(d), cc) << arch;
+  }
+}

@@ -4,7 +4,8 @@ columns and values, whatever the order, and the same skipped reasons. Values tha
 (its LLC, its memory) are left out, and est_seconds is not compared; the golden runs pass explicit sizes
 (--pool-mib, --size) where a case name would depend on the LLC.
 
-  list_golden.py BENCH GOLDEN [--update] -- ARGS...   (ARGS go to BENCH after --list json --backend cpu)
+  list_golden.py BENCH GOLDEN [--update] -- ARGS...   (ARGS go to BENCH after --list json --backend cpu, or
+  after --list json alone when they hold --plan-device: the GPU lists, planned for the H100 of the committed run)
 """
 import json
 import subprocess
@@ -34,7 +35,9 @@ def main():
     head, args = argv[:sep], argv[sep + 1:]
     update = "--update" in head
     bench, golden = [a for a in head if a != "--update"][:2]
-    run = subprocess.run([bench, "--list", "json", "--backend", "cpu", *args], capture_output=True, text=True)
+    # A planned run (--plan-device meta.json) takes its backend from the file.
+    backend = [] if "--plan-device" in args else ["--backend", "cpu"]
+    run = subprocess.run([bench, "--list", "json", *backend, *args], capture_output=True, text=True)
     if run.returncode != 0:
         print(f"{bench} exited {run.returncode}: {run.stderr.strip()}", file=sys.stderr)
         return 1

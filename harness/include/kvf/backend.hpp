@@ -131,5 +131,12 @@ CudaProbe probe_cuda();
 // `note` receives the one line that says what "auto" chose and why.
 std::unique_ptr<Backend> make_backend(std::string_view choice, std::string* note = nullptr);
 std::unique_ptr<Backend> make_cpu_backend();
+// The compute capability of a CUDA device as a number (90 for arch "sm_90", 100 for "sm_100"); 0 when the
+// arch is not of that form (a CPU). Read from DeviceInfo, so a planned device (--plan-device) answers too.
+int compute_capability(const DeviceInfo& info);
+// A backend that only describes a device, read from `path` (a results directory's meta.json, or its "device"
+// object): --list --plan-device prints the cases a run would have there. It runs nothing. Throws UsageError
+// naming the file and key for a missing file, malformed JSON or a field of the wrong type or range.
+std::unique_ptr<Backend> make_plan_backend(const std::string& path);
 
 }  // namespace kvf
