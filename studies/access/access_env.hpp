@@ -102,6 +102,9 @@ std::uint64_t gather_total(const AccessEnv& env, std::uint64_t pool_bytes);
 // The attention and routing parts make the same case (routing is attention with its lists routed first).
 std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env);
 std::string attn_case_name(const Point& p);
+// Tokens a row attends to (the budget_tokens column): the context for dense rows (block empty), else
+// round(ctx / block * keep) blocks. An axis the grids fill, so that it keeps its column beside ctx and keep.
+std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std::string& keep);
 
 // Text helpers shared by the arms.
 std::string fmt(double x, int prec = 3);

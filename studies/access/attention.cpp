@@ -8,7 +8,8 @@ namespace {
 
 // The columns of one attention row, in the axes' order; a dense row leaves block and selection empty.
 struct Row {
-  std::string arm, ctx, keep = "1", block, dtype = "bf16", layout = "HND", head_dim = "128", select;
+  std::uint32_t ctx = 0;
+  std::string arm, keep = "1", block, dtype = "bf16", layout = "HND", head_dim = "128", select;
   std::vector<std::string> scatters = {""};
   std::string placement, page_tokens, huge = "on";
 };
@@ -16,9 +17,10 @@ struct Row {
 Product product(const Row& r, const AccessEnv& env) {
   return Product{{{"part", {"attention"}},
                   {"arm", {r.arm}},
-                  {"ctx", {r.ctx}},
+                  {"ctx", {std::to_string(r.ctx)}},
                   {"keep", {r.keep}},
                   {"block", {r.block}},
+                  {"budget_tokens", {budget_tokens(r.ctx, r.block, r.keep)}},
                   {"dtype", {r.dtype}},
                   {"layout", {r.layout}},
                   {"head_dim", {r.head_dim}},
@@ -81,7 +83,7 @@ void add_side_sweeps(Grid& grid, const Row& base, const AccessEnv& env) {
 // where the device has it, fp8 at the side context.
 void add_shape_sweeps(Grid& grid, const AccessEnv& env) {
   Row base;
-  base.ctx = std::to_string(env.side_ctx());
+  base.ctx = env.side_ctx();
   base.keep = "1/8";
   base.block = std::to_string(env.blocks[0]);
   for (const char* sel : {"per_head", "shared"}) {
@@ -111,7 +113,7 @@ Grid attention_grid(const Target& t, const AccessEnv& env) {
       for (auto lay : env.layouts)
         for (auto c : env.ctxs) {
           Row base;
-          base.ctx = std::to_string(c);
+          base.ctx = c;
           base.dtype = ka::to_string(dt);
           base.layout = ka::to_string(lay);
           base.head_dim = std::to_string(d);
@@ -150,6 +152,7 @@ Arm<AccessEnv> attention_arm() {
                 .cpu = {"1/8"}, .quick = {"1/8"}, .flag = "--keep"},
                {.name = "block", .doc = "tokens per block (empty on dense rows); side sweep 16..256",
                 .cpu = {"32"}, .gpu = {"64"}, .quick = {"32"}, .quick_gpu = {"64"}, .flag = "--block-sizes"},
+               {.name = "budget_tokens", .doc = "tokens attended to: ctx (dense), round(ctx / block * keep) blocks"},
                {.name = "dtype", .doc = "of K and V; side sweep fp16 (and fp8_e4m3 on sm_89+)", .cpu = {"bf16"},
                 .quick = {"bf16"}, .flag = "--dtypes"},
                {.name = "layout", .doc = "HND or NHD; side sweep NHD", .cpu = {"HND"}, .quick = {"HND"},

@@ -484,6 +484,12 @@ std::string attn_case_name(const Point& p) {
   return nm;
 }
 
+std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std::string& keep) {
+  if (block.empty()) return std::to_string(ctx);
+  const auto b = static_cast<std::uint32_t>(std::stoul(block));
+  return std::to_string(std::uint64_t{ka::sparse_blocks(ctx, b, keep_fraction(keep))} * b);
+}
+
 std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   const bool gpu = env.target.gpu;
   const AttnSpec sp = spec_of(p, env);
@@ -499,8 +505,7 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   c->sp = sp;
   c->account(shape);
   const double ws = 2.0 * s.batch * s.hkv * double(ntok) * s.d * ka::dtype_bytes(s.dtype);
-  c->params = {{"budget_tokens", std::to_string(ntok)},
-               {"working_set_bytes", fmt(ws, 12)},
+  c->params = {{"working_set_bytes", fmt(ws, 12)},
                {"llc_bytes", std::to_string(env.llc)},
                {"working_set_vs_llc", fmt(ws / double(env.llc))},
                {"kv_bytes", fmt(2.0 * double(s.kv_bytes()), 12)}};
