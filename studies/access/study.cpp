@@ -182,11 +182,13 @@ class AccessStudy final : public Study {
     parse_sweep(env, be);
     parse_placement_and_routing(env);
     check_budgets(env);
-    const std::uint64_t host_mem = host_memory_bytes();
-    env.dev_mem = env.target.gpu ? be.info().memory_bytes : host_mem;
+    env.dev_mem = env.target.gpu ? be.info().memory_bytes : host_memory_bytes();
     parse_gather(env);
     env.shared = std::make_shared<Shared>();
 
+    // No user lists for the registry: in this study a flag replaces its own axis only (the others keep their
+    // defaults, as the study always did), not the whole grid, so the flags were resolved into the env and the
+    // arms' default grids read them there.
     std::vector<std::unique_ptr<Case>> out;
     for (const auto& arm : access_arms().all())
       if (want(arm.name)) access_arms().add_cases(arm, env.target, {}, env, out);
