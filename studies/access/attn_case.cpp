@@ -1,0 +1,524 @@
+// The case of the attention and routing parts: split-KV sparse decode over a selection (dense, block,
+// token), optionally routed first (scores + top-k + translation to physical entries). Its parameter
+// columns come from the arm declarations (attention.cpp, routing.cpp); this file derives the rest.
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
+#include "access_env.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/units.hpp"
+
+#if defined(KVF_HAVE_CUDA)
+#include "access_gpu.hpp"
+#include "kvf/cuda_backend.hpp"
+#endif
+
+namespace kvf::access_study {
+namespace {
+
+using kvf::Backend;
+using kvf::BufferHandle;
+using kvf::MemKind;
+
+// Routing cases: alone (scores + top-k + translation to physical entries), attend (attention over the
+// routed lists, routing untimed), end_to_end (both, one decode step).
+enum class Routing { none, alone, attend, end_to_end };
+const char* to_string(Routing r) {
+  return r == Routing::none ? "none" : r == Routing::alone ? "alone" : r == Routing::attend ? "attend" : "end_to_end";
+}
+
+struct AttnSpec {
+  ka::AttnShape s;
+  ka::Arm arm = ka::Arm::dense;
+  std::uint32_t block = 32;
+  double keep = 1.0;
+  std::string keep_text = "1";
+  bool shared = false;
+  ka::Scatter scatter = ka::Scatter::uniform;
+  Routing routing = Routing::none;
+  bool huge = true;
+  std::uint32_t cluster_mean = 8;
+  std::uint32_t page = 0;  // tokens per page of the shuffled placement; 0: contiguous
+  std::uint32_t proxy_rank = 0;  // routed token arm: 0 scores every key, r > 0 the rank-r key proxy
+  std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
+  std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
+};
+
+class AttnCase final : public kvf::Case {
+ public:
+  std::shared_ptr<Shared> sh;
+  AttnSpec sp;
+  std::string config_key;  // same shape/layout/dtype: where the dense median lives
+  std::string pair_key;    // + keep/block/select: where the block median lives (for token cases)
+  std::string route_key;   // routing cases: where the alone / attend medians live (per arm)
+
+  void setup(Backend& be) override {
+    KvData& d = sh->ensure_kv(be, sp.s, sp.huge);
+    data_ = &d;
+    pm_ = ka::make_page_map(sp.s.ctx, sp.page, kSeed ^ 0x9a9e);
+    kb_ = sp.arm == ka::Arm::dense ? 0 : ka::sparse_blocks(sp.s.ctx, sp.block, sp.keep);
+    sel_ = make_selection();
+    if (sp.routing != Routing::none) {
+      if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block, pm_);
+      if (sp.proxy_rank) recall_ = proxy_recall();
+    }
+    gpu_ = is_cuda(be);
+    if (!gpu_) {
+      ka::plan_cpu(sp.s, sel_, ws_);
+      out_.assign(sp.s.q_elems(), 0.0f);
+    } else {
+#if defined(KVF_HAVE_CUDA)
+      dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale(), sp.s.page};
+      const int sms = kvf::cuda_props(be).multiProcessorCount;
+      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms);
+      didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
+      KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
+      dws_ = BufferHandle(be, ka::gpu::attention_workspace_floats(dims_, plan_) * 4, MemKind::device);
+      dout_ = BufferHandle(be, sp.s.q_elems() * 4, MemKind::device);
+      sms_ = sms;
+      if (sp.routing != Routing::none) {
+        const std::uint64_t n = sp.arm == ka::Arm::block ? sp.s.ctx / sp.block : sp.s.ctx;
+        dscores_ = BufferHandle(be, std::uint64_t{sel_.n_lists} * n * 4, MemKind::device);
+        dridx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
+        const std::uint64_t ck = Shared::cent_key(sp.block, pm_);
+        if (sp.arm == ka::Arm::block && !d.dcentroids.count(ck)) {
+          const auto& c = d.centroids.at(ck);
+          BufferHandle dc(be, c.size() * 4, MemKind::device);
+          KVF_CUDA_CHECK(cudaMemcpy(dc->ptr, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+          d.dcentroids.emplace(ck, std::move(dc));
+        }
+        const std::uint64_t lk = Shared::cent_key(sp.proxy_rank, pm_);
+        if (sp.proxy_rank && !d.dlowrank.count(lk)) {
+          const auto& lr = d.lowrank.at(lk);
+          BufferHandle db(be, lr.basis.size() * 4, MemKind::device), dk(be, lr.keys.size() * 4, MemKind::device);
+          KVF_CUDA_CHECK(cudaMemcpy(db->ptr, lr.basis.data(), lr.basis.size() * 4, cudaMemcpyHostToDevice));
+          KVF_CUDA_CHECK(cudaMemcpy(dk->ptr, lr.keys.data(), lr.keys.size() * 4, cudaMemcpyHostToDevice));
+          d.dlowrank.emplace(lk, std::make_pair(std::move(db), std::move(dk)));
+        }
+      }
+#endif
+    }
+  }
+
+  bool has_verify() const override { return true; }
+  void verify(Backend& be) override {
+    // Routing on the CPU: the routed selection must equal the one prepared at setup (same scores, same
+    // top-k). On the GPU: the routed lists must be well formed and a true top-k of the CPU-recomputed
+    // scores (up to fp32 summation order), and attention then runs on the GPU's own lists.
+    if (sp.routing != Routing::none) {
+      route(be);
+      if (!gpu_) {
+        if (routed_.idx != sel_.idx) throw kvf::VerifyError("routed selection differs from the setup selection");
+      } else {
+        be.synchronize();
+        check_gpu_routing();
+      }
+    }
+    std::vector<float> out(sp.s.q_elems()), ref(sp.s.q_elems());
+    attend(be);
+    be.synchronize();
+    if (!gpu_) {
+      out = out_;
+    } else {
+#if defined(KVF_HAVE_CUDA)
+      KVF_CUDA_CHECK(cudaMemcpy(out.data(), dout_->ptr, out.size() * 4, cudaMemcpyDeviceToHost));
+#endif
+    }
+    ka::attention_ref(sp.s, data_->host_q(), data_->host_k(), data_->host_v(), sel_, ref.data());
+    const double err = ka::attention_rel_error(out.data(), ref.data(), out.size());
+    err_ = err;
+    if (!(err < ka::kAttnTolerance))
+      throw kvf::VerifyError("attention output differs from the fp32 reference: max|out-ref|/max|ref| = " +
+                             fmt(err) + " >= " + fmt(ka::kAttnTolerance) + " (arm " + ka::to_string(sp.arm) + ")");
+  }
+
+  void run(Backend& be) override {
+    if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) route(be);
+    if (sp.routing != Routing::alone) attend(be);
+  }
+
+  void teardown(Backend&) override {
+    ws_ = {};
+    out_ = {};
+#if defined(KVF_HAVE_CUDA)
+    didx_.reset();
+    dws_.reset();
+    dout_.reset();
+#endif
+  }
+
+  std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
+    std::string n = "verify_err=" + fmt(err_, 2);
+    if (sp.proxy_rank) n += "; recall_vs_key_topk=" + fmt(recall_, 3);
+    if (sp.routing == Routing::alone || sp.routing == Routing::attend) sh->record(route_key + to_string(sp.routing), mode, m.median);
+    if (sp.routing == Routing::end_to_end) {
+      // Derived, not separately timed: one routing reused for S decode steps costs, per step,
+      // attend + alone / S, from the medians of this run's route-alone and route-attend cases (same
+      // lists, same mode).
+      const auto r = sh->median(route_key + "alone", mode), a = sh->median(route_key + "attend", mode);
+      if (r && a && *a > 0) {
+        n += "; derived (attend + alone/S, from this run's medians, not timed): route_alone_s=" + fmt(*r, 4) +
+             " attend_s=" + fmt(*a, 4) + " per_step_s(S=1)=" + fmt(*a + *r, 4);
+        for (auto S : sp.reuse_steps)
+          n += " amortized_s(S=" + std::to_string(S) + ")=" + fmt(*a + *r / S, 4) + " route_share(S=" +
+               std::to_string(S) + ")=" + fmt(*r / S / (*a + *r / S), 3);
+        // Routing under 10% of the amortized step from S >= 9 * alone / attend.
+        n += " reuse_for_route_below_10pct=" + std::to_string(static_cast<long long>(std::ceil(9.0 * *r / *a)));
+      }
+    }
+    if (sp.routing != Routing::none) return n;
+    if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
+    if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
+    if (sp.arm != ka::Arm::dense)
+      if (auto dm = sh->median(config_key, mode)) n += "; speedup_vs_dense=" + fmt(*dm / m.median);
+    if (sp.arm == ka::Arm::token)
+      if (auto bm = sh->median(pair_key, mode)) n += "; block_over_token=" + fmt(*bm / m.median);
+    return n;
+  }
+
+  // Bytes and FLOPs before measuring (also used by --list).
+  void account(const ka::Selection& sel_shape_only) {
+    const double att_b = ka::attention_bytes(sp.s, sel_shape_only), att_f = ka::attention_flops(sp.s, sel_shape_only);
+    const double eb = ka::dtype_bytes(sp.s.dtype);
+    const double lists = sp.shared ? sp.s.batch : double(sp.s.batch) * sp.s.hkv;
+    double rb = 0, rf = 0;
+    if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) {
+      if (sp.arm == ka::Arm::block) {
+        const double nb = sp.s.ctx / sp.block;
+        rb = double(sp.s.batch) * sp.s.hkv * nb * sp.s.d * 4 + lists * nb * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * nb * sp.s.d;
+      } else if (sp.proxy_rank) {
+        const double r = sp.proxy_rank;
+        rb = double(sp.s.batch) * sp.s.hkv * (double(sp.s.ctx) * r + double(sp.s.d) * r) * 4 + lists * sp.s.ctx * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * (double(sp.s.ctx) + sp.s.d) * r;
+      } else {
+        rb = double(sp.s.batch) * sp.s.hkv * sp.s.ctx * sp.s.d * eb + lists * sp.s.ctx * 4;
+        rf = 2.0 * sp.s.batch * sp.s.hkv * double(sp.s.ctx) * sp.s.d;
+      }
+    }
+    bytes = (sp.routing == Routing::alone ? 0 : att_b) + rb;
+    flops = (sp.routing == Routing::alone ? 0 : att_f) + rf;
+  }
+
+ private:
+  KvData* data_ = nullptr;
+  ka::PageMap pm_{};
+  std::uint32_t kb_ = 0;
+  ka::Selection sel_, routed_;
+  ka::AttnWorkspace ws_;
+  std::vector<float> out_, scores_;
+  bool gpu_ = false;
+  double err_ = 0, recall_ = 0;
+#if defined(KVF_HAVE_CUDA)
+  ka::gpu::AttnDims dims_{};
+  ka::gpu::AttnPlan plan_{};
+  BufferHandle didx_, dws_, dout_, dscores_, dridx_;
+  int sms_ = 0;
+#endif
+
+  // GPU routing check: download the lists; structure (sorted, sink + latest, budget) and top-k
+  // quality: no unselected candidate may outscore a selected one by more than the fp32 summation
+  // tolerance of the CPU-recomputed scores. The reference then uses the GPU's own lists.
+  void check_gpu_routing() {
+#if defined(KVF_HAVE_CUDA)
+    ka::Selection phys = sel_;
+    KVF_CUDA_CHECK(cudaMemcpy(phys.idx.data(), dridx_->ptr, phys.idx.size() * 4, cudaMemcpyDeviceToHost));
+    const auto& s = sp.s;
+    const bool blk = sp.arm == ka::Arm::block;
+    // The GPU emits physical entries: back to logical blocks/tokens (fails if the translation is not
+    // the host's place()), then the checks below run in logical order.
+    ka::Selection g;
+    if (!ka::unplace(s, pm_, phys, blk ? sp.block : 1, g))
+      throw kvf::VerifyError("GPU routing: the lists are not a placement (page table) of logical entries");
+    const std::uint32_t n = blk ? s.ctx / sp.block : s.ctx;
+    const std::uint32_t nlo = blk ? 1 : sp.block, nhi = nlo;  // forced entries at each end
+    std::vector<float> sc;
+    if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared, sc);
+    else if (sp.proxy_rank)
+      ka::score_tokens_lowrank(s, data_->host_q(), data_->lowrank.at(Shared::cent_key(sp.proxy_rank, pm_)), sp.shared, sc);
+    else ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
+    const std::uint32_t ne = g.geom.n_entries;
+    for (std::uint32_t l = 0; l < g.n_lists; ++l) {
+      const std::uint32_t* e = g.idx.data() + std::uint64_t{l} * ne;
+      const float* x = sc.data() + std::uint64_t{l} * n;
+      std::vector<char> picked(n, 0);
+      float amax = 0;
+      for (std::uint32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+      for (std::uint32_t i = 0; i < ne; ++i) {
+        if (e[i] >= n || (i && e[i] <= e[i - 1]))
+          throw kvf::VerifyError("GPU routing: list " + std::to_string(l) + " not sorted/unique or out of range");
+        picked[e[i]] = 1;
+      }
+      for (std::uint32_t i = 0; i < nlo; ++i)
+        if (!picked[i] || !picked[n - 1 - i])
+          throw kvf::VerifyError("GPU routing: sink or latest entry missing in list " + std::to_string(l));
+      float min_in = INFINITY, max_out = -INFINITY;
+      for (std::uint32_t i = nlo; i < n - nhi; ++i) {
+        if (picked[i]) min_in = std::min(min_in, x[i]);
+        else max_out = std::max(max_out, x[i]);
+      }
+      if (max_out > min_in + 1e-4f * std::max(1.0f, amax))
+        throw kvf::VerifyError("GPU routing: not a top-k: an unselected score " + fmt(max_out) +
+                               " exceeds a selected " + fmt(min_in) + " in list " + std::to_string(l));
+    }
+    sel_ = std::move(phys);
+#endif
+  }
+
+  // Physical selection: chosen in logical order, then placed through the page map.
+  ka::Selection make_selection() { return ka::place(sp.s, pm_, logical_selection()); }
+  ka::Selection logical_selection() {
+    const auto& s = sp.s;
+    switch (sp.arm) {
+      case ka::Arm::dense: {
+        std::uint32_t span = 256;
+        while (s.ctx % span) span /= 2;
+        return ka::select_dense(s, span);
+      }
+      case ka::Arm::block: {
+        std::vector<float> sc;
+        ka::score_blocks(s, data_->host_q(), sh->centroids(*data_, sp.block, pm_), sp.block, sp.shared, sc);
+        return ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, sc);
+      }
+      case ka::Arm::token:
+        if (sp.routing != Routing::none) {
+          std::vector<float> sc;
+          if (sp.proxy_rank)
+            ka::score_tokens_lowrank(s, data_->host_q(), sh->lowrank(*data_, sp.proxy_rank, pm_), sp.shared, sc);
+          else
+            ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
+          return ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+        }
+        return ka::select_tokens_random(s, sp.block, kb_, sp.shared, sp.scatter, sp.cluster_mean, kSeed + s.ctx);
+    }
+    return {};
+  }
+
+  // Share of the proxy's routed middle tokens (sink and latest excluded) that the exact key top-k
+  // also picks (both in logical order, same budget).
+  double proxy_recall() {
+    const auto& s = sp.s;
+    std::vector<float> sc;
+    ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, sc, pm_);
+    const ka::Selection exact = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+    ka::score_tokens_lowrank(s, data_->host_q(), sh->lowrank(*data_, sp.proxy_rank, pm_), sp.shared, sc);
+    const ka::Selection proxy = ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, sc);
+    const std::uint32_t ne = exact.geom.n_entries;
+    std::uint64_t both = 0, mid = 0;
+    for (std::uint32_t l = 0; l < exact.n_lists; ++l) {
+      const std::uint32_t* a = exact.idx.data() + std::uint64_t{l} * ne;
+      const std::uint32_t* p = proxy.idx.data() + std::uint64_t{l} * ne;
+      std::vector<std::uint32_t> x(a + sp.block, a + ne - sp.block), y(p + sp.block, p + ne - sp.block), z;
+      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(z));
+      both += z.size();
+      mid += x.size();
+    }
+    return mid ? double(both) / double(mid) : 1.0;
+  }
+
+  void route(Backend& be) {
+    const auto& s = sp.s;
+    if (gpu_) {
+#if defined(KVF_HAVE_CUDA)
+      if (sp.arm == ka::Arm::block)
+        ka::gpu::route_blocks(dims_, data_->q->ptr,
+                              data_->dcentroids.at(Shared::cent_key(sp.block, pm_)).get().as<float>(), sp.block, kb_,
+                              sp.shared, pm_, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
+                              kvf::cuda_stream(be));
+      else if (sp.proxy_rank) {
+        const auto& lr = data_->dlowrank.at(Shared::cent_key(sp.proxy_rank, pm_));
+        ka::gpu::route_tokens_lowrank(dims_, data_->q->ptr, lr.first.get().as<float>(), lr.second.get().as<float>(),
+                                      sp.proxy_rank, sp.block, kb_, sp.shared, pm_, dscores_.get().as<float>(),
+                                      dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+      } else
+        ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared, pm_,
+                              dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+#endif
+      return;
+    }
+    if (sp.arm == ka::Arm::block) {
+      ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared,
+                       scores_);
+      routed_ = ka::place(s, pm_, ka::select_blocks_by_score(s, sp.block, kb_, sp.shared, scores_));
+    } else {
+      if (sp.proxy_rank)
+        ka::score_tokens_lowrank(s, data_->host_q(), data_->lowrank.at(Shared::cent_key(sp.proxy_rank, pm_)), sp.shared,
+                                 scores_);
+      else
+        ka::score_tokens(s, data_->host_q(), data_->host_k(), sp.shared, scores_, pm_);
+      routed_ = ka::place(s, pm_, ka::select_tokens_by_score(s, sp.block, kb_, sp.shared, scores_));
+    }
+  }
+
+  void attend(Backend& be) {
+    if (!gpu_) {
+      ka::attention_cpu(sp.s, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_, ws_, out_.data());
+      return;
+    }
+#if defined(KVF_HAVE_CUDA)
+    // End to end on the GPU: attention reads the lists the routing kernels just wrote.
+    const BufferHandle& lists = sp.routing != Routing::none ? dridx_ : didx_;
+    ka::gpu::attention(dims_, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_.geom, lists.get().as<std::uint32_t>(),
+                       plan_, dws_.get().as<float>(), dout_.get().as<float>(), kvf::cuda_stream(be));
+#else
+    (void)be;
+#endif
+  }
+};
+
+
+Routing parse_routing(const std::string& t) {
+  return t == "alone" ? Routing::alone : t == "attend" ? Routing::attend : t == "end_to_end" ? Routing::end_to_end
+                                                                                             : Routing::none;
+}
+
+ka::Arm parse_arm(const std::string& t) { return t == "block" ? ka::Arm::block : t == "token" ? ka::Arm::token : ka::Arm::dense; }
+
+std::vector<std::uint32_t> parse_steps(const std::string& t) {
+  std::vector<std::uint32_t> out;
+  for (std::size_t at = 0; at < t.size();) {
+    const auto comma = std::min(t.find(',', at), t.size());
+    out.push_back(static_cast<std::uint32_t>(std::stoul(t.substr(at, comma - at))));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// The point's columns back to the spec the case runs; columns a row leaves empty (a dense row's block and
+// selection) take the spec's defaults, which that arm does not read.
+AttnSpec spec_of(const Point& p, const AccessEnv& env) {
+  AttnSpec sp;
+  sp.s.batch = static_cast<std::uint32_t>(p.integer("batch"));
+  sp.s.hq = static_cast<std::uint32_t>(p.integer("hq"));
+  sp.s.hkv = static_cast<std::uint32_t>(p.integer("hkv"));
+  sp.s.d = static_cast<std::uint32_t>(p.integer("head_dim"));
+  sp.s.ctx = static_cast<std::uint32_t>(p.integer("ctx"));
+  sp.s.dtype = ka::parse_dtype(p["dtype"]);
+  sp.s.layout = ka::parse_layout(p["layout"]);
+  sp.arm = parse_arm(p["arm"]);
+  sp.keep_text = p["keep"];
+  sp.keep = keep_fraction(sp.keep_text);
+  if (!p["block"].empty()) sp.block = static_cast<std::uint32_t>(p.integer("block"));
+  sp.shared = p["select"] == "shared";
+  sp.scatter = p["scatter"] == "clustered" ? ka::Scatter::clustered : ka::Scatter::uniform;
+  sp.routing = parse_routing(p["routing"]);
+  const std::string& router = p["router"];
+  if (router.rfind("lowrank", 0) == 0) sp.proxy_rank = static_cast<std::uint32_t>(std::stoul(router.substr(7)));
+  if (!p["reuse_steps"].empty()) sp.reuse_steps = parse_steps(p["reuse_steps"]);
+  sp.huge = p["huge"] == "on";
+  sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
+  sp.cluster_mean = env.cluster_mean;
+  // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
+  sp.s.page = sp.page;
+  return sp;
+}
+
+std::string cfg_name(const AttnSpec& sp) {
+  const auto& s = sp.s;
+  return ctx_name(s.ctx) + "/" + ka::to_string(s.layout) + "/" + ka::to_string(s.dtype) + "/d" + std::to_string(s.d) +
+         "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) + "/b" + std::to_string(s.batch) +
+         (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous"));
+}
+
+std::string keep_name(const AttnSpec& sp) {
+  std::string kt = sp.keep_text;
+  std::replace(kt.begin(), kt.end(), '/', ':');
+  return kt;
+}
+
+std::string arm_name(const AttnSpec& sp) {
+  std::string arm = ka::to_string(sp.arm);
+  if (sp.arm == ka::Arm::token && sp.routing == Routing::none) arm += std::string("-") + ka::to_string(sp.scatter);
+  if (sp.proxy_rank) arm += "-lowrank" + std::to_string(sp.proxy_rank);
+  return arm;
+}
+
+// Shape-only selection for the counts (physical entries x span per list), and the selected tokens.
+ka::Selection shape_of(const AttnSpec& sp, std::uint64_t& ntok) {
+  const auto& s = sp.s;
+  const ka::PageMap pm = ka::make_page_map(s.ctx, sp.page, 0);
+  ka::Selection shape;
+  ntok = s.ctx;
+  if (sp.arm != ka::Arm::dense) {
+    const auto kb = ka::sparse_blocks(s.ctx, sp.block, sp.keep);
+    ntok = std::uint64_t{kb} * sp.block;
+    shape.geom.span = sp.arm == ka::Arm::block ? sp.block : 1;
+    shape.geom.n_entries = static_cast<std::uint32_t>(ntok / shape.geom.span);
+    shape.n_lists = sp.shared ? s.batch : s.batch * s.hkv;
+  } else {
+    shape.geom.span = 256;
+    while (s.ctx % shape.geom.span) shape.geom.span /= 2;
+    shape.geom.n_entries = s.ctx / shape.geom.span;
+    shape.n_lists = s.batch;
+  }
+  shape.geom.shared = sp.shared;
+  shape.geom.n_entries *= pm.entries_per(shape.geom.span);
+  shape.geom.span = pm.entry_span(shape.geom.span);
+  shape.idx.resize(std::uint64_t{shape.n_lists} * shape.geom.n_entries);
+  return shape;
+}
+
+}  // namespace
+
+std::string attn_case_name(const Point& p) {
+  AttnSpec sp;
+  sp.s.ctx = static_cast<std::uint32_t>(p.integer("ctx"));
+  sp.s.layout = ka::parse_layout(p["layout"]);
+  sp.s.dtype = ka::parse_dtype(p["dtype"]);
+  sp.s.d = static_cast<std::uint32_t>(p.integer("head_dim"));
+  sp.s.hq = static_cast<std::uint32_t>(p.integer("hq"));
+  sp.s.hkv = static_cast<std::uint32_t>(p.integer("hkv"));
+  sp.s.batch = static_cast<std::uint32_t>(p.integer("batch"));
+  sp.huge = p["huge"] == "on";
+  sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
+  sp.arm = parse_arm(p["arm"]);
+  sp.routing = parse_routing(p["routing"]);
+  sp.scatter = p["scatter"] == "clustered" ? ka::Scatter::clustered : ka::Scatter::uniform;
+  const std::string& router = p["router"];
+  if (router.rfind("lowrank", 0) == 0) sp.proxy_rank = static_cast<std::uint32_t>(std::stoul(router.substr(7)));
+  sp.keep_text = p["keep"];
+  std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
+                   arm_name(sp) + "/" + cfg_name(sp);
+  if (sp.arm != ka::Arm::dense) nm += "/keep" + keep_name(sp) + "/B" + p["block"] + "/" + p["select"];
+  return nm;
+}
+
+std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std::string& keep) {
+  if (block.empty()) return std::to_string(ctx);
+  const auto b = static_cast<std::uint32_t>(std::stoul(block));
+  return std::to_string(std::uint64_t{ka::sparse_blocks(ctx, b, keep_fraction(keep))} * b);
+}
+
+std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
+  const bool gpu = env.target.gpu;
+  const AttnSpec sp = spec_of(p, env);
+  const auto& s = sp.s;
+  auto c = std::make_unique<AttnCase>();
+  c->sh = env.shared;
+  c->config_key = cfg_name(sp);
+  c->pair_key = c->config_key + "/k" + keep_name(sp) + "/B" + std::to_string(sp.block) + "/" +
+                (sp.shared ? "shared" : "per_head");
+  c->route_key = c->pair_key + "/" + arm_name(sp) + "/route-";
+  std::uint64_t ntok = 0;
+  const ka::Selection shape = shape_of(sp, ntok);
+  c->sp = sp;
+  c->account(shape);
+  const double ws = 2.0 * s.batch * s.hkv * double(ntok) * s.d * ka::dtype_bytes(s.dtype);
+  c->params = {{"working_set_bytes", fmt(ws, 12)},
+               {"llc_bytes", std::to_string(env.llc)},
+               {"working_set_vs_llc", fmt(ws / double(env.llc))},
+               {"kv_bytes", fmt(2.0 * double(s.kv_bytes()), 12)}};
+  c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+  const double rate = gpu ? 2e12 : 8e9;
+  const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
+  const double fill = 2.0 * double(s.kv_bytes()) / (gpu ? 1e11 : 6e8);  // amortized over the cases sharing it
+  const double ref = 4.0 * s.batch * s.hq * double(ntok) * s.d / (gpu ? 8e9 : 2e9);
+  // Per mode: warm-up + samples until 1% error or the 0.5 s budget (cold samples add a flush each).
+  c->est_seconds = 0.05 + fill / 4 + ref + 2 * std::min(0.6, std::max(0.25, 10 * t + 0.1));
+  if (env.dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(env.dev_mem))
+    return skipped_case("", c->params, "K and V need " + format_bytes(2.0 * s.kv_bytes()) + ", more than 60% of memory");
+  return c;
+}
+
+}  // namespace kvf::access_study

@@ -1,0 +1,174 @@
+// The gather part: runs of R bytes at random run-aligned offsets, without replacement, from a pool of at
+// least 4x the LLC, beside a sequential read of the same pool (the figure each gather row is stated against).
+#include <algorithm>
+
+#include "access_env.hpp"
+#include "kvf/errors.hpp"
+
+#if defined(KVF_HAVE_CUDA)
+#include "access_gpu.hpp"
+#include "kvf/cuda_backend.hpp"
+#endif
+
+namespace kvf::access_study {
+namespace {
+
+// The sequential arm reads 64 KiB runs in address order: the bandwidth a gather of the same pool could reach.
+constexpr std::uint64_t kSeqRun = 65536;
+
+class GatherCase final : public Case {
+ public:
+  std::shared_ptr<Shared> sh;
+  ka::GatherGeom g;
+  bool huge = true, prefetch = true;
+  std::string seq_key;  // sequential arm of the same pool/huge setting (for the vs_seq note)
+  bool is_seq = false;
+#if defined(KVF_HAVE_CUDA)
+  BufferHandle dsum;
+  int sms = 0;
+#endif
+
+  void setup(Backend& be) override {
+    const auto& pool = sh->ensure_pool(be, g.pool_bytes, huge);
+    if (!is_cuda(be) && huge && !pool.huge) note_ += "huge pages not granted; ";
+#if defined(KVF_HAVE_CUDA)
+    if (is_cuda(be)) {
+      dsum = BufferHandle(be, 8, MemKind::device);
+      sms = cuda_props(be).multiProcessorCount;
+    }
+#endif
+  }
+  bool has_verify() const override { return true; }
+  std::uint64_t once(Backend& be) {
+    if (!is_cuda(be)) return ka::gather_cpu(sh->pool->ptr, g, prefetch);
+#if defined(KVF_HAVE_CUDA)
+    KVF_CUDA_CHECK(cudaMemsetAsync(dsum->ptr, 0, 8, cuda_stream(be)));
+    ka::gpu::gather(sh->pool->ptr, g, dsum.get().as<unsigned long long>(), sms, cuda_stream(be));
+    be.synchronize();
+    std::uint64_t r = 0;
+    KVF_CUDA_CHECK(cudaMemcpy(&r, dsum->ptr, 8, cudaMemcpyDeviceToHost));
+    return r;
+#else
+    return 0;
+#endif
+  }
+  void verify(Backend& be) override {
+    const std::uint64_t got = once(be), want = ka::gather_ref(kSeed, g);
+    if (got != want)
+      throw VerifyError("gather checksum " + std::to_string(got) + " differs from the reference " +
+                        std::to_string(want) + " (run " + std::to_string(g.run_bytes) + " B)");
+  }
+  void run(Backend& be) override {
+    if (!is_cuda(be)) {
+      sh->sink += ka::gather_cpu(sh->pool->ptr, g, prefetch);
+      return;
+    }
+#if defined(KVF_HAVE_CUDA)
+    ka::gpu::gather(sh->pool->ptr, g, dsum.get().as<unsigned long long>(), sms, cuda_stream(be));
+#endif
+  }
+  void teardown(Backend&) override {
+#if defined(KVF_HAVE_CUDA)
+    dsum.reset();
+#endif
+  }
+  std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
+    std::string n = note_;
+    note_.clear();
+    if (is_seq) sh->record(seq_key, mode, m.median);
+    if (!is_seq)
+      if (auto s = sh->median(seq_key, mode)) n += "vs_seq=" + fmt(*s / m.median);
+    return n;
+  }
+
+ private:
+  std::string note_;
+};
+
+std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
+  const bool gpu = env.target.gpu, seq = p["arm"] == "sequential", huge = p["huge"] == "on";
+  const bool pf = p["prefetch"] != "off";
+  const std::uint64_t pool = std::uint64_t(p.integer("pool_mib")) << 20, R = std::uint64_t(p.integer("run_bytes"));
+  const std::uint64_t total = gather_total(env, pool);
+  ka::GatherGeom g{pool, R, total / R * R, kSeed, seq};
+  ka::validate_gather(g);
+  auto c = std::make_unique<GatherCase>();
+  c->sh = env.shared;
+  c->g = g;
+  c->huge = huge;
+  c->prefetch = pf;
+  c->is_seq = seq;
+  c->seq_key = "seq" + std::to_string(pool) + (huge ? "h" : "n") + (pf ? "p" : "n");
+  const double llc = double(env.llc);
+  c->params = {{"working_set_bytes", std::to_string(g.total_bytes)},
+               {"llc_bytes", std::to_string(env.llc)},
+               {"working_set_vs_llc", fmt(double(g.total_bytes) / llc)}};
+  c->bytes = double(g.total_bytes);
+  c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+  // Hot samples only where the gathered bytes fit the cache (else hot = cold, and time is short).
+  c->hot = g.total_bytes < env.llc;
+  const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
+  c->est_seconds = 0.05 + double(pool) / (gpu ? 5e11 : 3e9) +
+                   (c->hot ? 2 : 1) * std::min(0.6, std::max(0.2, 10 * t + 0.05)) + double(g.total_bytes) / 1e9;
+  return c;
+}
+
+// Per (pool, huge pages, prefetch): the sequential read first, so every gather row finds its vs_seq median.
+Grid gather_grid(const Target&, const AccessEnv& env) {
+  Grid grid;
+  for (auto pool : env.pools)
+    for (const auto& huge : env.gather_huge)
+      for (const auto& pf : env.prefetch) {
+        const auto prod = [&](const char* arm, std::vector<std::string> runs) {
+          return Product{{{"part", {"gather"}},
+                          {"arm", {arm}},
+                          {"run_bytes", std::move(runs)},
+                          {"pool_mib", {std::to_string(pool >> 20)}},
+                          {"huge", {huge}},
+                          {"prefetch", {pf}}}};
+        };
+        grid.push_back(prod("sequential", {std::to_string(kSeqRun)}));
+        std::vector<std::string> runs;
+        for (auto r : env.runs) runs.push_back(std::to_string(r));
+        grid.push_back(prod("gather", runs));
+      }
+  return grid;
+}
+
+}  // namespace
+
+std::uint64_t gather_total(const AccessEnv& env, std::uint64_t pool) {
+  const bool gpu = env.target.gpu;
+  return env.gather_bytes ? *env.gather_bytes
+                          : std::min<std::uint64_t>(gpu ? 256ull << 20 : (env.target.quick ? 16ull << 20 : 64ull << 20),
+                                                    pool / 2);
+}
+
+Arm<AccessEnv> gather_arm() {
+  return Arm<AccessEnv>{
+      .name = "gather",
+      .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of >= 4x the LLC, "
+             "beside a sequential read of the pool",
+      .axes = {{.name = "part", .cpu = {"gather"}, .quick = {"gather"}},
+               {.name = "arm", .doc = "sequential (64 KiB runs in order) or gather",
+                .cpu = {"sequential", "gather"}, .quick = {"sequential", "gather"}},
+               {.name = "run_bytes", .doc = "bytes of one run, a power of two from 32",
+                .cpu = {"32", "64", "128", "256", "512", "1024", "4096", "16384", "65536"}, .quick = {"256"},
+                .flag = "--run-bytes"},
+               // The pool follows the LLC: max(4x LLC, 128 MiB; 64 MiB with --quick), resolved into the env.
+               {.name = "pool_mib", .doc = "MiB of the pool the runs are drawn from", .flag = "--pool-mib"},
+               {.name = "huge", .doc = "huge pages (CPU)", .cpu = {"on", "off"}, .gpu = {"on"}, .quick = {"on"},
+                .flag = "--huge-pages"},
+               {.name = "prefetch", .doc = "software prefetch of the CPU gather (empty on the GPU)", .cpu = {"on"},
+                .gpu = {""}, .quick = {"on"}, .quick_gpu = {""}, .flag = "--prefetch"}},
+      .default_grid = gather_grid,
+      .case_name_fn =
+          [](const Point& p) {
+            const bool seq = p["arm"] == "sequential";
+            return std::string("gather/") + (seq ? "seq" : "R" + p["run_bytes"]) + "/pool" + p["pool_mib"] + "MiB/" +
+                   (p["huge"] == "on" ? "huge" : "nohuge") + (p["prefetch"] == "off" ? "/noprefetch" : "");
+          },
+      .make = make_gather};
+}
+
+}  // namespace kvf::access_study
