@@ -16,10 +16,6 @@
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
 
-#if defined(KVF_HAVE_CUDA)
-#include "kvf/cuda_backend.hpp"
-#endif
-
 namespace kvf::access_study {
 namespace {
 
@@ -171,12 +167,8 @@ class AccessStudy final : public Study {
     Backend& be = *ctx.backend;
     env.target = Target{.gpu = is_cuda(be), .quick = ctx.quick};
     env.llc = be.info().llc_bytes ? be.info().llc_bytes : (std::uint64_t{32} << 20);
-#if defined(KVF_HAVE_CUDA)
-    if (env.target.gpu) {
-      const auto& pr = cuda_props(be);
-      env.have_fp8 = pr.major * 10 + pr.minor >= 89;
-    }
-#endif
+    // fp8 conversion instructions: sm_89 and newer (from the device description, so a planned run answers too).
+    env.have_fp8 = env.target.gpu && compute_capability(be.info()) >= 89;
     check_choices(env);
     parse_shape(env);
     parse_sweep(env, be);
