@@ -161,7 +161,7 @@ class InterferenceGpu final : public Case {
   }
   void teardown(Backend&) override {
     side_.reset();  // drains the background before its buffers go
-    q_.reset(), k_.reset(), v_.reset(), idx_.reset(), ws_.reset(), out_.reset(), src_.reset(), dst_.reset();
+    for (BufferHandle* b : {&q_, &k_, &v_, &idx_, &ws_, &out_, &src_, &dst_}) b->reset();
     x_ = XState{};
     reps_ = 1;
     samples_ = drained_ = 0;

@@ -54,7 +54,8 @@ struct Env {
   std::vector<std::string> model_names(bool mla) const;  // the GQA (mla = false) or MLA models, in order
   const md::ModelShape* first_gqa() const;              // the model of the single-model arms
   fr::LayerWeights& weights(const md::ModelShape& m);
-  const fr::DirectFile& file();                         // written on first use (its setup, never listed)
+  // The tier file, written whole by the first case setup that reads it: --list never writes it.
+  const fr::DirectFile& file();
 };
 
 using Arm = kvf::Arm<Env>;
