@@ -1,0 +1,109 @@
+// The frontier study's environment and its arm declarations. study.cpp parses and checks the flags into an
+// Env, then builds the arm list from it (frontier_arms) and expands it; each arm_*.cpp holds one arm or a
+// group of closely related arms: its Case subclasses and its kvf::Arm<Env> declaration.
+//
+// The declarations are built from the Env, not static: the model list, the X forms, the granularity
+// arm's page size and the interference arm's decode length are runtime facts (the model file, --models,
+// the backend), and an axis whose values are such facts keeps them when another flag replaces the grid.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvf/arms.hpp"
+#include "kvf/backend.hpp"
+#include "kvf/study.hpp"
+#include "layers.hpp"
+#include "models.hpp"
+#include "transfer.hpp"
+
+namespace kvf::frontier_study {
+
+namespace fr = kvf::frontier;
+namespace md = kvf::models;
+
+inline constexpr std::uint64_t kSeed = 0xf00d;
+inline constexpr int kPos0 = 4096;  // pages of the X arms sit at positions 4096 .. 4096 + T - 1
+
+struct Env {
+  Backend* be = nullptr;
+  bool gpu = false, quick = false;
+
+  // From the flags, checked by the study before any arm expands.
+  std::vector<md::ModelShape> all;              // the model file
+  std::vector<const md::ModelShape*> models;    // --models, else Llama-3.1-8B,DeepSeek-V3 (GPU: every model)
+  std::vector<std::string> xdtypes;             // --xdtypes, else int8,int4
+  std::vector<std::string> copy_sizes;          // --copy-sizes in bytes (empty: each arm's defaults)
+  std::vector<int> prefix;                      // --prefix (the interference arm takes the first)
+  std::string file_dir = "/var/tmp";
+  std::size_t file_bytes = 0;                   // --file-size (default 256 MiB; --quick 64 MiB)
+
+  // Backend facts.
+  double mem_avail = 0;                         // 60% of host memory
+  std::size_t gpu_memory_bytes = 0;
+
+  // Built on first use and shared by the cases that read them.
+  std::map<std::string, std::shared_ptr<fr::LayerWeights>> layer_weights;  // by model: one synthetic layer
+  std::shared_ptr<fr::DirectFile> tier_file;                               // the file tier's file
+
+  const md::ModelShape& model(const std::string& name) const;
+  std::vector<std::string> model_names(bool mla) const;  // the GQA (mla = false) or MLA models, in order
+  const md::ModelShape* first_gqa() const;              // the model of the single-model arms
+  fr::LayerWeights& weights(const md::ModelShape& m);
+  // The tier file, written whole by the first case setup that reads it: --list never writes it.
+  const fr::DirectFile& file();
+};
+
+using Arm = kvf::Arm<Env>;
+
+// The one list (study.cpp): ceiling arms always run and are not named by --arms.
+kvf::ArmList<Env> ceiling_arms(const Env& env);
+kvf::ArmList<Env> frontier_arms(const Env& env);
+
+Arm gemm_ceiling_arm(const Env& env);
+Arm x_arm(const Env& env);
+Arm xq_arm(const Env& env);
+Arm layers_arm(const Env& env);
+Arm mla_arm(const Env& env);
+Arm copy_arm(const Env& env);
+Arm granularity_arm(const Env& env);
+Arm file_arm(const Env& env);
+Arm file_page_arm(const Env& env);
+Arm overlap_arm(const Env& env);
+Arm interference_arm(const Env& env);
+Arm link_arm(const Env& env);
+
+// ---------------------------------------------------------------- helpers the arms share
+// The row's "arm" column: the arm's name, or the variants it runs (memcpy/dram_copy, mla_latent/mla_up).
+inline kvf::Axis arm_axis(std::vector<std::string> values, std::string doc = "the row's arm column") {
+  return {.name = "arm", .doc = std::move(doc), .cpu = values, .quick = values, .fixed = values};
+}
+inline std::string str(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+inline std::string i2s(long long v) { return std::to_string(v); }
+std::vector<std::string> texts(const std::vector<int>& v);
+
+// Estimated seconds for a case whose run takes `t` seconds: setup/verify + warm-up and samples of
+// both modes under the default stop rule (5 samples at least, 0.5 s per mode at most).
+double est(double t, double setup_s, int modes = 2);
+
+// One layer's bf16 K/V of a page of T tokens.
+std::size_t kv_page_bytes(const md::ModelShape& m, int T);
+// Derived columns of a page of T tokens recomputed P at a time through L layers.
+std::vector<Param> page_columns(const md::ModelShape& m, int T, int P, int L);
+
+Buffer host_view(const void* p, std::size_t bytes);
+Buffer sub(const Buffer& b, std::size_t off, std::size_t bytes);
+BufferHandle upload(Backend& be, const void* p, std::size_t bytes);  // a device copy of host data
+void download(Backend& be, void* p, const BufferHandle& d, std::size_t bytes);
+
+inline const kvf::CeilingRef kGemmCeiling{"frontier", {{"arm", "gemm_ceiling"}}, "tflops"};
+
+}  // namespace kvf::frontier_study
