@@ -54,6 +54,7 @@
 #include "kvf/nvtx.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
+#include "kvf/perf_events.hpp"
 #include "kvf/fn_case.hpp"
 #include "kvf/study.hpp"
 #include "kvf/units.hpp"
@@ -416,7 +417,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   const double mem = gpu_ ? double(be.info().memory_bytes) * 0.85
                           : double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
   if (!gpu_) {
-    const auto p = dc::probe_perf();
+    const auto p = kvf::probe_perf();
     perf_ok_ = p.available;
     perf_reason_ = p.reason;
     if (!perf_ok_) std::fprintf(stderr, "bench_idleness: CPU hardware counters absent: %s\n", p.reason.c_str());
@@ -599,7 +600,7 @@ std::string IdlenessStudy::cpu_after(FnCase& c, const kvf::Summary& s, const std
   auto rows = dc::cpu_rows("idleness", c.name, mode, cpu_name_, x);
   std::string perf = "perf counters: absent (" + perf_reason_ + ")";
   if (perf_ok_ && once) {
-    const auto pc = dc::perf_count(once);
+    const auto pc = kvf::perf_count(once);
     if (pc.ok) {
       rows.push_back({"idleness", c.name, "perf", "perf", mode == "cold" ? 0 : 1, mode, cpu_name_, "cycles",
                       pc.cycles, "cycle"});
