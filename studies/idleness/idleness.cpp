@@ -88,13 +88,13 @@ class IdlenessStudy final : public kvf::Study {
 
 void IdlenessStudy::add_options(CLI::App& app) {
   app_ = &app;
-  std::string arm_help = "arms to run (default all; the ceilings";
+  std::vector<std::string> ceilings;
   for (const auto& a : arms_.all())
-    if (always_runs(a)) arm_help += " " + a.name;
-  arm_help += " always run):";
+    if (always_runs(a)) ceilings.push_back(a.name);
+  std::string arm_help = "arms to run (default all: " + kvf::join_names(selectable()) + "; the ceilings " +
+                         kvf::join_names(ceilings) + " always run).";
   for (const auto& a : arms_.all())
-    if (!always_runs(a)) arm_help += " " + a.name + " (" + a.doc + ");";
-  arm_help.pop_back();
+    if (!always_runs(a)) arm_help += " " + a.name + ": " + a.doc + ".";
   app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B)")->delimiter(',');
   app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
   app.add_option("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
