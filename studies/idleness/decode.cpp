@@ -44,6 +44,11 @@ class DecodeCpu final : public kvf::Case {
  public:
   DecodeCpu(Env& env, const md::ModelShape& m, int B, int C, int L, bool with_bg)
       : env_(env), m_(m), B_(B), C_(C), L_(L), with_bg_(with_bg) {}
+  // A case dropped after setup without its teardown (an error) must not leave its thread joinable.
+  ~DecodeCpu() override {
+    stop_ = true;
+    if (bg_.joinable()) bg_.join();
+  }
 
   void setup(kvf::Backend&) override {
     w_ = env_.weights(m_);
