@@ -20,7 +20,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -98,19 +97,6 @@ std::vector<CounterRow> cpu_rows(const std::string& study, const std::string& ca
                                  const std::string& chip, const CpuIdleness& x);
 // Appends rows to DIR/counters.csv (header written when the file is new; UsageError on a foreign header).
 void append_counters_csv(const std::string& results_dir, const std::vector<CounterRow>& rows);
-
-// perf events: one line saying whether hardware counters (cycles, instructions) can be read here.
-struct PerfProbe {
-  bool available = false;
-  std::string reason;  // "perf_event_open(cycles): Operation not supported" etc.
-};
-PerfProbe probe_perf();
-// Cycles and instructions of the calling process's threads over fn() (NaN where unavailable).
-struct PerfCounts {
-  double cycles = 0, instructions = 0;
-  bool ok = false;
-};
-PerfCounts perf_count(const std::function<void()>& fn);
 
 // ---------------------------------------------------------------- CPU twin
 // All BLAS parallelism of the twin goes through OpenMP: kvf::frontier::gemm_xwT / blas_on_openmp (recompute.hpp).

@@ -1,0 +1,200 @@
+// The decode arm: a decoder layer's decode step over L layers for B sequences at context C, verified against the
+// reference of one layer, then timed; its idleness figures are stated against both ceilings of the run. The CPU
+// case here also serves the co-run's steps (a recompute thread beside it); the GPU case is decode_gpu.cpp.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "idleness.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/units.hpp"
+
+namespace kvf::idleness {
+
+kvf::Axis arm_axis(const std::string& arm, bool in_quick) {
+  return {.name = "arm", .doc = "the arm", .cpu = {arm}, .quick = in_quick ? std::vector<std::string>{arm}
+                                                                           : std::vector<std::string>{}};
+}
+kvf::Axis model_axis() {
+  return {.name = "model", .doc = "model shape (data/models.json)", .cpu = {"Llama-3.1-8B"},
+          .quick = {"Llama-3.1-8B"}, .flag = "--models"};
+}
+kvf::Axis batch_axis() {
+  return {.name = "batch", .doc = "sequences B per step", .cpu = {"1", "4", "16", "64"},
+          .gpu = {"1", "4", "16", "64", "256"}, .quick = {"1", "16"}, .flag = "--batches"};
+}
+kvf::Axis context_axis() {
+  return {.name = "context", .doc = "tokens C of K/V each sequence attends over", .cpu = {"1024", "4096"},
+          .gpu = {"1024", "8192", "32768", "131072"}, .quick = {"1024"}, .flag = "--contexts"};
+}
+kvf::Axis layers_axis() {
+  return {.name = "layers", .doc = "layers L per step (one synthetic layer's weights re-read L times)", .cpu = {"1"},
+          .gpu = {"4"}, .quick = {"1"}, .quick_gpu = {"4"}, .flag = "--layers"};
+}
+
+namespace {
+
+// The CPU decode step; with background "recompute", a thread recomputes pages from X beside it (the co-run).
+class DecodeCpu final : public kvf::Case {
+ public:
+  DecodeCpu(Env& env, const md::ModelShape& m, int B, int C, int L, bool with_bg)
+      : env_(env), m_(m), B_(B), C_(C), L_(L), with_bg_(with_bg) {}
+  // A case dropped after setup without its teardown (an error) must not leave its thread joinable.
+  ~DecodeCpu() override {
+    stop_ = true;
+    if (bg_.joinable()) bg_.join();
+  }
+
+  void setup(kvf::Backend&) override {
+    w_ = env_.weights(m_);
+    const std::size_t mem_cap = std::size_t(double(kvf::host_memory_bytes()) * 0.3);
+    const double per = dc::kv_layer_bytes(m_, B_, C_);
+    const int copies = std::max(1, std::min(L_, int(double(mem_cap) / std::max(per, 1.0))));
+    st_ = dc::make_decode_state(m_, B_, C_, copies, kSeed);
+    if (!with_bg_) return;
+    rc_ = std::make_unique<dc::RecomputeState>(dc::make_recompute_state(m_, 128, 1, kSeed + 90));
+    stop_ = false;
+    bg_ = std::thread([this] {
+      omp_set_num_threads(1);  // one background thread: the recompute runs beside the decode step's team
+      try {
+        while (!stop_) {
+          dc::recompute_cpu(*rc_);
+          ++pages_;
+        }
+      } catch (const std::exception& e) {
+        bg_error_ = e.what();
+      }
+    });
+  }
+  bool has_verify() const override { return true; }
+  void verify(kvf::Backend&) override {
+    std::vector<int> rows = {0};
+    if (B_ > 1) rows.push_back(B_ - 1);
+    const auto r = dc::verify_cpu(*w_, st_, rows);
+    if (!r.ok()) throw kvf::VerifyError("decode layer vs reference: " + r.text());
+  }
+  void before_sample(kvf::Backend&) override {
+    if (bg_.joinable() && t0_ == std::chrono::steady_clock::time_point{}) {
+      pages_ = 0;
+      t0_ = std::chrono::steady_clock::now();
+    }
+  }
+  void run(kvf::Backend&) override { dc::decode_step_cpu(*w_, st_, L_); }
+  std::string after_measure(kvf::Backend&, const kvf::Summary& sm, const std::string& mode) override {
+    std::string extra = cpu_after(env_, *this, sm, mode, [this] { dc::decode_step_cpu(*w_, st_, L_); });
+    extra += "; K/V copies " + i2s(st_.copies()) + " for " + i2s(L_) + " layers";
+    if (mode == "hot") extra += phase_split();
+    if (bg_.joinable()) {
+      if (!bg_error_.empty()) throw std::runtime_error("background recompute failed: " + bg_error_);
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      extra += "; background recompute pages_per_s=" + num(double(pages_.load()) / el) + " (T=128, 1 page per call)";
+      pages_ = 0;
+      t0_ = std::chrono::steady_clock::now();
+    }
+    return extra;
+  }
+  void teardown(kvf::Backend&) override {
+    stop_ = true;
+    if (bg_.joinable()) bg_.join();
+    rc_.reset();
+    st_ = dc::DecodeState{};
+    w_.reset();
+  }
+
+ private:
+  // One extra step, instrumented: GEMMs (weights) vs attention (K/V) vs the rest, with their rates.
+  std::string phase_split() {
+    st_.t_gemm = st_.t_attn = st_.t_other = 0;
+    st_.instrument = true;
+    dc::decode_step_cpu(*w_, st_, L_);
+    st_.instrument = false;
+    const double wbytes = dc::layer_params(m_) * 4 * L_, kvb = dc::kv_layer_bytes(m_, B_, C_) * L_;
+    const double gflop = 2.0 * B_ * dc::layer_params(m_) * L_ / 1e9;
+    return "; phase split of one step: gemm " + num(st_.t_gemm, 3) + " s (" + num(wbytes / st_.t_gemm / 1e9, 3) +
+           " GB/s of weights, " + num(gflop / st_.t_gemm, 3) + " GFLOP/s), attention " + num(st_.t_attn, 3) +
+           " s (" + num(kvb / st_.t_attn / 1e9, 3) + " GB/s of K/V), other " + num(st_.t_other, 3) + " s";
+  }
+
+  Env& env_;
+  const md::ModelShape m_;
+  const int B_, C_, L_;
+  const bool with_bg_;
+  std::shared_ptr<fr::LayerWeights> w_;
+  dc::DecodeState st_;
+  std::thread bg_;
+  std::atomic<bool> stop_{false};
+  std::atomic<long> pages_{0};
+  std::chrono::steady_clock::time_point t0_;
+  std::string bg_error_;
+  std::unique_ptr<dc::RecomputeState> rc_;
+};
+
+// A step whose weights and one layer's K/V cannot fit: bad input when the user asked for both its batch and its
+// context, a skipped row otherwise. Empty: it fits.
+std::string does_not_fit(const md::ModelShape& m, int B, int C, const Env& env) {
+  const double need = dc::layer_params(m) * (env.gpu ? 2 : 4) + dc::kv_layer_bytes(m, B, C);
+  if (need <= env.usable_bytes) return {};
+  const std::string msg = m.name + " B " + i2s(B) + " C " + i2s(C) + ": weights and one layer's K/V need " +
+                          kvf::format_bytes(need) + ", more than the " + kvf::format_bytes(env.usable_bytes) +
+                          " usable";
+  if (env.user_shape) throw kvf::UsageError("--batches/--contexts " + msg);
+  return msg;
+}
+
+}  // namespace
+
+std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const std::string& background) {
+  const md::ModelShape& m = env.shape(p["model"]);
+  const int B = int(p.integer("batch")), C = int(p.integer("context")), L = int(p.integer("layers"));
+  const bool corun = p["arm"] == "corun";
+  const bool with_bg = background == "recompute" || background == "green_recompute";
+  std::unique_ptr<kvf::Case> c;
+#if defined(KVF_HAVE_CUDA)
+  if (env.gpu) c = make_decode_gpu_case(m, B, C, L, background, env);
+#endif
+  if (!c) c = std::make_unique<DecodeCpu>(env, m, B, C, L, with_bg);
+  const double wb = env.gpu ? 2 : 4;
+  c->params.insert(c->params.begin(), {{"background", background}, {"weight_bytes", num(wb)}});
+  c->flops = dc::decode_flops(m, B, C, L);
+  c->bytes = dc::decode_bytes(m, B, C, L, wb);
+  if (!c->ceiling)
+    c->ceiling = corun ? kvf::CeilingRef{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"}
+                       : read_ceiling_ref();
+  const auto ceilings = idle_ceilings();
+  c->uses.insert(c->uses.begin(), ceilings.begin(), ceilings.end());
+  const double t = env.gpu ? c->bytes / 2.5e12 + L * 60e-6 : c->bytes / 15e9 + c->flops / 150e9;
+  // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps).
+  c->est_seconds = env.gpu ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2)) : est(t, 0.4 + 0.25 * std::min(B, 2));
+  if (c->note.empty())
+    c->note = std::string("bytes = ") + (env.gpu ? "bf16" : "fp32 (bf16 values)") +
+              " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "
+              "every layer (each exceeds the LLC/L2)" +
+              (corun ? std::string("; pct_of_ceiling = 100 / slowdown against background none") : "");
+  return c;
+}
+
+Arm decode_arm() {
+  return Arm{
+      .name = "decode",
+      .doc = "decode step of L layers for B sequences at context C (norms, QKV, RoPE, attention, O, MLP), verified",
+      .axes = {arm_axis("decode", true), model_axis(), batch_axis(), context_axis(), layers_axis()},
+      .case_name_fn =
+          [](const kvf::Point& p) {
+            return "decode/" + p["model"] + "/B" + p["batch"] + "/C" + ctx_name(p.integer("context")) + "/L" +
+                   p["layers"];
+          },
+      .make =
+          [](const kvf::Point& p, Env& env) -> std::unique_ptr<kvf::Case> {
+            const std::string why =
+                does_not_fit(env.shape(p["model"]), int(p.integer("batch")), int(p.integer("context")), env);
+            if (!why.empty()) return kvf::skipped_case("", {}, why);
+            return make_decode_case(p, env, "none");
+          }};
+}
+
+}  // namespace kvf::idleness

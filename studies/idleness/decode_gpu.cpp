@@ -1,0 +1,348 @@
+// The decode step on the GPU (decode arm, and the co-run's steps): verified, timed, then its counters. With a
+// background, recompute from X runs on a second stream (or, green, on its own SM partition) while the steps run.
+#if defined(KVF_HAVE_CUDA)
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "decode_gpu.hpp"
+#include "idleness.hpp"
+#include "kvf/cuda_backend.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/green_ctx.hpp"
+#include "kvf/stream_gate.hpp"
+
+namespace kvf::idleness {
+namespace {
+
+// Events of the co-run: partition events are made, recorded, synchronized and timed through the split (the
+// driver's calls for events of a green context); the plain co-run's through the runtime.
+struct Events {
+  kvf::GreenSplit* split = nullptr;
+  std::vector<cudaEvent_t> own;  // runtime events of the plain co-run (the split owns its own)
+
+  cudaEvent_t make(int part) {
+    if (split) return split->make_event(part);
+    cudaEvent_t e = nullptr;
+    KVF_CUDA_CHECK(cudaEventCreate(&e));
+    own.push_back(e);
+    return e;
+  }
+  void record(cudaEvent_t e, cudaStream_t s, int part) {
+    if (split) split->record(e, part);
+    else KVF_CUDA_CHECK(cudaEventRecord(e, s));
+  }
+  void sync(cudaEvent_t e) {
+    if (split) split->sync(e);
+    else KVF_CUDA_CHECK(cudaEventSynchronize(e));
+  }
+  float elapsed(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    if (!split) {
+      KVF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      return ms;
+    }
+    std::string err;
+    if (!split->elapsed_ms(a, b, ms, err)) throw std::runtime_error("green-context event times: " + err);
+    return ms;
+  }
+  void destroy_own() {
+    for (auto& e : own) (void)cudaEventDestroy(e);
+    own.clear();
+  }
+};
+
+class DecodeGpu final : public kvf::Case {
+ public:
+  DecodeGpu(Env& env, const md::ModelShape& m, int B, int C, int L, const std::string& background)
+      : env_(env), m_(m), B_(B), C_(C), L_(L), green_(background.rfind("green_", 0) == 0),
+        with_bg_(background == "recompute" || background == "green_recompute"), green_request_(env.green_request) {}
+
+  void setup(kvf::Backend& be) override {
+    w_ = env_.weights(m_);
+    const double free_b = double(be.info().memory_bytes) * 0.8 - dc::layer_params(m_) * 2;
+    const int copies = std::max(1, std::min(L_, int(free_b / std::max(1.0, dc::kv_layer_bytes(m_, B_, C_)))));
+    cudaStream_t st = kvf::cuda_stream(be);
+    int sms = kvf::cuda_props(be).multiProcessorCount;
+    if (green_) {
+      int dev = 0;
+      KVF_CUDA_CHECK(cudaGetDevice(&dev));
+      split_ = std::make_unique<kvf::GreenSplit>(dev, green_request_);
+      if (!split_->available()) throw std::runtime_error("green contexts: " + split_->reason());
+      ev_.split = split_.get();
+      ds_ = split_->stream(1);
+      sms = split_->sm_count(1);
+      KVF_CUDA_CHECK(cudaEventCreateWithFlags(&hop_in_, cudaEventDisableTiming));
+      hop_out_ = split_->make_event(1);
+      KVF_CUDA_CHECK(cudaStreamSynchronize(st));  // nothing of the backend's still queued behind the split
+    }
+    const cudaStream_t ds = green_ ? ds_ : st;
+    // The attention's split-KV plan sees the SMs decode runs on; cuBLASLt picks its kernels for the whole device.
+    dec_ = std::make_unique<dc::gpu::DecodeGpu>(*w_, m_, B_, C_, copies, kSeed, sms, ds);
+    if (with_bg_) setup_background(ds);
+  }
+  bool has_verify() const override { return true; }
+  void verify(kvf::Backend& be) override {
+    std::vector<int> rows = {0};
+    if (B_ > 1) rows.push_back(B_ - 1);
+    // Green: on the decode partition's stream, so a partition that cannot run the step fails here, before timing.
+    const auto r = dec_->verify(*w_, rows, split_ ? ds_ : kvf::cuda_stream(be));
+    if (!r.ok())
+      throw kvf::VerifyError(std::string("GPU decode layer") + (split_ ? " (green-context partition)" : "") +
+                             " vs reference: " + r.text());
+  }
+  void before_sample(kvf::Backend&) override;
+  void run(kvf::Backend& be) override;
+  std::string after_measure(kvf::Backend& be, const kvf::Summary& sm, const std::string& mode) override;
+  void teardown(kvf::Backend& be) override;
+
+ private:
+  void setup_background(cudaStream_t ds);
+  std::string background_note();
+  std::string green_slowdown_note(const kvf::Summary& s, const std::string& mode) const;
+
+  Env& env_;
+  const md::ModelShape m_;
+  const int B_, C_, L_;
+  const bool green_, with_bg_;
+  const int green_request_;
+  std::shared_ptr<fr::LayerWeights> w_;
+  std::unique_ptr<dc::gpu::DecodeGpu> dec_;
+  std::unique_ptr<dc::gpu::RecomputeGpu> rc_;
+  // Holds the background queue until the step starts on the device (see StreamGate): queued ahead from the
+  // host, a recompute that runs about as fast as the host enqueues it had finished before the step began in
+  // every sample on an H100 (the two-stream row measured no co-run).
+  std::unique_ptr<kvf::StreamGate> gate_;
+  cudaStream_t s2_ = nullptr;  // background stream (the recompute partition's stream when green)
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+  // Overlap accounting: checkpoints on the background stream every `stride` recomputes, and the span of the
+  // sample's decode steps on the main stream; pages/s while overlapped = pages between the first checkpoint
+  // after the steps began and the last one before they ended, over that time.
+  std::vector<cudaEvent_t> marks_;
+  int stride_ = 1, reps_ = 1;
+  cudaEvent_t step0_ = nullptr, step1_ = nullptr;
+  bool first_run_ = true;
+  bool counted_ = false;
+  long samples_ = 0, drained_ = 0;  // background queues that had finished before the next sample began
+  // Green contexts: recompute on partition 0, decode on partition 1 (stream ds_); the timed step hops from the
+  // backend's stream to ds_ (hop_in_, a primary-context event) and back (hop_out_, an event of partition 1).
+  std::unique_ptr<kvf::GreenSplit> split_;
+  cudaStream_t ds_ = nullptr;
+  cudaEvent_t hop_in_ = nullptr, hop_out_ = nullptr;
+  Events ev_;
+};
+
+void DecodeGpu::setup_background(cudaStream_t ds) {
+  if (green_) {
+    s2_ = split_->stream(0);
+  } else {
+    KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s2_, cudaStreamNonBlocking));
+  }
+  rc_ = std::make_unique<dc::gpu::RecomputeGpu>(m_, 128, 1, kSeed + 90, s2_);
+  e0_ = ev_.make(0);
+  e1_ = ev_.make(0);
+  cudaEvent_t d0 = ev_.make(1), d1 = ev_.make(1);
+  // Size the background so it outlasts a step several times: time both alone once.
+  float t_dec = 0, t_bg = 0;
+  for (int i = 0; i < 2; ++i) {
+    ev_.record(d0, ds, 1);
+    dec_->step(L_, ds);
+    ev_.record(d1, ds, 1);
+    ev_.sync(d1);
+    t_dec = ev_.elapsed(d0, d1);
+    ev_.record(e0_, s2_, 0);
+    rc_->run(s2_);
+    ev_.record(e1_, s2_, 0);
+    ev_.sync(e1_);
+    t_bg = ev_.elapsed(e0_, e1_);
+  }
+  // 4 steps' worth: the queue is gated to start with the step (StreamGate), so it only has to outlast it.
+  reps_ = std::min(20000, int(std::ceil(4 * t_dec / std::max(t_bg, 1e-3f))) + 2);
+  // A gate that is never opened gives up after 50 steps' worth (at least 5 ms) and the row's note says so: on
+  // the H100, in a process that had created green contexts (a --no-counters run), the two-stream gate timed
+  // out although the same binary's gate opened in a run with counters and in the unit test (cause not settled).
+  gate_ = std::make_unique<kvf::StreamGate>(std::max(0.005, 50.0 * t_dec * 1e-3));
+  gate_->warm(s2_);  // both kernels loaded in both streams' contexts before any of them spins
+  gate_->warm(ds);
+  stride_ = std::max(1, (reps_ + 511) / 512);
+  marks_.resize(static_cast<std::size_t>((reps_ + stride_ - 1) / stride_));
+  for (auto& e : marks_) e = ev_.make(0);
+  step0_ = ev_.make(1);
+  step1_ = ev_.make(1);
+}
+
+void DecodeGpu::before_sample(kvf::Backend&) {
+  if (!rc_) return;
+  // Background already finished when the next sample begins: it did not outlast the step it ran beside.
+  // Counted and stated, so a drained background cannot pass for no interference.
+  if (samples_ > 0) {
+    const cudaError_t q = cudaStreamQuery(s2_);
+    if (q == cudaSuccess) ++drained_;
+    else if (q != cudaErrorNotReady) kvf::cuda_check(q, "cudaStreamQuery(background)");
+  }
+  ++samples_;
+  // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
+  KVF_CUDA_CHECK(cudaStreamSynchronize(s2_));
+  gate_->close(s2_);  // the queue below starts when the step does (open() in run)
+  ev_.record(e0_, s2_, 0);
+  for (int i = 0; i < reps_; ++i) {
+    rc_->run(s2_);
+    if ((i + 1) % stride_ == 0 || i + 1 == reps_) ev_.record(marks_[static_cast<std::size_t>(i / stride_)], s2_, 0);
+  }
+  ev_.record(e1_, s2_, 0);
+  first_run_ = true;
+}
+
+void DecodeGpu::run(kvf::Backend& be) {
+  const cudaStream_t st = kvf::cuda_stream(be);
+  if (split_) {
+    // Hop to the decode partition behind everything queued on the backend's stream (its start event and the
+    // blocking kernel), and back, so the backend's events bracket the partition's work.
+    KVF_CUDA_CHECK(cudaEventRecord(hop_in_, st));
+    split_->wait(ds_, hop_in_);
+  }
+  const cudaStream_t ds = split_ ? ds_ : st;
+  if (gate_) gate_->open(ds);  // behind the backend's blocking kernel: the background starts with the step
+  // Event records cost no GPU time; they mark the span of this sample's steps for the overlap accounting.
+  if (rc_ && first_run_) ev_.record(step0_, ds, 1);
+  dec_->step(L_, ds);
+  if (rc_) {
+    ev_.record(step1_, ds, 1);
+    first_run_ = false;
+  }
+  if (split_) {
+    split_->record(hop_out_, 1);
+    split_->wait(st, hop_out_);
+  }
+}
+
+std::string DecodeGpu::after_measure(kvf::Backend& be, const kvf::Summary& sm, const std::string& mode) {
+  const double gemm = ceiling_value(env_, gemm_ceiling_ref(), mode);
+  const double rd = ceiling_value(env_, read_ceiling_ref(), mode);
+  std::string note = "ridge_flop_per_byte=" + num(dc::ridge_flop_per_byte(gemm, rd), 3) +
+                     " bound_batch=" + num(dc::bound_batch(gemm, rd, 2), 3) + " (bf16 weights); K/V copies " +
+                     i2s(dec_->copies()) + " for " + i2s(L_) + " layers";
+  if (green_) note += "; " + green_slowdown_note(sm, mode);
+  if (rc_) note += background_note();
+  if (green_) {
+    // The range profiler and PM sampling configure one context; the partitions are other contexts. Not collected
+    // rather than attributed to the wrong context.
+    if (mode == "hot") note += "; counters: not collected for green-context rows (CUPTI collects per context)";
+  } else {
+    note += counters_note(env_, counted_, name, mode, be, [this](cudaStream_t st) { dec_->step(L_, st); });
+  }
+  return note;
+}
+
+// The background's rates over the last sample: its whole queue, and while overlapped with the steps.
+std::string DecodeGpu::background_note() {
+  KVF_CUDA_CHECK(cudaStreamSynchronize(s2_));
+  std::string note;
+  if (gate_->timed_out()) note += "; background gate timed out: some queue started before its step";
+  const float ms = ev_.elapsed(e0_, e1_);
+  note += "; background drained before the step ended in " + std::to_string(drained_) + " of " +
+          std::to_string(std::max(0L, samples_ - 1)) + " executions (warm-up included; 0 expected)";
+  note += "; background recompute over the last sample's whole queue: " + num(reps_ / (ms * 1e-3)) + " pages/s (" +
+          i2s(reps_) + " pages, T=128; the queue starts with the step, so this includes its time after the steps)";
+  // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
+  // taken from e0, recorded on the background stream before this sample's steps and checkpoints. Green: e0
+  // and the checkpoints are events of the recompute partition, the steps' of the decode partition.
+  ev_.sync(step1_);
+  float t0 = 0, t1 = 0;
+  std::string err;
+  bool ok = true;
+  if (split_) {
+    ok = split_->elapsed_ms(e0_, step0_, t0, err) && split_->elapsed_ms(e0_, step1_, t1, err);
+  } else {
+    t0 = ev_.elapsed(e0_, step0_);
+    t1 = ev_.elapsed(e0_, step1_);
+  }
+  if (!ok) return note + "; while overlapped with the steps: not stated (times between the two partitions' events: " +
+                    err + ")";
+  const float span_ms = t1 - t0;
+  std::vector<double> t_marks;
+  for (const auto& e : marks_) t_marks.push_back(ev_.elapsed(e0_, e));
+  const auto ov = dc::overlap_rate(t_marks, stride_, reps_, t0, t1);
+  return note + (ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " pages/s (" +
+                                    std::to_string(ov.pages) + " pages over " + num(ov.ms, 3) + " ms of the steps' " +
+                                    num(span_ms, 3) + " ms)"
+                              : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
+                                    num(span_ms, 3) + " ms to state a rate");
+}
+
+// Slowdown of a green-context decode row against decode alone on the whole device (bg_none) and, for the co-run,
+// against decode alone on its partition (bg_green_none): rows of the same run and mode, same bytes.
+std::string DecodeGpu::green_slowdown_note(const kvf::Summary& s, const std::string& mode) const {
+  std::vector<kvf::Param> match;
+  for (const auto& p : params)
+    if (p.name == "arm" || p.name == "model" || p.name == "batch" || p.name == "context" || p.name == "layers")
+      match.push_back(p);
+  const double gbps = s.median > 0 ? bytes / s.median / 1e9 : 0;
+  auto against = [&](const std::string& bg, const std::string& what) {
+    auto m = match;
+    m.push_back({"background", bg});
+    const auto ref = env_.out_dir.empty()
+                         ? std::nullopt
+                         : kvf::find_ceiling(env_.out_dir, kvf::CeilingRef{"idleness", m, "gbps"}, mode);
+    if (!ref || gbps <= 0) return "slowdown vs " + what + ": no row of this run";
+    return "slowdown vs " + what + " " + num(*ref / gbps, 4) + "x";
+  };
+  std::string note = against("none", "decode alone on the whole device");
+  if (with_bg_) note += ", " + against("green_none", "decode alone on its partition");
+  return note;
+}
+
+void DecodeGpu::teardown(kvf::Backend& be) {
+  if (gate_) {  // a queue closed by before_sample whose step never ran (an error): let it go instead of timing out
+    try {
+      gate_->open(kvf::cuda_stream(be));
+    } catch (...) {
+    }
+  }
+  if (split_) split_->synchronize();
+  if (s2_) (void)cudaStreamSynchronize(s2_);
+  if (s2_ && !split_) (void)cudaStreamDestroy(s2_);
+  ev_.destroy_own();
+  if (hop_in_) (void)cudaEventDestroy(hop_in_);
+  hop_in_ = hop_out_ = nullptr;
+  marks_.clear();
+  step0_ = step1_ = nullptr;
+  s2_ = nullptr;
+  e0_ = e1_ = nullptr;
+  ds_ = nullptr;
+  rc_.reset();
+  gate_.reset();
+  dec_.reset();
+  ev_.split = nullptr;
+  split_.reset();  // its events, streams and green contexts, after the work using them
+  w_.reset();
+}
+
+}  // namespace
+
+std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, int C, int L,
+                                                 const std::string& background, Env& env) {
+  auto c = std::make_unique<DecodeGpu>(env, m, B, C, L, background);
+  if (background.rfind("green_", 0) != 0) return c;
+  // SM partitions (green contexts): decode on the rest of the device, recompute on its partition.
+  const std::string dec_sms = i2s(env.green_decode_sms), bg_sms = i2s(env.green_bg_sms);
+  c->params = {{"sm_partition", "decode " + dec_sms + " SMs / recompute " + bg_sms + " SMs"},
+               {"decode_sms", dec_sms},
+               {"background_sms", bg_sms}};
+  const kvf::CeilingRef full{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"};
+  const kvf::CeilingRef part{"idleness", {{"arm", "corun"}, {"background", "green_none"}}, "gbps"};
+  const bool alone = background == "green_none";
+  c->ceiling = alone ? full : part;
+  c->uses.push_back(full);
+  if (!alone) c->uses.push_back(part);
+  c->note = "decode step on a green-context partition of " + dec_sms + " SMs" +
+            (background == "green_recompute" ? "; recompute on the other partition of " + bg_sms + " SMs"
+                                             : std::string(" alone")) +
+            "; bf16 weights of L layers + bf16 K/V read; the figure includes the cross-context event hops (backend "
+            "stream -> partition stream -> backend stream); pct_of_ceiling = 100 / slowdown against " +
+            (alone ? "decode alone on the whole device (bg_none)" : "decode alone on its partition (bg_green_none)");
+  return c;
+}
+
+}  // namespace kvf::idleness
+#endif

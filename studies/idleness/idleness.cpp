@@ -1,0 +1,286 @@
+// The idleness study (issue 5): how idle is compute during memory-bound decode, by which definition, and is
+// recompute placed beside decode free? Its question, arms, flags and figures: studies/idleness/README.md.
+//
+// This file holds the study: its flags and their checks, the arm list (the one place an arm is listed), and
+// main(). Each arm is declared, with its cases, in its own file (ceilings, decode, decode_gpu, prefill, corun).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "idleness.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/perf_events.hpp"
+#include "recompute.hpp"
+
+#if defined(KVF_HAVE_CUPTI)
+#include "kvf/cupti/metric_sets.hpp"
+#endif
+
+namespace kvf::idleness {
+namespace {
+
+// The ceilings always run, whatever --arms says: every figure of the study is stated against them.
+bool always_runs(const Arm& a) { return a.name.ends_with("_ceiling"); }
+
+// The bench's flags are independent: each replaces its own axis, and the arm's other axes keep their defaults for
+// the target (kvf::arm_grid would fix them at one value once any flag is given; the flags worked this way before
+// the registry and the golden lists hold it). So every flagged axis of the arm gets a list: the user's, else its
+// defaults.
+kvf::UserLists lists_for(const Arm& arm, const kvf::Target& t, const kvf::UserLists& given) {
+  kvf::UserLists out;
+  for (const auto& a : arm.axes) {
+    if (a.flag.empty()) continue;
+    const auto it = given.find(a.flag);
+    out[a.flag] = it != given.end() ? it->second : a.defaults(t);
+  }
+  return out;
+}
+
+// Contexts outermost: a sweep walks one K/V size at a time (the order of the rows before the registry).
+void contexts_outer(std::vector<kvf::Point>& pts) {
+  if (!std::all_of(pts.begin(), pts.end(), [](const kvf::Point& p) { return p.has("context"); })) return;
+  std::vector<std::string> order;
+  for (const auto& p : pts)
+    if (std::find(order.begin(), order.end(), p["context"]) == order.end()) order.push_back(p["context"]);
+  const auto rank = [&](const kvf::Point& p) { return std::find(order.begin(), order.end(), p["context"]) - order.begin(); };
+  std::stable_sort(pts.begin(), pts.end(), [&](const kvf::Point& a, const kvf::Point& b) { return rank(a) < rank(b); });
+}
+
+class IdlenessStudy final : public kvf::Study {
+ public:
+  explicit IdlenessStudy(std::string out_dir)
+      : arms_({gemm_ceiling_arm(), read_ceiling_arm(), decode_arm(), prefill_arm(), corun_arm()}) {
+    env_.out_dir = std::move(out_dir);
+  }
+  std::string name() const override { return "idleness"; }
+  void add_options(CLI::App& app) override;
+  std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
+
+ private:
+  std::vector<std::string> selectable() const {
+    std::vector<std::string> n;
+    for (const auto& a : arms_.all())
+      if (!always_runs(a)) n.push_back(a.name);
+    return n;
+  }
+  bool selected(const Arm& a) const {
+    return always_runs(a) || arms_flag_.empty() ||
+           std::find(arms_flag_.begin(), arms_flag_.end(), a.name) != arms_flag_.end();
+  }
+  void validate_counters_flags();
+  kvf::UserLists parse_sweep_flags();
+  void resolve_models(const kvf::Target& t, const kvf::UserLists& given);
+  void probe_backend(kvf::Backend& be, const kvf::Target& t);
+  void add_model(const kvf::Target& t, const kvf::UserLists& given, std::vector<std::unique_ptr<kvf::Case>>& out);
+
+  const kvf::ArmList<Env> arms_;
+  Env env_;
+  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
+  // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
+  // clear line otherwise.
+  std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_;
+  std::string models_file_, chip_, layers_text_, prefill_tokens_text_, green_sms_text_;
+  std::vector<std::string> model_names_;  // --models, else the model axis's defaults
+};
+
+void IdlenessStudy::add_options(CLI::App& app) {
+  app_ = &app;
+  std::vector<std::string> ceilings;
+  for (const auto& a : arms_.all())
+    if (always_runs(a)) ceilings.push_back(a.name);
+  std::string arm_help = "arms to run (default all: " + kvf::join_names(selectable()) + "; the ceilings " +
+                         kvf::join_names(ceilings) + " always run).";
+  for (const auto& a : arms_.all())
+    if (!always_runs(a)) arm_help += " " + a.name + ": " + a.doc + ".";
+  app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B)")->delimiter(',');
+  app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
+  app.add_option("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
+      ->delimiter(',');
+  app.add_option("--contexts", contexts_text_,
+                 "contexts C in tokens, multiples of 1024 in 1024..131072 (default CPU 1024,4096; GPU "
+                 "1024,8192,32768,131072)")
+      ->delimiter(',');
+  app.add_option("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
+  app.add_option("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
+  app.add_option("--arms", arms_flag_, arm_help)->delimiter(',');
+  app.add_option("--metric-set", env_.metric_set, "range-profiler metric set (GPU): decode_idleness (default)");
+  app.add_option("--metrics", env_.metrics, "range-profiler metrics instead of the set's (must fit one pass)")
+      ->delimiter(',');
+  app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
+  app.add_flag("--no-counters", env_.no_counters, "GPU: timings only, no CUPTI collection");
+  app.add_option("--green-sms", green_sms_text_,
+                 "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
+                 "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
+                 "green-context cases (default: about a quarter of the SMs)");
+}
+
+// Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
+void IdlenessStudy::validate_counters_flags() {
+  if (env_.metric_set != "decode_idleness")
+    kvf::bad_flag("--metric-set", env_.metric_set,
+                  "unknown metric set; allowed: decode_idleness "
+                  "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
+  if (app_ && app_->count("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
+  for (const auto& m : env_.metrics)
+    if (m.empty()) kvf::bad_flag("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
+#if defined(KVF_HAVE_CUPTI)
+  if (!chip_.empty() || !env_.metrics.empty()) {
+    // Offline check with the Profiler Host API: unknown chip, unknown metric, more than one pass -> exit 2.
+    const std::string chip = chip_.empty() ? std::string("GH100") : chip_;
+    kvf::cupti::require_study_chip(chip);
+    auto set = kvf::cupti::default_set(chip, kvf::cupti::Profiler::range);
+    if (!env_.metrics.empty()) set.metrics = env_.metrics;
+    set.one_pass = true;
+    const auto chk = kvf::cupti::check_set(chip, set);
+    if (!chk.ok()) throw kvf::UsageError("--metrics: " + chk.problem());
+  }
+#else
+  if (!chip_.empty() || !env_.metrics.empty())
+    throw kvf::UsageError(std::string(!chip_.empty() ? "--chip " + chip_ : "--metrics") +
+                          ": metric checks need a build with CUDA and CUPTI (this build has neither)");
+#endif
+}
+
+// The sweep flags the user gave, checked, as lists by flag (a flag given with an empty value is refused, never
+// taken for "not given").
+kvf::UserLists IdlenessStudy::parse_sweep_flags() {
+  const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
+  kvf::UserLists user;
+  for (const auto& t : batches_text_)
+    user["--batches"].push_back(i2s(kvf::flag_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1,
+                                                  "batch must be a whole number in 1..256")));
+  for (const auto& t : contexts_text_)
+    user["--contexts"].push_back(
+        i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
+                          "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
+  if (given("--prefill-tokens"))
+    user["--prefill-tokens"] = {i2s(kvf::flag_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1,
+                                                  "must be a whole number in 16..4096"))};
+  // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
+  if (given("--green-sms"))
+    env_.green_sms = kvf::flag_int(green_sms_text_, "--green-sms", 0, 4096, 1,
+                                   "must be 0 (no green-context cases) or 1..4096 SMs (and leave the rest of the "
+                                   "device a partition)");
+  if (given("--layers"))
+    user["--layers"] = {
+        i2s(kvf::flag_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers"))};
+  if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
+  return user;
+}
+
+// Loads the shapes, resolves the model list and L (the same for every model) and checks L against each model.
+void IdlenessStudy::resolve_models(const kvf::Target& t, const kvf::UserLists& given) {
+  env_.shapes = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
+  model_names_ = models_.empty() ? model_axis().defaults(t) : models_;
+  for (const auto& n : model_names_) (void)env_.shape(n);  // an unknown model is bad input before anything runs
+  const auto layers = given.count("--layers") ? given.at("--layers") : layers_axis().defaults(t);
+  env_.layers = std::stoi(layers.front());
+  for (const auto& n : model_names_) {
+    const auto& m = env_.shape(n);
+    if (env_.layers > m.layers)
+      throw kvf::UsageError("--layers " + i2s(env_.layers) + ": " + m.name + " has " + i2s(m.layers) + " layers");
+  }
+  const auto contexts = given.count("--contexts") ? given.at("--contexts") : context_axis().defaults(t);
+  env_.first_context = std::stoi(contexts.front());
+  env_.user_shape = given.count("--batches") && given.count("--contexts");
+}
+
+// Facts of the backend the arms read: usable memory (weights and one layer's K/V must fit: bad input when the
+// user asked for the point, skipped otherwise), the counters available, the GPU co-run's SM split.
+void IdlenessStudy::probe_backend(kvf::Backend& be, const kvf::Target& t) {
+  env_.usable_bytes =
+      env_.gpu ? double(be.info().memory_bytes) * 0.85
+               : double(kvf::host_memory_bytes() ? kvf::host_memory_bytes() : (std::size_t(8) << 30)) * 0.6;
+  if (!env_.gpu) {
+    const auto p = kvf::probe_perf();
+    env_.perf_ok = p.available;
+    env_.perf_reason = p.reason;
+    if (!env_.perf_ok) std::fprintf(stderr, "bench_idleness: CPU hardware counters absent: %s\n", p.reason.c_str());
+  }
+  env_.device_name = be.info().name;
+#if defined(KVF_HAVE_CUDA)
+  probe_counters(env_);
+  // After the counters probe: the green-context split is tried in the process as it will run.
+  if (env_.gpu && selected(arms_.at("corun")) && !t.quick) probe_green(env_);
+#else
+  (void)t;
+#endif
+}
+
+// One model's rows together: decode, then prefill, then the co-run, each in its declared order.
+void IdlenessStudy::add_model(const kvf::Target& t, const kvf::UserLists& given,
+                              std::vector<std::unique_ptr<kvf::Case>>& out) {
+  const md::ModelShape& m = env_.shape(env_.model);
+  if (const std::string why = dc::unsupported_reason(m); !why.empty()) {
+    out.push_back(kvf::skipped_case("decode/" + m.name, {{"arm", "decode"}, {"model", m.name}}, why));
+    return;
+  }
+  kvf::UserLists lists = given;
+  lists["--models"] = {m.name};
+  for (const auto& arm : arms_.all()) {
+    if (always_runs(arm) || !selected(arm)) continue;
+    auto pts = arms_.points(arm, t, lists_for(arm, t, lists), env_);
+    contexts_outer(pts);
+    for (const auto& p : pts) out.push_back(arms_.make_case(arm, p, env_));
+  }
+}
+
+std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyContext& ctx) {
+  kvf::Backend& be = *ctx.backend;
+  env_.gpu = be.name() == "cuda";
+  const kvf::Target t{.gpu = env_.gpu, .quick = ctx.quick};
+#if !defined(KVF_HAVE_CUDA)
+  if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
+#endif
+  validate_counters_flags();
+  kvf::check_arm_names("--arms", arms_flag_, selectable());
+  const kvf::UserLists given = parse_sweep_flags();
+  resolve_models(t, given);
+  probe_backend(be, t);
+
+  std::vector<std::unique_ptr<kvf::Case>> out;
+  for (const auto& arm : arms_.all())
+    if (always_runs(arm)) arms_.add_cases(arm, t, {}, env_, out);
+  for (const auto& name : model_names_) {
+    env_.model = name;
+    add_model(t, given, out);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace kvf::idleness
+
+int main(int argc, char** argv) {
+  // The study writes counters.csv next to cases.csv: make the results directory explicit for bench_main.
+  std::vector<std::string> args(argv, argv + argc);
+  std::string out_dir;
+  bool has_out = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--out" && i + 1 < args.size()) {
+      has_out = true;
+      out_dir = args[i + 1];
+    }
+    if (args[i].rfind("--out=", 0) == 0) {
+      has_out = true;
+      out_dir = args[i].substr(6);
+    }
+  }
+  if (!has_out) {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+    out_dir = "results/runs/" + std::string(buf) + "-idleness";
+    args.push_back("--out");
+    args.push_back(out_dir);
+  }
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  kvf::frontier::blas_on_openmp();  // all BLAS parallelism through OpenMP (kernels/frontier/recompute.hpp)
+  kvf::idleness::IdlenessStudy s(out_dir);
+  return kvf::bench_main(int(args.size()), av.data(), s);
+}
