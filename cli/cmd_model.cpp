@@ -1,6 +1,7 @@
 // `kvf model --gpu NAME --model NAME [--calibrate DIR]`: the analytic model's predictions for every arm,
 // the recompute/transfer crossovers and the residency action table (text; --json FILE for a serving system).
-// Logic in analysis/report (kvf/report.hpp); docs/report.md describes every term.
+// Logic in the frontier study's report plug-in (studies/frontier/report, kvf/frontier_model.hpp) on the report
+// core (analysis/report, kvf/report.hpp); docs/report.md describes every term.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
 
 namespace kvf::cli {

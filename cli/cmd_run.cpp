@@ -25,24 +25,13 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/results.hpp"
+#include "kvf/studies.hpp"
 
 extern char** environ;
 
 namespace kvf::cli {
 
 namespace {
-
-struct StudyEntry {
-  const char* name;
-  const char* what;
-};
-// Every study of the suite, in the order a run takes them.
-constexpr std::array kStudies = {
-    StudyEntry{"stream", "bandwidth ceilings: read, write, copy, host link"},
-    StudyEntry{"access", "contiguous blocks vs scattered tokens at matched bytes; gather penalty by run length"},
-    StudyEntry{"frontier", "per-page KV recompute vs transfer"},
-    StudyEntry{"idleness", "decode-phase compute idleness from counters"},
-};
 
 std::filesystem::path bin_dir() {
   std::error_code ec;
@@ -209,7 +198,7 @@ struct RunOptions {
 
 int do_run(const RunOptions& o, const std::string& command) {
   std::string allowed;
-  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + s.name;
+  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   std::vector<std::string> chosen;
   const auto requested = split_commas(o.studies);
   for (const auto& r : requested) {
@@ -217,17 +206,18 @@ int do_run(const RunOptions& o, const std::string& command) {
     for (const auto& s : kStudies) known = known || r == s.name;
     if (!known) throw UsageError("--study " + r + ": unknown study; allowed: " + allowed);
   }
-  for (const auto& s : kStudies) {
-    const bool want = requested.empty() || std::find(requested.begin(), requested.end(), s.name) != requested.end();
-    const bool built = std::filesystem::exists(bench_path(s.name));
+  for (const auto& study : kStudies) {
+    const std::string name(study.name);
+    const bool want = requested.empty() || std::find(requested.begin(), requested.end(), name) != requested.end();
+    const bool built = std::filesystem::exists(bench_path(name));
     if (want && !built) {
       if (!requested.empty())
-        throw UsageError("--study " + std::string(s.name) + ": not available in this build (" +
-                         bench_path(s.name).string() + " is missing)");
-      std::fprintf(stderr, "kvf run: study %s is not built yet; skipping it\n", s.name);
+        throw UsageError("--study " + name + ": not available in this build (" + bench_path(name).string() +
+                         " is missing)");
+      std::fprintf(stderr, "kvf run: study %s is not built yet; skipping it\n", name.c_str());
       continue;
     }
-    if (want) chosen.push_back(s.name);
+    if (want) chosen.push_back(name);
   }
   if (chosen.empty()) throw UsageError("no study to run");
   if (chosen.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
@@ -334,10 +324,10 @@ int do_run(const RunOptions& o, const std::string& command) {
 void add_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   std::string studies_help = "studies to run, comma-separated (default: all built). Known:";
-  for (const auto& s : kStudies) studies_help += std::string(" ") + s.name + " (" + s.what + ");";
+  for (const auto& s : kStudies) studies_help += " " + std::string(s.name) + " (" + std::string(s.doc) + ");";
   auto* sub = app.add_subcommand("run", "run studies by launching their bench binaries into one results directory");
   std::string allowed;
-  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + s.name;
+  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   // An empty name (--study '', --study stream,) would otherwise be dropped and leave "all studies".
   sub->add_option("--study", o->studies, studies_help)
       ->delimiter(',')

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
 
 using namespace kvf::report;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
 #include "test_files.hpp"
 

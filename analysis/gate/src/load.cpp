@@ -11,6 +11,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/gate.hpp"
+#include "kvf/result_tables.hpp"
 
 namespace kvf::gate {
 
@@ -59,48 +60,38 @@ long long parse_count(const CsvTable& t, std::size_t row, const std::string& col
 
 }  // namespace
 
-ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const std::string& source) {
+ResultSet load_kvf_tables(CsvTable cases_table, const CsvTable& samples, const std::string& source) {
   ResultSet rs;
   rs.source = source;
   rs.format = "kvf results";
-  for (const CsvTable* t : {&cases, &samples})
-    if (t->torn) rs.warnings.push_back(*t->torn);
-  for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "note"}) cases.require_column(c);
+  if (cases_table.torn) rs.warnings.push_back(*cases_table.torn);
+  if (samples.torn) rs.warnings.push_back(*samples.torn);
+  const CasesCsv cases = read_cases_csv(std::move(cases_table), {"note"});
   for (const char* c : {"study", "case", "mode", "seconds", "throttled"}) samples.require_column(c);
-
-  // Parameter columns: everything after the fixed columns that the harness writes.
-  const auto& fixed = case_columns();
-  std::vector<std::string> param_cols;
-  for (const auto& h : cases.header)
-    if (std::find(fixed.begin(), fixed.end(), h) == fixed.end()) param_cols.push_back(h);
-  std::sort(param_cols.begin(), param_cols.end());
 
   using Sub = std::tuple<std::string, std::string, std::string>;  // study, case, mode
   std::map<Sub, std::size_t> by_sub;
   std::set<CaseKey> seen;
   std::vector<long long> declared;
-  for (std::size_t r = 0; r < cases.rows.size(); ++r) {
+  for (std::size_t r = 0; r < cases.size(); ++r) {
+    CaseEntry e = cases.entry(r);
     CaseData cd;
-    cd.key.study = cases.at(r, "study");
-    cd.key.case_name = cases.at(r, "case");
-    cd.key.mode = cases.at(r, "mode");
-    if (cd.key.study.empty() || cd.key.case_name.empty())
-      throw UsageError(cases.where(r) + ": empty study or case name");
-    for (const auto& pc : param_cols) {
-      const std::string& v = cases.at(r, pc);
-      if (!v.empty()) cd.key.params.push_back({pc, v});
-    }
-    cd.backend = cases.at(r, "backend");
-    cd.device = cases.at(r, "device");
-    cd.note = cases.at(r, "note");
+    cd.key.study = std::move(e.study);
+    cd.key.case_name = std::move(e.case_name);
+    cd.key.mode = std::move(e.mode);
+    cd.key.params = std::move(e.params);  // matched by name: sorted
+    std::sort(cd.key.params.begin(), cd.key.params.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
+    cd.backend = std::move(e.backend);
+    cd.device = std::move(e.device);
+    cd.note = std::move(e.note);
     // The harness counts unthrottled samples here; a row with 0 and no sample rows is a skipped case.
-    const long long n = parse_count(cases, r, "samples");
+    const long long n = parse_count(cases.table, r, "samples");
     if (!seen.insert(cd.key).second)
-      throw UsageError(cases.where(r) + ": duplicate case " + cd.key.label() +
+      throw UsageError(cases.table.where(r) + ": duplicate case " + cd.key.label() +
                        (cd.key.params.empty() ? "" : " (" + cd.key.params_string() + ")"));
     Sub sub{cd.key.study, cd.key.case_name, cd.key.mode};
     if (by_sub.count(sub))
-      throw UsageError(cases.where(r) + ": case " + cd.key.label() +
+      throw UsageError(cases.table.where(r) + ": case " + cd.key.label() +
                        " appears twice with different parameters (samples.csv cannot tell them apart)");
     by_sub[sub] = rs.cases.size();
     declared.push_back(n);

@@ -8,7 +8,8 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/report.hpp"
-#include "kvf/results.hpp"
+#include "kvf/result_tables.hpp"
+#include "kvf/studies.hpp"
 #include "kvf/table.hpp"
 
 namespace kvf::report {
@@ -40,17 +41,6 @@ std::vector<const CaseRow*> ResultSet::rows(const std::string& study) const {
     if (r.study == study && r.measured()) out.push_back(&r);
   return out;
 }
-
-namespace {
-
-// Counts are range-checked before conversion (a hostile 9e18 or 1e30 is bad input, not a wrapped long).
-long whole(const CsvTable& t, std::size_t row, const std::string& col) {
-  return static_cast<long>(parse_integer(t, row, col, 0, std::int64_t{1} << 53).value_or(0));
-}
-
-const std::vector<std::string> kAllStudies = {"stream", "access", "frontier", "idleness"};
-
-}  // namespace
 
 ResultSet load_results(const std::string& dir) {
   ResultSet rs;
@@ -108,49 +98,39 @@ ResultSet load_results(const std::string& dir) {
     rs.missing.push_back("meta.json missing: device details, suite version and run times unknown");
   }
 
-  // cases.csv (required)
+  // cases.csv (required), through the reader the gate uses too
   const fs::path cases_path = d / "cases.csv";
   if (!input_exists(cases_path)) throw UsageError(cases_path.string() + ": no such file (not a kvf results directory)");
-  const CsvTable ct = read_csv_table(cases_path.string(), d);
-  if (ct.torn) rs.warnings.push_back(*ct.torn);
-  for (const char* c : {"study", "case", "backend", "device", "mode", "samples", "median_s"}) ct.require_column(c);
-  const auto& fixed = case_columns();
-  std::vector<std::string> param_cols;
-  for (const auto& h : ct.header)
-    if (std::find(fixed.begin(), fixed.end(), h) == fixed.end()) param_cols.push_back(h);
-  auto opt = [&](std::size_t i, const char* col) -> std::optional<double> {
-    if (!ct.column(col)) return std::nullopt;
-    return parse_number(ct, i, col);
-  };
+  CsvTable cases_table = read_csv_table(cases_path.string(), d);
+  const bool cases_torn = cases_table.torn.has_value();
+  if (cases_torn) rs.warnings.push_back(*cases_table.torn);
+  const CasesCsv ct = read_cases_csv(std::move(cases_table), {"median_s"});
   std::set<std::string> case_keys;
   std::set<std::string> studies_in_cases;
-  for (std::size_t i = 0; i < ct.rows.size(); ++i) {
+  for (std::size_t i = 0; i < ct.size(); ++i) {
+    CaseEntry e = ct.entry(i);
     CaseRow r;
-    r.where = ct.where(i);
-    r.study = ct.at(i, "study");
-    r.case_name = ct.at(i, "case");
-    r.backend = ct.at(i, "backend");
-    r.device = ct.at(i, "device");
-    r.mode = ct.at(i, "mode");
-    if (r.study.empty() || r.case_name.empty()) throw UsageError(r.where + ": empty 'study' or 'case'");
+    r.where = ct.table.where(i);
+    r.study = std::move(e.study);
+    r.case_name = std::move(e.case_name);
+    r.backend = std::move(e.backend);
+    r.device = std::move(e.device);
+    r.mode = std::move(e.mode);
+    r.note = std::move(e.note);
     if (!r.mode.empty() && r.mode != "cold" && r.mode != "hot")
       throw UsageError(r.where + ": column 'mode': '" + r.mode + "' (allowed: cold, hot)");
-    if (ct.column("note")) r.note = ct.at(i, "note");
-    r.samples = whole(ct, i, "samples");
-    if (ct.column("throttled_samples")) r.throttled_samples = whole(ct, i, "throttled_samples");
-    r.median_s = parse_number(ct, i, "median_s");
-    r.q1_s = opt(i, "q1_s");
-    r.q3_s = opt(i, "q3_s");
-    r.bytes = opt(i, "bytes");
-    r.flops = opt(i, "flops");
-    r.gbps = opt(i, "gbps");
-    r.tflops = opt(i, "tflops");
-    r.ceiling_value = opt(i, "ceiling_value");
+    r.samples = static_cast<long>(ct.whole(i, "samples").value_or(0));
+    r.throttled_samples = static_cast<long>(ct.whole(i, "throttled_samples").value_or(0));
+    r.median_s = ct.number(i, "median_s");
+    r.q1_s = ct.number(i, "q1_s");
+    r.q3_s = ct.number(i, "q3_s");
+    r.bytes = ct.number(i, "bytes");
+    r.flops = ct.number(i, "flops");
+    r.gbps = ct.number(i, "gbps");
+    r.tflops = ct.number(i, "tflops");
+    r.ceiling_value = ct.number(i, "ceiling_value");
     if (r.median_s && *r.median_s < 0) throw UsageError(r.where + ": column 'median_s': negative time");
-    for (const auto& p : param_cols) {
-      const std::string& v = ct.at(i, p);
-      if (!v.empty()) r.params[p] = v;
-    }
+    for (auto& p : e.params) r.params.emplace(std::move(p.name), std::move(p.value));
     case_keys.insert(r.study + "\x1f" + r.case_name);
     studies_in_cases.insert(r.study);
     if (rs.device.empty()) rs.device = r.device;
@@ -172,7 +152,7 @@ ResultSet load_results(const std::string& dir) {
       if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case"))) {
         // The samples of a case whose row was torn off cases.csv (written first, so a reader that finds
         // a row finds its samples) are expected; anywhere else they mean mixed or edited files.
-        if (!ct.torn)
+        if (!cases_torn)
           throw UsageError(st.where(i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
                            "' that cases.csv does not list");
         ++orphans;
@@ -192,31 +172,15 @@ ResultSet load_results(const std::string& dir) {
   if (input_exists(counters_path)) {
     const CsvTable kt = read_csv_table(counters_path.string(), d);
     if (kt.torn) rs.warnings.push_back(*kt.torn);
-    for (const char* c : {"study", "case", "source", "metric", "value"}) kt.require_column(c);
-    for (std::size_t i = 0; i < kt.rows.size(); ++i) {
-      CounterRow c;
-      c.study = kt.at(i, "study");
-      c.case_name = kt.at(i, "case");
-      c.source = kt.at(i, "source");
-      c.metric = kt.at(i, "metric");
-      c.value = parse_number(kt, i, "value");
-      if (kt.column("capture")) c.capture = kt.at(i, "capture");
-      if (kt.column("range")) c.range = kt.at(i, "range");
-      if (kt.column("chip")) c.chip = kt.at(i, "chip");
-      if (kt.column("unit")) c.unit = kt.at(i, "unit");
-      if (kt.column("range_index")) c.range_index = whole(kt, i, "range_index");
-      if (kt.column("t_start_ns")) c.t_start_ns = parse_number(kt, i, "t_start_ns");
-      if (kt.column("t_end_ns")) c.t_end_ns = parse_number(kt, i, "t_end_ns");
-      if (c.metric.empty()) throw UsageError(kt.where(i) + ": empty 'metric'");
-      rs.counters.push_back(std::move(c));
-    }
+    rs.counters = read_counters_csv(kt);
     rs.has_counters = true;
   } else {
     rs.missing.push_back("counters.csv missing: idleness not measured here (GPU run of the idleness study + `kvf counters`)");
   }
 
-  for (const auto& s : kAllStudies)
-    if (!studies_in_cases.count(s)) rs.missing.push_back("study " + s + ": no rows in cases.csv (not run)");
+  for (const auto& s : kStudies)
+    if (!studies_in_cases.count(std::string(s.name)))
+      rs.missing.push_back("study " + std::string(s.name) + ": no rows in cases.csv (not run)");
   std::size_t skipped = 0;
   for (const auto& r : rs.cases)
     if (!r.measured()) ++skipped;

@@ -80,7 +80,7 @@ ResultSet load_results(const std::string& path);
 // Throws UsageError when given no run.
 ResultSet merge_runs(std::vector<ResultSet> runs);
 // The pieces load_results is made of (exposed for tests).
-ResultSet load_kvf_tables(const CsvTable& cases, const CsvTable& samples, const std::string& source);
+ResultSet load_kvf_tables(CsvTable cases, const CsvTable& samples, const std::string& source);
 ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source);
 std::set<std::string> meta_device_names(const nlohmann::json& meta);
 

@@ -1,5 +1,9 @@
-// kvf_report: results directories -> report (markdown, charts, html), the analytic model behind
-// `kvf model`, and the residency action table (keep / compress / demote / recompute / evict).
+// kvf_report_core: results directories -> report (markdown, charts, html), with the study-specific parts
+// (sections, verdict rules, model terms, calibration terms) supplied by each study's report plug-in
+// (kvf/study_report.hpp, studies/<study>/report/). The core knows no study: it loads results, keeps the GPU
+// spec / roofline machinery, escapes untrusted text, and renders what the plug-ins return. The library
+// kvf_report adds every plug-in of the build (study_reports()) and the one-argument-shorter entry points
+// below that use them.
 //
 // Reading: cases.csv, samples.csv, counters.csv through kvf::read_csv_table; meta.json through
 // kvf::read_json_input (bounded, typed: kvf/input.hpp). Every problem with an input is a kvf::UsageError naming the file (and line) -> exit 2.
@@ -16,7 +20,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvf/result_tables.hpp"
+
 namespace kvf::report {
+
+struct StudyReport;  // kvf/study_report.hpp: what one study contributes
+using StudyReports = std::vector<StudyReport>;
+// Every plug-in of this build, in the order of the study list (kvf_study() in CMakeLists.txt). Defined by the
+// generated study_reports.cpp of the library kvf_report, not by kvf_report_core.
+const StudyReports& study_reports();
 
 // ------------------------------------------------------------------------------------------ results
 struct CaseRow {
@@ -30,11 +42,7 @@ struct CaseRow {
   bool measured() const { return samples > 0 && median_s.has_value(); }
 };
 
-struct CounterRow {
-  std::string study, case_name, source, capture, range, chip, metric, unit;
-  long range_index = 0;
-  std::optional<double> t_start_ns, t_end_ns, value;
-};
+using CounterRow = kvf::CounterRow;  // counters.csv, read by the harness (kvf/result_tables.hpp)
 
 struct ResultSet {
   std::string dir;            // as given
@@ -67,8 +75,8 @@ struct GpuSpec {
   double hbm_tbps = 0, l2_mib = 0, host_link_gbps = 0, nvlink_gbps = 0, bf16_tflops = 0;
   int sms = 0;
   double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
-  // Disk tier (the frontier's O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a
-  // results directory calibrates it (fit over file-tier read sizes, else the dd_direct baseline row).
+  // Disk tier (O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a results
+  // directory calibrates it (a plug-in's calibration term: a fit over file-tier read sizes, or a baseline).
   double disk_gbps = 0, disk_latency_us = 0;  // per read: latency + bytes / bandwidth
   std::map<std::string, std::string> source;  // field -> where the number comes from
   std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
@@ -78,7 +86,8 @@ std::string default_gpus_path();  // <source>/data/gpus.json
 std::vector<GpuSpec> load_gpus(const std::string& path);
 const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name);  // UsageError lists known
 
-// Model shape: the subset of data/models.json (loaded through kernels/frontier/models.hpp) the model needs.
+// Model shape: the subset of data/models.json (loaded through studies/shapes, kvf/model_shapes.hpp) the
+// model terms need. Beside the GPU specs: the two spec files every prediction reads.
 struct Shape {
   std::string name;
   double hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, layers = 0, intermediate = 0;
@@ -101,46 +110,31 @@ struct Cost {
   std::string bound;  // "compute" | "memory" | "link" | "fixed"
 };
 double roofline_s(const GpuSpec& g, double flops, double bytes);
-// Recompute one page's K/V for one layer from resident X (bits 16 = bf16, 8, 4), P pages per call:
-// dequant (bits < 16) -> GEMM [T*P, H] x [H, kv_out] -> RoPE + paged write. Weight reads are per call,
-// so per page they are amortized over P. Returns the cost per page.
-Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, int bits);
-// MLA (DeepSeek-V3): the up-projection of one page's latent into per-head K (nope part) and V, one layer,
-// P pages per call: GEMM [T*P, kv_lora] x [kv_lora, heads*(qk_nope + v_head)], bf16 out.
-Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages);
-// One page of T tokens through L whole layers from token embeddings (evict -> recompute from scratch),
-// P pages per call; attention over the page only (prefix attention not counted: a lower bound).
-Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers);
+// Building a Cost out of kernels: add_kernel adds one launch of roofline(flops, bytes); finish_cost divides
+// the call by the `per` pages it served and names what bounds it.
+void add_kernel(Cost& c, const GpuSpec& g, double flops, double bytes);
+void finish_cost(Cost& c, const GpuSpec& g, double per);
 // Copies of `bytes` in `copies` calls over a link of `gbps`: copies * fixed + bytes / bandwidth.
 Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps);
-double kv_bytes_per_layer(const Shape& m, double tokens);             // bf16
-double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits);  // + fp32 scale per 128 values
-double x_bytes_per_layer(const Shape& m, double tokens, int bits);    // bf16 / int8 / int4 (+ scales)
-
 // Disk tier: reads x disk_latency + bytes / disk bandwidth. Throws UsageError when g has no disk figure.
 double disk_s(const GpuSpec& g, double bytes, double reads);
-// Pipelined split (the overlap arm): recompute share and fetch share run at once, joined by one sync:
-// max(recompute_s, fetch_s) + sync_s when both parts are non-empty, else the one part (no sync).
+// Pipelined split: two parts run at once, joined by one sync: max(a_s, b_s) + sync_s when both parts are
+// non-empty, else the one part (no sync).
 double overlap_s(double recompute_s, double fetch_s, double sync_s);
-// Bandwidth sharing (the co-run arms): a decode step of `bytes` that ran alone in `alone_s` beside a co-runner
-// demanding `demand_bps` of a memory system of `bw_bps`: bytes / min(bytes / alone_s, bw - demand).
-// nullopt when demand >= bw (the model gives no bound).
+// Bandwidth sharing: a step of `bytes` that ran alone in `alone_s` beside a co-runner demanding `demand_bps`
+// of a memory system of `bw_bps`: bytes / min(bytes / alone_s, bw - demand). nullopt when demand >= bw (the
+// model gives no bound).
 std::optional<double> corun_s(double bytes, double alone_s, double bw_bps, double demand_bps);
 
-// Replace spec peaks with ceilings measured in `rs` (stream read, GEMM ceiling, host copy, per-copy fixed
-// cost fitted from copy sizes, disk latency and bandwidth fitted from file-tier read sizes). Returns the fields replaced (also appended to g.calibration).
-std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs);
+// Replace spec peaks with ceilings measured in `rs`: the plug-ins' calibration terms (stream read, GEMM
+// ceiling, host copy and its per-copy fixed cost, disk, NVLink), then the L2 size from meta.json. Returns the
+// fields replaced (also appended to g.calibration).
+std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs);
 // A spec built only from a results directory (e.g. a CPU run): every ceiling measured, none assumed
 // except launch/copy overheads (0 on the CPU).
-GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus);
+GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, const std::vector<GpuSpec>& gpus);
 
-// Prediction for one measured case row (nullopt when the model has no term for it); `why` says how, or why
-// not. `run` (the row's own results directory) gives the co-run and overlap terms their alone rows; `shapes`
-// gives the overlap term the model's recompute cost of the row's model (without it: the run's alone rows).
-std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr,
-                                  const ResultSet* run = nullptr, const std::vector<Shape>* shapes = nullptr);
-
-// The rows predict_row looks up in a run (alone rows of the co-run and overlap terms), indexed once: the
+// The rows a model term looks up in a run (alone rows of the co-run and overlap terms), indexed once: the
 // report predicts every row of a run, and a scan of the run per row made it quadratic in rows. Lookups
 // build their index on first use (one pass per distinct key set), then cost O(log n). `run` must outlive it.
 class RunIndex {
@@ -159,42 +153,12 @@ class RunIndex {
   mutable std::map<std::string, std::map<std::string, const CaseRow*>> first_;  // key set -> values -> row
   mutable std::map<std::string, const CaseRow*> largest_;
 };
-std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
-                                  const std::vector<Shape>* shapes);
-
-// ------------------------------------------------------------------------------------------ actions
-// Limits of the action table's options (`kvf model` flags): beyond them is UsageError naming the flag.
-inline constexpr double kMaxTokensPerPage = 1 << 20;
-inline constexpr int kMaxPrefillPages = 1 << 16;
-inline constexpr double kMaxHbmPrice = 1e9;  // us per MiB
-struct ActionOptions {
-  std::vector<double> tokens = {16, 64, 128, 256, 1024, 4096};
-  std::vector<double> layers;                       // default: 1, 4, 16, model layers
-  std::vector<double> reuse = {0.1, 0.5, 0.9};
-  int prefill_pages = 16;                           // pages per recompute call in prefill (decode: 1)
-  std::optional<double> hbm_price_us_per_mib;       // unset: the time to fetch 1 MiB over the host link
-  // Measured costs replace the model's where this directory measured them (frontier arms x / xq at the
-  // class's tokens and pages per call, h2d_pinned at the page's K/V bytes per layer); linear interpolation
-  // between measured token counts / copy sizes, never beyond them.
-  const ResultSet* measured = nullptr;
-};
-struct ActionCost {
-  std::string action;
-  double hbm_bytes = 0, host_bytes = 0, reuse_us = 0, one_time_us = 0, total_us = 0;
-  std::string source = "model";  // of reuse_us: "model" | "measured" | "interpolated"
-};
-struct ActionClass {
-  double tokens = 0, layers = 0, reuse = 0;
-  std::string phase;  // "decode" | "prefill"
-  std::vector<ActionCost> costs;
-  std::string cheapest;
-};
-// Throws UsageError naming the flag (--tokens, --layers, --reuse, --prefill-pages, --hbm-price) for a value
-// outside its limits (NaN included).
-std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const ActionOptions& o);
-double hbm_price(const GpuSpec& g, const ActionOptions& o);  // us per MiB: the option, else the host link's
-nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionOptions& o,
-                                 const std::vector<ActionClass>& t);
+// Prediction for one measured case row by the model terms of its study's plug-in (nullopt when there is no
+// term for it); `why` says how, or why not. `run` (the row's own results directory) gives the co-run and
+// overlap terms their alone rows; `shapes` gives the overlap term the model's recompute cost of the row's
+// model (without it: the run's alone rows).
+std::optional<double> predict_row(const StudyReports& studies, const GpuSpec& g, const CaseRow& r, std::string* why,
+                                  const RunIndex* run, const std::vector<Shape>* shapes);
 
 // ------------------------------------------------------------------------------------------ analysis
 // Linear interpolation of the first sign change of d(x) = a(x) - b(x) between consecutive x.
@@ -212,7 +176,9 @@ std::optional<double> interpolate(const std::vector<double>& xs, const std::vect
 struct Verdict {
   std::string claim, device, verdict, figures, rule;  // verdict: supported | refuted | not measured
 };
-std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets);
+// Every plug-in's verdict rules on every set: grouped by claim (the rules' numbers), then by results
+// directory (the order given on the command line).
+std::vector<Verdict> verdicts(const StudyReports& studies, const std::vector<ResultSet>& sets);
 
 // ------------------------------------------------------------------------------------------ untrusted text
 // Every text the report did not write itself (device names, case names, parameters, paths, messages that
@@ -249,7 +215,7 @@ struct ReportOptions {
   bool charts = true;            // run gnuplot
   std::string gnuplot = "gnuplot";
   std::string gpus_path, models_path;
-  std::string model = "Llama-3.1-8B";   // shape used by the frontier map (section 4)
+  std::string model = "Llama-3.1-8B";   // model shape the plug-ins predict with (the frontier map, section 4)
   std::string spec_gpu = "H100 SXM";    // spec-sheet GPU predicted when no GPU results are given
 };
 struct ReportResult {
@@ -257,11 +223,24 @@ struct ReportResult {
   std::vector<std::string> files, warnings;
   bool gnuplot_ran = false;
 };
-std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
+std::string render_markdown(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o,
                             const std::vector<std::string>& chart_notes);
 // report.md -> a self-contained report.html. Charts are inlined only from `drawn` (names of SVG files gnuplot
 // wrote in `dir` during this run), so a stale or planted SVG in the directory is never inlined.
 std::string markdown_to_html(const std::string& md, const std::string& dir, const std::vector<std::string>& drawn);
+ReportResult write_report(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o);
+
+// ------------------------------------------------------------------------------------------ with this build's plug-ins
+// The same as above with studies = study_reports(): defined in kvf_report (analysis/report/src/builtin.cpp).
+std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs);
+GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus);
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr,
+                                  const ResultSet* run = nullptr, const std::vector<Shape>* shapes = nullptr);
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
+                                  const std::vector<Shape>* shapes);
+std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets);
+std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
+                            const std::vector<std::string>& chart_notes);
 ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o);
 
 }  // namespace kvf::report

@@ -34,20 +34,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvf/result_tables.hpp"
+
 namespace kvf::cupti {
 
 inline constexpr const char* kManifestFormat = "kvf-counters-1";
 
-struct CounterRow {
-  std::string study, case_name, source, capture;
-  long range_index = 0;
-  std::string range;
-  double t_start_ns = std::numeric_limits<double>::quiet_NaN();
-  double t_end_ns = std::numeric_limits<double>::quiet_NaN();
-  std::string chip, metric;
-  double value = std::numeric_limits<double>::quiet_NaN();
-  std::string unit;
-};
+// One row of counters.csv: the harness's CounterRow, which `kvf report` reads back (kvf/result_tables.hpp).
+using CounterRow = kvf::CounterRow;
 // A row of key's range (study, case, source, capture, range, times, chip) holding one metric.
 inline CounterRow metric_row(const CounterRow& key, std::string metric, double value, std::string unit) {
   CounterRow r = key;

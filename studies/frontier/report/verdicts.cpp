@@ -1,14 +1,15 @@
-// Verdicts for the claims the suite was built to test. The rules are documented in docs/report.md and
-// repeated in each Verdict::rule; a claim whose inputs are missing is "not measured", never guessed.
+// The frontier's claims (docs/report.md "Verdict rules" 1, 3, 4), judged on measured rows only, and what the
+// model predicts for claims 1 and 3 beside them.
 #include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
+#include "parts.hpp"
 #include "series.hpp"
 
-namespace kvf::report {
-
-using namespace detail;
+namespace kvf::report::frontier {
 
 namespace {
 
@@ -17,9 +18,6 @@ const char* kRule1 =
     "GPU only. arm=x bf16, tokens=128, layers=1, pages=1 (Llama-3.1-8B when measured, else the first model), cold; fetch = "
     "h2d_pinned at the page's K/V bytes (interpolated between measured copy sizes). Supported iff recompute < fetch and "
     "recompute in [25, 100] us and fetch in [100, 400] us (within 2x of the claimed figures); else refuted.";
-const char* kClaim2 = "More than 60% of the GPU is idle in decode";
-const char* kRule2 =
-    "Median over all decode ranges (counters.csv, source=range) of the definition's kvf:idle_*_pct; supported iff > 60.";
 const char* kClaim3 = "Recompute wins for small pages and few layers";
 const char* kRule3 =
     "Recompute arm x bf16, P=1, L=1 (preferred model as claim 1) against the device's fetch (GPU: h2d_pinned, CPU: file_page), "
@@ -32,13 +30,6 @@ const char* kRule4 =
     "Rows arm=xq (int8/int4 X). Eligible: resident_bytes_per_page <= kv_bytes_per_page (no more memory than bf16 K/V) with "
     "a fetch time for the page's K/V bytes (link as claim 3). Supported iff some eligible row recomputes faster than the "
     "fetch; refuted iff eligible rows exist and none does, or no xq row is within the K/V's memory.";
-const char* kClaim5 = "Contiguous blocks beat scattered tokens and the gap widens with context length";
-const char* kRule5 =
-    "Access study, part=attention, per group (same keep, dtype, layout, shape, mode; best block size; uniform scatter) with "
-    ">= 2 context lengths. Supported iff in every group block < token at every ctx and token/block at the largest ctx > "
-    "at the smallest; else refuted.";
-
-std::string us(double s) { return fmt(s * 1e6) + " us"; }
 
 const RecSeries* pick_x(const std::vector<RecSeries>& all, double layers, double pages) {
   const RecSeries* first = nullptr;
@@ -78,41 +69,8 @@ Verdict claim1(const ResultSet& rs) {
   const double rec = x->secs[i];
   const bool ok = rec < *fetch && rec >= 25e-6 && rec <= 100e-6 && *fetch >= 100e-6 && *fetch <= 400e-6;
   v.verdict = ok ? "supported" : "refuted";
-  v.figures = x->model + ": recompute " + us(rec) + " (" + x->mode + "), fetch " + us(*fetch) + " (" + f->mode + ")";
+  v.figures = x->model + ": recompute " + us_text(rec) + " (" + x->mode + "), fetch " + us_text(*fetch) + " (" + f->mode + ")";
   return v;
-}
-
-std::vector<Verdict> claim2(const ResultSet& rs) {
-  std::vector<Verdict> out;
-  const auto st = idle_stats(rs);
-  for (const auto& [metric, name] : std::vector<std::pair<std::string, std::string>>{
-           {"kvf:idle_sm_pct", "SM idle (no resident warp)"},
-           {"kvf:idle_issue_pct", "issue slots idle"},
-           {"kvf:idle_tensor_pct", "tensor pipe idle"}}) {
-    Verdict v{std::string(kClaim2) + " - " + name, rs.label, "not measured", "", kRule2};
-    std::vector<double> all;
-    std::size_t ranges = 0;
-    for (const auto& s : st)
-      if (s.metric == metric) {
-        all.push_back(s.median);
-        ranges += s.ranges;
-      }
-    if (all.empty()) {
-      v.figures = rs.backend == "cpu"  ? "CPU results: the claim is about a GPU (CPU compute idleness: section 5)"
-                  : rs.has_counters    ? "no " + metric + " ranges in counters.csv"
-                                       : "no counters.csv";
-    } else {
-      // median over ranges: recompute from the raw values, not the median of medians
-      std::vector<double> raw;
-      for (const auto& c : rs.counters)
-        if (c.source == "range" && c.metric == metric && c.value) raw.push_back(*c.value);
-      const double m = median_of(raw);
-      v.verdict = m > 60 ? "supported" : "refuted";
-      v.figures = "median " + fmt(m) + "% over " + std::to_string(raw.size()) + " ranges";
-    }
-    out.push_back(v);
-  }
-  return out;
 }
 
 Verdict claim3(const ResultSet& rs) {
@@ -140,8 +98,8 @@ Verdict claim3(const ResultSet& rs) {
   const double r0 = r.front() / t.front(), r1 = r.back() / t.back();
   bool ok = r.front() < t.front() && r1 > r0;
   const auto c = find_crossover(T, r, t, "recompute", link, "tokens");
-  v.figures = x->model + " vs " + link + ": T=" + fmt(T.front()) + " recompute " + us(r.front()) + " / fetch " +
-              us(t.front()) + "; T=" + fmt(T.back()) + " " + us(r.back()) + " / " + us(t.back()) + "; crossover " + c.text;
+  v.figures = x->model + " vs " + link + ": T=" + fmt(T.front()) + " recompute " + us_text(r.front()) + " / fetch " +
+              us_text(t.front()) + "; T=" + fmt(T.back()) + " " + us_text(r.back()) + " / " + us_text(t.back()) + "; crossover " + c.text;
   // Layers: the through-layers arm (from token ids, P=1, same model) at one page size, >= 2 layer counts.
   std::map<double, std::map<double, std::pair<double, double>>> by_t;  // T -> L -> (recompute, fetch)
   for (const auto& s : recs) {
@@ -191,8 +149,8 @@ Verdict claim4(const ResultSet& rs) {
       if (ratio < best_ratio) {
         best_ratio = ratio;
         best_text = s.model + " " + s.xdtype + " X, T=" + fmt(s.tokens[i]) + " P" + fmt(s.pages) + ": resident " +
-                    fmt(s.resident[i]) + " B vs K/V " + fmt(s.kv_bytes[i]) + " B; recompute " + us(s.secs[i]) + " vs " +
-                    link + " " + us(*ft);
+                    fmt(s.resident[i]) + " B vs K/V " + fmt(s.kv_bytes[i]) + " B; recompute " + us_text(s.secs[i]) + " vs " +
+                    link + " " + us_text(*ft);
       }
     }
   }
@@ -223,58 +181,49 @@ Verdict claim4(const ResultSet& rs) {
   return v;
 }
 
-Verdict claim5(const ResultSet& rs) {
-  Verdict v{kClaim5, rs.label, "not measured", "", kRule5};
-  const auto gs = access_groups(rs);
-  std::size_t n = 0, fail_order = 0, fail_widen = 0, crosses_knee = 0;
-  std::string example;
-  for (const auto& g : gs) {
-    if (g.ctx.size() < 2) continue;
-    ++n;
-    bool faster = true;
-    for (std::size_t i = 0; i < g.ctx.size(); ++i) faster = faster && g.block_s[i] < g.token_s[i];
-    const double r0 = g.token_s.front() / g.block_s.front(), r1 = g.token_s.back() / g.block_s.back();
-    if (!faster) ++fail_order;
-    if (!(r1 > r0)) ++fail_widen;
-    if (knee_ctx(g)) ++crosses_knee;
-    if (example.empty())
-      example = "keep " + g.keep + " (" + g.mode + "): token/block " + fmt(r0) + "x at ctx " + fmt(g.ctx.front()) + ", " +
-                fmt(r1) + "x at ctx " + fmt(g.ctx.back());
+// What the model says for a claim on a directory's device (GPU: calibrated with the directory; CPU: the
+// --spec-gpu spec sheet, labelled). Never used for the verdict itself.
+std::string model_says(const ReportContext& cx, const ResultSet& rs, bool claim1) {
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) return "-";
+  const Shape* m = cx.model();
+  if (!m) return "-";
+  GpuSpec g;
+  std::string tag;
+  try {
+    if (rs.backend == "cuda") {
+      g = cx.spec_of(rs);
+      tag = "calibrated";
+    } else {
+      g = find_gpu(cx.gpus, cx.o.spec_gpu);
+      tag = g.name + " spec sheet";
+    }
+    if (claim1)
+      return md::txt(m->name + ", " + tag) + ": recompute " + fmt(recompute_x(g, *m, 128, 1, 16).seconds * 1e6) +
+             " us, fetch " + fmt(transfer(g, kv_bytes_per_layer(*m, 128), 1, g.host_link_gbps).seconds * 1e6) + " us";
+    const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+    std::vector<double> r, t;
+    for (double T : Ts) {
+      r.push_back(recompute_x(g, *m, T, 1, 16).seconds);
+      t.push_back(transfer(g, kv_bytes_per_layer(*m, T), 1, g.host_link_gbps).seconds);
+    }
+    return md::txt(m->name + ", " + tag + ": crossover " +
+                   find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated").text);
+  } catch (const UsageError& e) {
+    return "- (" + md::txt(e.what()) + ")";
   }
-  if (n == 0) {
-    v.figures = gs.empty() ? "no access attention rows with both block and token arms" : "fewer than 2 context lengths per group";
-    return v;
-  }
-  v.verdict = fail_order == 0 && fail_widen == 0 ? "supported" : "refuted";
-  v.figures = std::to_string(n) + " groups; contiguous slower somewhere in " + std::to_string(fail_order) +
-              "; gap not wider at the longest ctx in " + std::to_string(fail_widen) + "; " + std::to_string(crosses_knee) +
-              " groups cross the LLC/L2 knee (the widening may be the working set leaving cache); e.g. " + example;
-  return v;
 }
 
 }  // namespace
 
-std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets) {
-  std::vector<Verdict> out;
-  for (const auto& rs : sets) {
-    out.push_back(claim1(rs));
-    for (auto& v : claim2(rs)) out.push_back(v);
-    out.push_back(claim3(rs));
-    out.push_back(claim4(rs));
-    out.push_back(claim5(rs));
-  }
-  // Grouped by claim, then by results directory (the order given on the command line).
-  std::stable_sort(out.begin(), out.end(), [](const Verdict& a, const Verdict& b) {
-    auto rank = [](const Verdict& v) {
-      for (int i = 0; const char* c : {kClaim1, kClaim2, kClaim3, kClaim4, kClaim5}) {
-        if (v.claim.rfind(c, 0) == 0) return i;
-        ++i;
-      }
-      return 9;
-    };
-    return rank(a) < rank(b);
-  });
-  return out;
+std::vector<VerdictRule> verdict_rules() {
+  const auto one = [](Verdict (*claim)(const ResultSet&)) {
+    return [claim](const ResultSet& rs) { return std::vector<Verdict>{claim(rs)}; };
+  };
+  return {
+      {1, kClaim1, one(claim1), [](const ReportContext& cx, const ResultSet& rs) { return model_says(cx, rs, true); }},
+      {3, kClaim3, one(claim3), [](const ReportContext& cx, const ResultSet& rs) { return model_says(cx, rs, false); }},
+      {4, kClaim4, one(claim4), nullptr},
+  };
 }
 
-}  // namespace kvf::report
+}  // namespace kvf::report::frontier

@@ -1,16 +1,10 @@
 #include "series.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
-namespace kvf::report::detail {
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+namespace kvf::report::frontier {
 
 namespace {
 const std::vector<std::string> kFetchArms = {"h2d_pinned", "h2d_pageable", "zero_copy", "p2p", "file_page", "dram_copy"};
@@ -141,85 +135,4 @@ std::vector<CrossRow> crossovers(const ResultSet& rs) {
   return out;
 }
 
-std::vector<AccessGroup> access_groups(const ResultSet& rs) {
-  static const std::set<std::string> skip = {"arm",        "block",     "scatter",           "ctx",
-                                             "budget_tokens", "working_set_bytes", "working_set_vs_llc",
-                                             "kv_bytes",  "select",    "llc_bytes"};
-  struct Acc {
-    AccessGroup g;
-    std::map<double, double> block, token, ws;
-  };
-  std::map<std::string, Acc> groups;
-  for (const auto* r : rs.rows("access")) {
-    if (r->param("part") != "attention") continue;
-    const std::string arm = r->param("arm");
-    if (arm != "block" && arm != "token") continue;
-    const auto ctx = r->num("ctx");
-    if (!ctx) continue;
-    if (arm == "token" && !r->param("scatter").empty() && r->param("scatter") != "uniform") continue;
-    std::string key = "mode=" + r->mode;
-    for (const auto& [k, v] : r->params)
-      if (!skip.count(k)) key += "," + k + "=" + v;
-    auto& a = groups[key];
-    a.g.key = key;
-    a.g.mode = r->mode;
-    a.g.keep = r->param("keep");
-    auto& m = arm == "block" ? a.block : a.token;
-    auto it = m.find(*ctx);
-    if (it == m.end() || *r->median_s < it->second) m[*ctx] = *r->median_s;  // best block size
-    if (auto w = r->num("working_set_vs_llc")) a.ws[*ctx] = std::max(a.ws[*ctx], *w);
-  }
-  std::vector<AccessGroup> out;
-  for (auto& [k, a] : groups) {
-    for (const auto& [c, b] : a.block) {
-      auto t = a.token.find(c);
-      if (t == a.token.end()) continue;
-      a.g.ctx.push_back(c);
-      a.g.block_s.push_back(b);
-      a.g.token_s.push_back(t->second);
-      a.g.ws_vs_llc.push_back(a.ws.count(c) ? a.ws[c] : 0);
-    }
-    if (!a.g.ctx.empty()) out.push_back(a.g);
-  }
-  return out;
-}
-
-std::optional<double> knee_ctx(const AccessGroup& g) {
-  for (std::size_t i = 0; i + 1 < g.ctx.size(); ++i) {
-    const double a = g.ws_vs_llc[i], b = g.ws_vs_llc[i + 1];
-    if (a > 0 && a <= 1 && b > 1) return g.ctx[i] + (g.ctx[i + 1] - g.ctx[i]) * (1 - a) / (b - a);
-  }
-  return std::nullopt;
-}
-
-std::vector<IdleStat> idle_stats(const ResultSet& rs) {
-  std::map<std::pair<std::string, std::string>, std::vector<double>> vals;
-  for (const auto& c : rs.counters) {
-    if (!c.value) continue;
-    const bool gpu = c.source == "range" && (c.metric == "kvf:idle_sm_pct" || c.metric == "kvf:idle_issue_pct" ||
-                                             c.metric == "kvf:idle_tensor_pct");
-    const bool cpu = c.source == "cpu_model" && c.metric == "kvf:idle_compute_pct";  // 1 - achieved / GEMM ceiling
-    if (!gpu && !cpu) continue;
-    vals[{c.case_name, c.metric}].push_back(*c.value);
-  }
-  // The batch of each case: its first row that has one. Looked up per (case, definition) below; a scan of
-  // every row per key made the report quadratic in rows.
-  std::map<std::string, double> batch_of;
-  if (!vals.empty())
-    for (const auto& r : rs.cases)
-      if (!batch_of.count(r.case_name))
-        if (const auto b = r.num("batch")) batch_of.emplace(r.case_name, *b);
-  std::vector<IdleStat> out;
-  for (const auto& [k, v] : vals) {
-    IdleStat s;
-    s.case_name = k.first;
-    s.metric = k.second;
-    s.median = median_of(v);
-    s.ranges = v.size();
-    if (const auto b = batch_of.find(k.first); b != batch_of.end()) s.batch = b->second;
-    out.push_back(s);
-  }
-  return out;
-}
-
-}  // namespace kvf::report::detail
+}  // namespace kvf::report::frontier

@@ -9,24 +9,14 @@
 // evict           nothing resident; on reuse the page's tokens run through the layers again
 // Phase: decode recomputes one page per call (P = 1, weights read per page); prefill batches
 // `prefill_pages` pages per call (weight reads amortized over P).
-#include <cmath>
-#include <cstdio>
-
 #include <algorithm>
+#include <cmath>
 
 #include "kvf/errors.hpp"
-#include "kvf/report.hpp"
+#include "kvf/frontier_model.hpp"
 #include "series.hpp"
 
 namespace kvf::report {
-
-std::string fmt(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[64];
-  std::snprintf(b, sizeof b, "%.4g", v);
-  return b;
-}
-std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
 
 double hbm_price(const GpuSpec& g, const ActionOptions& o) {
   if (o.hbm_price_us_per_mib) return *o.hbm_price_us_per_mib;
@@ -61,13 +51,13 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
   const double price = hbm_price(g, o);
   const double MiB = 1 << 20;
 
-  std::vector<detail::RecSeries> recs;
-  std::vector<detail::XferSeries> xfers;
-  const detail::XferSeries* h2d = nullptr;
+  std::vector<frontier::RecSeries> recs;
+  std::vector<frontier::XferSeries> xfers;
+  const frontier::XferSeries* h2d = nullptr;
   if (o.measured) {
-    recs = detail::recompute_series(*o.measured);
-    xfers = detail::transfer_series(*o.measured);
-    h2d = detail::find_xfer(xfers, "h2d_pinned");
+    recs = frontier::recompute_series(*o.measured);
+    xfers = frontier::transfer_series(*o.measured);
+    h2d = frontier::find_xfer(xfers, "h2d_pinned");
   }
   std::vector<ActionClass> out;
   for (const char* phase : {"decode", "prefill"}) {
@@ -176,52 +166,6 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
   }
   j["classes"] = rows;
   return j;
-}
-
-// ------------------------------------------------------------------------------------------ crossovers
-std::optional<double> interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
-  if (xs.empty() || xs.size() != ys.size() || !(x >= xs.front() && x <= xs.back())) return std::nullopt;
-  // Binary search: called per point of a series against another series, a scan made that quadratic.
-  const auto it = std::lower_bound(xs.begin(), xs.end(), x);
-  const std::size_t i = static_cast<std::size_t>(it - xs.begin());
-  if (i < xs.size() && xs[i] == x) return ys[i];
-  if (i == 0 || i >= xs.size()) return std::nullopt;
-  return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
-}
-
-Crossover find_crossover(const std::vector<double>& x, const std::vector<double>& a, const std::vector<double>& b,
-                         const std::string& a_name, const std::string& b_name, const std::string& unit,
-                         const std::string& range_word) {
-  Crossover c;
-  if (x.empty()) {
-    c.text = "not measured";
-    return c;
-  }
-  const std::string range = "(" + fmt(x.front()) + ".." + fmt(x.back()) + " " + unit + ")";
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double d = a[i] - b[i];
-    if (d == 0) {
-      c.found = true;
-      c.x = x[i];
-      c.text = fmt(c.x) + " " + unit + " (" + range_word + " point)";
-      return c;
-    }
-    if (i + 1 < x.size()) {
-      const double d2 = a[i + 1] - b[i + 1];
-      if ((d < 0) != (d2 < 0) && d2 != 0) {
-        c.found = true;
-        c.x = x[i] + (x[i + 1] - x[i]) * d / (d - d2);
-        c.text = fmt(c.x) + " " + unit + " (interpolated between " + fmt(x[i]) + " and " + fmt(x[i + 1]) + ")";
-        return c;
-      }
-    }
-  }
-  if (x.size() == 1) {
-    c.text = "one " + range_word + " point " + range + ": " + (a[0] < b[0] ? a_name : b_name) + " faster there; crossover unknown";
-    return c;
-  }
-  c.text = "outside " + range_word + " range " + range + ": " + (a[0] < b[0] ? a_name : b_name) + " faster throughout";
-  return c;
 }
 
 }  // namespace kvf::report

@@ -1,0 +1,165 @@
+// A study's report plug-in: what one study adds to `kvf report` and `kvf model`. The core
+// (kvf/report.hpp) loads results, renders, escapes and keeps the GPU-spec machinery; a plug-in names its
+// study's arms and parameters. Each package builds one in studies/<study>/report/ (library kvf_report_<study>)
+// and defines `kvf::report::StudyReport <study>_report()`; the build's study list generates the table that
+// calls them (study_reports(), in kvf_report). docs/CONTRIBUTING.md has the recipe.
+//
+// A plug-in contributes:
+//   sections     markdown (and charts, as Plot specs the core writes and draws), numbered by the core in the
+//                order of the study list;
+//   verdicts     claim rules judged per results directory, listed by their number in docs/report.md;
+//   terms        the model's prediction of a measured row, per arm (the measured-vs-predicted table);
+//   calibration  which measured rows replace which GpuSpec field.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvf/report.hpp"
+
+namespace kvf::report {
+
+// ------------------------------------------------------------------------------------------ charts
+// A chart a section asks for: the core writes NAME.dat / NAME.gp (every text through gnuplot_quote) and runs
+// gnuplot. Names are made up by the plug-in, [A-Za-z0-9_-] only.
+struct Line {
+  std::string title, style = "linespoints";
+  std::vector<std::pair<double, double>> pts;
+  std::vector<std::string> labels;  // with labels: one per point
+};
+struct Plot {
+  std::string name, title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  std::vector<Line> lines;
+  std::vector<std::string> extra;  // gnuplot commands before plot (arrows, ranges): numbers the plug-in formatted
+  int logx_base = 2;
+};
+
+// ------------------------------------------------------------------------------------------ markdown
+// Table rows and the texts that go into them. Cells are report text or md_text of input text (no line breaks);
+// | is escaped by row() for all.
+namespace md {
+std::string row(const std::vector<std::string>& cells);
+std::string header(const std::vector<std::string>& cells);  // the row, then |---|
+std::string us(const std::optional<double>& s);               // seconds as microseconds, "-" when missing
+std::string lbl(const ResultSet& rs);                         // a directory's device label (capped: in every row)
+std::string txt(const std::string& s);                        // input text as Markdown
+}  // namespace md
+std::string us_text(double s);  // "12.5 us": in figures and model-term texts
+
+// ------------------------------------------------------------------------------------------ sections
+struct ReportContext {
+  const StudyReports& studies;
+  const std::vector<ResultSet>& sets;
+  const ReportOptions& o;
+  std::vector<GpuSpec> gpus;  // data/gpus.json (or --gpus); empty with gpus_error when it could not be read
+  std::vector<Shape> shapes;  // data/models.json (or --models-file); empty with shapes_error
+  std::string gpus_error, shapes_error;
+  std::vector<Plot> plots;
+
+  // The spec of a directory's device with its measured ceilings (spec_from_results with these plug-ins).
+  GpuSpec spec_of(const ResultSet& rs) const;
+  // The shape of --model (o.model); nullptr when it is not in the shapes.
+  const Shape* model() const;
+  // Keeps `p` to be drawn and returns its figure line ("" when no line has a point).
+  std::string chart(Plot p);
+};
+
+struct Section {
+  std::string title;                                  // the core writes "## <n>. <title>"
+  std::function<std::string(ReportContext&)> body;    // markdown after the heading
+};
+
+// ------------------------------------------------------------------------------------------ verdicts
+struct VerdictRule {
+  int number = 0;       // the claim's number in docs/report.md "Verdict rules": the order of the Verdicts table
+  std::string claim;    // Verdict::claim starts with it
+  std::function<std::vector<Verdict>(const ResultSet&)> judge;  // one or more verdicts per directory
+  // What the model predicts for the claim on the directory's device: a cell of the Verdicts table, never the
+  // verdict itself. Unset: "-".
+  std::function<std::string(const ReportContext&, const ResultSet&)> model_says;
+};
+
+// ------------------------------------------------------------------------------------------ model terms
+using Match = std::vector<std::pair<std::string, std::string>>;  // (parameter, value) pairs a row must have
+
+// One measured row being predicted, and the terms every study's model shares. Each helper returns the
+// prediction (seconds) or nullopt, and says how in `why`.
+class Predictor {
+ public:
+  Predictor(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex* run,
+            const std::vector<Shape>* shapes);
+  const GpuSpec& g;
+  const CaseRow& r;
+  const RunIndex* run_index;  // the row's own results directory, indexed; nullptr when not given
+  const std::vector<Shape>* shapes;
+  const double bytes, flops;  // the row's, 0 when absent
+
+  void say(const std::string& s);
+  std::optional<double> none(const std::string& s);  // no prediction, because s
+  // copies x the per-copy fixed cost + bytes / link.
+  std::optional<double> link(double gbps, const char* what, int copies);
+  // roofline(flops, bytes) of the row + launches x the launch overhead.
+  std::optional<double> roof(int launches, const std::string& what);
+  // Bandwidth sharing between a memory-bound step (this row) and a co-runner, both from this run's alone rows:
+  // bytes / min(bytes / t_alone, memory bandwidth - demand_factor x co-runner bytes / time). busy_threads: CPU
+  // threads the co-runner keeps running (0: it waits on a device or a disk, or a GPU run) add core time-sharing.
+  std::optional<double> corun(const CaseRow* alone, const CaseRow* co, double demand_factor, const std::string& co_what,
+                              int busy_threads = 0);
+  // A count parameter of the row (layers, copies): 1 when absent, else a whole number in [1, hi]; anything else
+  // is nullopt with the reason (file:line, column, value) in bad_count.
+  std::optional<int> count(const char* name, std::int64_t hi);
+  std::string bad_count;
+  // A measured row of the run matching every (param, value): the row's mode first, then cold, then hot.
+  const CaseRow* alone_row(const std::string& study, const Match& m) const;
+  const Shape* shape(const std::string& name) const;  // nullptr when no shapes were given or it is not there
+
+ private:
+  std::string* why_;
+};
+
+struct ModelTerm {
+  std::vector<std::string> arms;  // values of the study's arm column this term predicts; empty: any other value
+  std::function<std::optional<double>(Predictor&)> predict;
+};
+
+// ------------------------------------------------------------------------------------------ calibration
+struct Calibrated {
+  std::string field;  // a GpuSpec field: hbm_tbps, bf16_tflops, host_link_gbps, copy_fixed_us, disk_gbps, ...
+  double value = 0;   // in the field's unit
+  std::string text;   // how it was measured: becomes the field's source ("measured: <text>")
+};
+struct CalibrationTerm {
+  std::string field;  // the field it measures (it may set others with it: a fit gives bandwidth and fixed cost)
+  // When several plug-ins measure one field, the lowest rank that finds rows in the directory wins (ties: the
+  // study list's order): a ceiling arm made for it before a by-product of another study.
+  int rank = 0;
+  std::function<std::vector<Calibrated>(const ResultSet&)> measure;  // empty: nothing to measure from here
+  std::string note;  // said once beside the ceilings of the measured-vs-predicted section ("" for none)
+};
+// Helpers of calibration terms. The best `metric` (gbps or tflops) over measured rows of `study` matching every
+// (param, value); cold rows first, then hot. Returns (value, mode).
+std::optional<std::pair<double, std::string>> best_value(const ResultSet& rs, const std::string& study,
+                                                         const Match& match, bool tflops);
+// A term measuring `field` as the best gbps (tflops) of `study`'s rows matching `match`, divided by `per_unit`
+// (GB/s -> TB/s: 1000). Its text: "<value> GB/s, [best ]<study> <k>=<v> (<mode>) in <dir>".
+CalibrationTerm best_row_term(const std::string& field, int rank, const std::string& study, const Match& match,
+                              bool tflops, double per_unit = 1, bool say_best = false);
+// Least-squares t = a + n * b over (bytes, seconds) with at least two distinct sizes and b > 0: (a, b).
+std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts);
+
+// ------------------------------------------------------------------------------------------ the plug-in
+struct StudyReport {
+  std::string study;  // the `study` column of cases.csv
+  std::vector<Section> sections;
+  std::vector<VerdictRule> verdicts;
+  std::string arm_column = "arm";   // the parameter that names a row's arm
+  std::vector<ModelTerm> terms;     // none fits a row: "<study> arm '<value>' has no model term"
+  std::vector<CalibrationTerm> calibration;
+  // A sentence on what the terms model, said above the measured-vs-predicted chart ("" for none).
+  std::string model_note;
+};
+
+}  // namespace kvf::report

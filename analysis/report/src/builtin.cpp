@@ -1,0 +1,36 @@
+// The entry points of kvf/report.hpp that use this build's plug-ins (study_reports(), generated from the
+// study list): what `kvf report`, `kvf model` and the tests call.
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs) { return calibrate(study_reports(), g, rs); }
+
+GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus) {
+  return spec_from_results(study_reports(), rs, gpus);
+}
+
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const ResultSet* run,
+                                  const std::vector<Shape>* shapes) {
+  if (!run) return predict_row(study_reports(), g, r, why, nullptr, shapes);
+  const RunIndex index(*run);
+  return predict_row(study_reports(), g, r, why, &index, shapes);
+}
+
+std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
+                                  const std::vector<Shape>* shapes) {
+  return predict_row(study_reports(), g, r, why, &run, shapes);
+}
+
+std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets) { return verdicts(study_reports(), sets); }
+
+std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
+                            const std::vector<std::string>& chart_notes) {
+  return render_markdown(study_reports(), sets, o, chart_notes);
+}
+
+ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o) {
+  return write_report(study_reports(), sets, o);
+}
+
+}  // namespace kvf::report

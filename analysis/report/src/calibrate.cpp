@@ -1,0 +1,151 @@
+// Spec peaks -> ceilings measured in a results directory. Which rows measure which field is the plug-ins'
+// knowledge (their calibration terms); the core applies them in one fixed field order, so the lines a
+// spec's calibration lists come out in that order whatever the study list's order.
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <stdexcept>
+
+#include "kvf/errors.hpp"
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+std::optional<std::pair<double, std::string>> best_value(const ResultSet& rs, const std::string& study,
+                                                         const Match& match, bool tflops) {
+  for (const char* mode : {"cold", "hot"}) {
+    std::optional<double> b;
+    for (const auto* r : rs.rows(study)) {
+      if (r->mode != mode) continue;
+      bool ok = true;
+      for (const auto& [k, v] : match) ok = ok && r->param(k) == v;
+      const auto& val = tflops ? r->tflops : r->gbps;
+      if (ok && val && *val > 0 && (!b || *val > *b)) b = *val;
+    }
+    if (b) return std::make_pair(*b, std::string(mode));
+  }
+  return std::nullopt;
+}
+
+CalibrationTerm best_row_term(const std::string& field, int rank, const std::string& study, const Match& match,
+                              bool tflops, double per_unit, bool say_best) {
+  CalibrationTerm t;
+  t.field = field;
+  t.rank = rank;
+  t.measure = [=](const ResultSet& rs) -> std::vector<Calibrated> {
+    const auto v = best_value(rs, study, match, tflops);
+    if (!v) return {};
+    std::string rows = study;
+    for (const auto& [k, val] : match) rows += (rows == study ? " " : ",") + k + "=" + val;
+    return {{field, v->first / per_unit,
+             fmt(v->first) + (tflops ? " TFLOP/s, " : " GB/s, ") + (say_best ? "best " : "") + rows + " (" + v->second +
+                 ") in " + rs.dir}};
+  };
+  return t;
+}
+
+std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts) {
+  std::set<double> xs;
+  for (const auto& p : pts) xs.insert(p.first);
+  if (xs.size() < 2) return std::nullopt;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(pts.size());
+  for (const auto& [x, y] : pts) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double b = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double a = (sy - b * sx) / n;
+  if (!(b > 0)) return std::nullopt;
+  return std::make_pair(a, b);
+}
+
+namespace {
+
+// The fields a calibration term may set, in the order they are calibrated and listed.
+struct Field {
+  const char* name;
+  double GpuSpec::*member;
+};
+constexpr Field kFields[] = {
+    {"hbm_tbps", &GpuSpec::hbm_tbps},         {"bf16_tflops", &GpuSpec::bf16_tflops},
+    {"host_link_gbps", &GpuSpec::host_link_gbps}, {"copy_fixed_us", &GpuSpec::copy_fixed_us},
+    {"disk_gbps", &GpuSpec::disk_gbps},       {"disk_latency_us", &GpuSpec::disk_latency_us},
+    {"nvlink_gbps", &GpuSpec::nvlink_gbps},   {"launch_us", &GpuSpec::launch_us},
+};
+
+double GpuSpec::*member_of(const std::string& field) {
+  for (const auto& f : kFields)
+    if (field == f.name) return f.member;
+  throw std::logic_error("calibration term sets '" + field + "', which is not a calibrated GpuSpec field");
+}
+
+}  // namespace
+
+std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs) {
+  std::vector<std::string> done;
+  auto note = [&](const std::string& field, const std::string& text) {
+    g.source[field] = "measured: " + text;
+    done.push_back(field + " <- " + text);
+  };
+  for (const auto& field : kFields) {
+    std::vector<const CalibrationTerm*> terms;
+    for (const auto& s : studies)
+      for (const auto& t : s.calibration)
+        if (t.field == field.name && t.measure) terms.push_back(&t);
+    std::stable_sort(terms.begin(), terms.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+    for (const auto* t : terms) {
+      const auto measured = t->measure(rs);
+      if (measured.empty()) continue;
+      for (const auto& m : measured) {
+        g.*member_of(m.field) = m.value;
+        note(m.field, m.text);
+      }
+      break;
+    }
+  }
+  // The L2 (last-level cache) size is the device's, from meta.json: no study measures it.
+  if (rs.backend == "cuda" && rs.llc_bytes) {
+    g.l2_mib = static_cast<double>(rs.llc_bytes) / (1 << 20);
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%.4g MiB, meta.json device.llc_bytes in %s", g.l2_mib, rs.dir.c_str());
+    note("l2_mib", buf);
+  }
+  for (const auto& d : done) g.calibration.push_back(d);
+  return done;
+}
+
+GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, const std::vector<GpuSpec>& gpus) {
+  GpuSpec g;
+  if (rs.backend == "cuda") {
+    try {
+      g = find_gpu(gpus, rs.device);
+    } catch (const UsageError&) {
+      g.name = rs.device;  // unknown GPU: only measured ceilings, plus the spec file's stated overheads
+      if (!gpus.empty()) {
+        g.launch_us = gpus.front().launch_us;
+        g.copy_fixed_us = gpus.front().copy_fixed_us;
+        for (const char* f : {"launch_us", "copy_fixed_us"})
+          if (gpus.front().source.count(f)) g.source[f] = gpus.front().source.at(f);
+      }
+    }
+  } else {
+    g.name = rs.device.empty() ? "cpu" : rs.device;
+    g.launch_us = 0;
+    g.copy_fixed_us = 0;
+    g.l2_mib = static_cast<double>(rs.llc_bytes) / (1 << 20);
+    g.source["l2_mib"] = "meta.json device.llc_bytes";
+    g.source["launch_us"] = "CPU: no launch";
+    g.source["copy_fixed_us"] = "CPU: not modelled (0)";
+  }
+  calibrate(studies, g, rs);
+  if (rs.backend != "cuda") {
+    // The CPU's GEMM ceiling is fp32 (OpenBLAS): the field name says bf16, the number is what this box does.
+    if (g.source.count("bf16_tflops")) g.source["bf16_tflops"] += " (fp32 sgemm on the CPU)";
+  }
+  return g;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,282 @@
+// `kvf report`: report.md (deterministic: input order, fixed number format, no clock but meta.json's),
+// gnuplot charts (.dat + .gp written, SVG + PNG drawn when gnuplot runs) and a self-contained report.html.
+// The core's own sections are the inputs, the verdicts table and measured-vs-predicted; every other section
+// comes from a study's plug-in, numbered in the order of the study list.
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "internal.hpp"
+#include "kvf/errors.hpp"
+
+namespace kvf::report {
+
+using namespace md;
+
+GpuSpec ReportContext::spec_of(const ResultSet& rs) const { return spec_from_results(studies, rs, gpus); }
+
+const Shape* ReportContext::model() const {
+  const Shape* m = nullptr;
+  for (const auto& sh : shapes)
+    if (sh.name == o.model) m = &sh;
+  return m;
+}
+
+std::string ReportContext::chart(Plot p) {
+  if (!detail::has_points(p)) return "";
+  const std::string name = p.name;
+  plots.push_back(std::move(p));
+  return "![" + name + "](" + name + ".svg)\n\n";
+}
+
+namespace {
+
+using Ctx = ReportContext;
+
+std::string section_inputs(Ctx& cx) {
+  std::string s = "## Inputs\n\n";
+  s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
+               "samples", "counters", "1-min load (max) / hw threads"});
+  int i = 0;
+  for (const auto& r : cx.sets)
+    s += row({std::to_string(++i), txt(r.dir), lbl(r), txt(r.backend), r.has_meta ? txt(r.suite_version) : "-",
+              r.git_sha.empty() ? "-" : txt(r.git_sha), r.started.empty() ? "-" : txt(r.started),
+              r.finished.empty() ? "-" : txt(r.finished), std::to_string(r.cases.size()),
+              r.has_samples ? std::to_string(r.n_samples) : "missing",
+              r.has_counters ? std::to_string(r.counters.size()) : "missing",
+              r.max_load < 0 ? "-"
+                             : fmt(r.max_load) +
+                                   (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : "")});
+  s += "\n### What is missing\n\n";
+  bool any = false;
+  for (const auto& r : cx.sets)
+    for (const auto& m : r.missing) {
+      s += "- " + lbl(r) + ": " + txt(m) + "\n";
+      any = true;
+    }
+  if (!any) s += "Nothing: every file and study is present.\n";
+  s += "\n### Input warnings\n\n";
+  any = false;
+  for (const auto& r : cx.sets)
+    for (const auto& w : r.warnings) {
+      s += "- " + lbl(r) + ": " + txt(w) + "\n";
+      any = true;
+    }
+  if (!any) s += "None: every input row was read.\n";
+  return s + "\n";
+}
+
+// Throttled samples (GPU: SM clock below 75% of the default): left out of every median by the harness.
+std::string throttled_note(Ctx& cx) {
+  std::string list;
+  long cases = 0, total = 0;
+  for (const auto& rs : cx.sets)
+    for (const auto& r : rs.cases)
+      if (r.throttled_samples > 0) {
+        ++cases;
+        total += r.throttled_samples;
+        list += "- " + lbl(rs) + ": " + txt(r.study) + " " + txt(r.case_name) + " (" + txt(r.mode) + "): " +
+                std::to_string(r.throttled_samples) + " throttled, " + std::to_string(r.samples) + " kept\n";
+      }
+  if (!cases)
+    return "Throttled samples: none (every case row has throttled_samples 0; the CPU backend never flags any).\n";
+  return "Throttled samples: " + std::to_string(total) + " in " + std::to_string(cases) +
+         " case rows (SM clock below 75% of the default). Every figure above and below excludes them: medians are "
+         "over the kept samples only.\n\n" + list;
+}
+
+std::string section_verdicts(Ctx& cx) {
+  std::string s = "## Verdicts\n\n";
+  s += header({"claim", "device", "verdict", "figures", "model predicts"});
+  std::vector<std::string> rule_texts;
+  for (const auto& [rule, v] : detail::judge_all(cx.studies, cx.sets)) {
+    const ResultSet* of = nullptr;
+    for (const auto& r : cx.sets)
+      if (r.label == v.device) of = &r;
+    s += row({v.claim, of ? lbl(*of) : txt(v.device), "**" + v.verdict + "**", txt(v.figures),
+              of && rule->model_says ? rule->model_says(cx, *of) : "-"});
+    rule_texts.push_back(v.rule);
+  }
+  s += "\n" + throttled_note(cx);
+  s += "\nRules (docs/report.md):\n\n";
+  std::set<std::string> seen;
+  for (const auto& r : rule_texts)
+    if (seen.insert(r).second) s += "- " + r + "\n";
+  return s + "\n";
+}
+
+// The ceilings every prediction of a directory used, and where each came from.
+std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
+  std::string c = "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
+                  " TFLOP/s, host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) +
+                  " us, per copy " + fmt(g.copy_fixed_us) + " us, disk " +
+                  (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
+                                   : std::string("- (no disk figure: no file-tier rows)")) +
+                  "; measured: " + std::to_string(g.calibration.size()) + " field(s)";
+  for (const auto& f : g.calibration) c += "; " + txt(f);
+  return c + "\n";
+}
+
+// What the plug-ins say about their ceilings and terms, above the chart.
+std::string model_notes(const Ctx& cx) {
+  std::string s = "Ceilings used (spec sheet, replaced by the ceilings measured in the same directory";
+  for (const auto& st : cx.studies)
+    for (const auto& t : st.calibration)
+      if (!t.note.empty()) s += "; " + t.note;
+  s += "):\n\n";
+  return s;
+}
+
+std::string section_predicted(Ctx& cx, int number) {
+  std::string s = "## " + std::to_string(number) + ". Measured against model-predicted, every arm\n\n";
+  if (!cx.gpus_error.empty()) return s + "Not available: " + txt(cx.gpus_error) + "\n\n";
+  Plot p{"predicted", "Measured vs predicted (median, us)", "predicted (us)", "measured (us)", true, true, {}, {}, 10};
+  std::string table, ceilings;
+  double lo = 1e300, hi = 0;
+  for (const auto& rs : cx.sets) {
+    const GpuSpec g = cx.spec_of(rs);
+    ceilings += ceilings_of(rs, g);
+    std::map<std::string, Line> lines;
+    const RunIndex index(rs);
+    for (const auto& r : rs.cases) {
+      if (!r.measured()) continue;
+      std::string why;
+      const auto pr = predict_row(cx.studies, g, r, &why, &index, cx.shapes_error.empty() ? &cx.shapes : nullptr);
+      const std::string spread = r.q1_s && r.q3_s ? us(r.q1_s) + ".." + us(r.q3_s) : "-";
+      table += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), us(r.median_s), spread, us(pr),
+                    pr ? fmt(*pr / *r.median_s) : "-",
+                    txt(pr ? why : "no prediction: " + (why.empty() ? std::string("no model term") : why))});
+      if (pr && *pr > 0 && *r.median_s > 0) {
+        auto& l = lines[r.study];
+        l.title = rs.label + " " + r.study;
+        l.style = "points";
+        l.pts.emplace_back(*pr * 1e6, *r.median_s * 1e6);
+        lo = std::min({lo, *pr * 1e6, *r.median_s * 1e6});
+        hi = std::max({hi, *pr * 1e6, *r.median_s * 1e6});
+      }
+    }
+    for (auto& [k, l] : lines) p.lines.push_back(l);
+  }
+  if (table.empty()) return s + "Not measured: no measured case rows.\n\n";
+  if (hi > 0) {
+    Line d;
+    d.title = "measured = predicted";
+    d.style = "lines dt 2 lc rgb 'gray'";
+    d.pts = {{lo, lo}, {hi, hi}};
+    p.lines.push_back(d);
+  }
+  s += model_notes(cx) + ceilings + "\n";
+  std::string notes;
+  for (const auto& st : cx.studies)
+    if (!st.model_note.empty()) notes += (notes.empty() ? "" : " ") + st.model_note;
+  if (!notes.empty()) s += notes + " These are models: docs/report.md states each.\n\n";
+  s += cx.chart(p);
+  s += header({"device", "study", "case", "mode", "measured us (median)", "q1..q3 us", "predicted us", "predicted/measured",
+               "model term"}) +
+       table;
+  return s + "\n";
+}
+
+Ctx make_ctx(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o) {
+  Ctx cx{studies, sets, o, {}, {}, {}, {}, {}};
+  try {
+    cx.gpus = load_gpus(o.gpus_path.empty() ? default_gpus_path() : o.gpus_path);
+  } catch (const UsageError& e) {
+    cx.gpus_error = e.what();
+  }
+  try {
+    cx.shapes = load_shapes(o.models_path);
+  } catch (const UsageError& e) {
+    cx.shapes_error = e.what();
+  }
+  return cx;
+}
+
+std::string render(Ctx& cx, const std::vector<std::string>& chart_notes) {
+  std::string s = "# kvfrontier report\n\n";
+  s += "Medians of raw samples; every GPU figure comes from the directories below, every prediction from "
+       "data/gpus.json peaks replaced by ceilings measured in the same directory. A claim without its inputs is "
+       "\"not measured\".\n\n";
+  s += section_inputs(cx);
+  s += section_verdicts(cx);
+  int number = 0;
+  for (const auto& st : cx.studies)
+    for (const auto& sec : st.sections) s += "## " + std::to_string(++number) + ". " + sec.title + "\n\n" + sec.body(cx);
+  s += section_predicted(cx, number + 1);
+  if (!chart_notes.empty()) {
+    s += "## Charts\n\n";
+    for (const auto& n : chart_notes) s += "- " + n + "\n";
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string render_markdown(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o,
+                            const std::vector<std::string>& chart_notes) {
+  Ctx cx = make_ctx(studies, sets, o);
+  return render(cx, chart_notes);
+}
+
+ReportResult write_report(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o) {
+  ReportResult res;
+  const fs::path dir = o.out_dir.empty() ? fs::path(sets.at(0).dir) / "report" : fs::path(o.out_dir);
+  std::error_code ec;
+  // The default report directory lies inside a results directory someone else may have made: a symlink
+  // there would send every file the report writes (and gnuplot's output) somewhere else.
+  if (o.out_dir.empty() && fs::is_symlink(dir, ec))
+    throw UsageError(dir.string() + ": is a symbolic link (refused: the report writes only into a real directory; "
+                     "pass --out DIR)");
+  fs::create_directories(dir, ec);
+  if (ec) throw UsageError(dir.string() + ": cannot create the report directory (" + ec.message() + ")");
+  if (!fs::is_directory(dir, ec)) throw UsageError(dir.string() + ": not a directory");
+  res.dir = dir.string();
+  // First pass collects the charts; their notes (gnuplot ran or not) go into the markdown of the second.
+  Ctx cx = make_ctx(studies, sets, o);
+  (void)render(cx, {});
+  std::vector<std::string> notes, drawn;
+  ::unlink((dir / "gnuplot.log").c_str());
+  for (const auto& p : cx.plots) {
+    detail::write_plot(p, dir);
+    res.files.push_back((dir / (p.name + ".gp")).string());
+    // A chart of an earlier run (or one planted in a shared directory) is never shown as this run's.
+    for (const char* ext : {".svg", ".png"}) ::unlink((dir / (p.name + ext)).c_str());
+  }
+  if (!o.charts) {
+    notes.push_back("charts not drawn (--no-charts): .dat and .gp files are written; run `gnuplot NAME.gp` in this directory");
+  } else {
+    bool missing = false;
+    for (const auto& p : cx.plots) {
+      if (missing) break;
+      const std::string err = detail::run_gnuplot(o.gnuplot, dir, p.name + ".gp");
+      if (err.empty()) {
+        for (const char* ext : {".svg", ".png"}) {
+          const fs::path f = dir / (p.name + ext);
+          if (!fs::is_regular_file(fs::symlink_status(f, ec)) || fs::file_size(f, ec) == 0 || ec) {
+            res.warnings.push_back(f.string() + ": empty or not written");
+          } else {
+            res.files.push_back(f.string());
+            if (std::string(ext) == ".svg") drawn.push_back(p.name + ext);
+          }
+        }
+        res.gnuplot_ran = true;
+      } else {
+        res.warnings.push_back(err);
+        if (err.find("not found") != std::string::npos || err.find("cannot run") != std::string::npos) missing = true;
+      }
+    }
+    if (missing) notes.push_back("gnuplot not found: charts not drawn; .dat and .gp files are written (install gnuplot-nox)");
+  }
+  Ctx cx2 = make_ctx(studies, sets, o);
+  const std::string md = render(cx2, notes);
+  detail::write_new_file(dir / "report.md", md);
+  res.files.push_back((dir / "report.md").string());
+  detail::write_new_file(dir / "report.html", markdown_to_html(md, dir.string(), drawn));
+  res.files.push_back((dir / "report.html").string());
+  return res;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,160 @@
+// Untrusted text: everything the report did not write itself reaches gnuplot, Markdown and HTML only through
+// these (kvf/report.hpp says why), and the fixed number format of every figure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+namespace {
+
+// Non-ASCII code points that print nothing visible or move text around: shown as '?' so a name cannot
+// hide or reorder what the report says next to it.
+bool invisible(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) ||                      // C1 controls
+         (cp >= 0x200b && cp <= 0x200f) ||                  // zero-width, LRM/RLM
+         (cp >= 0x202a && cp <= 0x202e) ||                  // bidirectional embeddings and overrides
+         (cp >= 0x2060 && cp <= 0x206f) ||                  // word joiner, invisible operators, isolates
+         cp == 0xfeff || (cp >= 0xfff9 && cp <= 0xfffb) ||  // BOM, interlinear annotation
+         cp == 0xfffe || cp == 0xffff || (cp >= 0xe0000 && cp <= 0xe007f);  // non-characters, tags
+}
+
+// Length of the valid UTF-8 sequence at s[i] and its code point; 0 when invalid (overlong, surrogate,
+// beyond U+10FFFF, truncated).
+std::size_t utf8_at(const std::string& s, std::size_t i, char32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  std::size_t len = 0;
+  if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+}  // namespace
+
+std::string printable_text(const std::string& s, std::size_t max_chars) {
+  std::string out;
+  out.reserve(std::min(s.size(), max_chars * 4) + 3);
+  std::size_t chars = 0, i = 0;
+  for (; i < s.size() && chars < max_chars; ++chars) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f') out += ' ';
+      else if (c < 0x20 || c == 0x7f) out += '?';
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    char32_t cp = 0;
+    const std::size_t len = utf8_at(s, i, cp);
+    if (len == 0) {
+      out += '?';
+      ++i;
+    } else {
+      if (cp == 0x2028 || cp == 0x2029) out += ' ';  // line and paragraph separators
+      else if (invisible(cp)) out += '?';
+      else out.append(s, i, len);
+      i += len;
+    }
+  }
+  if (i < s.size()) out += "...";
+  return out;
+}
+
+std::string gnuplot_quote(const std::string& s, std::size_t max_chars) {
+  const std::string t = printable_text(s, max_chars);
+  std::string o = "'";
+  for (char c : t) {
+    if (c == '`') o += '?';
+    else if (c == '\'') o += "''";
+    else o += c;
+  }
+  return o + "'";
+}
+
+std::string gnuplot_data_label(const std::string& s, std::size_t max_chars) {
+  // gnuplot reads a "..." field of a data file as one column; a quote would end it, # start a comment.
+  const std::string t = printable_text(s, max_chars);
+  std::string o = "\"";
+  for (char c : t) {
+    if (c == '"') o += '\'';
+    else if (c == '#' || c == '\\' || c == '`') o += '?';
+    else o += c;
+  }
+  return o + "\"";
+}
+
+std::string md_text(const std::string& s, std::size_t max_chars) {
+  const std::string t = printable_text(s, max_chars);
+  std::string o;
+  o.reserve(t.size() + t.size() / 8);
+  for (char c : t) {
+    if (c != '\0' && std::strchr("\\`*_[]<>#&~", c)) o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size() + s.size() / 8);
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else if (c == '\'') o += "&#39;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string fmt(double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
+
+std::string us_text(double s) { return fmt(s * 1e6) + " us"; }
+
+namespace md {
+
+std::string row(const std::vector<std::string>& cells) {
+  std::string s = "|";
+  for (const auto& c : cells) {
+    s += ' ';
+    for (char ch : c) {
+      if (ch == '|') s += '\\';
+      s += ch;
+    }
+    s += " |";
+  }
+  return s + "\n";
+}
+std::string header(const std::vector<std::string>& cells) {
+  std::string s = row(cells) + "|";
+  for (std::size_t i = 0; i < cells.size(); ++i) s += "---|";
+  return s + "\n";
+}
+std::string us(const std::optional<double>& s) { return s ? fmt(*s * 1e6) : "-"; }
+// A results directory's device label, as Markdown (capped: it is repeated in every row of its tables).
+std::string lbl(const ResultSet& rs) { return md_text(rs.label, kMaxLabelText); }
+std::string txt(const std::string& s) { return md_text(s); }
+
+}  // namespace md
+
+}  // namespace kvf::report

@@ -1,0 +1,73 @@
+// The frontier's per-page terms: roofline kernels (the core's add_kernel / finish_cost), weight reads per GEMM
+// call amortized over the P pages of the call.
+#include <algorithm>
+#include <cmath>
+
+#include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
+#include "kvf/input.hpp"
+
+namespace kvf::report {
+
+double kv_bytes_per_layer(const Shape& m, double tokens) { return tokens * m.kv_values_per_token * 2; }
+double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits) {
+  return tokens * (m.kv_values_per_token * bits / 8 + std::ceil(m.kv_values_per_token / 128) * 4);
+}
+double x_bytes_per_layer(const Shape& m, double tokens, int bits) {
+  if (bits >= 16) return tokens * m.hidden * 2;
+  return tokens * (m.hidden * bits / 8 + std::ceil(m.hidden / 128) * 4);
+}
+
+Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, int bits) {
+  const double rows = tokens * pages, H = m.hidden, out = m.kv_out();
+  Cost c;
+  if (bits < 16) add_kernel(c, g, 0, x_bytes_per_layer(m, rows, bits) + rows * H * 2);  // dequantize to bf16 X
+  // GEMM: weights read once per call (amortized over the P pages), X read, fp32 K/V written.
+  add_kernel(c, g, 2 * rows * H * out, out * H * 2 + rows * H * 2 + rows * out * 4);
+  // RoPE + write into the paged cache: fp32 read, bf16 written.
+  add_kernel(c, g, 0, rows * out * 4 + rows * out * 2);
+  finish_cost(c, g, pages);
+  return c;
+}
+
+Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages) {
+  if (!m.mla) throw UsageError(m.name + ": not an MLA model (no latent to up-project)");
+  const double rows = tokens * pages, out = m.n_heads * (m.qk_nope + m.v_head);
+  Cost c;
+  add_kernel(c, g, 2 * rows * m.kv_lora * out, m.kv_lora * out * 2 + rows * m.kv_lora * 2 + rows * out * 2);
+  finish_cost(c, g, pages);
+  return c;
+}
+
+Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers) {
+  const auto n_layers = kvf::checked_integer(layers, 0, kMaxLayers, "layers");
+  const double rows = tokens * pages, H = m.hidden;
+  double attn_params = 0, qdim = 0;
+  if (m.mla) {
+    const double qk = m.qk_nope + m.qk_rope;
+    attn_params = H * m.q_lora + m.q_lora * m.n_heads * qk + H * (m.kv_lora + m.qk_rope) +
+                  m.kv_lora * m.n_heads * (m.qk_nope + m.v_head) + m.n_heads * m.v_head * H;
+    qdim = m.n_heads * qk;
+  } else {
+    qdim = m.n_heads * m.head_dim;
+    attn_params = H * (qdim + 2 * m.n_kv_heads * m.head_dim) + qdim * H;
+  }
+  Cost c;
+  for (std::int64_t l = 0; l < n_layers; ++l) {
+    const bool moe_layer = m.moe && l >= m.first_k_dense;
+    double mlp_active = 3 * H * m.intermediate, mlp_read = mlp_active;
+    if (moe_layer) {
+      const double e = 3 * H * m.moe_intermediate;
+      mlp_active = (m.experts_per_tok + m.n_shared) * e;
+      mlp_read = (std::min(m.n_routed, rows * m.experts_per_tok) + m.n_shared) * e;
+    }
+    // attention projections, then attention over the page itself (causal: half of T x T), then the MLP
+    add_kernel(c, g, 2 * rows * attn_params, 2 * attn_params + rows * H * 2 * 2 + rows * m.kv_values_per_token * 2);
+    add_kernel(c, g, 2 * rows * tokens * qdim, rows * qdim * 2 * 2);
+    add_kernel(c, g, 2 * rows * mlp_active, 2 * mlp_read + rows * H * 2 * 2);
+  }
+  finish_cost(c, g, pages);
+  return c;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,170 @@
+// The frontier's sections: recompute against transfer by tokens per page (measured crossovers, then the model's
+// for every GPU in gpus.json), and the frontier map (cheapest action per page class, calibrated per GPU
+// directory, else from --spec-gpu's spec sheet).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
+#include "kvf/study_report.hpp"
+#include "parts.hpp"
+#include "series.hpp"
+
+namespace kvf::report::frontier {
+
+using namespace md;
+
+namespace {
+
+std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label, ReportContext& cx, const std::string& chart,
+                      double reuse, const ResultSet* measured = nullptr) {
+  ActionOptions o;
+  o.reuse = {reuse};
+  o.measured = measured;
+  std::vector<ActionClass> t;
+  try {
+    t = action_table(g, m, o);
+  } catch (const UsageError& e) {
+    return "- " + txt(label) + ": not computed (" + txt(e.what()) + ")\n\n";
+  }
+  std::vector<double> Ls;
+  for (const auto& c : t)
+    if (std::find(Ls.begin(), Ls.end(), c.layers) == Ls.end()) Ls.push_back(c.layers);
+  std::string s = "### " + txt(label) + " (" + txt(m.name) + ", decode, reuse probability " + fmt(reuse) + ")\n\n";
+  std::vector<std::string> h = {"tokens \\ layers"};
+  for (double L : Ls) h.push_back(fmt(L));
+  s += header(h);
+  Plot p{chart, "Cheapest action: " + label + ", " + m.name + ", decode, reuse " + fmt(reuse), "tokens per page", "layers", true,
+         true, {}, {}};
+  std::map<std::string, Line> by_action;
+  std::vector<double> Ts;
+  for (const auto& c : t)
+    if (c.phase == "decode" && std::find(Ts.begin(), Ts.end(), c.tokens) == Ts.end()) Ts.push_back(c.tokens);
+  for (double T : Ts) {
+    std::vector<std::string> cells = {fmt(T)};
+    for (double L : Ls)
+      for (const auto& c : t)
+        if (c.phase == "decode" && c.tokens == T && c.layers == L) {
+          std::string src;
+          for (const auto& a : c.costs)
+            if (a.action == c.cheapest && a.source != "model") src = " (" + a.source + ")";
+          cells.push_back(c.cheapest + src);
+          auto& l = by_action[c.cheapest];
+          l.title = c.cheapest;
+          l.style = "points pt 5 ps 3";
+          l.pts.emplace_back(T, L);
+        }
+    s += row(cells);
+  }
+  for (auto& [k, l] : by_action) p.lines.push_back(l);
+  if (!Ts.empty() && !Ls.empty()) {
+    p.extra.push_back("set xrange [" + fmt(Ts.front() / 1.5) + ":" + fmt(Ts.back() * 1.5) + "]");
+    p.extra.push_back("set yrange [" + fmt(Ls.front() / 1.5) + ":" + fmt(Ls.back() * 1.5) + "]");
+  }
+  s += "\n";
+  if (!chart.empty()) s += cx.chart(p);
+  return s;
+}
+
+}  // namespace
+
+std::string section_frontier(ReportContext& cx) {
+  std::string s;
+  Plot p{"recompute_transfer", "Recompute vs transfer per page", "tokens per page", "median time per page (us)", true,
+         true, {}, {}};
+  std::string table;
+  Line cross;
+  cross.title = "crossovers";
+  cross.style = "points pt 7 ps 1.8 lc rgb 'black'";
+  for (const auto& rs : cx.sets) {
+    std::set<std::string> drawn;
+    const std::string primary = primary_link(rs);
+    for (const auto& c : crossovers(rs)) {
+      table += row({lbl(rs), txt(c.rec.label() + " (" + c.rec.mode + ")"), txt(c.link), fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
+                    std::to_string(c.tokens.size()), c.c.text, c.dropped ? std::to_string(c.dropped) : "0"});
+      // The chart keeps to one page per call and the device's own fetch (the table has every combination).
+      if (c.rec.pages != 1 || c.link != primary) continue;
+      if (drawn.insert("r" + c.rec.label()).second) {
+        Line l;
+        l.title = rs.label + " recompute " + c.rec.label();
+        for (std::size_t i = 0; i < c.rec.tokens.size(); ++i) l.pts.emplace_back(c.rec.tokens[i], c.rec.secs[i] * 1e6);
+        p.lines.push_back(l);
+      }
+      Line x;
+      x.title = rs.label + " " + c.link + " for " + c.rec.label();
+      x.style = "linespoints dt 2";
+      for (std::size_t i = 0; i < c.tokens.size(); ++i) x.pts.emplace_back(c.tokens[i], c.xfer_s[i] * 1e6);
+      p.lines.push_back(x);
+      if (c.c.found) {
+        const auto y = interpolate(c.tokens, c.rec_s, c.c.x);
+        if (y) cross.pts.emplace_back(c.c.x, *y * 1e6);
+      }
+    }
+  }
+  if (!cross.pts.empty()) p.lines.push_back(cross);
+  if (table.empty()) {
+    s += "Not measured: no frontier-study recompute rows with a fetch measured at the same page size.\n\n";
+  } else {
+    s += cx.chart(p);
+    s += "Transfer time at each page's K/V bytes is interpolated linearly between measured copy sizes; pages outside "
+         "the measured sizes are dropped (last column). Crossovers are interpolated between measured token counts.\n\n";
+    s += header({"device", "recompute", "fetch", "tokens measured", "points", "crossover", "dropped"}) + table + "\n";
+  }
+  // The GPU answer from spec sheets: what the model predicts where no GPU was measured.
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) {
+    s += "Model predictions not available: " + txt(cx.gpus_error + cx.shapes_error) + "\n\n";
+    return s;
+  }
+  const Shape* m = cx.model();
+  if (!m) return s + "Model predictions not available: model " + txt(cx.o.model) + " not in data/models.json\n\n";
+  s += "### Model: recompute from bf16 X (P=1) against a pinned host fetch, " + txt(m->name) + ", spec-sheet peaks\n\n";
+  s += header({"GPU", "layers", "recompute 128 tok (us)", "fetch 128 tok (us)", "predicted crossover"});
+  const std::vector<double> Ts = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  for (const auto& g : cx.gpus) {
+    for (double L : {1.0, 4.0}) {
+      std::vector<double> r, t;
+      for (double T : Ts) {
+        r.push_back(L * recompute_x(g, *m, T, 1, 16).seconds);
+        t.push_back(transfer(g, kv_bytes_per_layer(*m, T) * L, static_cast<int>(L), g.host_link_gbps).seconds);
+      }
+      const auto c = find_crossover(Ts, r, t, "recompute", "fetch", "tokens", "evaluated");
+      s += row({txt(g.name), fmt(L), fmt(r[3] * 1e6), fmt(t[3] * 1e6), c.text});
+    }
+  }
+  return s + "\n";
+}
+
+std::string section_map(ReportContext& cx) {
+  std::string s;
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty())
+    return s + "Not available: " + txt(cx.gpus_error + cx.shapes_error) + "\n\n";
+  const Shape* m = cx.model();
+  if (!m) return s + "Not available: model " + txt(cx.o.model) + " not in data/models.json\n\n";
+  s += "Costs per page in microseconds: reuse probability x reuse cost + one-time cost + HBM price x resident MiB "
+       "(price: the time to fetch 1 MiB over the host link). `kvf model --json` writes the full table.\n\n";
+  bool any_gpu = false;
+  int i = 0;
+  for (const auto& rs : cx.sets) {
+    ++i;
+    if (rs.backend != "cuda") continue;
+    any_gpu = true;
+    const GpuSpec g = cx.spec_of(rs);
+    for (double p : {0.1, 0.5, 0.9})
+      s += map_table(g, *m, printable_text(rs.label, kMaxLabelText) + ", calibrated, measured costs where present", cx,
+                     p == 0.5 ? "frontier_map_" + std::to_string(i) : "", p, &rs);
+  }
+  if (!any_gpu) {
+    try {
+      const GpuSpec& g = find_gpu(cx.gpus, cx.o.spec_gpu);
+      s += "No GPU results given: the map below is the model's prediction from spec-sheet peaks (not measured).\n\n";
+      for (double p : {0.1, 0.5, 0.9})
+        s += map_table(g, *m, g.name + " spec sheet", cx, p == 0.5 ? "frontier_map_spec" : "", p);
+    } catch (const UsageError& e) {
+      s += "- " + txt(e.what()) + "\n\n";
+    }
+  }
+  return s;
+}
+
+}  // namespace kvf::report::frontier

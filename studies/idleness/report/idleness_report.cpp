@@ -1,0 +1,192 @@
+// The idleness study in the report: idleness against batch for the three definitions and the PM-sampling time
+// series (section), "more than 60% idle in decode" (claim 2), and its rows' model terms (roofline per layer;
+// the co-run rows by bandwidth sharing against their alone rows).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+namespace {
+
+using namespace md;
+
+const char* kClaim2 = "More than 60% of the GPU is idle in decode";
+const char* kRule2 =
+    "Median over all decode ranges (counters.csv, source=range) of the definition's kvf:idle_*_pct; supported iff > 60.";
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per (case, definition) the median over ranges of kvf:idle_*_pct.
+struct IdleStat {
+  std::string case_name, metric;
+  std::optional<double> batch;
+  double median = 0;
+  std::size_t ranges = 0;
+};
+
+std::vector<IdleStat> idle_stats(const ResultSet& rs) {
+  std::map<std::pair<std::string, std::string>, std::vector<double>> vals;
+  for (const auto& c : rs.counters) {
+    if (!std::isfinite(c.value)) continue;
+    const bool gpu = c.source == "range" && (c.metric == "kvf:idle_sm_pct" || c.metric == "kvf:idle_issue_pct" ||
+                                             c.metric == "kvf:idle_tensor_pct");
+    const bool cpu = c.source == "cpu_model" && c.metric == "kvf:idle_compute_pct";  // 1 - achieved / GEMM ceiling
+    if (!gpu && !cpu) continue;
+    vals[{c.case_name, c.metric}].push_back(c.value);
+  }
+  // The batch of each case: its first row that has one. Looked up per (case, definition) below; a scan of
+  // every row per key made the report quadratic in rows.
+  std::map<std::string, double> batch_of;
+  if (!vals.empty())
+    for (const auto& r : rs.cases)
+      if (!batch_of.count(r.case_name))
+        if (const auto b = r.num("batch")) batch_of.emplace(r.case_name, *b);
+  std::vector<IdleStat> out;
+  for (const auto& [k, v] : vals) {
+    IdleStat s;
+    s.case_name = k.first;
+    s.metric = k.second;
+    s.median = median_of(v);
+    s.ranges = v.size();
+    if (const auto b = batch_of.find(k.first); b != batch_of.end()) s.batch = b->second;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string section_idle(ReportContext& cx) {
+  std::string s;
+  Plot p{"idleness", "Idleness against batch (median over decode ranges; CPU: 1 - achieved/GEMM ceiling)", "batch",
+         "idle %", true, false, {}, {"set yrange [0:100]"}};
+  Plot ts{"pm_sampling", "PM sampling time series", "time (ms)", "value", false, false, {}, {}};
+  std::string table;
+  std::size_t pm = 0;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, Line> lines;
+    for (const auto& st : idle_stats(rs)) {
+      table += row({lbl(rs), txt(st.case_name), st.batch ? fmt(*st.batch) : "-", txt(st.metric), fmt(st.median),
+                    std::to_string(st.ranges)});
+      if (st.batch) {
+        auto& l = lines[st.metric];
+        l.title = rs.label + " " + st.metric;
+        l.pts.emplace_back(*st.batch, st.median);
+      }
+    }
+    for (auto& [k, l] : lines) {
+      std::sort(l.pts.begin(), l.pts.end());
+      p.lines.push_back(l);
+    }
+    std::map<std::string, Line> series;
+    std::optional<double> t0;
+    for (const auto& c : rs.counters)
+      if (c.source == "pm_sampling" && std::isfinite(c.t_start_ns) && (!t0 || c.t_start_ns < *t0)) t0 = c.t_start_ns;
+    for (const auto& c : rs.counters) {
+      if (c.source != "pm_sampling" || !std::isfinite(c.t_start_ns) || !std::isfinite(c.value)) continue;
+      auto& l = series[c.metric];
+      l.title = rs.label + " " + c.metric;
+      l.style = "lines";
+      l.pts.emplace_back((c.t_start_ns - *t0) / 1e6, c.value);
+      ++pm;
+    }
+    for (auto& [k, l] : series) ts.lines.push_back(l);
+  }
+  if (table.empty() && pm == 0)
+    return s + "Not measured: no counters.csv with kvf:idle_* rows or PM samples (the idleness study writes them; on a "
+               "GPU after `kvf counters`).\n\n";
+  s += cx.chart(p) + cx.chart(ts);
+  if (!table.empty())
+    s += "Definitions: kvf:idle_sm_pct = no resident warp (memory waits count as busy), kvf:idle_issue_pct = issue "
+         "slots idle, kvf:idle_tensor_pct = tensor pipe idle (GPU, CUPTI, one range per decode step); "
+         "kvf:idle_compute_pct = 1 - achieved FLOP/s over the GEMM ceiling (CPU model).\n\n" +
+         header({"device", "case", "batch", "definition", "median idle %", "ranges"}) + table;
+  s += "\nPM samples: " + std::to_string(pm) + "\n\n";
+  return s;
+}
+
+std::vector<Verdict> claim2(const ResultSet& rs) {
+  std::vector<Verdict> out;
+  const auto st = idle_stats(rs);
+  for (const auto& [metric, name] : std::vector<std::pair<std::string, std::string>>{
+           {"kvf:idle_sm_pct", "SM idle (no resident warp)"},
+           {"kvf:idle_issue_pct", "issue slots idle"},
+           {"kvf:idle_tensor_pct", "tensor pipe idle"}}) {
+    Verdict v{std::string(kClaim2) + " - " + name, rs.label, "not measured", "", kRule2};
+    std::vector<double> all;
+    std::size_t ranges = 0;
+    for (const auto& s : st)
+      if (s.metric == metric) {
+        all.push_back(s.median);
+        ranges += s.ranges;
+      }
+    if (all.empty()) {
+      v.figures = rs.backend == "cpu"  ? "CPU results: the claim is about a GPU (CPU compute idleness: section 5)"
+                  : rs.has_counters    ? "no " + metric + " ranges in counters.csv"
+                                       : "no counters.csv";
+    } else {
+      // median over ranges: recompute from the raw values, not the median of medians
+      std::vector<double> raw;
+      for (const auto& c : rs.counters)
+        if (c.source == "range" && c.metric == metric && std::isfinite(c.value)) raw.push_back(c.value);
+      const double m = median_of(raw);
+      v.verdict = m > 60 ? "supported" : "refuted";
+      v.figures = "median " + fmt(m) + "% over " + std::to_string(raw.size()) + " ranges";
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Every idleness row's layers column is checked before its arm: a row with a bad one gets no prediction.
+ModelTerm per_layer(std::vector<std::string> arms, std::function<std::optional<double>(Predictor&, int)> f) {
+  return {std::move(arms), [f = std::move(f)](Predictor& p) -> std::optional<double> {
+            const auto layers = p.count("layers", kMaxLayers);
+            if (!layers) return p.none(p.bad_count);
+            return f(p, 8 * *layers);
+          }};
+}
+
+std::optional<double> corun(Predictor& p, int layer_launches) {
+  const std::string bg = p.r.param("background"), model = p.r.param("model");
+  if (bg == "none") return p.roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer");
+  if (bg == "recompute_alone")
+    return p.roof(p.r.backend == "cuda" ? 2 : 0,
+                  "recompute one page alone: roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
+  if (bg == "recompute") {
+    const CaseRow* alone =
+        p.alone_row("idleness", {{"arm", "corun"}, {"model", model}, {"batch", p.r.param("batch")},
+                                 {"context", p.r.param("context")}, {"layers", p.r.param("layers")}, {"background", "none"}});
+    return p.corun(alone, p.alone_row("idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}),
+                   1, "recompute one page alone", 1);
+  }
+  return p.none("co-run background '" + bg + "' has no model term");
+}
+
+}  // namespace
+
+StudyReport idleness_report() {
+  StudyReport s;
+  s.study = "idleness";
+  s.sections = {{"Idleness in decode", section_idle}};
+  s.verdicts = {{2, kClaim2, claim2, nullptr}};
+  s.terms = {
+      per_layer({"gemm_ceiling"}, [](Predictor& p, int) { return p.roof(1, "flops / GEMM peak"); }),
+      per_layer({"read_ceiling"}, [](Predictor& p, int) { return p.roof(1, "bytes / memory bandwidth"); }),
+      per_layer({"decode", "prefill"},
+                [](Predictor& p, int n) { return p.roof(n, "roofline(flops, bytes) + 8 launches per layer"); }),
+      per_layer({"corun"}, corun),
+      per_layer({}, [](Predictor& p, int) { return p.none("idleness arm '" + p.r.param("arm") + "' has no model term"); }),
+  };
+  // The GEMM ceiling when the frontier study measured none (its rank is 0).
+  s.calibration = {best_row_term("bf16_tflops", 1, "idleness", {{"arm", "gemm_ceiling"}}, true)};
+  return s;
+}
+
+}  // namespace kvf::report
