@@ -142,7 +142,7 @@ Arm<AccessEnv> attention_arm() {
       .name = "attention",
       .doc = "split-KV sparse decode: dense, block (centroid top-k, sink + latest kept) and token (same budget, "
              "uniform or clustered scatter), selection made before timing",
-      .axes = {{.name = "part", .cpu = {"attention"}, .quick = {"attention"}},
+      .axes = {constant_axis("part", "attention"),
                {.name = "arm", .doc = "dense, block or token", .cpu = {"dense", "block", "token"},
                 .quick = {"dense", "block", "token"}},
                {.name = "ctx", .doc = "context in tokens", .cpu = {"4096", "16384", "65536", "131072"},

@@ -149,7 +149,7 @@ Arm<AccessEnv> gather_arm() {
       .name = "gather",
       .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of >= 4x the LLC, "
              "beside a sequential read of the pool",
-      .axes = {{.name = "part", .cpu = {"gather"}, .quick = {"gather"}},
+      .axes = {constant_axis("part", "gather"),
                {.name = "arm", .doc = "sequential (64 KiB runs in order) or gather",
                 .cpu = {"sequential", "gather"}, .quick = {"sequential", "gather"}},
                {.name = "run_bytes", .doc = "bytes of one run, a power of two from 32",

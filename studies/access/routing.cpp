@@ -53,7 +53,7 @@ Arm<AccessEnv> routing_arm() {
       .name = "routing",
       .doc = "block (centroids) vs token (keys, low-rank key proxy) routing: alone, attention over the routed "
              "lists, end to end",
-      .axes = {{.name = "part", .cpu = {"routing"}, .quick = {"routing"}},
+      .axes = {constant_axis("part", "routing"),
                {.name = "arm", .doc = "block or token", .cpu = {"block", "token"}, .quick = {"block", "token"}},
                {.name = "ctx", .doc = "context in tokens", .cpu = {std::to_string(kSideCtx)},
                 .quick = {std::to_string(kSideCtxQuick)}, .flag = "--contexts"},

@@ -141,24 +141,25 @@ class GpuCopyCase final : public StreamCase {
   std::size_t n_;
 };
 
+// An arm over one device array of the study's size: op/device/<MiB>.
+StreamArm device_array_arm(const char* op, const char* doc, std::unique_ptr<Case> (*make)(StreamEnv&)) {
+  return StreamArm{.name = op,
+                   .doc = doc,
+                   .on_cpu = false,
+                   .default_grid = [op](const Target&,
+                                        const StreamEnv& e) { return Grid{sized(op, e.array_bytes, {{"mem", {"device"}}})}; },
+                   .case_name_fn = [](const Point& p) { return sized_name(p, "device"); },
+                   .make = [make](const Point&, StreamEnv& e) { return make(e); }};
+}
+
 }  // namespace
 
 std::vector<StreamArm> gpu_arms() {
   return {
-      StreamArm{.name = "read",
-                .doc = "device read kernel, 16-byte vector loads",
-                .on_cpu = false,
-                .default_grid = [](const Target&,
-                                   const StreamEnv& e) { return Grid{sized("read", e.array_bytes, {{"mem", {"device"}}})}; },
-                .case_name_fn = [](const Point& p) { return sized_name(p, "device"); },
-                .make = [](const Point&, StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuReadCase>(e, e.array_bytes, false); }},
-      StreamArm{.name = "write",
-                .doc = "device write kernel, 16-byte vector stores",
-                .on_cpu = false,
-                .default_grid = [](const Target&,
-                                   const StreamEnv& e) { return Grid{sized("write", e.array_bytes, {{"mem", {"device"}}})}; },
-                .case_name_fn = [](const Point& p) { return sized_name(p, "device"); },
-                .make = [](const Point&, StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuWriteCase>(e); }},
+      device_array_arm("read", "device read kernel, 16-byte vector loads",
+                       [](StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuReadCase>(e, e.array_bytes, false); }),
+      device_array_arm("write", "device write kernel, 16-byte vector stores",
+                       [](StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuWriteCase>(e); }),
       StreamArm{.name = "copy",
                 .doc = "copy kernel, cudaMemcpy D2D, and the host link (H2D, D2H) from pinned and pageable memory",
                 .on_cpu = false,

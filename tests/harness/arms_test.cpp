@@ -63,6 +63,14 @@ TEST(Arms, DefaultsPerTargetAndValidity) {
             (std::vector<std::string>{"128/1"}));
 }
 
+TEST(Arms, AConstantAxisHasItsValueOnEveryTargetAndInTheQuickSubset) {
+  const kvf::Axis part = kvf::constant_axis("part", "gather");
+  for (bool gpu : {false, true})
+    for (bool quick : {false, true})
+      EXPECT_EQ(part.defaults({.gpu = gpu, .quick = quick}), (std::vector<std::string>{"gather"})) << gpu << quick;
+  EXPECT_TRUE(part.flag.empty());
+}
+
 TEST(Arms, UserListsReplaceTheGridOtherAxesFixed) {
   const kvf::ArmList<Env> list({x_arm()});
   Env env;

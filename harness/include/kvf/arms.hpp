@@ -78,6 +78,11 @@ struct Axis {
   const std::vector<std::string>& defaults(const Target& t) const;
 };
 
+// An axis with one value on every target, --quick included (the part of a study an arm belongs to).
+inline Axis constant_axis(std::string name, std::string value, std::string doc = "") {
+  return Axis{.name = std::move(name), .doc = std::move(doc), .cpu = {value}, .quick = {value}};
+}
+
 // User lists by flag (e.g. "--tokens" -> {"64", "128"}), already checked by the study.
 using UserLists = std::map<std::string, std::vector<std::string>>;
 
