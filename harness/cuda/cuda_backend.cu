@@ -12,8 +12,6 @@
 // Module loading: every kernel of this file is loaded at construction (cudaFuncGetAttributes), and
 // probe_cuda_impl() sets CUDA_MODULE_LOADING=EAGER unless the environment names a mode, so kernels of
 // other libraries are loaded at context creation and never behind the blocking kernel.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -22,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <set>
@@ -35,6 +32,7 @@
 
 #include "device_time.cuh"
 #include "cuda_backend_impl.hpp"
+#include "cuda_host.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/cuda_backend.hpp"
 #include "kvf/errors.hpp"
@@ -51,6 +49,13 @@ void cuda_check(cudaError_t err, const char* what) {
 }
 
 namespace {
+
+using cuda_host::bytes_text;
+using cuda_host::host_fill;
+using cuda_host::Nvml;
+using cuda_host::pcie_gen_from_speed;
+using cuda_host::read_line;
+using cuda_host::version_string;
 
 // ------------------------------------------------------------------------------------------------
 // Device code
@@ -144,144 +149,6 @@ __global__ void flush_read_kernel(const ulonglong2* __restrict__ p, std::size_t 
   }
   if (acc == never) *sink = acc;  // keeps the loads; `never` is a value the buffer cannot fold to
 }
-
-// ------------------------------------------------------------------------------------------------
-// Host helpers
-// ------------------------------------------------------------------------------------------------
-
-std::string version_string(int v) {  // 13000 -> "13.0", 12080 -> "12.8"
-  if (v <= 0) return {};
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
-
-std::string bytes_text(std::size_t b) {
-  char buf[64];
-  if (b >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%zu bytes (%.2f GiB)", b, static_cast<double>(b) / (1ull << 30));
-  else
-    std::snprintf(buf, sizeof buf, "%zu bytes (%.2f MiB)", b, static_cast<double>(b) / (1ull << 20));
-  return buf;
-}
-
-// pattern_word(seed, i) into word i of a host buffer (any alignment), split over threads.
-void host_fill(void* ptr, std::size_t bytes, std::uint64_t seed) {
-  auto* p = static_cast<unsigned char*>(ptr);
-  const std::size_t nwords = bytes / 8;
-  const std::size_t per_thread_min = std::size_t{8} << 20 >> 3;  // 8 MiB of words
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t nt = std::clamp<std::size_t>(nwords / per_thread_min, 1, hw);
-  auto work = [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t i = lo; i < hi; ++i) {
-      const std::uint64_t w = pattern_word(seed, i);
-      std::memcpy(p + 8 * i, &w, 8);
-    }
-  };
-  if (nt == 1) {
-    work(0, nwords);
-  } else {
-    std::vector<std::thread> ts;
-    ts.reserve(nt);
-    for (std::size_t t = 0; t < nt; ++t) ts.emplace_back(work, nwords * t / nt, nwords * (t + 1) / nt);
-    for (auto& t : ts) t.join();
-  }
-  if (const std::size_t tail = bytes % 8) {
-    const std::uint64_t w = pattern_word(seed, nwords);
-    std::memcpy(p + 8 * nwords, &w, tail);  // the low bytes on a little-endian host
-  }
-}
-
-std::string pcie_gen_from_speed(const std::string& speed) {  // "32.0 GT/s PCIe" -> "Gen5"
-  const double gts = std::atof(speed.c_str());
-  if (gts <= 0) return {};
-  struct G { double gts; const char* gen; };
-  static constexpr G table[] = {{2.5, "Gen1"}, {5, "Gen2"}, {8, "Gen3"}, {16, "Gen4"}, {32, "Gen5"}, {64, "Gen6"}};
-  for (const auto& g : table)
-    if (std::fabs(gts - g.gts) < 0.01) return g.gen;
-  return {};
-}
-
-std::string read_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  if (!in || !std::getline(in, s)) return {};
-  return s;
-}
-
-// NVML, loaded at run time when the driver provides it. Declarations follow nvml.h (not shipped in
-// this toolkit); only calls whose ABI has been stable since NVML 10 are used.
-class Nvml {
- public:
-  using Device = void*;
-  Nvml() {
-    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) return;
-    init_ = sym<int (*)()>("nvmlInit_v2");
-    shutdown_ = sym<int (*)()>("nvmlShutdown");
-    if (!init_ || !shutdown_ || init_() != 0) {
-      ::dlclose(lib_);
-      lib_ = nullptr;
-      return;
-    }
-    by_bus_ = sym<int (*)(const char*, Device*)>("nvmlDeviceGetHandleByPciBusId_v2");
-    clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetClockInfo");
-    max_clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetMaxClockInfo");
-    app_clock_ = sym<int (*)(Device, int, unsigned*)>("nvmlDeviceGetApplicationsClock");
-    link_gen_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetCurrPcieLinkGeneration");
-    link_width_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetCurrPcieLinkWidth");
-    max_link_gen_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkGeneration");
-    max_link_width_ = sym<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkWidth");
-    driver_ = sym<int (*)(char*, unsigned)>("nvmlSystemGetDriverVersion");
-  }
-  ~Nvml() {
-    if (lib_) {
-      shutdown_();
-      ::dlclose(lib_);
-    }
-  }
-  Nvml(const Nvml&) = delete;
-  Nvml& operator=(const Nvml&) = delete;
-
-  bool ok() const { return lib_ != nullptr; }
-  Device device(const std::string& bus_id) const {
-    Device d = nullptr;
-    return (by_bus_ && by_bus_(bus_id.c_str(), &d) == 0) ? d : nullptr;
-  }
-  static constexpr int kClockSm = 1;  // NVML_CLOCK_SM
-  unsigned clock(Device d, int which) const { return call(clock_, d, which); }
-  unsigned max_clock(Device d, int which) const { return call(max_clock_, d, which); }
-  unsigned app_clock(Device d, int which) const { return call(app_clock_, d, which); }
-  unsigned link_gen(Device d) const { return call1(link_gen_, d); }
-  unsigned link_width(Device d) const { return call1(link_width_, d); }
-  unsigned max_link_gen(Device d) const { return call1(max_link_gen_, d); }
-  unsigned max_link_width(Device d) const { return call1(max_link_width_, d); }
-  std::string driver_version() const {
-    char buf[96] = {};
-    return (driver_ && driver_(buf, sizeof buf) == 0) ? std::string(buf) : std::string();
-  }
-
- private:
-  template <class F> F sym(const char* name) { return reinterpret_cast<F>(::dlsym(lib_, name)); }
-  static unsigned call(int (*f)(Device, int, unsigned*), Device d, int which) {
-    unsigned v = 0;
-    return (f && d && f(d, which, &v) == 0) ? v : 0;
-  }
-  static unsigned call1(int (*f)(Device, unsigned*), Device d) {
-    unsigned v = 0;
-    return (f && d && f(d, &v) == 0) ? v : 0;
-  }
-  void* lib_ = nullptr;
-  int (*init_)() = nullptr;
-  int (*shutdown_)() = nullptr;
-  int (*by_bus_)(const char*, Device*) = nullptr;
-  int (*clock_)(Device, int, unsigned*) = nullptr;
-  int (*max_clock_)(Device, int, unsigned*) = nullptr;
-  int (*app_clock_)(Device, int, unsigned*) = nullptr;
-  int (*link_gen_)(Device, unsigned*) = nullptr;
-  int (*link_width_)(Device, unsigned*) = nullptr;
-  int (*max_link_gen_)(Device, unsigned*) = nullptr;
-  int (*max_link_width_)(Device, unsigned*) = nullptr;
-  int (*driver_)(char*, unsigned) = nullptr;
-};
 
 constexpr int kThreads = 256;
 constexpr unsigned long long kClockWindowNs = 10'000;
