@@ -155,9 +155,18 @@ void expect_whole_rows(const fs::path& d) {
   }
   for (const auto& e : fs::directory_iterator(d)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
 }
-// A stream run that takes ~15 s unless stopped.
-std::vector<std::string> long_stream_flags() {
-  return {"--size", "8MiB", "--budget", "1", "--noise", "0.001", "--min-samples", "3"};
+// `kvf run` of a stream study that takes ~15 s unless stopped, and its bench once that has written a row
+// (bench <= 0 when none did in time; kvf is killed then).
+struct KvfAndBench {
+  pid_t kvf = -1, bench = -1;
+};
+KvfAndBench start_long_stream_run(const fs::path& d) {
+  const pid_t kvf = spawn({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--",
+                           "--size", "8MiB", "--budget", "1", "--noise", "0.001", "--min-samples", "3"});
+  if (kvf <= 0) return {kvf, -1};
+  const pid_t bench = wait_for_measuring_bench(kvf, d, 120);
+  if (bench <= 0) kill(kvf, SIGKILL);
+  return {kvf, bench};
 }
 }  // namespace
 
@@ -232,12 +241,8 @@ TEST(EndToEnd, KilledRunLeavesEveryFinishedCaseReadable) {
 
 TEST(Signals, KvfForwardsSigtermToItsBenchAndStops) {
   const auto d = fresh_dir("kvf_sigterm");
-  std::vector<std::string> args = {KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--"};
-  for (const auto& f : long_stream_flags()) args.push_back(f);
-  const pid_t kvf = spawn(args);
+  const auto [kvf, bench] = start_long_stream_run(d);
   ASSERT_GT(kvf, 0);
-  const pid_t bench = wait_for_measuring_bench(kvf, d, 120);
-  if (bench <= 0) kill(kvf, SIGKILL);
   ASSERT_GT(bench, 0) << "kvf started no bench that wrote a row in time";
   kill(kvf, SIGTERM);
   const auto rc = wait_exit_for(kvf, 10);
@@ -254,12 +259,8 @@ TEST(Signals, BenchStopsWhenKvfIsKilled) {
   const auto d = fresh_dir("kvf_sigkill");
   // Orphans come to this process instead of init, so the bench's end can be waited for and its cause read.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  std::vector<std::string> args = {KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--"};
-  for (const auto& f : long_stream_flags()) args.push_back(f);
-  const pid_t kvf = spawn(args);
+  const auto [kvf, bench] = start_long_stream_run(d);
   ASSERT_GT(kvf, 0);
-  const pid_t bench = wait_for_measuring_bench(kvf, d, 120);
-  if (bench <= 0) kill(kvf, SIGKILL);
   ASSERT_GT(bench, 0) << "kvf started no bench that wrote a row in time";
   kill(kvf, SIGKILL);
   EXPECT_EQ(wait_exit(kvf), 128 + SIGKILL);
