@@ -149,9 +149,8 @@ Arm<AccessEnv> gather_arm() {
       .name = "gather",
       .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of >= 4x the LLC, "
              "beside a sequential read of the pool",
-      .axes = {constant_axis("part", "gather"),
-               {.name = "arm", .doc = "sequential (64 KiB runs in order) or gather",
-                .cpu = {"sequential", "gather"}, .quick = {"sequential", "gather"}},
+      .axes = {everywhere_axis("part", {"gather"}),
+               everywhere_axis("arm", {"sequential", "gather"}, "sequential (64 KiB runs in order) or gather"),
                {.name = "run_bytes", .doc = "bytes of one run, a power of two from 32",
                 .cpu = {"32", "64", "128", "256", "512", "1024", "4096", "16384", "65536"}, .quick = {"256"},
                 .flag = "--run-bytes"},

@@ -53,8 +53,8 @@ Arm<AccessEnv> routing_arm() {
       .name = "routing",
       .doc = "block (centroids) vs token (keys, low-rank key proxy) routing: alone, attention over the routed "
              "lists, end to end",
-      .axes = {constant_axis("part", "routing"),
-               {.name = "arm", .doc = "block or token", .cpu = {"block", "token"}, .quick = {"block", "token"}},
+      .axes = {everywhere_axis("part", {"routing"}),
+               everywhere_axis("arm", {"block", "token"}, "block or token"),
                {.name = "ctx", .doc = "context in tokens", .cpu = {std::to_string(kSideCtx)},
                 .quick = {std::to_string(kSideCtxQuick)}, .flag = "--contexts"},
                {.name = "keep", .doc = "the first --keep", .cpu = {"1/8"}, .quick = {"1/8"}, .flag = "--keep"},
@@ -71,7 +71,7 @@ Arm<AccessEnv> routing_arm() {
                {.name = "batch", .cpu = {"1"}, .quick = {"1"}, .flag = "--batch"},
                {.name = "select", .doc = "the first --select", .cpu = {"per_head"}, .quick = {"per_head"},
                 .flag = "--select"},
-               {.name = "scatter", .doc = "empty: the lists are routed", .cpu = {""}, .quick = {""}},
+               everywhere_axis("scatter", {""}, "empty: the lists are routed"),
                {.name = "routing", .doc = "alone (scores + top-k + translation), attend (attention over the routed "
                                           "lists), end_to_end (both)",
                 .cpu = {"alone", "attend", "end_to_end"}, .quick = {"alone", "attend", "end_to_end"}},

@@ -63,11 +63,11 @@ TEST(Arms, DefaultsPerTargetAndValidity) {
             (std::vector<std::string>{"128/1"}));
 }
 
-TEST(Arms, AConstantAxisHasItsValueOnEveryTargetAndInTheQuickSubset) {
-  const kvf::Axis part = kvf::constant_axis("part", "gather");
+TEST(Arms, AnEverywhereAxisHasItsValuesOnEveryTargetAndInTheQuickSubset) {
+  const kvf::Axis part = kvf::everywhere_axis("part", {"gather", "sequential"});
   for (bool gpu : {false, true})
     for (bool quick : {false, true})
-      EXPECT_EQ(part.defaults({.gpu = gpu, .quick = quick}), (std::vector<std::string>{"gather"})) << gpu << quick;
+      EXPECT_EQ(part.defaults({.gpu = gpu, .quick = quick}), (std::vector<std::string>{"gather", "sequential"})) << gpu << quick;
   EXPECT_TRUE(part.flag.empty());
 }
 

@@ -78,9 +78,10 @@ struct Axis {
   const std::vector<std::string>& defaults(const Target& t) const;
 };
 
-// An axis with one value on every target, --quick included (the part of a study an arm belongs to).
-inline Axis constant_axis(std::string name, std::string value, std::string doc = "") {
-  return Axis{.name = std::move(name), .doc = std::move(doc), .cpu = {value}, .quick = {value}};
+// An axis with the same values on every target, --quick included (the part of a study an arm belongs to,
+// the arms a declaration covers).
+inline Axis everywhere_axis(std::string name, std::vector<std::string> values, std::string doc = "") {
+  return Axis{.name = std::move(name), .doc = std::move(doc), .cpu = values, .quick = values};
 }
 
 // User lists by flag (e.g. "--tokens" -> {"64", "128"}), already checked by the study.
