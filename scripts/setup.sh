@@ -3,7 +3,7 @@
 set -euo pipefail
 KVF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev
-              nlohmann-json3-dev libopenblas-dev gnuplot-nox)
+              nlohmann-json3-dev libopenblas-dev libdnnl-dev gnuplot-nox)
 
 kvf_install_deps() {
   local missing=()

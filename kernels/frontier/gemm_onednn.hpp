@@ -1,0 +1,44 @@
+// bf16 x bf16 -> fp32 GEMM on the CPU through oneDNN (Debian libdnnl-dev): the path CPU inference engines
+// run their projections on. oneDNN picks its kernel for the ISA at run time (AMX-BF16 on Sapphire Rapids and
+// newer Xeons, AVX-512-BF16 on Zen 4/5 and Cooper Lake, else an AVX-512/AVX2 kernel that converts), and
+// says which: isa() records it beside every row that uses it. Its OpenMP team is the process's (libgomp).
+//
+//   OnednnGemm g(M, N, K, W);   // W[N][K] bf16, row-major: reordered once into oneDNN's blocked layout
+//   g.run(X, Y);                // Y[M][N] (fp32) = X[M][K] (bf16) . W^T
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace kvf::frontier {
+
+class OnednnGemm {
+ public:
+  // Plans the product and packs W (copied: the caller's W may go). Throws std::invalid_argument for a
+  // dimension < 1, std::runtime_error when oneDNN has no implementation.
+  OnednnGemm(int M, int N, int K, const std::uint16_t* W);
+  ~OnednnGemm();
+  OnednnGemm(const OnednnGemm&) = delete;
+  OnednnGemm& operator=(const OnednnGemm&) = delete;
+
+  void run(const std::uint16_t* X, float* Y);
+  // oneDNN's name of the kernel it dispatched, e.g. "brg:avx512_core_amx_bf16".
+  const std::string& impl() const { return impl_; }
+  int M() const { return M_; }
+  int N() const { return N_; }
+  int K() const { return K_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+  int M_, N_, K_;
+  std::string impl_;
+};
+
+// The ISA family of an oneDNN implementation name, for a parameter column: "amx_bf16", "avx512_bf16",
+// "avx512", "avx2", or the name itself when none of these is in it.
+std::string onednn_isa(const std::string& impl);
+// oneDNN's version, "2.6.3".
+std::string onednn_version();
+
+}  // namespace kvf::frontier
