@@ -1,6 +1,9 @@
 // The GEMM ceiling: a square GEMM in the form the recompute arms run theirs, measured first in the same
-// run; every recompute arm states its TFLOP/s against it (pct_of_ceiling).
+// run; every recompute arm states its TFLOP/s against it (pct_of_ceiling: the best row). On the CPU beside
+// OpenBLAS fp32 it measures oneDNN's bf16 matmul, the kernel CPU inference engines run (AMX-BF16 or
+// AVX-512-BF16 where the CPU has them): the row names the kernel oneDNN dispatched.
 #include "frontier.hpp"
+#include "gemm_onednn.hpp"
 #include "recompute.hpp"
 
 #if defined(KVF_HAVE_CUDA)
@@ -37,6 +40,33 @@ class GemmCeilingCpu final : public Case {
   std::vector<float> buf_;
 };
 
+// oneDNN bf16 x bf16 -> fp32, weights packed once (as an engine does at load), on the process's OpenMP team.
+class GemmCeilingOnednn final : public Case {
+ public:
+  explicit GemmCeilingOnednn(int n) : n_(n) {}
+  void setup(Backend&) override {
+    const std::size_t nn = std::size_t(n_) * n_;
+    std::vector<std::uint16_t> w(nn);
+    fr::fill_bf16_uniform(w.data(), nn, 2, 1.f);
+    x_.resize(nn);
+    fr::fill_bf16_uniform(x_.data(), nn, 1, 1.f);
+    y_.resize(nn);
+    g_ = std::make_unique<fr::OnednnGemm>(n_, n_, n_, w.data());
+  }
+  void run(Backend&) override { g_->run(x_.data(), y_.data()); }
+  void teardown(Backend&) override {
+    g_.reset();
+    x_ = {};
+    y_ = {};
+  }
+
+ private:
+  int n_;
+  std::vector<std::uint16_t> x_;
+  std::vector<float> y_;
+  std::unique_ptr<fr::OnednnGemm> g_;
+};
+
 #if defined(KVF_HAVE_CUDA)
 class GemmCeilingGpu final : public Case {
  public:
@@ -70,7 +100,18 @@ class GemmCeilingGpu final : public Case {
 std::unique_ptr<Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   const int n = int(p.integer("gemm_m"));
   std::unique_ptr<Case> c;
-  if (!env.gpu) {
+  if (!env.gpu && p.has("gemm_lib")) {
+    // The kernel oneDNN picks on this CPU (planning a primitive takes milliseconds). In the note, not a
+    // parameter column: a case's identity (gate, golden lists) must not change with the machine.
+    const std::uint16_t w1 = 0;
+    const std::string impl = fr::OnednnGemm(1, 1, 1, &w1).impl();
+    c = std::make_unique<GemmCeilingOnednn>(n);
+    c->note = "oneDNN " + fr::onednn_version() + " matmul bf16 x bf16 -> fp32, square, weights packed once; kernel " +
+              impl + " (ISA " + fr::onednn_isa(impl) + "); the CPU recompute arms are stated against the best " +
+              "gemm_ceiling row";
+    c->flops = 2.0 * n * n * n;
+    c->est_seconds = est(c->flops / 180e9, 0.1);
+  } else if (!env.gpu) {
     const bool own = p["blas_threading"] == "openblas_pthreads";
     c = std::make_unique<GemmCeilingCpu>(n, own);
     c->note = own ? "OpenBLAS cblas_sgemm, fp32, square, OpenBLAS's own threads"
@@ -102,19 +143,25 @@ Arm gemm_ceiling_arm(const Env&) {
       .name = "gemm_ceiling",
       .doc = "the GEMM ceiling the recompute arms are stated against (always run, first)",
       .axes = {arm_axis({"gemm_ceiling"}), size("gemm_m"), size("gemm_n"), size("gemm_k"),
-               {.name = "blas_threading", .doc = "CPU only: OpenBLAS's own threads, or the arms' OpenMP split",
-                .cpu = {"openblas_pthreads", "openmp_split"}}},
+               {.name = "blas_threading", .doc = "CPU OpenBLAS fp32 rows: OpenBLAS's own threads, or the arms' OpenMP split",
+                .cpu = {"openblas_pthreads", "openmp_split"}},
+               {.name = "gemm_lib", .doc = "CPU: onednn_bf16, the oneDNN bf16 row (the kernel and ISA it dispatched in the note)",
+                .cpu = {"onednn_bf16"}}},
       // The GPU has one GEMM library and no threading choice: no blas_threading column there.
       .default_grid =
           [=](const kvf::Target& t, const Env&) {
             const auto& n = t.gpu ? gpu : t.quick ? quick : cpu;
             kvf::Product p{{{"arm", {"gemm_ceiling"}}, {"gemm_m", n}, {"gemm_n", n}, {"gemm_k", n}}};
-            if (!t.gpu) p.lists.push_back({"blas_threading", {"openblas_pthreads", "openmp_split"}});
-            return kvf::Grid{p};
+            if (t.gpu) return kvf::Grid{p};
+            kvf::Product onednn = p;
+            p.lists.push_back({"blas_threading", {"openblas_pthreads", "openmp_split"}});
+            onednn.lists.push_back({"gemm_lib", {"onednn_bf16"}});
+            return kvf::Grid{p, onednn};
           },
       .case_name_fn =
           [](const kvf::Point& p) {
             const bool split = p.has("blas_threading") && p["blas_threading"] == "openmp_split";
+            if (p.has("gemm_lib")) return "gemm_ceiling/" + p["gemm_m"] + "/" + p["gemm_lib"];
             return "gemm_ceiling/" + p["gemm_m"] + (split ? "/openmp_split" : "");
           },
       .make = make_gemm_ceiling};
