@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "recompute.hpp"
+
 namespace kvf::frontier {
 
 struct OnednnGemm::State {
@@ -45,6 +47,18 @@ void OnednnGemm::run(const std::uint16_t* X, float* Y) {
   dnnl::memory x(s_->x_md, s_->eng, const_cast<std::uint16_t*>(X)), y(s_->y_md, s_->eng, Y);
   s_->prim.execute(s_->strm, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, s_->w_packed}, {DNNL_ARG_DST, y}});
   s_->strm.wait();
+}
+
+OnednnGemmProblem::OnednnGemmProblem(int M, int N, int K) {
+  if (M < 1 || N < 1 || K < 1)  // before the sizes below are computed from them
+    throw std::invalid_argument("OnednnGemmProblem " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                std::to_string(K) + ": every dimension must be at least 1");
+  std::vector<std::uint16_t> w(std::size_t(N) * K);
+  fill_bf16_uniform(w.data(), w.size(), 2, 1.f);
+  x_.resize(std::size_t(M) * K);
+  fill_bf16_uniform(x_.data(), x_.size(), 1, 1.f);
+  y_.resize(std::size_t(M) * N);
+  gemm_ = std::make_unique<OnednnGemm>(M, N, K, w.data());
 }
 
 std::string onednn_isa(const std::string& impl) {

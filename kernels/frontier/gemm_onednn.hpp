@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kvf::frontier {
 
@@ -33,6 +34,20 @@ class OnednnGemm {
   std::unique_ptr<State> s_;
   int M_, N_, K_;
   std::string impl_;
+};
+
+// A product that owns its operands, for the ceilings: X and W bf16 uniform in [-1, 1) from fixed seeds,
+// W packed at construction, Y fp32. Two studies state their CPU compute ceiling with it.
+class OnednnGemmProblem {
+ public:
+  OnednnGemmProblem(int M, int N, int K);
+  void run() { gemm_->run(x_.data(), y_.data()); }
+  const OnednnGemm& gemm() const { return *gemm_; }
+
+ private:
+  std::vector<std::uint16_t> x_;
+  std::vector<float> y_;
+  std::unique_ptr<OnednnGemm> gemm_;
 };
 
 // The ISA family of an oneDNN implementation name, for a parameter column: "amx_bf16", "avx512_bf16",

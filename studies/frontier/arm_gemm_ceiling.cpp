@@ -44,27 +44,13 @@ class GemmCeilingCpu final : public Case {
 class GemmCeilingOnednn final : public Case {
  public:
   explicit GemmCeilingOnednn(int n) : n_(n) {}
-  void setup(Backend&) override {
-    const std::size_t nn = std::size_t(n_) * n_;
-    std::vector<std::uint16_t> w(nn);
-    fr::fill_bf16_uniform(w.data(), nn, 2, 1.f);
-    x_.resize(nn);
-    fr::fill_bf16_uniform(x_.data(), nn, 1, 1.f);
-    y_.resize(nn);
-    g_ = std::make_unique<fr::OnednnGemm>(n_, n_, n_, w.data());
-  }
-  void run(Backend&) override { g_->run(x_.data(), y_.data()); }
-  void teardown(Backend&) override {
-    g_.reset();
-    x_ = {};
-    y_ = {};
-  }
+  void setup(Backend&) override { g_ = std::make_unique<fr::OnednnGemmProblem>(n_, n_, n_); }
+  void run(Backend&) override { g_->run(); }
+  void teardown(Backend&) override { g_.reset(); }
 
  private:
   int n_;
-  std::vector<std::uint16_t> x_;
-  std::vector<float> y_;
-  std::unique_ptr<fr::OnednnGemm> g_;
+  std::unique_ptr<fr::OnednnGemmProblem> g_;
 };
 
 #if defined(KVF_HAVE_CUDA)

@@ -6,6 +6,7 @@
 #include "frontier_math.hpp"
 #include "kvf/errors.hpp"
 #include "frontier.hpp"
+#include "gemm_onednn.hpp"
 #include "recompute.hpp"
 
 #if defined(KVF_HAVE_CUDA)
@@ -29,13 +30,18 @@ class MlaCase final : public Case {
   bool has_verify() const override { return true; }
   void verify(Backend& be) override;
   void teardown(Backend&) override { s_ = S{}; }
+  std::string after_measure(Backend&, const Summary&, const std::string&) override {
+    if (!s_.gemm_cpu) return {};
+    return "oneDNN kernel " + s_.gemm_cpu->impl() + " (ISA " + fr::onednn_isa(s_.gemm_cpu->impl()) + ")";
+  }
 
  private:
   void verify_latent(Backend& be, const std::vector<int>& rows);
   void verify_up(Backend& be, const std::vector<int>& rows);
   struct S {
     std::vector<std::uint16_t> w, x;
-    std::vector<float> wf, xf, y, cs;
+    std::vector<float> y, cs;
+    std::unique_ptr<fr::OnednnGemm> gemm_cpu;  // CPU: bf16 matmul, W packed once
     std::vector<double> inv_freq;
     std::vector<std::int32_t> pos;
     std::vector<std::int64_t> slot;
@@ -60,10 +66,8 @@ void MlaCase::setup(Backend& be) {
   s_.x.resize(std::size_t(R_) * K_);
   fr::fill_bf16_uniform(s_.x.data(), s_.x.size(), kSeed + 21, 1.f);
   if (!gpu_) {
-    s_.wf.resize(s_.w.size());
-    fr::bf16_to_f32(s_.w.data(), s_.wf.data(), s_.w.size());
-    s_.xf.resize(s_.x.size());
     s_.y.resize(std::size_t(R_) * N_);
+    s_.gemm_cpu = std::make_unique<fr::OnednnGemm>(R_, N_, K_, s_.w.data());
   }
   if (latent_) {
     s_.inv_freq = fr::rope_inv_freq(m_, g_.rope);
@@ -105,8 +109,7 @@ void MlaCase::run(Backend& be) {
   }
 #endif
   (void)be;
-  fr::bf16_to_f32(s_.x.data(), s_.xf.data(), s_.x.size());
-  fr::gemm_xwT(s_.xf.data(), s_.wf.data(), s_.y.data(), R_, N_, K_);
+  s_.gemm_cpu->run(s_.x.data(), s_.y.data());
   if (latent_)
     fr::mla_latent_write_cpu(s_.y.data(), R_, g_, eps_, s_.cs.data(), s_.pos.data(), s_.slot.data(), s_.cache.data());
 }
@@ -180,9 +183,9 @@ std::unique_ptr<Case> make_mla(const kvf::Point& p, Env& env) {
   c->params.insert(c->params.end(),
                    {{"resident_form", latent ? "x_bf16" : "mla_latent_bf16"},
                     {"resident_bytes_per_page", i2s(latent ? fr::resident_bytes(fr::Resident::x_bf16, T, m.hidden, 0) : lat)},
-                    {"gemm", env.gpu ? "cublaslt_bf16_fp32out" : "openblas_sgemm_w_fp32"}});
+                    {"gemm", env.gpu ? "cublaslt_bf16_fp32out" : "onednn_bf16_fp32out"}});
   c->flops = 2.0 * rows * K * N;
-  c->bytes = rows * K * 2 + double(N) * K * (env.gpu ? 2 : 4) + rows * N * (latent ? 2 : 4);
+  c->bytes = rows * K * 2 + double(N) * K * 2 + rows * N * (latent ? 2 : 4);
   c->ceiling = kGemmCeiling;
   c->note = latent ? "c_KV = RMSNorm(X Wdkv^T[:512]), k_pe = RoPE(.[512:576]) (YaRN frequencies, cos/sin amplitude " +
                          str(fr::rope_amplitude(m.rope_scaling)) + ") -> bf16 latent cache rows"

@@ -18,10 +18,6 @@ void x_setup_host(XState& s, const md::ModelShape& m, int T, int P, int bits, bo
   const int out = 2 * s.g.kv_dim();
   s.w.resize(std::size_t(out) * m.hidden);
   fr::fill_bf16_uniform(s.w.data(), s.w.size(), kSeed + 1, float(std::sqrt(3.0 / m.hidden)));
-  if (!gpu) {
-    s.wf.resize(s.w.size());
-    fr::bf16_to_f32(s.w.data(), s.wf.data(), s.w.size());
-  }
   s.x.resize(std::size_t(s.rows) * m.hidden);
   fr::fill_bf16_uniform(s.x.data(), s.x.size(), kSeed + 2, 1.0f);
   if (bits != 16) {
@@ -41,15 +37,19 @@ void x_setup_host(XState& s, const md::ModelShape& m, int T, int P, int bits, bo
   s.slot = fr::scattered_slots(s.rows, s.n_blocks, kSeed + 4);
   s.cache.assign(std::size_t(s.n_blocks) * 2 * fr::kBlockTokens * s.g.kv_dim(), 0);
   if (!gpu) {
-    s.xf.resize(s.x.size());
+    if (bits != 16) s.xb.resize(s.x.size());
     s.y.resize(std::size_t(s.rows) * out);
+    s.gemm_cpu = std::make_unique<fr::OnednnGemm>(s.rows, out, m.hidden, s.w.data());
   }
 }
 
 void x_run_cpu(XState& s) {
-  if (s.bits == 16) fr::bf16_to_f32(s.x.data(), s.xf.data(), s.x.size());
-  else fr::dequant_x_f32(s.xq.data(), s.scales.data(), s.rows, s.hidden, s.bits, s.xf.data());
-  fr::gemm_xwT(s.xf.data(), s.wf.data(), s.y.data(), s.rows, 2 * s.g.kv_dim(), s.hidden);
+  const std::uint16_t* x = s.x.data();
+  if (s.bits != 16) {
+    fr::dequant_x_bf16(s.xq.data(), s.scales.data(), s.rows, s.hidden, s.bits, s.xb.data());
+    x = s.xb.data();
+  }
+  s.gemm_cpu->run(x, s.y.data());
   fr::rope_write_cpu(s.y.data(), s.bias.empty() ? nullptr : s.bias.data(), s.rows, s.g, s.cos_sin.data(),
                      s.pos.data(), s.slot.data(), s.cache.data());
 }
@@ -122,7 +122,12 @@ class XCase final : public Case {
   }
   bool has_verify() const override { return true; }
   void verify(Backend& be) override;
-  std::string after_measure(Backend&, const Summary&, const std::string&) override { return quant_note_; }
+  std::string after_measure(Backend&, const Summary&, const std::string&) override {
+    if (!s_.gemm_cpu) return quant_note_;
+    const std::string& impl = s_.gemm_cpu->impl();
+    return "oneDNN kernel " + impl + " (ISA " + fr::onednn_isa(impl) + ")" + (quant_note_.empty() ? "" : "; ") +
+           quant_note_;
+  }
   void teardown(Backend&) override { s_ = XState{}; }
 
  private:
@@ -172,16 +177,16 @@ std::unique_ptr<Case> make_x(const kvf::Point& p, Env& env, const std::string& x
                                      {"resident_form", "x_" + xdtype},
                                      {"resident_bytes_per_page", i2s(res)},
                                      {"fused", bits == 16 ? "n/a" : "no"},
-                                     {"gemm", env.gpu ? "cublaslt_bf16_fp32out" : "openblas_sgemm_w_fp32"}});
+                                     {"gemm", env.gpu ? "cublaslt_bf16_fp32out" : "onednn_bf16_fp32out"}});
   const double rows = double(T) * P, kvd = m.kv_dim();
   c->flops = 2.0 * rows * m.hidden * 2 * kvd;
-  const double wbytes = 2 * kvd * m.hidden * (env.gpu ? 2 : 4);
+  const double wbytes = 2 * kvd * m.hidden * 2;
   c->bytes = double(res) * P + wbytes + rows * 2 * kvd * 2;
   c->ceiling = kGemmCeiling;
   c->note = std::string("bytes = resident X read + K/V weights read + K/V written; pages at positions ") + i2s(kPos0) +
             "+; K/V written to scattered 16-token blocks" +
             (bits == 16 ? "" : "; dequantize pass (bf16 X) then the GEMM: not fused") +
-            (env.gpu ? "" : "; CPU: W widened to fp32 once (this OpenBLAS has no cblas_sbgemm), X widened per call");
+            (env.gpu ? "" : "; CPU: oneDNN bf16 matmul, W packed once at setup");
   const double t = c->flops / (env.gpu ? 400e12 : 150e9) + (env.gpu ? 10e-6 : 0);
   c->est_seconds = est(t, env.gpu ? 0.3 : 0.05 + rows * m.hidden * 2e-9);
   return c;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frontier.hpp"
+#include "gemm_onednn.hpp"
 #include "recompute.hpp"
 
 #if defined(KVF_HAVE_CUDA)
@@ -20,7 +21,11 @@ struct XState {
   int rows = 0, hidden = 0, bits = 16;
   fr::KvGeom g;
   std::vector<std::uint16_t> w, x;  // bf16 W [2kvd][hidden], bf16 X
-  std::vector<float> wf, xf, y, bias, cos_sin;
+  std::vector<std::uint16_t> xb;    // CPU, quantized X: the dequantized bf16 GEMM input
+  std::vector<float> y, bias, cos_sin;
+  // CPU: oneDNN bf16 matmul with W packed once at setup (as an engine packs at load); it reads bf16 X
+  // directly, so nothing is widened per call.
+  std::unique_ptr<fr::OnednnGemm> gemm_cpu;
   std::vector<std::uint8_t> xq;
   std::vector<float> scales;
   std::vector<double> inv_freq;
