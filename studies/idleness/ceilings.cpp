@@ -2,6 +2,7 @@
 // compute ceiling) and a large read (the memory ceiling). They always run; --arms does not select them.
 #include <cstring>
 
+#include "gemm_onednn.hpp"
 #include "idleness.hpp"
 #include "kvf/host_memory.hpp"
 #include "recompute.hpp"
@@ -31,6 +32,23 @@ class GemmCeilingCpu final : public kvf::Case {
  private:
   int m_, n_, k_;
   std::vector<float> a_, b_, y_;
+};
+
+// oneDNN bf16 matmul, weights packed once: the kernel CPU inference engines run (AMX-BF16 or AVX-512-BF16
+// where the CPU has them), so idleness on the CPU is stated against the best this CPU offers.
+class GemmCeilingOnednn final : public kvf::Case {
+ public:
+  GemmCeilingOnednn(int m, int n, int k) : m_(m), n_(n), k_(k) {}
+  void setup(kvf::Backend&) override { g_ = std::make_unique<fr::OnednnGemmProblem>(m_, n_, k_); }
+  void run(kvf::Backend&) override { g_->run(); }
+  std::string after_measure(kvf::Backend&, const kvf::Summary&, const std::string&) override {
+    return "kernel " + g_->gemm().impl() + " (ISA " + fr::onednn_isa(g_->gemm().impl()) + ")";
+  }
+  void teardown(kvf::Backend&) override { g_.reset(); }
+
+ private:
+  int m_, n_, k_;
+  std::unique_ptr<fr::OnednnGemmProblem> g_;
 };
 
 class ReadCeilingCpu final : public kvf::Case {
@@ -94,11 +112,18 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
 #endif
   }
   const int n = int(p.integer("gemm_n")), k = int(p.integer("gemm_k"));
-  auto c = std::make_unique<GemmCeilingCpu>(m, n, k);
+  std::unique_ptr<kvf::Case> c;
+  if (p.has("gemm_lib")) {
+    c = std::make_unique<GemmCeilingOnednn>(m, n, k);
+    c->note = "oneDNN " + fr::onednn_version() + " matmul bf16 x bf16 -> fp32, weights packed once, all cores; the "
+              "CPU compute ceiling is the best gemm_ceiling row";
+  } else {
+    c = std::make_unique<GemmCeilingCpu>(m, n, k);
+    c->note = "OpenBLAS cblas_sgemm fp32, all cores (OpenMP splits N, one-thread OpenBLAS per slice, as in the "
+              "decode twin); the CPU compute ceiling is the best gemm_ceiling row";
+  }
   c->flops = 2.0 * m * n * k;
   c->ceiling = gemm_ceiling_ref();
-  c->note = "OpenBLAS cblas_sgemm fp32, square, all cores (OpenMP splits N, one-thread OpenBLAS per slice, as in "
-            "the decode twin): the CPU compute ceiling of this run";
   c->est_seconds = est(c->flops / 180e9, 0.1);
   c->cold = false;  // compute bound: cold and hot are the same figure
   return c;
@@ -130,28 +155,42 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
 Arm gemm_ceiling_arm() {
   return Arm{
       .name = "gemm_ceiling",
-      .doc = "compute ceiling: OpenBLAS sgemm on all cores (CPU), cuBLASLt bf16 square GEMM (GPU)",
+      .doc = "compute ceiling: OpenBLAS sgemm fp32 and oneDNN bf16 matmul on all cores, the better (CPU); cuBLASLt "
+             "bf16 square GEMM (GPU)",
       .axes = {arm_axis("gemm_ceiling", true),
                {.name = "gemm_m", .doc = "rows of the activations", .cpu = {"2048", "256"}, .gpu = {"8192"},
                 .quick = {"1024"}, .quick_gpu = {"8192"}},
                {.name = "gemm_n", .doc = "rows of the weights (CPU only)", .cpu = {"2048", "8192"}, .quick = {"1024"}},
-               {.name = "gemm_k", .doc = "inner dimension (CPU only)", .cpu = {"2048", "4096"}, .quick = {"1024"}}},
+               {.name = "gemm_k", .doc = "inner dimension (CPU only)", .cpu = {"2048", "4096"}, .quick = {"1024"}},
+               {.name = "gemm_lib", .doc = "CPU: onednn_bf16, the oneDNN bf16 rows beside OpenBLAS fp32 (its kernel "
+                "and ISA in the note)", .cpu = {"onednn_bf16"}, .quick = {"onednn_bf16"}}},
       // Two shapes on the CPU, square and the decode/prefill shape (M activations against a wide weight
       // matrix), not their product: the ceiling is the better row. On the GPU one square GEMM named by its
       // side, --quick or not.
       .default_grid =
           [](const kvf::Target& t, const Env&) {
-            const auto shape = [](const char* m, const char* n, const char* k) {
-              return kvf::Product{{{"arm", {"gemm_ceiling"}}, {"gemm_m", {m}}, {"gemm_n", {n}}, {"gemm_k", {k}}}};
+            // Each CPU shape twice: OpenBLAS fp32 (no gemm_lib column, the rows of earlier runs) and oneDNN bf16.
+            kvf::Grid g;
+            const auto shape = [&g](const char* m, const char* n, const char* k) {
+              kvf::Product prod{{{"arm", {"gemm_ceiling"}}, {"gemm_m", {m}}, {"gemm_n", {n}}, {"gemm_k", {k}}}};
+              g.push_back(prod);
+              prod.lists.push_back({"gemm_lib", {"onednn_bf16"}});
+              g.push_back(prod);
             };
             if (t.gpu) return kvf::Grid{kvf::Product{{{"arm", {"gemm_ceiling"}}, {"gemm_m", {"8192"}}}}};
-            if (t.quick) return kvf::Grid{shape("1024", "1024", "1024")};
-            return kvf::Grid{shape("2048", "2048", "2048"), shape("256", "8192", "4096")};
+            if (t.quick) {
+              shape("1024", "1024", "1024");
+            } else {
+              shape("2048", "2048", "2048");
+              shape("256", "8192", "4096");
+            }
+            return g;
           },
       .case_name_fn =
           [](const kvf::Point& p) {
             const bool square = !p.has("gemm_n") || (p["gemm_m"] == p["gemm_n"] && p["gemm_n"] == p["gemm_k"]);
-            return "gemm_ceiling/" + p["gemm_m"] + (square ? "" : "x" + p["gemm_n"] + "x" + p["gemm_k"]);
+            return "gemm_ceiling/" + p["gemm_m"] + (square ? "" : "x" + p["gemm_n"] + "x" + p["gemm_k"]) +
+                   (p.has("gemm_lib") ? "/" + p["gemm_lib"] : "");
           },
       .make = make_gemm_ceiling};
 }
