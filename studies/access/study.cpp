@@ -147,7 +147,8 @@ class AccessStudy final : public Study {
     app.add_option("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
                    "(default min(64, pool/2))");
     app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
-    app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: on, off or both (default on)");
+    app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: auto (per case the faster of on and off "
+                   "in a short calibration, named in the note), on, off, or both (on and off rows) (default auto)");
     app.add_option("--placement", placement_,
                    "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
                    "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
@@ -212,7 +213,7 @@ class AccessStudy final : public Study {
 
   void check_choices(AccessEnv& env) const {
     choice("--huge-pages", huge_, {"on", "off", "both"});
-    choice("--prefetch", prefetch_, {"on", "off", "both"});
+    choice("--prefetch", prefetch_, {"auto", "on", "off", "both"});
     choice("--select", select_, {"per_head", "shared", "both"});
     choice("--scatter", scatter_, {"uniform", "clustered", "both"});
     choice("--placement", placement_, {"shuffled", "contiguous", "both"});
@@ -225,7 +226,8 @@ class AccessStudy final : public Study {
     const Target& t = env.target;
     // The GPU has no huge-page or prefetch knob: one row each, whatever was asked.
     env.gather_huge = t.gpu ? std::vector<std::string>{"on"} : on_off(huge_, declared("gather", "huge", t));
-    env.prefetch = t.gpu ? declared("gather", "prefetch", t) : on_off(prefetch_, declared("gather", "prefetch", t));
+    env.prefetch = t.gpu || prefetch_.empty() || prefetch_ == "auto" ? declared("gather", "prefetch", t)
+                                                                     : on_off(prefetch_, declared("gather", "prefetch", t));
     env.attn_huge = t.gpu || huge_ != "off" ? "on" : "off";
     if (select_ == "per_head") env.selects = {"per_head"};
     else if (select_ == "shared") env.selects = {"shared"};
