@@ -38,7 +38,7 @@ class GatherCase final : public Case {
   void setup(Backend& be) override {
     const auto& pool = sh->ensure_pool(be, g.pool_bytes, huge);
     if (!is_cuda(be) && huge && !pool.huge) note_ += "huge pages not granted; ";
-    if (!is_cuda(be) && calibrate_prefetch) pick_prefetch();
+    if (!is_cuda(be) && calibrate_prefetch) pick_prefetch(be);
 #if defined(KVF_HAVE_CUDA)
     if (is_cuda(be)) {
       dsum = BufferHandle(be, 8, MemKind::device);
@@ -80,11 +80,13 @@ class GatherCase final : public Case {
     dsum.reset();
 #endif
   }
-  // Alternated rounds (on, off, off, on, ...) so a drift of the machine weighs on both; the faster median wins.
-  void pick_prefetch() {
+  // Alternated rounds (on, off, off, on, ...) so a drift of the machine weighs on both, each after a cache
+  // flush as a cold sample is; the faster median wins.
+  void pick_prefetch(Backend& be) {
     std::vector<double> t_on, t_off;
     for (int r = 0; r < 2 * kCalibrationRounds; ++r) {
       const bool on = (r % 4 == 0) || (r % 4 == 3);
+      be.flush_caches();
       const auto t0 = std::chrono::steady_clock::now();
       sh->sink += ka::gather_cpu(sh->pool->ptr, g, on);
       (on ? t_on : t_off).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -95,11 +97,12 @@ class GatherCase final : public Case {
     };
     const double on = median(t_on), off = median(t_off);
     prefetch = on <= off;
-    note_ += std::string("prefetch=") + (prefetch ? "on" : "off") + " (calibrated: on " + fmt(on * 1e3) +
-             " ms, off " + fmt(off * 1e3) + " ms, median of " + std::to_string(kCalibrationRounds) + "); ";
+    prefetch_note_ = std::string("prefetch=") + (prefetch ? "on" : "off") + " (calibrated cold: on " +
+                     fmt(on * 1e3) + " ms, off " + fmt(off * 1e3) + " ms, median of " +
+                     std::to_string(kCalibrationRounds) + "); ";
   }
   std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
-    std::string n = note_;
+    std::string n = note_ + prefetch_note_;
     note_.clear();
     if (is_seq) sh->record(seq_key, mode, m.median);
     if (!is_seq)
@@ -108,7 +111,7 @@ class GatherCase final : public Case {
   }
 
  private:
-  std::string note_;
+  std::string note_, prefetch_note_;  // note_: the first mode's only; prefetch_note_: every mode's
 };
 
 std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
@@ -137,7 +140,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
   c->est_seconds = 0.05 + double(pool) / (gpu ? 5e11 : 3e9) +
                    (c->hot ? 2 : 1) * std::min(0.6, std::max(0.2, 10 * t + 0.05)) + double(g.total_bytes) / 1e9 +
-                   (calibrate ? 2 * kCalibrationRounds * t : 0);
+                   (calibrate ? 2 * kCalibrationRounds * (t + double(env.llc) * 2 / 10e9) : 0);
   return c;
 }
 
