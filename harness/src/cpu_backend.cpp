@@ -95,8 +95,7 @@ class CpuBackend final : public Backend {
                    {"hardware_threads", std::thread::hardware_concurrency()},
                    {"omp_threads", omp_get_max_threads()},
                    {"compiled_isa", compiled_isa()}};
-    // Flush: write then read 2x LLC (at least 64 MiB) so neither dirty nor clean lines survive.
-    flush_bytes_ = std::max<std::size_t>(2 * info_.llc_bytes, std::size_t{64} << 20);
+    flush_bytes_ = past_llc_bytes(info_.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes);
   }
   ~CpuBackend() override {
     if (flush_buf_) host_free(flush_buf_, flush_bytes_);
@@ -155,17 +154,20 @@ class CpuBackend final : public Backend {
     return s;
   }
 
+  // Reads 2x the LLC (64 MiB .. kFlushCapBytes) of a buffer written once, at first use: the read evicts the
+  // case's lines (its dirty ones are written back here, untimed) and leaves only clean lines of its own, so
+  // the timed sample pays no write-back for the flush. (A read-modify-write flush left up to an LLC of dirty
+  // lines for the sample to write back; an unwritten buffer would read the shared zero page, caching nothing.)
   void flush_caches() override {
-    if (!flush_buf_) flush_buf_ = static_cast<std::uint64_t*>(host_alloc(flush_bytes_, true));
     const std::size_t words = flush_bytes_ / 8;
-    std::uint64_t acc = 0;
-    ++flush_epoch_;
-    const std::uint64_t epoch = flush_epoch_;
-#pragma omp parallel for schedule(static) reduction(^ : acc)
-    for (std::size_t i = 0; i < words; ++i) {
-      flush_buf_[i] += epoch;  // read-modify-write: every line is pulled in and dirtied
-      acc ^= flush_buf_[i];
+    if (!flush_buf_) {
+      flush_buf_ = static_cast<std::uint64_t*>(host_alloc(flush_bytes_, true));
+#pragma omp parallel for schedule(static)
+      for (std::size_t i = 0; i < words; ++i) flush_buf_[i] = i;
     }
+    std::uint64_t acc = 0;
+#pragma omp parallel for schedule(static) reduction(^ : acc)
+    for (std::size_t i = 0; i < words; i += 8) acc ^= flush_buf_[i];  // one word per 64-byte line
     sink_ = acc;
   }
   std::size_t flush_bytes() const override { return flush_bytes_; }
@@ -192,7 +194,6 @@ class CpuBackend final : public Backend {
   DeviceInfo info_;
   std::size_t flush_bytes_ = 0;
   std::uint64_t* flush_buf_ = nullptr;
-  std::uint64_t flush_epoch_ = 0;
   volatile std::uint64_t sink_ = 0;
 };
 

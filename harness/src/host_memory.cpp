@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "kvf/host_memory.hpp"
 
 #include <linux/mempolicy.h>
@@ -153,6 +154,10 @@ std::size_t host_llc_bytes() {
   }
   const long v = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return v > 0 ? static_cast<std::size_t>(v) : 0;
+}
+
+std::size_t past_llc_bytes(std::size_t llc, std::size_t multiple, std::size_t floor, std::size_t cap) {
+  return std::min(std::max(multiple * llc, floor), std::max(cap, floor));
 }
 
 }  // namespace kvf

@@ -1,5 +1,5 @@
 // The gather part: runs of R bytes at random run-aligned offsets, without replacement, from a pool of at
-// least 4x the LLC, beside a sequential read of the same pool (the figure each gather row is stated against).
+// least 4x the LLC (1 GiB at most), beside a sequential read of the same pool (the figure each gather row is stated against).
 #include <algorithm>
 #include <chrono>
 
@@ -178,14 +178,14 @@ std::uint64_t gather_total(const AccessEnv& env, std::uint64_t pool) {
 Arm<AccessEnv> gather_arm() {
   return Arm<AccessEnv>{
       .name = "gather",
-      .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of >= 4x the LLC, "
+      .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of 4x the LLC (128 MiB .. 1 GiB), "
              "beside a sequential read of the pool",
       .axes = {everywhere_axis("part", {"gather"}),
                everywhere_axis("arm", {"sequential", "gather"}, "sequential (64 KiB runs in order) or gather"),
                {.name = "run_bytes", .doc = "bytes of one run, a power of two from 32",
                 .cpu = {"32", "64", "128", "256", "512", "1024", "4096", "16384", "65536"}, .quick = {"256"},
                 .flag = "--run-bytes"},
-               // The pool follows the LLC: max(4x LLC, 128 MiB; 64 MiB with --quick), resolved into the env.
+               // The pool follows the LLC: 4x LLC within 128 MiB (64 MiB with --quick) .. 1 GiB, resolved into the env.
                {.name = "pool_mib", .doc = "MiB of the pool the runs are drawn from", .flag = "--pool-mib"},
                {.name = "huge", .doc = "huge pages (CPU)", .cpu = {"on", "off"}, .gpu = {"on"}, .quick = {"on"},
                 .flag = "--huge-pages"},

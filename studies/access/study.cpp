@@ -142,7 +142,7 @@ class AccessStudy final : public Study {
                    "(default 32 .. 64Ki)")
         ->delimiter(',');
     app.add_option("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
-                   "(default max(4x LLC, 128 MiB) on CPU)")
+                   "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)")
         ->delimiter(',');
     app.add_option("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
                    "(default min(64, pool/2))");
@@ -382,8 +382,8 @@ class AccessStudy final : public Study {
     if (given("--gather-mib")) env.gather_bytes = parse_whole(gather_mib_text_, "--gather-mib", 1, 1u << 20) << 20;
     if (!want("gather")) return;
     const Target& t = env.target;
-    // The pool must hold at least 4x the LLC, so that a gather reads memory, not cache.
-    if (env.pools.empty()) env.pools = {std::max<std::uint64_t>(4 * env.llc, t.quick ? 64ull << 20 : 128ull << 20)};
+    // The pool holds 4x the LLC (at most kPoolCapBytes), so that a gather reads memory, not cache.
+    if (env.pools.empty()) env.pools = {past_llc_bytes(env.llc, 4, t.quick ? 64ull << 20 : 128ull << 20, kPoolCapBytes)};
     if (env.runs.empty())
       for (const auto& r : declared("gather", "run_bytes", t)) env.runs.push_back(std::stoull(r));
     for (auto p : env.pools) {

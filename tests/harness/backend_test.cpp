@@ -55,8 +55,18 @@ TEST(CpuBackend, DescribesTheMachine) {
   EXPECT_EQ(i.backend, "cpu");
   EXPECT_GT(i.compute_units, 0);
   EXPECT_GT(i.memory_bytes, 0u);
-  EXPECT_GE(be->flush_bytes(), 2 * i.llc_bytes);
+  EXPECT_EQ(be->flush_bytes(), past_llc_bytes(i.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes));
   EXPECT_FALSE(i.to_json().dump().empty());
+}
+
+TEST(PastLlcBytes, MultipleOfTheLlcBetweenFloorAndCap) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  EXPECT_EQ(past_llc_bytes(0, 2, 64 * MiB, kFlushCapBytes), 64 * MiB);            // LLC unknown: the floor
+  EXPECT_EQ(past_llc_bytes(32 * MiB, 2, 64 * MiB, kFlushCapBytes), 64 * MiB);
+  EXPECT_EQ(past_llc_bytes(100 * MiB, 2, 64 * MiB, kFlushCapBytes), 200 * MiB);   // the 2x rule
+  EXPECT_EQ(past_llc_bytes(480 * MiB, 2, 64 * MiB, kFlushCapBytes), 512 * MiB);   // a VM reporting a socket's L3
+  EXPECT_EQ(past_llc_bytes(480 * MiB, 4, 128 * MiB, kPoolCapBytes), 1024 * MiB);
+  EXPECT_EQ(past_llc_bytes(1 * MiB, 1, 2048 * MiB, kPoolCapBytes), 2048 * MiB);   // a floor above the cap wins
 }
 
 TEST(CpuBackend, FillCopyAndTime) {

@@ -35,4 +35,16 @@ int node_of_address(const void* p);
 std::size_t host_memory_bytes();
 std::size_t host_llc_bytes();
 
+// Sizes meant to reach past the last-level cache (the cold flush, gather pools, stream arrays):
+// max(multiple x llc, floor), at most cap. The caps exist because a VM may report its host socket's whole L3:
+// 480 MiB on a 2-core Xeon VM (2x that flushed 960 MiB per cold sample), 508 MiB on the 2-core AMD EPYC VM
+// this was written on, whose cores reach far less. Measured there (a 32 MiB array read by both cores, then a
+// read-only flush of F, then the array re-read; medians of 15, machine loaded): re-read at 43 GB/s after
+// F = 64 MiB (still cached), 3-5 GB/s (memory) after F = 128 MiB .. 1 GiB. So 512 MiB is 4x what these cores
+// reach; on a part whose cores reach more than 256 MiB of L3 the flush falls below the 2x rule. meta.json
+// records llc_bytes as the OS reports it beside flush_bytes, so a reader sees where a cap bound.
+inline constexpr std::size_t kFlushCapBytes = std::size_t{512} << 20;
+inline constexpr std::size_t kPoolCapBytes = std::size_t{1} << 30;
+std::size_t past_llc_bytes(std::size_t llc, std::size_t multiple, std::size_t floor, std::size_t cap);
+
 }  // namespace kvf
