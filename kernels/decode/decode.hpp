@@ -35,7 +35,7 @@ namespace md = kvf::models;
 inline constexpr int kMinBatch = 1, kMaxBatch = 256;
 inline constexpr int kMinContext = 1024, kMaxContext = 131072;
 
-// Throws UsageError naming the flag and what is allowed.
+// std::invalid_argument unless kMinBatch <= b <= kMaxBatch, and c a multiple of 1024 in kMinContext..kMaxContext.
 void validate_batch(int b);
 void validate_context(int c);
 // Empty when the decode step supports the model, else the reason (MLA, head dim, GQA group).

@@ -12,7 +12,6 @@
 
 #include "decode.hpp"
 #include "kvf/csv.hpp"
-#include "kvf/errors.hpp"
 #include "recompute.hpp"
 #include <omp.h>
 
@@ -24,11 +23,13 @@ namespace ka = kvf::access;
 // ---------------------------------------------------------------- ranges and counts
 void validate_batch(int b) {
   if (b < kMinBatch || b > kMaxBatch)
-    throw UsageError("--batches " + std::to_string(b) + ": batch must be 1..256");
+    throw std::invalid_argument("batch " + std::to_string(b) + ": allowed " + std::to_string(kMinBatch) + ".." +
+                                std::to_string(kMaxBatch));
 }
 void validate_context(int c) {
   if (c < kMinContext || c > kMaxContext || c % 1024 != 0)
-    throw UsageError("--contexts " + std::to_string(c) + ": context must be a multiple of 1024 in 1024..131072 (1K..128K)");
+    throw std::invalid_argument("context " + std::to_string(c) + ": must be a multiple of 1024 in " +
+                                std::to_string(kMinContext) + ".." + std::to_string(kMaxContext));
 }
 
 std::string unsupported_reason(const md::ModelShape& m) {

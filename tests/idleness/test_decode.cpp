@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "decode.hpp"
 #include "test_shapes.hpp"
@@ -132,11 +133,12 @@ TEST(DecodeMath, CpuIdleness) {
 }
 
 TEST(DecodeMath, Validation) {
-  EXPECT_THROW(dc::validate_batch(0), kvf::UsageError);
-  EXPECT_THROW(dc::validate_batch(257), kvf::UsageError);
+  EXPECT_THROW(dc::validate_batch(0), std::invalid_argument);
+  EXPECT_THROW(dc::validate_batch(257), std::invalid_argument);
   EXPECT_NO_THROW(dc::validate_batch(256));
-  EXPECT_THROW(dc::validate_context(1023), kvf::UsageError);
-  EXPECT_THROW(dc::validate_context(131072 + 1024), kvf::UsageError);
+  EXPECT_THROW(dc::validate_context(1023), std::invalid_argument);
+  EXPECT_THROW(dc::validate_context(1536), std::invalid_argument);  // not a multiple of 1024
+  EXPECT_THROW(dc::validate_context(131072 + 1024), std::invalid_argument);
   EXPECT_NO_THROW(dc::validate_context(131072));
 }
 
