@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 
+#include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 
 namespace kvf {
@@ -78,6 +80,26 @@ std::vector<CounterRow> read_counters_csv(const CsvTable& t) {
     rows.push_back(std::move(c));
   }
   return rows;
+}
+
+const std::vector<std::string>& counter_columns() {
+  static const std::vector<std::string> cols = {"study", "case", "source", "capture", "range_index", "range",
+                                                "t_start_ns", "t_end_ns", "chip", "metric", "value", "unit"};
+  return cols;
+}
+
+std::vector<std::string> to_fields(const CounterRow& r) {
+  return {r.study, r.case_name, r.source, r.capture, std::to_string(r.range_index), r.range,
+          csv_number(r.t_start_ns), csv_number(r.t_end_ns), r.chip, r.metric, csv_number(r.value), r.unit};
+}
+
+void append_counters_csv(const std::string& results_dir, const std::vector<CounterRow>& rows) {
+  if (rows.empty()) return;
+  std::vector<std::vector<std::string>> fields;
+  fields.reserve(rows.size());
+  for (const auto& r : rows) fields.push_back(to_fields(r));
+  CsvAppender out((std::filesystem::path(results_dir) / "counters.csv").string(), counter_columns());
+  out.append_rows(fields);
 }
 
 }  // namespace kvf

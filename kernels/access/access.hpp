@@ -16,7 +16,8 @@ namespace kvf::access {
 // pattern_word(seed, i) at word i for the reference to agree.
 std::uint64_t gather_cpu(const void* pool, const GatherGeom& g, bool prefetch = true);
 std::uint64_t gather_ref(std::uint64_t seed, const GatherGeom& g);
-// Throws UsageError for a run size that is not a power of two in [32, pool], a pool too small, etc.
+// std::invalid_argument for a run size that is not a power of two in [32 B, 1 GiB], a pool that is not a
+// multiple of it, a gather that is not or does not fit in the pool.
 void validate_gather(const GatherGeom& g);
 
 // --------------------------------------------------------------------------------------------- attention
@@ -37,8 +38,8 @@ struct AttnShape {
   std::uint64_t q_elems() const { return std::uint64_t{batch} * hq * d; }
   std::uint64_t q_bytes() const { return q_elems() * dtype_bytes(q_dtype()); }
 };
-// Throws UsageError: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx 0, page not
-// 0 or a power of two dividing ctx.
+// std::invalid_argument: hq % hkv, head dim not 64/128, group > 16 or not a power of two, ctx or batch 0,
+// page not 0 or a power of two dividing ctx.
 // (fp8 e4m3 is valid here: the twin and the reference support it; whether a device has it is the
 // bench's question.)
 void validate_shape(const AttnShape& s);
@@ -49,8 +50,6 @@ const char* to_string(Arm);
 const char* to_string(Scatter);
 const char* to_string(Layout);
 const char* to_string(DType);
-Layout parse_layout(const std::string&);  // UsageError on unknown
-DType parse_dtype(const std::string&);    // UsageError on unknown
 
 // Selected entries of every list (SelGeom says how to read them).
 struct Selection {
@@ -60,7 +59,7 @@ struct Selection {
 };
 
 // Budget of the sparse arms: k_blocks = round(ctx/block * keep) blocks, token budget = k_blocks * block.
-// Throws UsageError: block not dividing ctx, keep outside (0, 1], k_blocks < 2 (sink + latest).
+// std::invalid_argument: block not dividing ctx, keep outside (0, 1], k_blocks < 2 (sink + latest).
 std::uint32_t sparse_blocks(std::uint32_t ctx, std::uint32_t block, double keep);
 
 // Dense: every token, as entries of `span` tokens (span divides ctx).
@@ -88,8 +87,9 @@ Selection place(const AttnShape& s, const PageMap& pm, const Selection& logical)
 // or the entries of one logical entry not its consecutive logical pieces).
 bool unplace(const AttnShape& s, const PageMap& pm, const Selection& physical, std::uint32_t logical_span,
              Selection& logical);
-// Checks --page-tokens against a context: 0 (contiguous) or a power of two dividing ctx; UsageError.
-void validate_page_tokens(std::uint32_t page, std::uint32_t ctx);
+// Tokens per page against a context: 0 (contiguous) or a power of two dividing ctx, so blocks and pages nest.
+bool valid_page_tokens(std::uint32_t page, std::uint32_t ctx);
+void validate_page_tokens(std::uint32_t page, std::uint32_t ctx);  // std::invalid_argument unless valid
 
 // Routing, in logical token order (a logical token's key is read from its physical row through pm).
 // Centroids: mean key of each logical block, fp32 [batch][hkv][nblocks][d] ("prefill", built once).
@@ -112,7 +112,9 @@ struct LowRank {
   std::vector<float> basis;  // [batch][hkv][d][r]
   std::vector<float> keys;   // [batch][hkv][ctx][r]
 };
-// Throws UsageError unless r is 8, 16, 32 or 64 and r < d.
+// Ranks the proxy supports: 8, 16, 32 or 64, below the head dim d. build_lowrank throws
+// std::invalid_argument for any other.
+bool valid_proxy_rank(std::uint32_t r, std::uint32_t d);
 void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& lr, const PageMap& pm = {});
 // Proxy token scores (n_lists x ctx, logical order): sum over the list's kv heads h of (P_h^T qsum_h) . Kp_h[t].
 void score_tokens_lowrank(const AttnShape& s, const void* q, const LowRank& lr, bool shared, std::vector<float>& scores);

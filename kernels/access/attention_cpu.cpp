@@ -51,7 +51,6 @@
 #endif
 
 #include "access.hpp"
-#include "kvf/errors.hpp"
 
 namespace kvf::access {
 namespace {

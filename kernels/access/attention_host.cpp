@@ -17,51 +17,42 @@
 #endif
 
 #include "access.hpp"
-#include "kvf/errors.hpp"
 
 namespace kvf::access {
 
 float AttnShape::scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
 
 void validate_shape(const AttnShape& s) {
-  if (s.d != 64 && s.d != 128) throw UsageError("--head-dims " + std::to_string(s.d) + ": allowed 64, 128");
+  if (s.d != 64 && s.d != 128)
+    throw std::invalid_argument("head dim " + std::to_string(s.d) + ": allowed 64, 128");
   if (s.hkv == 0 || s.hq == 0 || s.hq % s.hkv)
-    throw UsageError("--hq " + std::to_string(s.hq) + " --hkv " + std::to_string(s.hkv) +
-                     ": hq must be a non-zero multiple of hkv");
+    throw std::invalid_argument("hq " + std::to_string(s.hq) + ", hkv " + std::to_string(s.hkv) +
+                                ": hq must be a non-zero multiple of hkv");
   const std::uint32_t g = s.hq / s.hkv;
   if (g > 16 || (g & (g - 1)))
-    throw UsageError("group hq/hkv = " + std::to_string(g) + ": allowed 1, 2, 4, 8, 16");
-  if (s.ctx == 0 || s.batch == 0) throw UsageError("context and batch must be positive");
-  if (s.page) validate_page_tokens(s.page, s.ctx);
+    throw std::invalid_argument("group hq/hkv = " + std::to_string(g) + ": allowed 1, 2, 4, 8, 16");
+  if (s.ctx == 0 || s.batch == 0)
+    throw std::invalid_argument("ctx " + std::to_string(s.ctx) + ", batch " + std::to_string(s.batch) +
+                                ": both must be positive");
+  validate_page_tokens(s.page, s.ctx);
 }
 
 const char* to_string(Arm a) { return a == Arm::dense ? "dense" : a == Arm::block ? "block" : "token"; }
 const char* to_string(Scatter s) { return s == Scatter::uniform ? "uniform" : "clustered"; }
 const char* to_string(Layout l) { return l == Layout::NHD ? "NHD" : "HND"; }
 const char* to_string(DType t) { return t == DType::bf16 ? "bf16" : t == DType::fp16 ? "fp16" : "fp8_e4m3"; }
-Layout parse_layout(const std::string& x) {
-  if (x == "NHD" || x == "nhd") return Layout::NHD;
-  if (x == "HND" || x == "hnd") return Layout::HND;
-  throw UsageError("--layouts " + x + ": unknown layout (NHD, HND)");
-}
-DType parse_dtype(const std::string& x) {
-  if (x == "bf16") return DType::bf16;
-  if (x == "fp16") return DType::fp16;
-  if (x == "fp8" || x == "fp8_e4m3" || x == "e4m3") return DType::fp8_e4m3;
-  throw UsageError("--dtypes " + x + ": unknown dtype (bf16, fp16, fp8_e4m3)");
-}
 
 std::uint32_t sparse_blocks(std::uint32_t ctx, std::uint32_t block, double keep) {
-  if (!(keep > 0.0 && keep <= 1.0))
-    throw UsageError("--keep " + std::to_string(keep) + ": must be in (0, 1]");
+  if (!(keep > 0.0 && keep <= 1.0)) throw std::invalid_argument("keep " + std::to_string(keep) + ": must be in (0, 1]");
   if (block == 0 || ctx % block)
-    throw UsageError("--block-sizes " + std::to_string(block) + ": must divide the context (" + std::to_string(ctx) + ")");
+    throw std::invalid_argument("block " + std::to_string(block) + ": must divide the ctx (" + std::to_string(ctx) +
+                                ")");
   const std::uint32_t nb = ctx / block;
   const auto k = static_cast<std::uint32_t>(std::llround(nb * keep));
   if (k < 2 || nb < 2)
-    throw UsageError("budget of " + std::to_string(k) + " block(s) of " + std::to_string(block) + " at context " +
-                     std::to_string(ctx) + " and keep " + std::to_string(keep) +
-                     ": smaller than sink + latest block (2 blocks)");
+    throw std::invalid_argument("budget of " + std::to_string(k) + " block(s) of " + std::to_string(block) +
+                                " at ctx " + std::to_string(ctx) + " and keep " + std::to_string(keep) +
+                                ": smaller than sink + latest block (2 blocks)");
   return std::min(k, nb);
 }
 
@@ -177,12 +168,13 @@ Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::u
 }
 
 // ---------------------------------------------------------------------------------------------- placement
+bool valid_page_tokens(std::uint32_t page, std::uint32_t ctx) {
+  return page == 0 || (!(page & (page - 1)) && page <= ctx && ctx % page == 0);
+}
 void validate_page_tokens(std::uint32_t page, std::uint32_t ctx) {
-  if (page == 0) return;
-  if ((page & (page - 1)) || page > ctx || ctx % page)
-    throw UsageError("--page-tokens " + std::to_string(page) + ": must be a power of two from 1 to the context that "
-                     "divides it (context " + std::to_string(ctx) + "); blocks and pages then nest (B/P pages per "
-                     "block or P/B blocks per page)");
+  if (!valid_page_tokens(page, ctx))
+    throw std::invalid_argument("page of " + std::to_string(page) + " tokens at ctx " + std::to_string(ctx) +
+                                ": must be 0 (unpaged) or a power of two dividing ctx");
 }
 
 static std::uint32_t batch_of_list(const AttnShape& s, const Selection& sel, std::uint32_t l) {
@@ -357,10 +349,12 @@ void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared,
 }
 
 // -------------------------------------------------------------------------------------- low-rank proxy
+bool valid_proxy_rank(std::uint32_t r, std::uint32_t d) { return (r == 8 || r == 16 || r == 32 || r == 64) && r < d; }
+
 void build_lowrank(const AttnShape& s, const void* k, std::uint32_t r, LowRank& lr, const PageMap& pm) {
-  if (!(r == 8 || r == 16 || r == 32 || r == 64) || r >= s.d)
-    throw UsageError("--proxy-rank " + std::to_string(r) + ": allowed 8, 16, 32, 64 (below the head dim " +
-                     std::to_string(s.d) + ")");
+  if (!valid_proxy_rank(r, s.d))
+    throw std::invalid_argument("proxy rank " + std::to_string(r) + ": allowed 8, 16, 32, 64 (below the head dim " +
+                                std::to_string(s.d) + ")");
   const std::uint32_t D = s.d, nbh = s.batch * s.hkv;
   lr.r = r;
   lr.basis.assign(std::uint64_t{nbh} * D * r, 0.0f);

@@ -13,13 +13,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 #include "access.hpp"
-#include "kvf/errors.hpp"
 
 namespace kvf::access {
 namespace {
@@ -120,13 +120,14 @@ inline std::uint64_t sum_run_pf(const unsigned char* p, std::uint64_t n, const u
 void validate_gather(const GatherGeom& g) {
   auto pow2 = [](std::uint64_t x) { return x && !(x & (x - 1)); };
   if (!pow2(g.run_bytes) || g.run_bytes < 32 || g.run_bytes > (std::uint64_t{1} << 30))
-    throw UsageError("--run-bytes " + std::to_string(g.run_bytes) + ": must be a power of two from 32 to 1 GiB");
+    throw std::invalid_argument("run of " + std::to_string(g.run_bytes) +
+                                " bytes: must be a power of two from 32 to 1 GiB");
   if (g.pool_bytes < g.run_bytes || g.pool_bytes % g.run_bytes)
-    throw UsageError("pool of " + std::to_string(g.pool_bytes) + " bytes: must be a multiple of the run size " +
-                     std::to_string(g.run_bytes));
+    throw std::invalid_argument("pool of " + std::to_string(g.pool_bytes) +
+                                " bytes: must be a multiple of the run size " + std::to_string(g.run_bytes));
   if (g.total_bytes == 0 || g.total_bytes % g.run_bytes || g.total_bytes > g.pool_bytes)
-    throw UsageError("gather of " + std::to_string(g.total_bytes) +
-                     " bytes: must be a non-zero multiple of the run size and fit in the pool");
+    throw std::invalid_argument("gather of " + std::to_string(g.total_bytes) +
+                                " bytes: must be a non-zero multiple of the run size and fit in the pool");
 }
 
 std::uint64_t gather_cpu(const void* pool_v, const GatherGeom& g, bool prefetch) {

@@ -35,7 +35,7 @@ namespace md = kvf::models;
 inline constexpr int kMinBatch = 1, kMaxBatch = 256;
 inline constexpr int kMinContext = 1024, kMaxContext = 131072;
 
-// Throws UsageError naming the flag and what is allowed.
+// std::invalid_argument unless kMinBatch <= b <= kMaxBatch, and c a multiple of 1024 in kMinContext..kMaxContext.
 void validate_batch(int b);
 void validate_context(int c);
 // Empty when the decode step supports the model, else the reason (MLA, head dim, GQA group).
@@ -79,24 +79,6 @@ struct CpuIdleness {
 // ceiling_* <= 0 leaves the matching figures NaN.
 CpuIdleness cpu_idleness(double flops, double bytes, double seconds, double gemm_ceiling_flops_per_s,
                          double read_ceiling_bytes_per_s);
-
-// ---------------------------------------------------------------- counters.csv rows (CPU runs)
-// Same long format as harness/cupti/counters_io.hpp (counter_columns): study, case, source, capture,
-// range_index, range, t_start_ns, t_end_ns, chip, metric, value, unit.
-const std::vector<std::string>& counter_columns();
-struct CounterRow {
-  std::string study, case_name, source, capture;
-  long range_index = 0;
-  std::string range, chip, metric;
-  double value = 0;
-  std::string unit;
-};
-std::vector<std::string> to_fields(const CounterRow& r);
-// Rows of source "cpu_model" for one case and mode (range = mode).
-std::vector<CounterRow> cpu_rows(const std::string& study, const std::string& case_name, const std::string& mode,
-                                 const std::string& chip, const CpuIdleness& x);
-// Appends rows to DIR/counters.csv (header written when the file is new; UsageError on a foreign header).
-void append_counters_csv(const std::string& results_dir, const std::vector<CounterRow>& rows);
 
 // ---------------------------------------------------------------- CPU twin
 // All BLAS parallelism of the twin goes through OpenMP: kvf::frontier::gemm_xwT / blas_on_openmp (recompute.hpp).

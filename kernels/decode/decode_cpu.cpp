@@ -1,18 +1,15 @@
-// CPU twin of the decode step and prefill chunk, the reference, counts, idleness math and counters rows.
+// CPU twin of the decode step and prefill chunk, the reference, counts and idleness math.
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 
 #include "decode.hpp"
-#include "kvf/csv.hpp"
-#include "kvf/errors.hpp"
 #include "recompute.hpp"
 #include <omp.h>
 
@@ -24,11 +21,13 @@ namespace ka = kvf::access;
 // ---------------------------------------------------------------- ranges and counts
 void validate_batch(int b) {
   if (b < kMinBatch || b > kMaxBatch)
-    throw UsageError("--batches " + std::to_string(b) + ": batch must be 1..256");
+    throw std::invalid_argument("batch " + std::to_string(b) + ": allowed " + std::to_string(kMinBatch) + ".." +
+                                std::to_string(kMaxBatch));
 }
 void validate_context(int c) {
   if (c < kMinContext || c > kMaxContext || c % 1024 != 0)
-    throw UsageError("--contexts " + std::to_string(c) + ": context must be a multiple of 1024 in 1024..131072 (1K..128K)");
+    throw std::invalid_argument("context " + std::to_string(c) + ": must be a multiple of 1024 in " +
+                                std::to_string(kMinContext) + ".." + std::to_string(kMaxContext));
 }
 
 std::string unsupported_reason(const md::ModelShape& m) {
@@ -91,37 +90,6 @@ CpuIdleness cpu_idleness(double flops, double bytes, double seconds, double gemm
   x.idle_compute_pct = gemm_ceiling > 0 ? 100.0 * (1.0 - x.achieved_gflops / x.ceiling_gflops) : nan;
   x.mem_use_pct = read_ceiling > 0 ? 100.0 * x.achieved_gbps / x.read_ceiling_gbps : nan;
   return x;
-}
-
-// ---------------------------------------------------------------- counters rows
-const std::vector<std::string>& counter_columns() {
-  static const std::vector<std::string> cols = {"study", "case", "source", "capture", "range_index", "range",
-                                                "t_start_ns", "t_end_ns", "chip", "metric", "value", "unit"};
-  return cols;
-}
-std::vector<std::string> to_fields(const CounterRow& r) {
-  return {r.study, r.case_name, r.source, r.capture, std::to_string(r.range_index), r.range, "", "", r.chip,
-          r.metric, csv_number(r.value), r.unit};
-}
-std::vector<CounterRow> cpu_rows(const std::string& study, const std::string& case_name, const std::string& mode,
-                                 const std::string& chip, const CpuIdleness& x) {
-  std::vector<CounterRow> rows;
-  const long idx = mode == "cold" ? 0 : 1;
-  auto add = [&](const char* metric, double v, const char* unit) {
-    rows.push_back({study, case_name, "cpu_model", "cpu_model", idx, mode, chip, metric, v, unit});
-  };
-  add("kvf:step_s", x.step_s, "second");
-  add("kvf:achieved_gflops", x.achieved_gflops, "GFLOP/s");
-  add("kvf:gemm_ceiling_gflops", x.ceiling_gflops, "GFLOP/s");
-  add("kvf:idle_compute_pct", x.idle_compute_pct, "percent");
-  add("kvf:achieved_gbps", x.achieved_gbps, "GB/s");
-  add("kvf:read_ceiling_gbps", x.read_ceiling_gbps, "GB/s");
-  add("kvf:mem_use_pct", x.mem_use_pct, "percent");
-  return rows;
-}
-void append_counters_csv(const std::string& dir, const std::vector<CounterRow>& rows) {
-  CsvAppender out((std::filesystem::path(dir) / "counters.csv").string(), counter_columns());
-  for (const auto& r : rows) out.append(to_fields(r));
 }
 
 // ---------------------------------------------------------------- helpers

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "access.hpp"
 #include "kvf/arms.hpp"
 #include "kvf/backend.hpp"
+#include "kvf/errors.hpp"
 
 namespace kvf::access_study {
 
@@ -21,6 +23,8 @@ namespace ka = kvf::access;
 constexpr std::uint64_t kSeed = 0xacce55;
 // The side sweeps (keep, block size, NHD, shared selection, dtype, head dim) and routing run at one context.
 constexpr std::uint32_t kSideCtx = 65536, kSideCtxQuick = 16384;
+// The flags that set a sparse budget (kvf::access::sparse_blocks), for kernel_check.
+constexpr const char* kSweepFlags = "--contexts, --block-sizes, --keep";
 
 // Owned by the cases (shared_ptr), so it is destroyed with them, before the backend goes away.
 struct KvData {
@@ -110,8 +114,23 @@ std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std
 std::string fmt(double x, int prec = 3);
 std::string ctx_name(std::uint32_t ctx);               // 4096 -> "4K"
 double keep_fraction(const std::string& keep_text);    // "1/8" or "0.125" (checked by the study)
+// The values of --dtypes and --layouts, also the dtype and layout columns of a point (UsageError naming the flag).
+ka::DType parse_dtype(const std::string& text);
+ka::Layout parse_layout(const std::string& text);
 std::string join_u32(const std::vector<std::uint32_t>& v);  // "1,8,64"
 std::vector<std::string> to_text(const std::vector<std::uint32_t>& v);
 bool is_cuda(const Backend& be);
+
+// The kernels check their own inputs (std::invalid_argument, in kernel terms) behind the study's flag checks.
+// Should one refuse what the flags let through, it is still bad input: one line naming the flags that set
+// it, exit 2. Returns what check() returns.
+template <class Check>
+auto kernel_check(const char* flags, Check&& check) -> decltype(check()) {
+  try {
+    return check();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string(flags) + ": " + e.what());
+  }
+}
 
 }  // namespace kvf::access_study

@@ -394,8 +394,8 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.s.hkv = static_cast<std::uint32_t>(p.integer("hkv"));
   sp.s.d = static_cast<std::uint32_t>(p.integer("head_dim"));
   sp.s.ctx = static_cast<std::uint32_t>(p.integer("ctx"));
-  sp.s.dtype = ka::parse_dtype(p["dtype"]);
-  sp.s.layout = ka::parse_layout(p["layout"]);
+  sp.s.dtype = parse_dtype(p["dtype"]);
+  sp.s.layout = parse_layout(p["layout"]);
   sp.arm = parse_arm(p["arm"]);
   sp.keep_text = p["keep"];
   sp.keep = keep_fraction(sp.keep_text);
@@ -441,7 +441,7 @@ ka::Selection shape_of(const AttnSpec& sp, std::uint64_t& ntok) {
   ka::Selection shape;
   ntok = s.ctx;
   if (sp.arm != ka::Arm::dense) {
-    const auto kb = ka::sparse_blocks(s.ctx, sp.block, sp.keep);
+    const auto kb = kernel_check(kSweepFlags, [&] { return ka::sparse_blocks(s.ctx, sp.block, sp.keep); });
     ntok = std::uint64_t{kb} * sp.block;
     shape.geom.span = sp.arm == ka::Arm::block ? sp.block : 1;
     shape.geom.n_entries = static_cast<std::uint32_t>(ntok / shape.geom.span);
@@ -464,8 +464,8 @@ ka::Selection shape_of(const AttnSpec& sp, std::uint64_t& ntok) {
 std::string attn_case_name(const Point& p) {
   AttnSpec sp;
   sp.s.ctx = static_cast<std::uint32_t>(p.integer("ctx"));
-  sp.s.layout = ka::parse_layout(p["layout"]);
-  sp.s.dtype = ka::parse_dtype(p["dtype"]);
+  sp.s.layout = parse_layout(p["layout"]);
+  sp.s.dtype = parse_dtype(p["dtype"]);
   sp.s.d = static_cast<std::uint32_t>(p.integer("head_dim"));
   sp.s.hq = static_cast<std::uint32_t>(p.integer("hq"));
   sp.s.hkv = static_cast<std::uint32_t>(p.integer("hkv"));
@@ -487,7 +487,8 @@ std::string attn_case_name(const Point& p) {
 std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std::string& keep) {
   if (block.empty()) return std::to_string(ctx);
   const auto b = static_cast<std::uint32_t>(std::stoul(block));
-  return std::to_string(std::uint64_t{ka::sparse_blocks(ctx, b, keep_fraction(keep))} * b);
+  const auto kb = kernel_check(kSweepFlags, [&] { return ka::sparse_blocks(ctx, b, keep_fraction(keep)); });
+  return std::to_string(std::uint64_t{kb} * b);
 }
 
 std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {

@@ -120,7 +120,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   const std::uint64_t pool = std::uint64_t(p.integer("pool_mib")) << 20, R = std::uint64_t(p.integer("run_bytes"));
   const std::uint64_t total = gather_total(env, pool);
   ka::GatherGeom g{pool, R, total / R * R, kSeed, seq};
-  ka::validate_gather(g);
+  kernel_check("--run-bytes, --pool-mib, --gather-mib", [&] { ka::validate_gather(g); });
   auto c = std::make_unique<GatherCase>();
   c->sh = env.shared;
   c->g = g;

@@ -91,6 +91,23 @@ double parse_keep(const std::string& t) {
   return v;
 }
 
+}  // namespace
+
+ka::DType parse_dtype(const std::string& t) {
+  if (t == "bf16") return ka::DType::bf16;
+  if (t == "fp16") return ka::DType::fp16;
+  if (t == "fp8" || t == "fp8_e4m3" || t == "e4m3") return ka::DType::fp8_e4m3;
+  kvf::bad_flag("--dtypes", t, "unknown dtype (bf16, fp16, fp8_e4m3)");
+}
+
+ka::Layout parse_layout(const std::string& t) {
+  if (t == "NHD" || t == "nhd") return ka::Layout::NHD;
+  if (t == "HND" || t == "hnd") return ka::Layout::HND;
+  kvf::bad_flag("--layouts", t, "unknown layout (NHD, HND)");
+}
+
+namespace {
+
 // The defaults an arm declares for one of its axes: the values a flag that was not given stands for.
 const std::vector<std::string>& declared(const char* arm, const char* axis, const Target& t) {
   for (const auto& a : access_arms().at(arm).axes)
@@ -252,8 +269,8 @@ class AccessStudy final : public Study {
   }
 
   void parse_sweep(AccessEnv& env, Backend& be) const {
-    for (const auto& t : dtypes_) env.dtypes.push_back(ka::parse_dtype(t));
-    for (const auto& t : layouts_) env.layouts.push_back(ka::parse_layout(t));
+    for (const auto& t : dtypes_) env.dtypes.push_back(parse_dtype(t));
+    for (const auto& t : layouts_) env.layouts.push_back(parse_layout(t));
     for (const auto& t : contexts_) env.ctxs.push_back(parse_ctx(t));
     for (const auto& t : keeps_) {
       parse_keep(t);
@@ -287,9 +304,9 @@ class AccessStudy final : public Study {
                      !layouts_.empty() || !head_dims_.empty() || !select_.empty();
     const Target& t = env.target;
     if (env.dtypes.empty())
-      for (const auto& v : declared("attention", "dtype", t)) env.dtypes.push_back(ka::parse_dtype(v));
+      for (const auto& v : declared("attention", "dtype", t)) env.dtypes.push_back(parse_dtype(v));
     if (env.layouts.empty())
-      for (const auto& v : declared("attention", "layout", t)) env.layouts.push_back(ka::parse_layout(v));
+      for (const auto& v : declared("attention", "layout", t)) env.layouts.push_back(parse_layout(v));
     if (env.head_dims.empty()) env.head_dims = declared_u32("attention", "head_dim", t);
     if (env.blocks.empty()) env.blocks = declared_u32("attention", "block", t);
     if (env.keeps.empty()) env.keeps = declared("attention", "keep", t);
@@ -313,7 +330,11 @@ class AccessStudy final : public Study {
     if (placement_ != "contiguous") {
       std::vector<std::uint32_t> all_ctx = env.ctxs;
       if (contexts_.empty()) all_ctx.push_back(env.side_ctx());
-      for (auto c : all_ctx) ka::validate_page_tokens(page_tokens, c);
+      for (auto c : all_ctx)
+        if (!ka::valid_page_tokens(page_tokens, c))
+          bad_flag("--page-tokens", std::to_string(page_tokens),
+                   "must be a power of two from 1 to the context that divides it (context " + std::to_string(c) +
+                       "); blocks and pages then nest (B/P pages per block or P/B blocks per page)");
     }
     for (const auto& s : reuse_)
       env.reuse_steps.push_back(static_cast<std::uint32_t>(parse_whole(s, "--reuse-steps", 1, 1u << 20)));
@@ -328,7 +349,7 @@ class AccessStudy final : public Study {
     for (const auto& s : proxy_rank_) {
       const auto v = parse_whole(s, "--proxy-rank", 0, 64);
       if (v == 0) continue;
-      if (!(v == 8 || v == 16 || v == 32 || v == 64) || v >= env.head_dims[0])
+      if (!ka::valid_proxy_rank(static_cast<std::uint32_t>(v), env.head_dims[0]))
         bad_flag("--proxy-rank", s,
                  "allowed 0 (none), 8, 16, 32, 64 (below the head dim " + std::to_string(env.head_dims[0]) + ")");
       env.proxy_ranks.push_back(static_cast<std::uint32_t>(v));
@@ -364,10 +385,11 @@ class AccessStudy final : public Study {
         s.hkv = env.hkv;
         s.d = d;
         s.dtype = dt;
-        ka::validate_shape(s);
+        kernel_check("--hq, --hkv, --head-dims, --batch", [&] { ka::validate_shape(s); });
         for (auto c : env.ctxs)
           for (auto b : env.blocks)
-            for (const auto& keep : env.keeps) (void)ka::sparse_blocks(c, b, parse_keep(keep));
+            for (const auto& keep : env.keeps)
+              kernel_check(kSweepFlags, [&] { return ka::sparse_blocks(c, b, parse_keep(keep)); });
       }
   }
 

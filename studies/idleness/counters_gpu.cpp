@@ -7,7 +7,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "idleness.hpp"
@@ -15,7 +14,6 @@
 #include "kvf/nvtx.hpp"
 
 #if defined(KVF_HAVE_CUPTI)
-#include "kvf/csv.hpp"
 #include "kvf/cupti/activity.hpp"
 #include "kvf/cupti/clock_alignment.hpp"
 #include "kvf/cupti/metric_sets.hpp"
@@ -35,9 +33,7 @@ std::string sanitize(std::string s) {
 }
 
 void append_cupti_rows(const std::string& out_dir, const std::vector<kvf::cupti::CounterRow>& rows) {
-  if (out_dir.empty() || rows.empty()) return;
-  kvf::CsvAppender out((std::filesystem::path(out_dir) / "counters.csv").string(), kvf::cupti::counter_columns());
-  for (const auto& r : rows) out.append(kvf::cupti::to_fields(r));
+  if (!out_dir.empty()) kvf::append_counters_csv(out_dir, rows);
 }
 
 // Returns the note text.

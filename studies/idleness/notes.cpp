@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "cpu_rows.hpp"
 #include "idleness.hpp"
 #include "kvf/perf_events.hpp"
 
@@ -53,25 +54,23 @@ std::string cpu_after(Env& env, const kvf::Case& c, const kvf::Summary& s, const
   const double rd = std::max(ceiling_value(env, read_ceiling_ref(), "cold"),
                              ceiling_value(env, {"stream", {{"op", "read"}}, "gbps"}, mode));
   const auto x = dc::cpu_idleness(c.flops, c.bytes, s.median, gemm, rd);
-  auto rows = dc::cpu_rows("idleness", c.name, mode, env.device_name, x);
-  const long range = mode == "cold" ? 0 : 1;
+  auto rows = cpu_rows("idleness", c.name, mode, env.device_name, x);
   std::string perf = "perf counters: absent (" + env.perf_reason + ")";
   if (env.perf_ok && once) {
     const auto pc = kvf::perf_count(once);
     if (pc.ok) {
-      rows.push_back({"idleness", c.name, "perf", "perf", range, mode, env.device_name, "cycles", pc.cycles, "cycle"});
-      rows.push_back({"idleness", c.name, "perf", "perf", range, mode, env.device_name, "instructions",
-                      pc.instructions, "instruction"});
+      const auto key = cpu_row_key("idleness", c.name, "perf", mode, env.device_name);
+      rows.push_back(kvf::metric_row(key, "cycles", pc.cycles, "cycle"));
+      rows.push_back(kvf::metric_row(key, "instructions", pc.instructions, "instruction"));
       perf = "perf (calling thread, one extra step): ipc=" + num(pc.instructions / std::max(pc.cycles, 1.0), 3);
     }
   }
   // The device's ridge point and the batch where the decode GEMMs turn compute bound (weights as the twin stores them).
   const double wb = 4, ridge = dc::ridge_flop_per_byte(gemm, rd), bound = dc::bound_batch(gemm, rd, wb);
-  rows.push_back({"idleness", c.name, "cpu_model", "cpu_model", range, mode, env.device_name,
-                  "kvf:ridge_flop_per_byte", ridge, "FLOP/byte"});
-  rows.push_back({"idleness", c.name, "cpu_model", "cpu_model", range, mode, env.device_name, "kvf:bound_batch",
-                  bound, "sequences"});
-  if (!env.out_dir.empty()) dc::append_counters_csv(env.out_dir, rows);
+  const auto model = cpu_row_key("idleness", c.name, "cpu_model", mode, env.device_name);
+  rows.push_back(kvf::metric_row(model, "kvf:ridge_flop_per_byte", ridge, "FLOP/byte"));
+  rows.push_back(kvf::metric_row(model, "kvf:bound_batch", bound, "sequences"));
+  if (!env.out_dir.empty()) kvf::append_counters_csv(env.out_dir, rows);
   const std::string above = x.idle_compute_pct < 0 ? " (achieved above the GEMM ceiling: the ceiling case ran under "
                                                       "a different machine load; re-run on a quiet machine)"
                                                     : "";

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "access.hpp"
-#include "kvf/errors.hpp"
 
 using namespace kvf::access;
 
@@ -268,8 +268,10 @@ TEST(LowRank, ExactForKeysOfRankRAndPlacementInvariant) {
   build_lowrank(s, phys.k.data(), r, lp, pm);
   EXPECT_EQ(lp.basis, lf.basis);
   EXPECT_EQ(lp.keys, lf.keys);
-  EXPECT_THROW(build_lowrank(s, full.k.data(), 12, lp), kvf::UsageError);
-  EXPECT_THROW(build_lowrank(s, full.k.data(), 64, lp), kvf::UsageError);  // not below d = 64
+  EXPECT_THROW(build_lowrank(s, full.k.data(), 12, lp), std::invalid_argument);
+  EXPECT_THROW(build_lowrank(s, full.k.data(), 64, lp), std::invalid_argument);  // not below d = 64
+  EXPECT_TRUE(valid_proxy_rank(32, 64));
+  EXPECT_FALSE(valid_proxy_rank(64, 64));
 }
 
 TEST(Placement, PageTokensRule) {
@@ -278,9 +280,9 @@ TEST(Placement, PageTokensRule) {
   EXPECT_NO_THROW(validate_page_tokens(1, 4096));
   EXPECT_NO_THROW(validate_page_tokens(4096, 4096));
   EXPECT_NO_THROW(validate_page_tokens(32, 3072));
-  EXPECT_THROW(validate_page_tokens(24, 4096), kvf::UsageError);    // not a power of two
-  EXPECT_THROW(validate_page_tokens(8192, 4096), kvf::UsageError);  // larger than the context
-  EXPECT_THROW(validate_page_tokens(64, 4000), kvf::UsageError);    // does not divide it
+  EXPECT_THROW(validate_page_tokens(24, 4096), std::invalid_argument);    // not a power of two
+  EXPECT_THROW(validate_page_tokens(8192, 4096), std::invalid_argument);  // larger than the context
+  EXPECT_THROW(validate_page_tokens(64, 4000), std::invalid_argument);    // does not divide it
 }
 
 TEST(AttnTwin, LongContextManySplits) {
@@ -303,28 +305,28 @@ TEST(AttnTwin, ErrorIsSmallInPractice) {
 }
 
 TEST(AttnBadInput, Budget) {
-  EXPECT_THROW(sparse_blocks(4096, 48, 0.125), kvf::UsageError);   // block does not divide ctx
-  EXPECT_THROW(sparse_blocks(4096, 64, 0.0), kvf::UsageError);     // keep outside (0, 1]
-  EXPECT_THROW(sparse_blocks(4096, 64, 1.5), kvf::UsageError);
-  EXPECT_THROW(sparse_blocks(4096, 1024, 1.0 / 32), kvf::UsageError);  // 0 blocks < sink + latest
+  EXPECT_THROW(sparse_blocks(4096, 48, 0.125), std::invalid_argument);   // block does not divide ctx
+  EXPECT_THROW(sparse_blocks(4096, 64, 0.0), std::invalid_argument);     // keep outside (0, 1]
+  EXPECT_THROW(sparse_blocks(4096, 64, 1.5), std::invalid_argument);
+  EXPECT_THROW(sparse_blocks(4096, 1024, 1.0 / 32), std::invalid_argument);  // 0 blocks < sink + latest
   EXPECT_EQ(sparse_blocks(4096, 64, 0.125), 8u);
   EXPECT_EQ(sparse_blocks(4096, 64, 1.0), 64u);
 }
 
-TEST(AttnBadInput, ShapeAndNames) {
+TEST(AttnBadInput, Shape) {
   AttnShape s;
   s.d = 96;
-  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  EXPECT_THROW(validate_shape(s), std::invalid_argument);
   s.d = 128; s.hq = 12; s.hkv = 8;
-  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  EXPECT_THROW(validate_shape(s), std::invalid_argument);
   s.hq = 24; s.hkv = 8;  // group 3
-  EXPECT_THROW(validate_shape(s), kvf::UsageError);
+  EXPECT_THROW(validate_shape(s), std::invalid_argument);
   s.hq = 32; s.dtype = DType::fp8_e4m3;
   EXPECT_NO_THROW(validate_shape(s));  // the twin has fp8; the bench rejects it where the device lacks it
-  EXPECT_THROW(parse_layout("NDH"), kvf::UsageError);
-  EXPECT_THROW(parse_dtype("int4"), kvf::UsageError);
-  EXPECT_EQ(parse_layout("NHD"), Layout::NHD);
-  EXPECT_EQ(parse_dtype("fp16"), DType::fp16);
+  s.batch = 0;
+  EXPECT_THROW(validate_shape(s), std::invalid_argument);
+  s.batch = 1; s.page = 24;
+  EXPECT_THROW(validate_shape(s), std::invalid_argument);  // the page rule holds for the layout's page too
 }
 
 // The GPU top-k (routing_gpu.cu) run serially: bitwise search for the k-th largest order key, then

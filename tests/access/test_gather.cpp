@@ -3,9 +3,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 
 #include "access.hpp"
-#include "kvf/errors.hpp"
 
 using namespace kvf::access;
 
@@ -44,8 +44,8 @@ TEST(Gather, ChecksumDetectsWrongRuns) {
 }
 
 TEST(Gather, RejectsBadGeometry) {
-  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 48, 1 << 10, 0, false}), kvf::UsageError);
-  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 16, 1 << 10, 0, false}), kvf::UsageError);
-  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 256, 2 << 20, 0, false}), kvf::UsageError);
+  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 48, 1 << 10, 0, false}), std::invalid_argument);
+  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 16, 1 << 10, 0, false}), std::invalid_argument);
+  EXPECT_THROW(validate_gather(GatherGeom{1 << 20, 256, 2 << 20, 0, false}), std::invalid_argument);
   EXPECT_NO_THROW(validate_gather(GatherGeom{1 << 20, 256, 1 << 20, 0, false}));
 }

@@ -177,7 +177,7 @@ TEST(EvaluateDir, ActivityCaptureRoundTrip) {
   const auto sum = kc::evaluate_dir(dir);
   EXPECT_EQ(sum.captures, 1u);
   const auto t = kvf::read_csv_table((dir / "counters.csv").string());
-  EXPECT_EQ(t.header, kc::counter_columns());
+  EXPECT_EQ(t.header, kvf::counter_columns());
   bool saw_gap = false, saw_case = false;
   for (std::size_t i = 0; i < t.rows.size(); ++i) {
     if (t.at(i, "range") == "b8/step0" && t.at(i, "metric") == "kvf:gap_ns") {

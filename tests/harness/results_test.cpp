@@ -2,10 +2,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "kvf/errors.hpp"
+#include "kvf/result_tables.hpp"
 #include "kvf/results.hpp"
 #include "kvf/table.hpp"
 
@@ -92,6 +94,36 @@ TEST(Results, ForeignCasesCsvIsRefused) {
   std::string first;
   std::getline(in, first);
   EXPECT_EQ(first, "x,y");  // untouched
+}
+
+// counters.csv has several writers (CPU model rows, perf, CUPTI) and one reader: what the harness writes is
+// what it reads back, an absent number (NaN) included, and a second append adds rows, not a second header.
+TEST(Results, CountersCsvReadsBackWhatWasAppended) {
+  const auto d = fresh_dir("counters");
+  fs::create_directories(d);
+  CounterRow key;
+  key.study = "idleness";
+  key.case_name = "decode/x";
+  key.source = key.capture = "cpu_model";
+  key.range_index = 1;
+  key.range = "hot";
+  key.chip = "cpu";
+  CounterRow timed = metric_row(key, "kvf:busy_ns", 12.5, "ns");
+  timed.source = "activity";
+  timed.t_start_ns = 100;
+  timed.t_end_ns = 250;
+  const std::vector<CounterRow> rows = {metric_row(key, "kvf:idle_compute_pct", 80, "percent"), timed};
+  append_counters_csv(d.string(), rows);
+  append_counters_csv(d.string(), rows);
+  const CsvTable t = read_csv_table((d / "counters.csv").string());
+  EXPECT_EQ(t.header, counter_columns());
+  const auto back = read_counters_csv(t);
+  ASSERT_EQ(back.size(), 4u);
+  for (std::size_t i = 0; i < back.size(); ++i) EXPECT_EQ(to_fields(back[i]), to_fields(rows[i % 2]));
+  EXPECT_TRUE(std::isnan(back[0].t_start_ns));
+  EXPECT_DOUBLE_EQ(back[1].t_end_ns, 250);
+  std::ofstream(d / "counters.csv") << "x,y\n";
+  EXPECT_THROW(append_counters_csv(d.string(), rows), UsageError);  // a foreign file is not appended to
 }
 
 TEST(Results, MetaJsonThatIsNoFileOrNoObjectIsBadInput) {

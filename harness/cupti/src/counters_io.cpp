@@ -19,17 +19,6 @@ namespace fs = std::filesystem;
 
 namespace kvf::cupti {
 
-const std::vector<std::string>& counter_columns() {
-  static const std::vector<std::string> cols = {"study", "case", "source", "capture", "range_index", "range",
-                                                "t_start_ns", "t_end_ns", "chip", "metric", "value", "unit"};
-  return cols;
-}
-
-std::vector<std::string> to_fields(const CounterRow& r) {
-  return {r.study, r.case_name, r.source, r.capture, std::to_string(r.range_index), r.range,
-          csv_number(r.t_start_ns), csv_number(r.t_end_ns), r.chip, r.metric, csv_number(r.value), r.unit};
-}
-
 namespace {
 nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 double num_from(const nlohmann::json& j, const char* key) {

@@ -1,12 +1,15 @@
 // The tables of a results directory as every reader of results sees them (`kvf gate`, `kvf report`, the
 // CUPTI counters code): cases.csv split into the harness's fixed columns and the parameter columns, and the
-// rows of counters.csv. One reader, so the gate and the report cannot disagree on what a row is.
+// rows of counters.csv. One reader, so the gate and the report cannot disagree on what a row is; and for
+// counters.csv, which several writers append to (CPU model rows, perf events, CUPTI), the one row type and
+// writer, so every row has the columns the reader expects.
 // Built on kvf::read_csv_table (table.hpp): the file limits of kvf/input.hpp hold here too.
 #pragma once
 #include <cstddef>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvf/results.hpp"
@@ -44,8 +47,8 @@ struct CasesCsv {
 CasesCsv read_cases_csv(CsvTable table, const std::vector<std::string>& also_required = {});
 
 // ------------------------------------------------------------------------------------------ counters.csv
-// One row of counters.csv (cupti/counters_io.hpp describes the columns). A number that is absent is NaN,
-// the way the CUPTI code that writes these rows carries it.
+// One row of counters.csv (cupti/counters_io.hpp describes the columns). A number that is absent is NaN
+// (an empty field in the file).
 struct CounterRow {
   std::string study, case_name, source, capture;
   long range_index = 0;
@@ -61,5 +64,20 @@ struct CounterRow {
 // are read where the file has them. An empty metric, a number that is not finite or a range_index that is not
 // a whole number in [0, 2^53] is UsageError naming file:line.
 std::vector<CounterRow> read_counters_csv(const CsvTable& table);
+
+// The columns of counters.csv, in file order, and a row as its fields.
+const std::vector<std::string>& counter_columns();
+std::vector<std::string> to_fields(const CounterRow& r);
+// A row of key's range (study, case, source, capture, range, times, chip) holding one metric.
+inline CounterRow metric_row(const CounterRow& key, std::string metric, double value, std::string unit) {
+  CounterRow r = key;
+  r.metric = std::move(metric);
+  r.value = value;
+  r.unit = std::move(unit);
+  return r;
+}
+// Appends rows to DIR/counters.csv in one write, whole or not at all (kvf::CsvAppender: the header written
+// when the file is new, UsageError on a foreign header, WriteError when the write fails).
+void append_counters_csv(const std::string& results_dir, const std::vector<CounterRow>& rows);
 
 }  // namespace kvf

@@ -10,7 +10,7 @@
 // DIR/counters.csv.
 //
 // counters.csv is long ("tidy"): one row per (capture, range or sample or window, metric), columns
-// counter_columns():
+// kvf::counter_columns() (kvf/result_tables.hpp):
 //   study, case        join keys to cases.csv (the case the range belongs to)
 //   source             "range" (range profiler, one range per decode step), "pm_sampling" (one row per sample),
 //                      "activity" (one row per window)
@@ -40,18 +40,9 @@ namespace kvf::cupti {
 
 inline constexpr const char* kManifestFormat = "kvf-counters-1";
 
-// One row of counters.csv: the harness's CounterRow, which `kvf report` reads back (kvf/result_tables.hpp).
+// One row of counters.csv: the harness's CounterRow, with its columns, writer and reader
+// (kvf/result_tables.hpp: counter_columns, to_fields, metric_row, append_counters_csv, read_counters_csv).
 using CounterRow = kvf::CounterRow;
-// A row of key's range (study, case, source, capture, range, times, chip) holding one metric.
-inline CounterRow metric_row(const CounterRow& key, std::string metric, double value, std::string unit) {
-  CounterRow r = key;
-  r.metric = std::move(metric);
-  r.value = value;
-  r.unit = std::move(unit);
-  return r;
-}
-const std::vector<std::string>& counter_columns();
-std::vector<std::string> to_fields(const CounterRow& r);
 
 // One range, sample or window of a capture.
 struct RangeMeta {
