@@ -43,7 +43,7 @@ OnednnGemm::OnednnGemm(int M, int N, int K, const std::uint16_t* W) : s_(std::ma
 
 OnednnGemm::~OnednnGemm() = default;
 
-void OnednnGemm::run(const std::uint16_t* X, float* Y) {
+void OnednnGemm::run(const std::uint16_t* X, float* Y) const {
   dnnl::memory x(s_->x_md, s_->eng, const_cast<std::uint16_t*>(X)), y(s_->y_md, s_->eng, Y);
   s_->prim.execute(s_->strm, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, s_->w_packed}, {DNNL_ARG_DST, y}});
   s_->strm.wait();

@@ -22,7 +22,7 @@ class OnednnGemm {
   OnednnGemm(const OnednnGemm&) = delete;
   OnednnGemm& operator=(const OnednnGemm&) = delete;
 
-  void run(const std::uint16_t* X, float* Y);
+  void run(const std::uint16_t* X, float* Y) const;
   // oneDNN's name of the kernel it dispatched, e.g. "brg:avx512_core_amx_bf16".
   const std::string& impl() const { return impl_; }
   int M() const { return M_; }

@@ -1,5 +1,7 @@
 // Recompute from token embeddings through L layers (dense GQA models), and MLA latent recompute.
-// CPU twin (fp32 activations, weights holding bf16 values, OpenBLAS sgemm). On the GPU the frontier bench runs the
+// CPU twin: fp32 activations rounded to bf16 where a GEMM reads them (the norms' outputs, the attention output,
+// the MLP activation), bf16 weights, oneDNN bf16 matmuls with fp32 outputs (LayerGemms: as CPU inference engines
+// run a layer); attention over the prefix in fp32 (OpenBLAS sgemm per head). On the GPU the frontier bench runs the
 // idleness study's prefill chunk instead (kernels/decode PrefillGpu::step_kv: bf16 rounding at the decode points, one
 // shared bf16 prefix cache, contiguous K/V append): the same cost per layer, not bit-identical to this twin.
 //
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gemm_onednn.hpp"
 #include "models.hpp"
 #include "recompute.hpp"
 
@@ -63,14 +66,23 @@ std::size_t prefix_bytes(const models::ModelShape& m, int layers, int prefix, in
 
 struct LayerScratch {
   std::vector<float> h, xn, qkv, attn, s, gu, act, tmp;
+  std::vector<std::uint16_t> xb;  // the bf16 GEMM input
 };
 
-// Recompute the page's K/V for layers 0..L-1; page_cache[l] is layer l's paged bf16 cache.
-void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::int32_t* tokens,
+// The layer's GEMMs for T rows, weights packed once into oneDNN's layout (LayerWeights' fp32 values are bf16
+// exactly). kv: the K/V rows of Wqkv, all the last layer computes; qkv, o, gu, d only when whole layers run.
+struct LayerGemms {
+  std::unique_ptr<OnednnGemm> qkv, kv, o, gu, d;
+};
+LayerGemms make_layer_gemms(const LayerWeights& w, int T, bool whole_layers);
+
+// Recompute the page's K/V for layers 0..L-1; page_cache[l] is layer l's paged bf16 cache. g from
+// make_layer_gemms(w, T, L > 1).
+void through_layers_cpu(const LayerWeights& w, const LayerGemms& g, int L, int T, int N, const std::int32_t* tokens,
                         PrefixCache& pc, const float* cos_sin, const std::int64_t* slot,
                         std::vector<std::vector<std::uint16_t>>& page_cache, LayerScratch& s);
 double through_layers_flops(const models::ModelShape& m, int L, int T, int N);
-// h0 = RMSNorm(embed[token]) * g_attn of row r: the GEMM input of layer 0 (for verify).
+// h0 = bf16(RMSNorm(embed[token]) * g_attn) of row r: the GEMM input of layer 0 (for verify).
 std::vector<float> layer0_input(const LayerWeights& w, std::int32_t token);
 
 // ---------------------------------------------------------------- decode step (interference arm)

@@ -84,11 +84,37 @@ std::vector<float> layer0_input(const LayerWeights& w, std::int32_t token) {
   std::vector<float> x(w.hidden);
   rmsnorm(w.embed.data() + std::size_t(token % w.embed_rows) * w.hidden, w.g_attn.data(), w.eps, 1, w.hidden,
           x.data());
-  // The GEMM consumes fp32 activations on the CPU twin: no bf16 rounding here.
+  for (auto& v : x) v = bf16_to_f32(f32_to_bf16(v));  // the GEMM reads bf16
   return x;
 }
 
-void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::int32_t* tokens,
+namespace {
+std::unique_ptr<OnednnGemm> packed(const float* w, int T, int out, int in) {
+  std::vector<std::uint16_t> b(std::size_t(out) * in);
+  f32_to_bf16(w, b.data(), b.size());
+  return std::make_unique<OnednnGemm>(T, out, in, b.data());
+}
+// Y = bf16(X) . W^T through g (X fp32 [T][K], rounded into the scratch first).
+void gemm_bf16(const OnednnGemm& g, const float* X, float* Y, std::vector<std::uint16_t>& xb) {
+  f32_to_bf16(X, xb.data(), std::size_t(g.M()) * g.K());
+  g.run(xb.data(), Y);
+}
+}  // namespace
+
+LayerGemms make_layer_gemms(const LayerWeights& w, int T, bool whole_layers) {
+  const int H = w.hidden, qd = w.n_heads * w.head_dim, kvd = w.n_kv_heads * w.head_dim, I = w.intermediate;
+  LayerGemms g;
+  g.kv = packed(w.wqkv.data() + std::size_t(qd) * H, T, 2 * kvd, H);
+  if (whole_layers) {
+    g.qkv = packed(w.wqkv.data(), T, w.qkv_out(), H);
+    g.o = packed(w.wo.data(), T, H, qd);
+    g.gu = packed(w.wgu.data(), T, 2 * I, H);
+    g.d = packed(w.wd.data(), T, H, I);
+  }
+  return g;
+}
+
+void through_layers_cpu(const LayerWeights& w, const LayerGemms& g, int L, int T, int N, const std::int32_t* tokens,
                         PrefixCache& pc, const float* cos_sin, const std::int64_t* slot,
                         std::vector<std::vector<std::uint16_t>>& page_cache, LayerScratch& s) {
   const int H = w.hidden, D = w.head_dim, nh = w.n_heads, nkv = w.n_kv_heads, qo = w.qkv_out();
@@ -107,6 +133,7 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
   s.gu.resize(std::size_t(T) * 2 * I);
   s.act.resize(std::size_t(T) * I);
   s.tmp.resize(std::size_t(T) * std::max(H, qd));
+  s.xb.resize(std::size_t(T) * std::max({H, qd, I}));
   std::vector<std::int32_t> pos(T);
   for (int t = 0; t < T; ++t) pos[t] = N + t;
 #pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
@@ -117,8 +144,8 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
     const bool last = l == L - 1;
     rmsnorm(s.h.data(), w.g_attn.data(), w.eps, T, H, s.xn.data());
     // Last layer: only the K/V rows of Wqkv (they follow the q_dim Q rows).
-    const int out0 = last ? qd : 0, nout = last ? 2 * kvd : qo;
-    gemm_xwT(s.xn.data(), w.wqkv.data() + std::size_t(out0) * H, s.qkv.data(), T, nout, H);
+    const int nout = last ? 2 * kvd : qo;
+    gemm_bf16(last ? *g.kv : *g.qkv, s.xn.data(), s.qkv.data(), s.xb);
     float* q = last ? nullptr : s.qkv.data();
     const int ld = nout;
     const float* kv_base = s.qkv.data() + (last ? 0 : qd);
@@ -181,19 +208,19 @@ void through_layers_cpu(const LayerWeights& w, int L, int T, int N, const std::i
       }
     }
     // h += attn Wo^T
-    gemm_xwT(s.attn.data(), w.wo.data(), s.tmp.data(), T, H, qd);
+    gemm_bf16(*g.o, s.attn.data(), s.tmp.data(), s.xb);
 #pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
     for (std::size_t i = 0; i < std::size_t(T) * H; ++i) s.h[i] += s.tmp[i];
     // MLP: gate|up = xn Wgu^T; act = silu(gate) * up; h += act Wd^T
     rmsnorm(s.h.data(), w.g_mlp.data(), w.eps, T, H, s.xn.data());
-    gemm_xwT(s.xn.data(), w.wgu.data(), s.gu.data(), T, 2 * I, H);
+    gemm_bf16(*g.gu, s.xn.data(), s.gu.data(), s.xb);
 #pragma omp parallel for schedule(static) if (std::int64_t(T) * I > kOmpMin)
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < I; ++i) {
         const float g = s.gu[std::size_t(t) * 2 * I + i], u = s.gu[std::size_t(t) * 2 * I + I + i];
         s.act[std::size_t(t) * I + i] = g / (1.0f + std::exp(-g)) * u;
       }
-    gemm_xwT(s.act.data(), w.wd.data(), s.tmp.data(), T, H, I);
+    gemm_bf16(*g.d, s.act.data(), s.tmp.data(), s.xb);
 #pragma omp parallel for schedule(static) if (std::int64_t(T) * H > kOmpMin)
     for (std::size_t i = 0; i < std::size_t(T) * H; ++i) s.h[i] += s.tmp[i];
   }

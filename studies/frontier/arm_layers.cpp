@@ -29,9 +29,14 @@ class LayersCpu final : public Case {
     const std::int64_t blocks = 2 * (T_ / fr::kBlockTokens);
     slot_ = fr::scattered_slots(T_, blocks, kSeed + 12);
     pages_.assign(L_, std::vector<std::uint16_t>(std::size_t(blocks) * 2 * fr::kBlockTokens * m_.kv_dim()));
+    gemms_ = fr::make_layer_gemms(*w_, T_, L_ > 1);
   }
   void run(Backend&) override {
-    fr::through_layers_cpu(*w_, L_, T_, N_, tok_.data(), pc_, cs_.data(), slot_.data(), pages_, scratch_);
+    fr::through_layers_cpu(*w_, gemms_, L_, T_, N_, tok_.data(), pc_, cs_.data(), slot_.data(), pages_, scratch_);
+  }
+  std::string after_measure(Backend&, const Summary&, const std::string&) override {
+    const std::string& impl = gemms_.kv->impl();
+    return "oneDNN kernel " + impl + " (ISA " + fr::onednn_isa(impl) + ")";
   }
   bool has_verify() const override { return true; }
   // Layer 0's K/V against the fp64 reference of RMSNorm(embedding) . Wkv (the deeper layers are checked
@@ -58,6 +63,7 @@ class LayersCpu final : public Case {
     slot_ = {};
     pages_ = {};
     scratch_ = {};
+    gemms_ = {};
   }
 
  private:
@@ -72,16 +78,18 @@ class LayersCpu final : public Case {
   std::vector<std::int64_t> slot_;
   std::vector<std::vector<std::uint16_t>> pages_;
   fr::LayerScratch scratch_;
+  fr::LayerGemms gemms_;
 };
 
 std::unique_ptr<Case> make_layers_cpu(const md::ModelShape& m, int T, int L, int N, Env& env) {
   auto c = std::make_unique<LayersCpu>(m, T, L, N, env);
   c->flops = fr::through_layers_flops(m, L, T, N);
   const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
-  const double layer_w = 4 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);
-  c->bytes = (L - 1) * layer_w + 4 * H * 2 * kvd + double(fr::prefix_bytes(m, L - 1, N, 0)) + double(T) * 2 * kvd * 2 * L;
-  c->note = "CPU twin: fp32 activations, bf16-valued fp32 weights (one synthetic layer reused by every layer), fp32 "
-            "prefix K/V per layer; layer L computes only its K/V; bytes = weights + prefix K/V read + page K/V written";
+  const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);
+  c->bytes = (L - 1) * layer_w + 2 * H * 2 * kvd + double(fr::prefix_bytes(m, L - 1, N, 0)) + double(T) * 2 * kvd * 2 * L;
+  c->note = "CPU twin: oneDNN bf16 matmuls (weights packed once; one synthetic layer reused by every layer), fp32 "
+            "activations rounded to bf16 as GEMM inputs, fp32 prefix K/V and attention per layer; layer L computes only "
+            "its K/V; bytes = weights + prefix K/V read + page K/V written";
   c->ceiling = kGemmCeiling;
   c->est_seconds = est(c->flops / 150e9, 1.0 + layer_w / 1e9);
   return c;

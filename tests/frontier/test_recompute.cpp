@@ -186,7 +186,8 @@ TEST(MlaLatent, TwinMatchesFp64Reference) {
 
 // ---------------------------------------------------------------- through L layers
 namespace {
-// Naive fp64 forward of the same math (one weight set for all layers), returning layer l's K/V rows.
+// Naive fp64 forward of the same math (one weight set for all layers, bf16 GEMM inputs), returning layer l's K/V
+// rows.
 std::vector<std::vector<double>> naive_layers(const LayerWeights& w, int L, int T, int N,
                                               const std::vector<std::int32_t>& tok, const PrefixCache& pc0,
                                               const std::vector<double>& inv_freq) {
@@ -200,11 +201,13 @@ std::vector<std::vector<double>> naive_layers(const LayerWeights& w, int L, int 
     for (int i = 0; i < H; ++i) y[i] = x[i] * inv * g[i];
     return y;
   };
+  // Every GEMM input is rounded to bf16 once, as the twin's oneDNN matmuls read it.
   auto lin = [&](const std::vector<double>& x, const float* W, int out, int in) {
-    std::vector<double> y(out);
+    std::vector<double> xb(in), y(out);
+    for (int k = 0; k < in; ++k) xb[k] = bf16_to_f32(f32_to_bf16(float(x[k])));
     for (int o = 0; o < out; ++o) {
       double s = 0;
-      for (int k = 0; k < in; ++k) s += x[k] * W[std::size_t(o) * in + k];
+      for (int k = 0; k < in; ++k) s += xb[k] * W[std::size_t(o) * in + k];
       y[o] = s;
     }
     return y;
@@ -296,23 +299,32 @@ TEST(ThroughLayers, TwinMatchesNaiveFp64ForwardOverThreeLayers) {
     const int kvd = m.n_kv_heads * m.head_dim;
     std::vector<std::vector<std::uint16_t>> pages(L, std::vector<std::uint16_t>(std::size_t(4) * 2 * kBlockTokens * kvd));
     LayerScratch s;
-    through_layers_cpu(w, L, T, N, tok.data(), pc, cs.data(), slot.data(), pages, s);
+    const LayerGemms g = make_layer_gemms(w, T, L > 1);
+    through_layers_cpu(w, g, L, T, N, tok.data(), pc, cs.data(), slot.data(), pages, s);
     const auto ref = naive_layers(w, L, T, N, tok, pc0, f);
     for (int l = 0; l < L; ++l) {
       double ss = 0;
       for (int t = 0; t < T; ++t)
         for (double x : ref[l * T + t]) ss += x * x;
       const double rms = std::sqrt(ss / (T * 2 * kvd));
+      // Layer 0 reads exactly what the reference models. Deeper layers read activations that twin (fp32) and
+      // reference (fp64) round to bf16 from values a roundoff apart: where they straddle a bf16 rounding
+      // boundary the two GEMM inputs differ by one bf16 ulp, and attention and the MLP carry that on. Measured:
+      // worst 0.8% of the K/V rms at layer 1 and 1.2% at layer 2 (the same bf16 inputs through OpenBLAS fp32:
+      // layer 1 within the tight bound, layer 2 0.8%), so 1/32 of the rms there; layer 0 keeps the tight bound.
+      const double abs_tol = l == 0 ? kAbsTol : 1.0 / 32;
       int bad = 0;
+      double worst = 0;
       for (int t = 0; t < T; ++t)
         for (int kv = 0; kv < 2; ++kv)
           for (int hh = 0; hh < m.n_kv_heads; ++hh)
             for (int d = 0; d < m.head_dim; ++d) {
               const double got = bf16_to_f32(pages[l][cache_index(slot[t], kv, hh, d, m.n_kv_heads, m.head_dim)]);
               const double want = ref[l * T + t][kv * kvd + hh * m.head_dim + d];
-              if (std::fabs(got - want) > kRelTol * std::fabs(want) + kAbsTol * rms) ++bad;
+              if (std::fabs(got - want) > kRelTol * std::fabs(want) + abs_tol * rms) ++bad;
+              worst = std::max(worst, std::fabs(got - want) / rms);
             }
-      EXPECT_EQ(bad, 0) << "layer " << l << " bias " << bias;
+      EXPECT_EQ(bad, 0) << "layer " << l << " bias " << bias << " worst err/rms " << worst;
     }
   }
 }
