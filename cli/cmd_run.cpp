@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <cstdio>
 #include <ctime>
@@ -72,9 +73,11 @@ const char* signal_name(int sig) {
 }
 
 // Runs argv (fork + exec); returns the exit code (128+signal when killed). Captures stdout when `out` is
-// given. The child gets SIGTERM when kvf dies (PR_SET_PDEATHSIG), so a bench never outlives its kvf,
+// given. With limit_s > 0 the child gets SIGTERM once it has run that long (it finishes the row it is writing,
+// as on a forwarded signal; SIGKILL 60 s later) and *timed_out says so. The child gets SIGTERM when kvf dies (PR_SET_PDEATHSIG), so a bench never outlives its kvf,
 // not even a kill -9 of kvf; posix_spawn cannot set that, hence fork.
-int run_process(const std::vector<std::string>& args, std::string* out = nullptr) {
+int run_process(const std::vector<std::string>& args, std::string* out = nullptr, double limit_s = 0,
+                bool* timed_out = nullptr) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -125,9 +128,27 @@ int run_process(const std::vector<std::string>& args, std::string* out = nullptr
     if (out) ::close(outfd[0]);
     throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(fork_err));
   }
-  auto wait_child = [pid] {
+  const auto started = std::chrono::steady_clock::now();
+  auto wait_child = [pid, limit_s, timed_out, started] {
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    if (limit_s > 0) {
+      bool termed = false;
+      for (;;) {
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) break;
+        const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (!termed && ran > limit_s) {
+          ::kill(pid, SIGTERM);
+          termed = true;
+          if (timed_out) *timed_out = true;
+        } else if (termed && ran > limit_s + 60) {
+          ::kill(pid, SIGKILL);
+        }
+        ::usleep(50000);
+      }
+    } else {
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
     }
     g_child = 0;
     return status;
@@ -187,11 +208,27 @@ std::vector<std::string> split_commas(const std::vector<std::string>& in) {
   return out;
 }
 
+// --gpu-sweep: every study's default GPU grid, each case verified before it is timed, into one directory,
+// within --time-limit (25 minutes unless given). Extra flags per study, sized from the H100 run of 2026-11-22
+// (results/gpu/H100-2026-11-22): its frontier default grid did not finish in 150 s (stopped inside the layers
+// arm after 505 planned x/xq cases), and its idleness sweep ran with --budget 0.2.
+struct SweepFlags {
+  std::string_view study;
+  std::vector<std::string> flags;
+};
+const std::vector<SweepFlags>& gpu_sweep_flags() {
+  static const std::vector<SweepFlags> f = {{"frontier", {"--budget", "0.2"}}, {"idleness", {"--budget", "0.2"}}};
+  return f;
+}
+constexpr double kGpuSweepLimitS = 25 * 60;
+
 struct RunOptions {
   std::vector<std::string> studies;
   std::string backend = "auto";
   bool quick = false;
   bool list = false;
+  bool gpu_sweep = false;
+  double time_limit_s = 0;  // 0: none
   std::string out;
   std::vector<std::string> pass;  // after "--": given to every bench binary
 };
@@ -220,21 +257,34 @@ int do_run(const RunOptions& o, const std::string& command) {
     if (want) chosen.push_back(name);
   }
   if (chosen.empty()) throw UsageError("no study to run");
+  // A run continued into a directory that holds a finished stream study (a sweep split over several calls)
+  // keeps that ceiling instead of measuring it twice under one case name.
+  const bool stream_done = !o.out.empty() && study_status(o.out, "stream") == "complete";
   if (chosen.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
-    chosen.insert(chosen.begin(), "stream");
-    std::fprintf(stderr, "kvf run: running stream first: it is the ceiling the other studies are stated against\n");
+    if (stream_done) {
+      std::fprintf(stderr, "kvf run: %s already holds a finished stream study: its ceiling is used, not measured again\n",
+                   o.out.c_str());
+    } else {
+      chosen.insert(chosen.begin(), "stream");
+      std::fprintf(stderr, "kvf run: running stream first: it is the ceiling the other studies are stated against\n");
+    }
   }
 
   install_forwarding();
   std::string note;
   auto be = make_backend(o.backend, &note);
-  std::fprintf(stderr, "kvf run: %s\n", note.c_str());
   const std::string backend = be->name();
   be.reset();
+  if (o.gpu_sweep && backend != "cuda")
+    throw UsageError("--gpu-sweep: no usable GPU here (" + note + "); it runs the GPU grids only");
+  std::fprintf(stderr, "kvf run: %s\n", note.c_str());
 
   auto common = [&](const std::string& study) {
     std::vector<std::string> a = {bench_path(study).string(), "--backend", backend};
     if (o.quick) a.push_back("--quick");
+    if (o.gpu_sweep)
+      for (const auto& f : gpu_sweep_flags())
+        if (f.study == study) a.insert(a.end(), f.flags.begin(), f.flags.end());
     a.insert(a.end(), o.pass.begin(), o.pass.end());
     return a;
   };
@@ -282,19 +332,40 @@ int do_run(const RunOptions& o, const std::string& command) {
   ResultsDir dir(out);
   dir.update_meta([&](nlohmann::json& m) {
     m["command"] = command;
-    m["kvf_run"] = {{"studies", chosen}, {"backend", backend}, {"quick", o.quick}, {"estimated_s", total}};
+    m["kvf_run"] = {{"studies", chosen},     {"backend", backend},         {"quick", o.quick},
+                    {"estimated_s", total}, {"gpu_sweep", o.gpu_sweep}, {"time_limit_s", o.time_limit_s}};
   });
   std::fprintf(stderr, "kvf run: %zu studies, estimated %.0f s; results in %s\n", chosen.size(), total, out.c_str());
 
   int worst = kExitOk;
+  const auto run_start = std::chrono::steady_clock::now();
+  std::vector<std::string> time_limited;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
-    std::fprintf(stderr, "kvf run: [%zu/%zu] %s: %zu cases, ~%.0f s\n", i + 1, chosen.size(), chosen[i].c_str(), ncases[i],
-                 est[i]);
+    // Under --time-limit each study gets the share of the time left that its estimate has of the estimates
+    // left, so what a fast study leaves over goes to the ones after it.
+    double share_s = 0;
+    if (o.time_limit_s > 0) {
+      const double left =
+          o.time_limit_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      double est_left = 0;
+      for (std::size_t j = i; j < chosen.size(); ++j) est_left += est[j];
+      share_s = std::max(1.0, left * (est_left > 0 ? est[i] / est_left : 1.0 / double(chosen.size() - i)));
+    }
+    std::fprintf(stderr, "kvf run: [%zu/%zu] %s: %zu cases, ~%.0f s%s\n", i + 1, chosen.size(), chosen[i].c_str(),
+                 ncases[i], est[i], share_s > 0 ? (", stopped after " + std::to_string(int(share_s)) + " s").c_str() : "");
     if (g_signal) return stopped_by_signal(out);
     auto args = common(chosen[i]);
     args.insert(args.end(), {"--out", out});
-    const int rc = run_process(args);
+    bool timed_out = false;
+    const int rc = run_process(args, nullptr, share_s, &timed_out);
     if (g_signal) return stopped_by_signal(out);
+    if (timed_out) {
+      std::fprintf(stderr, "kvf run: %s reached its share of --time-limit (%.0f s) and was stopped; its finished rows are in %s\n",
+                   chosen[i].c_str(), share_s, out.c_str());
+      time_limited.push_back(chosen[i]);
+      dir.update_meta([&](nlohmann::json& m) { m["kvf_run"]["time_limited"] = time_limited; });
+      continue;
+    }
     if (rc == kExitUsage) {
       std::fprintf(stderr, "kvf run: %s stopped on bad input; results so far are in %s\n", chosen[i].c_str(), out.c_str());
       return kExitUsage;
@@ -351,16 +422,39 @@ void add_run(CLI::App& app) {
           },
           ""));
   sub->add_flag("--list", o->list, "print the cases and the estimated time, run nothing");
+  sub->add_flag("--gpu-sweep", o->gpu_sweep,
+                "on a lent GPU: every study's default GPU grid (each case verified first) into one directory, within "
+                "--time-limit (default 1500 s); refused without a usable GPU. Split it over calls with --study and "
+                "one --out: a finished stream study there is kept");
+  sub->add_option("--time-limit", o->time_limit_s,
+                  "seconds for the whole run: each study is stopped (rows so far kept) at its share of the time "
+                  "left, in proportion to its estimate; 1 .. 86400 (default: none; 1500 with --gpu-sweep)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            return !v.empty() && end && *end == 0 && x >= 1 && x <= 86400
+                       ? std::string{}
+                       : "'" + v + "': must be a number of seconds in 1..86400";
+          },
+          "SECONDS"));
   sub->add_option("args", o->pass, "after --: flags given to every bench binary (e.g. -- --budget 1)");
   sub->positionals_at_end();
   sub->callback([o, sub, &app] {
     // Belt and braces for the validator above, which CLI11 may skip for an empty value.
     if (sub->count("--out") > 0 && o->out.empty())
       throw UsageError("--out '': empty; give a directory (leave the flag out for the default)");
+    if (o->gpu_sweep && o->backend == "cpu")
+      throw UsageError("--gpu-sweep with --backend cpu: the sweep runs the GPU grids; leave --backend out or give cuda");
+    if (o->gpu_sweep && o->quick)
+      throw UsageError("--gpu-sweep with --quick: the sweep runs the default GPU grids; give one of them");
+    if (o->gpu_sweep && sub->count("--time-limit") == 0) o->time_limit_s = kGpuSweepLimitS;
     std::string cmd = "kvf run";
     for (const auto& s : o->studies) cmd += " --study " + s;
     cmd += " --backend " + o->backend;
     if (o->quick) cmd += " --quick";
+    if (o->gpu_sweep) cmd += " --gpu-sweep";
+    if (sub->count("--time-limit") > 0) cmd += " --time-limit " + std::to_string(o->time_limit_s);
     if (!o->out.empty()) cmd += " --out " + o->out;
     for (const auto& p : o->pass) cmd += " " + p;
     exit_with(do_run(*o, cmd));

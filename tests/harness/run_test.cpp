@@ -207,6 +207,42 @@ TEST(EndToEnd, KvfRunQuickWritesOneDirectory) {
   EXPECT_NE(meta["command"].get<std::string>().find("kvf run"), std::string::npos);
 }
 
+TEST(EndToEnd, KvfRunTimeLimitStopsAStudyAndKeepsItsRows) {
+  const auto d = fresh_dir("time_limit");
+  // Alone, the study would take ~15 s: stopped after its share (all of the 2 s), rows whole, exit 0.
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = wait_exit(spawn({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--time-limit", "2", "--out",
+                                  d.string(), "--", "--size", "8MiB", "--budget", "1", "--noise", "0.001",
+                                  "--min-samples", "3"}));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(rc, 0);
+  EXPECT_LT(took, 12.0);
+  std::ifstream in(d / "meta.json");
+  const auto meta = nlohmann::json::parse(in);
+  EXPECT_EQ(meta["kvf_run"]["time_limited"], nlohmann::json::array({"stream"}));
+  EXPECT_EQ(meta["kvf_run"]["time_limit_s"], 2.0);
+  expect_whole_rows(d);
+  EXPECT_LT(kvf::read_csv_table((d / "cases.csv").string()).rows.size(), 18u);
+}
+
+TEST(EndToEnd, KvfRunKeepsAFinishedStreamStudyOfItsDirectory) {
+  const auto d = fresh_dir("stream_kept");
+  ASSERT_EQ(wait_exit(spawn({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--",
+                             "--size", "2MiB", "--budget", "0.01", "--warmup", "0"})),
+            0);
+  const auto rows = kvf::read_csv_table((d / "cases.csv").string()).rows.size();
+  // Another study into the same directory: stream is not run again (it would repeat its case names).
+  const int rc = wait_exit(spawn({KVF_CLI, "run", "--study", "idleness", "--backend", "cpu", "--out", d.string(), "--",
+                                  "--arms", "decode", "--batches", "1", "--contexts", "1024", "--budget", "0.01",
+                                  "--warmup", "0", "--no-cold"}));
+  EXPECT_EQ(rc, 0);
+  std::size_t stream_rows = 0;
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  for (std::size_t r = 0; r < t.rows.size(); ++r) stream_rows += t.at(r, "study") == "stream";
+  EXPECT_EQ(stream_rows, rows);
+  EXPECT_GT(t.rows.size(), rows);
+}
+
 TEST(EndToEnd, KilledRunLeavesEveryFinishedCaseReadable) {
   const auto d = fresh_dir("killed");
   // Long budget: the run would take ~15 s; kill it as soon as a few rows are in.
