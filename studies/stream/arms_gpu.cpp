@@ -155,7 +155,7 @@ StreamArm device_array_arm(const char* op, const char* doc, std::unique_ptr<Case
 }  // namespace
 
 std::vector<StreamArm> gpu_arms() {
-  return {
+  std::vector<StreamArm> arms = {
       device_array_arm("read", "device read kernel, 16-byte vector loads",
                        [](StreamEnv& e) -> std::unique_ptr<Case> { return std::make_unique<GpuReadCase>(e, e.array_bytes, false); }),
       device_array_arm("write", "device write kernel, 16-byte vector stores",
@@ -187,6 +187,8 @@ std::vector<StreamArm> gpu_arms() {
                   return std::make_unique<GpuReadCase>(e, static_cast<std::size_t>(p.integer("array_bytes")), true);
                 }},
   };
+  for (auto& a : launch_arms()) arms.push_back(std::move(a));
+  return arms;
 }
 #endif
 

@@ -49,6 +49,7 @@ std::string sized_name(const Point& p, const std::string& variant);
 Product sized(const std::string& op, std::size_t array_bytes, std::vector<std::pair<std::string, std::vector<std::string>>> axes);
 
 std::vector<StreamArm> cpu_arms();
-std::vector<StreamArm> gpu_arms();  // empty in a build without CUDA
+std::vector<StreamArm> gpu_arms();     // empty in a build without CUDA; ends with launch_arms()
+std::vector<StreamArm> launch_arms();  // arms_launch_gpu.cpp
 
 }  // namespace kvf::stream_study

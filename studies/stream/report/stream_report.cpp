@@ -11,6 +11,7 @@ StudyReport stream_report() {
   s.arm_column = "op";
   s.terms = {
       {{"zero_copy_read"}, [](Predictor& p) { return p.link(p.g.host_link_gbps, "host link (SM reads)", 0); }},
+      {{"launch"}, [](Predictor& p) { return p.none("launch floor: a fixed cost the roofline has no term for"); }},
       {{},
        [](Predictor& p) {
          const std::string& op = p.r.param("op");
