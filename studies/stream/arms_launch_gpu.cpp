@@ -4,19 +4,14 @@
 // hiding the launch (hide_launch = false): the launch is the figure. Each is verified before it is timed.
 #include "stream_study.hpp"
 
-#if defined(KVF_HAVE_CUDA)
-#include <cstring>
-
+#if !defined(KVF_HAVE_CUDA)
+std::vector<kvf::stream_study::StreamArm> kvf::stream_study::launch_arms() { return {}; }
+#else
 #include "kvf/cuda_backend.hpp"
 #include "kvf/errors.hpp"
 #include "launch_gpu.hpp"
-#endif
 
 namespace kvf::stream_study {
-
-#if !defined(KVF_HAVE_CUDA)
-std::vector<StreamArm> launch_arms() { return {}; }
-#else
 namespace {
 
 namespace st = kvf::stream;
@@ -147,6 +142,6 @@ std::vector<StreamArm> launch_arms() {
                       return c;
                     }}};
 }
-#endif
 
 }  // namespace kvf::stream_study
+#endif
