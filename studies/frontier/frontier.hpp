@@ -16,6 +16,7 @@
 
 #include "kvf/arms.hpp"
 #include "kvf/backend.hpp"
+#include "kvf/file_dir_flag.hpp"
 #include "kvf/study.hpp"
 #include "layers.hpp"
 #include "models.hpp"
@@ -39,7 +40,7 @@ struct Env {
   std::vector<std::string> xdtypes;             // --xdtypes, else int8,int4
   std::vector<std::string> copy_sizes;          // --copy-sizes in bytes (empty: each arm's defaults)
   std::vector<int> prefix;                      // --prefix (the interference arm takes the first)
-  std::string file_dir = "/var/tmp";
+  std::string file_dir = kvf::study::kFileDirDefault;  // --file-dir
   std::size_t file_bytes = 0;                   // --file-size (default 256 MiB; --quick 64 MiB)
 
   // Backend facts.
@@ -54,7 +55,8 @@ struct Env {
   std::vector<std::string> model_names(bool mla) const;  // the GQA (mla = false) or MLA models, in order
   const md::ModelShape* first_gqa() const;              // the model of the single-model arms
   fr::LayerWeights& weights(const md::ModelShape& m);
-  // The tier file, written whole by the first case setup that reads it: --list never writes it.
+  // The tier file, written whole by the first case setup that reads it: --list never writes it. A file that
+  // cannot be made there is bad input (the --file-dir line).
   const fr::DirectFile& file();
 };
 
