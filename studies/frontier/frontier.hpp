@@ -3,7 +3,7 @@
 // group of closely related arms: its Case subclasses and its kvf::Arm<Env> declaration.
 //
 // The declarations are built from the Env, not static: the model list, the X forms, the granularity
-// arm's page size and the interference arm's decode length are runtime facts (the model file, --models,
+// arm's page size and the through-layers arm's prefix are runtime facts (the model file, --models,
 // the backend), and an axis whose values are such facts keeps them when another flag replaces the grid.
 #pragma once
 #include <cstddef>
@@ -39,7 +39,7 @@ struct Env {
   std::vector<const md::ModelShape*> models;    // --models, else Llama-3.1-8B,DeepSeek-V3 (GPU: every model)
   std::vector<std::string> xdtypes;             // --xdtypes, else int8,int4
   std::vector<std::string> copy_sizes;          // --copy-sizes in bytes (empty: each arm's defaults)
-  std::vector<int> prefix;                      // --prefix (the interference arm takes the first)
+  std::vector<int> prefix;                      // --prefix
   std::string file_dir = kvf::study::kFileDirDefault;  // --file-dir
   std::size_t file_bytes = 0;                   // --file-size (default 256 MiB; --quick 64 MiB)
 
@@ -76,7 +76,6 @@ Arm granularity_arm(const Env& env);
 Arm file_arm(const Env& env);
 Arm file_page_arm(const Env& env);
 Arm overlap_arm(const Env& env);
-Arm interference_arm(const Env& env);
 Arm link_arm(const Env& env);
 
 // ---------------------------------------------------------------- helpers the arms share

@@ -1,5 +1,5 @@
-// The --file-dir flag of the studies that read the O_DIRECT file tier (frontier: file, file_page, overlap,
-// interference). The kernel (kernels/frontier/transfer.hpp) says what is wrong with a directory in
+// The --file-dir flag of the studies that read the O_DIRECT file tier (frontier: file, file_page, overlap;
+// idleness: corun's bg_file). The kernel (kernels/frontier/transfer.hpp) says what is wrong with a directory in
 // its own terms (DirectFileError); this is the one place that turns it into the flag's line.
 #pragma once
 #include <cstddef>
