@@ -102,6 +102,7 @@ class DecodeGpu final : public kvf::Case {
   void setup_background(kvf::Backend& be, cudaStream_t ds);
   void bg_unit(cudaStream_t s);
   void account_overlap();
+  bool steps_from_e0(float& t0, float& t1, std::string& err);
   std::string background_note();
   std::string green_slowdown_note(const kvf::Summary& s, const std::string& mode) const;
 
@@ -206,18 +207,10 @@ void DecodeGpu::bg_unit(cudaStream_t s) {
 // ahead of the step without a gate, drained before the step in 6 of 6 executions).
 void DecodeGpu::account_overlap() {
   pending_ = false;
-  ev_.sync(step1_);
   ev_.sync(e1_);
   float s0 = 0, s1 = 0;
   std::string err;
-  bool ok = true;
-  if (split_) {
-    ok = split_->elapsed_ms(e0_, step0_, s0, err) && split_->elapsed_ms(e0_, step1_, s1, err);
-  } else {
-    s0 = ev_.elapsed(e0_, step0_);
-    s1 = ev_.elapsed(e0_, step1_);
-  }
-  if (!ok) {
+  if (!steps_from_e0(s0, s1, err)) {
     ++cov_unknown_;  // times between the two partitions' events not available: not judged
     return;
   }
@@ -227,6 +220,17 @@ void DecodeGpu::account_overlap() {
   if (ov <= 0) ++cov_none_;
   else if (ov < span) ++cov_partial_;
   cov_sum_ += span > 0 ? std::clamp(ov / span, 0.0, 1.0) : 0.0;
+}
+
+// The last sample's steps' span [step0, step1] in ms from e0, once the steps are done. Green: e0 is an event of the
+// recompute partition, the steps' of the decode partition, and the driver may give no time between them (false,
+// the reason in err).
+bool DecodeGpu::steps_from_e0(float& t0, float& t1, std::string& err) {
+  ev_.sync(step1_);
+  if (split_) return split_->elapsed_ms(e0_, step0_, t0, err) && split_->elapsed_ms(e0_, step1_, t1, err);
+  t0 = ev_.elapsed(e0_, step0_);
+  t1 = ev_.elapsed(e0_, step1_);
+  return true;
 }
 
 void DecodeGpu::before_sample(kvf::Backend&) {
@@ -323,17 +327,9 @@ std::string DecodeGpu::background_note() {
   // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
   // taken from e0, recorded on the background stream before this sample's steps and checkpoints. Green: e0
   // and the checkpoints are events of the recompute partition, the steps' of the decode partition.
-  ev_.sync(step1_);
   float t0 = 0, t1 = 0;
   std::string err;
-  bool ok = true;
-  if (split_) {
-    ok = split_->elapsed_ms(e0_, step0_, t0, err) && split_->elapsed_ms(e0_, step1_, t1, err);
-  } else {
-    t0 = ev_.elapsed(e0_, step0_);
-    t1 = ev_.elapsed(e0_, step1_);
-  }
-  if (!ok) return note + "; while overlapped with the steps: not stated (times between the two partitions' events: " +
+  if (!steps_from_e0(t0, t1, err)) return note + "; while overlapped with the steps: not stated (times between the two partitions' events: " +
                     err + ")";
   const float span_ms = t1 - t0;
   std::vector<double> t_marks;
