@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace kvf::frontier {
@@ -13,14 +14,28 @@ bool check_pattern(const void* p, std::size_t bytes, std::uint64_t seed, std::ui
                    std::string* why = nullptr);
 void write_pattern(void* p, std::size_t bytes, std::uint64_t seed, std::uint64_t first_word);
 
-// Throws kvf::UsageError("--file-dir D: ...") when D is not a writable directory or its file system
-// refuses O_DIRECT.
+// A directory the O_DIRECT file tier cannot use, or a tier file that cannot be made there. what() is
+// "DIR: problem" (e.g. "/dev/shm: its file system refuses O_DIRECT (Invalid argument)"); the studies turn it
+// into their flag's message.
+class DirectFileError : public std::runtime_error {
+ public:
+  DirectFileError(std::string dir, std::string problem)
+      : std::runtime_error(dir + ": " + problem), dir_(std::move(dir)), problem_(std::move(problem)) {}
+  const std::string& dir() const { return dir_; }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::string dir_, problem_;
+};
+
+// Throws DirectFileError when dir is not a writable directory or its file system refuses O_DIRECT.
 void check_file_dir(const std::string& dir);
 
 inline constexpr std::size_t kDirectAlign = 4096;
 
 // A file of `bytes` (multiple of 4096) in `dir` holding the pattern of `seed`, written once and
-// read back with O_DIRECT (no page cache). Removed on destruction.
+// read back with O_DIRECT (no page cache). Removed on destruction. Throws DirectFileError when the file
+// cannot be created, opened with O_DIRECT or written.
 class DirectFile {
  public:
   DirectFile(const std::string& dir, std::size_t bytes, std::uint64_t seed);

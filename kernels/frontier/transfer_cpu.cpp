@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +10,6 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "kvf/errors.hpp"
 #include "kvf/pattern.hpp"
 #include "transfer.hpp"
 
@@ -55,21 +55,17 @@ void write_pattern(void* p, std::size_t bytes, std::uint64_t seed, std::uint64_t
 
 void check_file_dir(const std::string& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw UsageError("--file-dir " + dir + ": not a directory (give a writable directory on local disk)");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw UsageError("--file-dir " + dir + ": not writable (give a writable directory on local disk)");
+  if (!std::filesystem::is_directory(dir, ec)) throw DirectFileError(dir, "not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw DirectFileError(dir, "not writable");
   std::string probe = dir + "/.kvf_frontier_probe_XXXXXX";
   int fd = ::mkstemp(probe.data());
-  if (fd < 0)
-    throw UsageError("--file-dir " + dir + ": cannot create a file (" + std::strerror(errno) + ")");
+  if (fd < 0) throw DirectFileError(dir, std::string("cannot create a file (") + std::strerror(errno) + ")");
   ::close(fd);
   fd = ::open(probe.c_str(), O_RDWR | O_DIRECT);
   const int err = errno;
   ::unlink(probe.c_str());
   if (fd < 0)
-    throw UsageError("--file-dir " + dir + ": its file system refuses O_DIRECT (" + std::strerror(err) +
-                     "); give a directory on a local disk, not tmpfs");
+    throw DirectFileError(dir, std::string("its file system refuses O_DIRECT (") + std::strerror(err) + ")");
   ::close(fd);
 }
 
@@ -77,12 +73,13 @@ DirectFile::DirectFile(const std::string& dir, std::size_t bytes, std::uint64_t 
   if (bytes % kDirectAlign) throw std::invalid_argument("DirectFile: size must be a multiple of 4096");
   path_ = dir + "/kvf_frontier_tier_XXXXXX";
   int fd = ::mkstemp(path_.data());
-  if (fd < 0) throw UsageError("--file-dir " + dir + ": cannot create a file (" + std::strerror(errno) + ")");
+  if (fd < 0) throw DirectFileError(dir, std::string("cannot create a file (") + std::strerror(errno) + ")");
   ::close(fd);
   fd_ = ::open(path_.c_str(), O_RDWR | O_DIRECT);
   if (fd_ < 0) {
+    const std::string e = std::strerror(errno);
     ::unlink(path_.c_str());
-    throw UsageError("--file-dir " + dir + ": O_DIRECT open failed (" + std::strerror(errno) + ")");
+    throw DirectFileError(dir, "O_DIRECT open failed (" + e + ")");
   }
   const std::size_t chunk = std::size_t(8) << 20;
   void* buf = std::aligned_alloc(kDirectAlign, chunk);
@@ -94,7 +91,7 @@ DirectFile::DirectFile(const std::string& dir, std::size_t bytes, std::uint64_t 
       const std::string e = std::strerror(errno);
       ::close(fd_);
       ::unlink(path_.c_str());
-      throw UsageError("--file-dir " + dir + ": writing the tier file failed (" + e + ")");
+      throw DirectFileError(dir, "writing the tier file failed (" + e + ")");
     }
   }
   std::free(buf);

@@ -20,7 +20,7 @@ class OverlapCpu final : public Case {
       : m_(m), rr_(rr), page_(page), fetch_(fetch), dir_(std::move(dir)) {}
   void setup(Backend& be) override {
     if (rr_ > 0) x_setup_host(x_, m_, rr_, 1, 16, false);
-    file_ = std::make_unique<fr::DirectFile>(dir_, kFileBytes, kSeed + 31);
+    file_ = kvf::study::make_tier_file(dir_, kFileBytes, kSeed + 31);
     buf_ = BufferHandle(be, page_, MemKind::pageable_host);
   }
   void before_sample(Backend&) override {

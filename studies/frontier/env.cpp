@@ -30,7 +30,7 @@ fr::LayerWeights& Env::weights(const md::ModelShape& m) {
 }
 
 const fr::DirectFile& Env::file() {
-  if (!tier_file) tier_file = std::make_shared<fr::DirectFile>(file_dir, file_bytes, kSeed + 30);
+  if (!tier_file) tier_file = kvf::study::make_tier_file(file_dir, file_bytes, kSeed + 30);
   return *tier_file;
 }
 

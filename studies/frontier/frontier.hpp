@@ -3,7 +3,7 @@
 // group of closely related arms: its Case subclasses and its kvf::Arm<Env> declaration.
 //
 // The declarations are built from the Env, not static: the model list, the X forms, the granularity
-// arm's page size and the interference arm's decode length are runtime facts (the model file, --models,
+// arm's page size and the through-layers arm's prefix are runtime facts (the model file, --models,
 // the backend), and an axis whose values are such facts keeps them when another flag replaces the grid.
 #pragma once
 #include <cstddef>
@@ -16,6 +16,7 @@
 
 #include "kvf/arms.hpp"
 #include "kvf/backend.hpp"
+#include "kvf/file_dir_flag.hpp"
 #include "kvf/study.hpp"
 #include "layers.hpp"
 #include "models.hpp"
@@ -38,8 +39,8 @@ struct Env {
   std::vector<const md::ModelShape*> models;    // --models, else Llama-3.1-8B,DeepSeek-V3 (GPU: every model)
   std::vector<std::string> xdtypes;             // --xdtypes, else int8,int4
   std::vector<std::string> copy_sizes;          // --copy-sizes in bytes (empty: each arm's defaults)
-  std::vector<int> prefix;                      // --prefix (the interference arm takes the first)
-  std::string file_dir = "/var/tmp";
+  std::vector<int> prefix;                      // --prefix
+  std::string file_dir = kvf::study::kFileDirDefault;  // --file-dir
   std::size_t file_bytes = 0;                   // --file-size (default 256 MiB; --quick 64 MiB)
 
   // Backend facts.
@@ -54,7 +55,8 @@ struct Env {
   std::vector<std::string> model_names(bool mla) const;  // the GQA (mla = false) or MLA models, in order
   const md::ModelShape* first_gqa() const;              // the model of the single-model arms
   fr::LayerWeights& weights(const md::ModelShape& m);
-  // The tier file, written whole by the first case setup that reads it: --list never writes it.
+  // The tier file, written whole by the first case setup that reads it: --list never writes it. A file that
+  // cannot be made there is bad input (the --file-dir line).
   const fr::DirectFile& file();
 };
 
@@ -74,7 +76,6 @@ Arm granularity_arm(const Env& env);
 Arm file_arm(const Env& env);
 Arm file_page_arm(const Env& env);
 Arm overlap_arm(const Env& env);
-Arm interference_arm(const Env& env);
 Arm link_arm(const Env& env);
 
 // ---------------------------------------------------------------- helpers the arms share

@@ -1,5 +1,4 @@
-// A second, non-blocking stream beside the timed one (overlap, bidirectional copies, interference
-// background). fork(main): work queued on `s` afterwards starts after what `main` holds so far;
+// A second, non-blocking stream beside the timed one (overlap, bidirectional copies). fork(main): work queued on `s` afterwards starts after what `main` holds so far;
 // join(main): `main` waits for everything queued on `s` so far, so it falls inside the timed region.
 // Destruction waits for `s` to drain; reset it before freeing buffers its work touches.
 #pragma once

@@ -27,7 +27,7 @@ kvf::ArmList<Env> ceiling_arms(const Env& env) { return kvf::ArmList<Env>({gemm_
 kvf::ArmList<Env> frontier_arms(const Env& env) {
   return kvf::ArmList<Env>({x_arm(env), xq_arm(env), layers_arm(env), mla_arm(env), copy_arm(env),
                             granularity_arm(env), file_arm(env), file_page_arm(env), overlap_arm(env),
-                            interference_arm(env), link_arm(env)});
+                            link_arm(env)});
 }
 // The first arms of the list (x, xq, layers) run model by model: one model's recompute rows together,
 // then the next model's.
@@ -75,13 +75,13 @@ class FrontierStudy final : public kvf::Study {
         ->delimiter(',');
     app.add_option("--pages", pages_text_, "pages per recompute call P, 1..64 (default per arm)")->delimiter(',');
     app.add_option("--layers", layers_text_, "layers L for the through-layers arm, 1..model layers")->delimiter(',');
-    app.add_option("--prefix", prefix_text_, "resident prefix N tokens for the through-layers arm, 0..1048576 "
-                   "(and the decode tokens of the interference arm)")->delimiter(',');
+    app.add_option("--prefix", prefix_text_, "resident prefix N tokens for the through-layers arm, 0..1048576")
+        ->delimiter(',');
     app.add_option("--xdtypes", xdtypes_, "X forms of the quantized arm: int8,int4 (default both)")->delimiter(',');
     app.add_option("--arms", arms_, arms_help())->delimiter(',');
     app.add_option("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, multiples of 4 KiB in 4 KiB .. 1 GiB, "
                    "e.g. 32KiB,2MiB")->delimiter(',');
-    app.add_option("--file-dir", env_.file_dir, "directory on local disk for the O_DIRECT file tier (default /var/tmp)");
+    kvf::study::add_file_dir_option(app, env_.file_dir, "the file tier arms (file, overlap)");
     app.add_option("--file-size", file_size_text_, "size of the file tier's file, a multiple of 2 MiB that fits the "
                    "free space of --file-dir (default 256MiB; --quick 64MiB)");
   }
@@ -116,7 +116,7 @@ void FrontierStudy::check_flags(Backend& be) {
   // A flag given with an empty value is refused, never taken for "not given".
   const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
   if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
-  if (given("--file-dir") && env_.file_dir.empty()) kvf::bad_flag("--file-dir", "", "a writable directory on local disk");
+  if (given("--file-dir") && env_.file_dir.empty()) kvf::study::check_file_dir_flag(env_.file_dir);
   if (given("--file-size") && file_size_text_.empty())
     kvf::bad_flag("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
   kvf::check_arm_names("--arms", arms_, unique_names(frontier_arms(env_)));
@@ -166,8 +166,8 @@ void FrontierStudy::check_flags(Backend& be) {
 }
 
 void FrontierStudy::check_files() {
-  if (!(selected("file") || selected("overlap") || selected("interference")) || env_.gpu) return;
-  fr::check_file_dir(env_.file_dir);
+  if (!(selected("file") || selected("overlap")) || env_.gpu) return;
+  kvf::study::check_file_dir_flag(env_.file_dir);
   // The tier file is written whole at setup: one that cannot fit would fill the disk mid-run.
   struct statvfs fs {};
   if (selected("file") && ::statvfs(env_.file_dir.c_str(), &fs) == 0) {

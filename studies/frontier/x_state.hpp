@@ -1,5 +1,5 @@
 // Recompute of T x P tokens' K/V from the layer input X in one of its resident forms (bf16, int8, int4):
-// the x and xq arms time it, the overlap and interference arms run it beside a fetch or a decode step.
+// the x and xq arms time it, the overlap arm runs it beside a fetch.
 #pragma once
 #include <cstdint>
 #include <memory>

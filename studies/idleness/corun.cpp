@@ -1,12 +1,15 @@
-// The corun arm: is recompute placed beside decode free? Decode steps alone and with recompute from X (the
-// frontier study's arm) on a second thread (CPU) or stream (GPU), and recompute alone; on the GPU also on SM
-// partitions (green contexts). The same experiment as the frontier study's interference arm (to be merged).
+// The corun arm: is work placed beside decode free? Decode steps alone and beside a background load on a second
+// thread (CPU) or stream (GPU): recompute from X (the frontier study's arm; also alone), page copies (CPU: DRAM to
+// DRAM; GPU: pinned H2D/D2H over the host link) and, CPU, O_DIRECT reads of the file tier (--file-dir); on the GPU
+// also recompute on SM partitions (green contexts). Each background and how a row shows that it overlapped the
+// steps: background.hpp. (The frontier study's former interference arm was this experiment; merged here.)
 #if defined(KVF_HAVE_CUDA)
 #include "decode_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
 #include "kvf/green_ctx.hpp"
 #endif
 
+#include "background.hpp"
 #include "idleness.hpp"
 #include "kvf/errors.hpp"
 
@@ -121,24 +124,41 @@ std::unique_ptr<kvf::Case> make_corun(const kvf::Point& p, Env& env) {
   if (!p.has("batch") && !p.has("tokens")) return kvf::skipped_case("", {}, env.green_skip);
   if (bg == "recompute_alone" || bg == "green_recompute_alone")
     return make_recompute_alone(env.shape(p["model"]), env, bg == "green_recompute_alone");
+  if (bg == "file" && !env.file_skip.empty()) return kvf::skipped_case("", {}, env.file_skip);
   return make_decode_case(p, env, bg);
 }
 
 }  // namespace
 
+void probe_file_dir(Env& env, bool given, bool used) {
+  if (given && env.file_dir.empty()) kvf::study::check_file_dir_flag(env.file_dir);  // bad input: exit 2
+  if (!used) return;
+  if (given) {
+    kvf::study::check_file_dir_flag(env.file_dir);
+    return;
+  }
+  try {
+    kvf::study::check_file_dir_flag(env.file_dir);
+  } catch (const kvf::UsageError& e) {
+    env.file_skip = std::string("the tier file's default directory: ") + e.what();
+  }
+}
+
 Arm corun_arm() {
   return Arm{
       .name = "corun",
-      .doc = "decode steps beside recompute from X (second thread / stream, GPU also SM partitions) vs each alone",
+      .doc = "decode steps beside recompute from X, page copies or (CPU) O_DIRECT file reads on a second thread / "
+             "stream (GPU also recompute on SM partitions) vs each alone",
       .axes = {arm_axis("corun", false),
                {.name = "model", .doc = "each of --models"},
                {.name = "batch", .doc = "fixed", .cpu = {i2s(kBatch)}},
                {.name = "context", .doc = "fixed", .cpu = {i2s(kContextCpu)}, .gpu = {i2s(kContextGpu)}},
                {.name = "layers", .doc = "as --layers"},
                {.name = "background",
-                .doc = "what runs beside the step (recompute_alone: recompute without a step)",
-                .cpu = {"none", "recompute_alone", "recompute"},
-                .gpu = {"none", "recompute_alone", "recompute", "green_none", "green_recompute_alone",
+                .doc = "what runs beside the step (recompute_alone: recompute without a step; copy: 512 KiB page "
+                       "copies, CPU DRAM to DRAM, GPU pinned H2D then D2H; file: 512 KiB O_DIRECT reads, CPU)",
+                .cpu = {"none", "recompute_alone", "recompute", "copy", "file"},
+                .gpu = {"none", "recompute_alone", "recompute", "copy", "green_none", "green_recompute_alone",
                         "green_recompute"}},
                {.name = "tokens", .doc = "recompute page (recompute_alone rows)", .cpu = {i2s(kTokens)}}},
       // Not a product: decode steps (batch, context, layers) and recompute alone (tokens) interleaved, so each
@@ -164,8 +184,11 @@ Arm corun_arm() {
               l.push_back({"tokens", {i2s(kTokens)}});
               return kvf::Product{l};
             };
-            kvf::Grid g = {step("none"), alone("recompute_alone"), step("recompute")};
-            if (!t.gpu) return g;
+            kvf::Grid g = {step("none"), alone("recompute_alone"), step("recompute"), step("copy")};
+            if (!t.gpu) {
+              g.push_back(step("file"));  // the file tier is a CPU tier (the GPU study reads no file)
+              return g;
+            }
             if (!env.green_skip.empty()) {
               g.push_back(kvf::Product{head("green_recompute")});
             } else {

@@ -1,14 +1,11 @@
 // The decode arm: a decoder layer's decode step over L layers for B sequences at context C, verified against the
 // reference of one layer, then timed; its idleness figures are stated against both ceilings of the run. The CPU
-// case here also serves the co-run's steps (a recompute thread beside it); the GPU case is decode_gpu.cpp.
-#include <omp.h>
-
+// case here also serves the co-run's steps (a background thread beside it, background.hpp); the GPU case is
+// decode_gpu.cpp.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <stdexcept>
-#include <thread>
 
+#include "background.hpp"
 #include "idleness.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
@@ -39,16 +36,11 @@ kvf::Axis layers_axis() {
 
 namespace {
 
-// The CPU decode step; with background "recompute", a thread recomputes pages from X beside it (the co-run).
+// The CPU decode step; with a background (recompute, copy, file), a thread runs it beside the step (the co-run).
 class DecodeCpu final : public kvf::Case {
  public:
-  DecodeCpu(Env& env, const md::ModelShape& m, int B, int C, int L, bool with_bg)
-      : env_(env), m_(m), B_(B), C_(C), L_(L), with_bg_(with_bg) {}
-  // A case dropped after setup without its teardown (an error) must not leave its thread joinable.
-  ~DecodeCpu() override {
-    stop_ = true;
-    if (bg_.joinable()) bg_.join();
-  }
+  DecodeCpu(Env& env, const md::ModelShape& m, int B, int C, int L, Background bg)
+      : env_(env), m_(m), B_(B), C_(C), L_(L), bg_kind_(bg) {}
 
   void setup(kvf::Backend&) override {
     w_ = env_.weights(m_);
@@ -56,20 +48,10 @@ class DecodeCpu final : public kvf::Case {
     const double per = dc::kv_layer_bytes(m_, B_, C_);
     const int copies = std::max(1, std::min(L_, int(double(mem_cap) / std::max(per, 1.0))));
     st_ = dc::make_decode_state(m_, B_, C_, copies, kSeed);
-    if (!with_bg_) return;
-    rc_ = std::make_unique<dc::RecomputeState>(dc::make_recompute_state(m_, 128, 1, kSeed + 90));
-    stop_ = false;
-    bg_ = std::thread([this] {
-      omp_set_num_threads(1);  // one background thread: the recompute runs beside the decode step's team
-      try {
-        while (!stop_) {
-          dc::recompute_cpu(*rc_);
-          ++pages_;
-        }
-      } catch (const std::exception& e) {
-        bg_error_ = e.what();
-      }
-    });
+    if (bg_kind_ == Background::none) return;
+    // A case dropped after setup without its teardown (an error) stops its thread in the destructor.
+    bg_ = std::make_unique<CpuBackground>(bg_kind_, m_, env_.file_dir, kSeed + 90);
+    bg_->start();
   }
   bool has_verify() const override { return true; }
   void verify(kvf::Backend&) override {
@@ -78,30 +60,20 @@ class DecodeCpu final : public kvf::Case {
     const auto r = dc::verify_cpu(*w_, st_, rows);
     if (!r.ok()) throw kvf::VerifyError("decode layer vs reference: " + r.text());
   }
-  void before_sample(kvf::Backend&) override {
-    if (bg_.joinable() && t0_ == std::chrono::steady_clock::time_point{}) {
-      pages_ = 0;
-      t0_ = std::chrono::steady_clock::now();
-    }
+  void run(kvf::Backend&) override {
+    if (bg_) bg_->step_begin();
+    dc::decode_step_cpu(*w_, st_, L_);
+    if (bg_) bg_->step_end();
   }
-  void run(kvf::Backend&) override { dc::decode_step_cpu(*w_, st_, L_); }
   std::string after_measure(kvf::Backend&, const kvf::Summary& sm, const std::string& mode) override {
     std::string extra = cpu_after(env_, *this, sm, mode, [this] { dc::decode_step_cpu(*w_, st_, L_); });
     extra += "; K/V copies " + i2s(st_.copies()) + " for " + i2s(L_) + " layers";
     if (mode == "hot") extra += phase_split();
-    if (bg_.joinable()) {
-      if (!bg_error_.empty()) throw std::runtime_error("background recompute failed: " + bg_error_);
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      extra += "; background recompute pages_per_s=" + num(double(pages_.load()) / el) + " (T=128, 1 page per call)";
-      pages_ = 0;
-      t0_ = std::chrono::steady_clock::now();
-    }
+    if (bg_) extra += "; " + bg_->note();
     return extra;
   }
   void teardown(kvf::Backend&) override {
-    stop_ = true;
-    if (bg_.joinable()) bg_.join();
-    rc_.reset();
+    bg_.reset();
     st_ = dc::DecodeState{};
     w_.reset();
   }
@@ -123,15 +95,10 @@ class DecodeCpu final : public kvf::Case {
   Env& env_;
   const md::ModelShape m_;
   const int B_, C_, L_;
-  const bool with_bg_;
+  const Background bg_kind_;
   std::shared_ptr<fr::LayerWeights> w_;
   dc::DecodeState st_;
-  std::thread bg_;
-  std::atomic<bool> stop_{false};
-  std::atomic<long> pages_{0};
-  std::chrono::steady_clock::time_point t0_;
-  std::string bg_error_;
-  std::unique_ptr<dc::RecomputeState> rc_;
+  std::unique_ptr<CpuBackground> bg_;
 };
 
 // A step whose weights and one layer's K/V cannot fit: bad input when the user asked for both its batch and its
@@ -152,12 +119,12 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   const md::ModelShape& m = env.shape(p["model"]);
   const int B = int(p.integer("batch")), C = int(p.integer("context")), L = int(p.integer("layers"));
   const bool corun = p["arm"] == "corun";
-  const bool with_bg = background == "recompute" || background == "green_recompute";
+  const Background bg = background_of(background);
   std::unique_ptr<kvf::Case> c;
 #if defined(KVF_HAVE_CUDA)
   if (env.gpu) c = make_decode_gpu_case(m, B, C, L, background, env);
 #endif
-  if (!c) c = std::make_unique<DecodeCpu>(env, m, B, C, L, with_bg);
+  if (!c) c = std::make_unique<DecodeCpu>(env, m, B, C, L, bg);
   const double wb = env.gpu ? 2 : 4;
   c->params.insert(c->params.begin(), {{"background", background}, {"weight_bytes", num(wb)}});
   c->flops = dc::decode_flops(m, B, C, L);
@@ -168,13 +135,19 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   const auto ceilings = idle_ceilings();
   c->uses.insert(c->uses.begin(), ceilings.begin(), ceilings.end());
   const double t = env.gpu ? c->bytes / 2.5e12 + L * 60e-6 : c->bytes / 15e9 + c->flops / 150e9;
-  // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps).
-  c->est_seconds = env.gpu ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2)) : est(t, 0.4 + 0.25 * std::min(B, 2));
+  // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps). CPU backgrounds: their pools (256 MiB
+  // written) or tier file (64 MiB written and synced) at setup.
+  const int modes = int(c->cold) + int(c->hot);
+  const double bg_setup = env.gpu ? 0 : bg == Background::copy ? 0.1 : bg == Background::file ? 0.3 : 0;
+  c->est_seconds = env.gpu ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2), modes)
+                           : est(t, 0.4 + 0.25 * std::min(B, 2) + bg_setup, modes);
   if (c->note.empty())
     c->note = std::string("bytes = ") + (env.gpu ? "bf16" : "fp32 (bf16 values)") +
               " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "
               "every layer (each exceeds the LLC/L2)" +
-              (corun ? std::string("; pct_of_ceiling = 100 / slowdown against background none") : "");
+              (corun ? std::string("; pct_of_ceiling = 100 / slowdown against background none") : "") +
+              (bg == Background::copy || bg == Background::file ? "; beside the step: " + unit_words(bg, env.gpu)
+                                                                : std::string());
   return c;
 }
 

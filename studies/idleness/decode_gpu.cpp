@@ -1,10 +1,12 @@
 // The decode step on the GPU (decode arm, and the co-run's steps): verified, timed, then its counters. With a
-// background, recompute from X runs on a second stream (or, green, on its own SM partition) while the steps run.
+// background, recompute from X (or, bg_copy, pinned H2D/D2H page copies over the host link) runs on a second
+// stream (or, green, recompute on its own SM partition) while the steps run.
 #if defined(KVF_HAVE_CUDA)
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
+#include "background.hpp"
 #include "decode_gpu.hpp"
 #include "idleness.hpp"
 #include "kvf/cuda_backend.hpp"
@@ -56,7 +58,7 @@ class DecodeGpu final : public kvf::Case {
  public:
   DecodeGpu(Env& env, const md::ModelShape& m, int B, int C, int L, const std::string& background)
       : env_(env), m_(m), B_(B), C_(C), L_(L), green_(background.rfind("green_", 0) == 0),
-        with_bg_(background == "recompute" || background == "green_recompute"), green_request_(env.green_request) {}
+        bg_(background_of(background)), with_bg_(bg_ != Background::none), green_request_(env.green_request) {}
 
   void setup(kvf::Backend& be) override {
     w_ = env_.weights(m_);
@@ -79,7 +81,7 @@ class DecodeGpu final : public kvf::Case {
     const cudaStream_t ds = green_ ? ds_ : st;
     // The attention's split-KV plan sees the SMs decode runs on; cuBLASLt picks its kernels for the whole device.
     dec_ = std::make_unique<dc::gpu::DecodeGpu>(*w_, m_, B_, C_, copies, kSeed, sms, ds);
-    if (with_bg_) setup_background(ds);
+    if (with_bg_) setup_background(be, ds);
   }
   bool has_verify() const override { return true; }
   void verify(kvf::Backend& be) override {
@@ -97,18 +99,24 @@ class DecodeGpu final : public kvf::Case {
   void teardown(kvf::Backend& be) override;
 
  private:
-  void setup_background(cudaStream_t ds);
+  void setup_background(kvf::Backend& be, cudaStream_t ds);
+  void bg_unit(cudaStream_t s);
+  void account_overlap();
+  bool steps_from_e0(float& t0, float& t1, std::string& err);
   std::string background_note();
   std::string green_slowdown_note(const kvf::Summary& s, const std::string& mode) const;
 
   Env& env_;
   const md::ModelShape m_;
   const int B_, C_, L_;
-  const bool green_, with_bg_;
+  const bool green_;
+  const Background bg_;
+  const bool with_bg_;
   const int green_request_;
   std::shared_ptr<fr::LayerWeights> w_;
   std::unique_ptr<dc::gpu::DecodeGpu> dec_;
-  std::unique_ptr<dc::gpu::RecomputeGpu> rc_;
+  std::unique_ptr<dc::gpu::RecomputeGpu> rc_;  // bg_recompute
+  kvf::BufferHandle host_, dev_;               // bg_copy: a pinned host page and a device page
   // Holds the background queue until the step starts on the device (see StreamGate): queued ahead from the
   // host, a recompute that runs about as fast as the host enqueues it had finished before the step began in
   // every sample on an H100 (the two-stream row measured no co-run).
@@ -124,6 +132,11 @@ class DecodeGpu final : public kvf::Case {
   bool first_run_ = true;
   bool counted_ = false;
   long samples_ = 0, drained_ = 0;  // background queues that had finished before the next sample began
+  // Per mode: samples whose background queue [e0, e1] overlapped none / only part of their steps' span
+  // [step0, step1] (account_overlap), and the mean fraction of the span it covered.
+  bool pending_ = false;  // a sample's steps were queued and not yet accounted
+  long cov_samples_ = 0, cov_none_ = 0, cov_partial_ = 0, cov_unknown_ = 0;
+  double cov_sum_ = 0;
   // Green contexts: recompute on partition 0, decode on partition 1 (stream ds_); the timed step hops from the
   // backend's stream to ds_ (hop_in_, a primary-context event) and back (hop_out_, an event of partition 1).
   std::unique_ptr<kvf::GreenSplit> split_;
@@ -132,13 +145,19 @@ class DecodeGpu final : public kvf::Case {
   Events ev_;
 };
 
-void DecodeGpu::setup_background(cudaStream_t ds) {
+void DecodeGpu::setup_background(kvf::Backend& be, cudaStream_t ds) {
   if (green_) {
     s2_ = split_->stream(0);
   } else {
     KVF_CUDA_CHECK(cudaStreamCreateWithFlags(&s2_, cudaStreamNonBlocking));
   }
-  rc_ = std::make_unique<dc::gpu::RecomputeGpu>(m_, 128, 1, kSeed + 90, s2_);
+  if (bg_ == Background::copy) {
+    host_ = kvf::BufferHandle(be, kBgPageBytes, kvf::MemKind::pinned_host);
+    dev_ = kvf::BufferHandle(be, kBgPageBytes, kvf::MemKind::device);
+    be.fill(host_.get(), kSeed + 91);
+  } else {
+    rc_ = std::make_unique<dc::gpu::RecomputeGpu>(m_, kBgRecomputeTokens, 1, kSeed + 90, s2_);
+  }
   e0_ = ev_.make(0);
   e1_ = ev_.make(0);
   cudaEvent_t d0 = ev_.make(1), d1 = ev_.make(1);
@@ -151,7 +170,7 @@ void DecodeGpu::setup_background(cudaStream_t ds) {
     ev_.sync(d1);
     t_dec = ev_.elapsed(d0, d1);
     ev_.record(e0_, s2_, 0);
-    rc_->run(s2_);
+    bg_unit(s2_);
     ev_.record(e1_, s2_, 0);
     ev_.sync(e1_);
     t_bg = ev_.elapsed(e0_, e1_);
@@ -171,8 +190,51 @@ void DecodeGpu::setup_background(cudaStream_t ds) {
   step1_ = ev_.make(1);
 }
 
+// One unit of the background on stream s: a recompute page, or a 512 KiB H2D copy then its D2H copy back (the
+// pinned page and the device page; one stream orders the two).
+void DecodeGpu::bg_unit(cudaStream_t s) {
+  if (bg_ == Background::recompute) {
+    rc_->run(s);
+    return;
+  }
+  KVF_CUDA_CHECK(cudaMemcpyAsync(dev_->ptr, host_->ptr, kBgPageBytes, cudaMemcpyHostToDevice, s));
+  KVF_CUDA_CHECK(cudaMemcpyAsync(host_->ptr, dev_->ptr, kBgPageBytes, cudaMemcpyDeviceToHost, s));
+}
+
+// The last sample's overlap, once its background queue and steps are done: the queue's span [e0, e1] against the
+// steps' span [step0, step1], both timed from e0. A sample whose queue overlapped none of its steps measured no
+// co-run (the H100 run of the frontier study's former interference arm had such a row: its background, queued
+// ahead of the step without a gate, drained before the step in 6 of 6 executions).
+void DecodeGpu::account_overlap() {
+  pending_ = false;
+  ev_.sync(e1_);
+  float s0 = 0, s1 = 0;
+  std::string err;
+  if (!steps_from_e0(s0, s1, err)) {
+    ++cov_unknown_;  // times between the two partitions' events not available: not judged
+    return;
+  }
+  const double b1 = ev_.elapsed(e0_, e1_), span = double(s1) - s0;
+  const double ov = std::min(b1, double(s1)) - std::max(0.0, double(s0));
+  ++cov_samples_;
+  if (ov <= 0) ++cov_none_;
+  else if (ov < span) ++cov_partial_;
+  cov_sum_ += span > 0 ? std::clamp(ov / span, 0.0, 1.0) : 0.0;
+}
+
+// The last sample's steps' span [step0, step1] in ms from e0, once the steps are done. Green: e0 is an event of the
+// recompute partition, the steps' of the decode partition, and the driver may give no time between them (false,
+// the reason in err).
+bool DecodeGpu::steps_from_e0(float& t0, float& t1, std::string& err) {
+  ev_.sync(step1_);
+  if (split_) return split_->elapsed_ms(e0_, step0_, t0, err) && split_->elapsed_ms(e0_, step1_, t1, err);
+  t0 = ev_.elapsed(e0_, step0_);
+  t1 = ev_.elapsed(e0_, step1_);
+  return true;
+}
+
 void DecodeGpu::before_sample(kvf::Backend&) {
-  if (!rc_) return;
+  if (!with_bg_) return;
   // Background already finished when the next sample begins: it did not outlast the step it ran beside.
   // Counted and stated, so a drained background cannot pass for no interference.
   if (samples_ > 0) {
@@ -181,12 +243,14 @@ void DecodeGpu::before_sample(kvf::Backend&) {
     else if (q != cudaErrorNotReady) kvf::cuda_check(q, "cudaStreamQuery(background)");
   }
   ++samples_;
-  // The background queue of the previous sample must be drained; then queue reps recomputes, timed by events.
+  // The background queue of the previous sample must be drained (its overlap is accounted then); then queue reps
+  // units, timed by events.
   KVF_CUDA_CHECK(cudaStreamSynchronize(s2_));
+  if (pending_) account_overlap();
   gate_->close(s2_);  // the queue below starts when the step does (open() in run)
   ev_.record(e0_, s2_, 0);
   for (int i = 0; i < reps_; ++i) {
-    rc_->run(s2_);
+    bg_unit(s2_);
     if ((i + 1) % stride_ == 0 || i + 1 == reps_) ev_.record(marks_[static_cast<std::size_t>(i / stride_)], s2_, 0);
   }
   ev_.record(e1_, s2_, 0);
@@ -204,11 +268,12 @@ void DecodeGpu::run(kvf::Backend& be) {
   const cudaStream_t ds = split_ ? ds_ : st;
   if (gate_) gate_->open(ds);  // behind the backend's blocking kernel: the background starts with the step
   // Event records cost no GPU time; they mark the span of this sample's steps for the overlap accounting.
-  if (rc_ && first_run_) ev_.record(step0_, ds, 1);
+  if (with_bg_ && first_run_) ev_.record(step0_, ds, 1);
   dec_->step(L_, ds);
-  if (rc_) {
+  if (with_bg_) {
     ev_.record(step1_, ds, 1);
     first_run_ = false;
+    pending_ = true;
   }
   if (split_) {
     split_->record(hop_out_, 1);
@@ -223,7 +288,7 @@ std::string DecodeGpu::after_measure(kvf::Backend& be, const kvf::Summary& sm, c
                      " bound_batch=" + num(dc::bound_batch(gemm, rd, 2), 3) + " (bf16 weights); K/V copies " +
                      i2s(dec_->copies()) + " for " + i2s(L_) + " layers";
   if (green_) note += "; " + green_slowdown_note(sm, mode);
-  if (rc_) note += background_note();
+  if (with_bg_) note += background_note();
   if (green_) {
     // The range profiler and PM sampling configure one context; the partitions are other contexts. Not collected
     // rather than attributed to the wrong context.
@@ -237,34 +302,41 @@ std::string DecodeGpu::after_measure(kvf::Backend& be, const kvf::Summary& sm, c
 // The background's rates over the last sample: its whole queue, and while overlapped with the steps.
 std::string DecodeGpu::background_note() {
   KVF_CUDA_CHECK(cudaStreamSynchronize(s2_));
+  if (pending_) account_overlap();
+  const bool rec = bg_ == Background::recompute;
+  const std::string units = rec ? "pages" : "copies";
   std::string note;
   if (gate_->timed_out()) note += "; background gate timed out: some queue started before its step";
   const float ms = ev_.elapsed(e0_, e1_);
   note += "; background drained before the step ended in " + std::to_string(drained_) + " of " +
           std::to_string(std::max(0L, samples_ - 1)) + " executions (warm-up included; 0 expected)";
-  note += "; background recompute over the last sample's whole queue: " + num(reps_ / (ms * 1e-3)) + " pages/s (" +
-          i2s(reps_) + " pages, T=128; the queue starts with the step, so this includes its time after the steps)";
+  note += "; background " + (rec ? std::string("recompute") : unit_words(bg_, true)) +
+          " over the last sample's whole queue: " + num(reps_ / (ms * 1e-3)) + " " + units + "/s (" + i2s(reps_) +
+          " " + units + (rec ? ", T=128" : "") +
+          "; the queue starts with the step, so this includes its time after the steps)";
+  // The mode's overlap verdict: every sample's queue against its steps (account_overlap).
+  note += "; the background queue overlapped the steps in " + i2s(cov_samples_ - cov_none_) + " of " +
+          i2s(cov_samples_) + " samples this mode, warm-up included (all of their span in " +
+          i2s(cov_samples_ - cov_none_ - cov_partial_) + ", mean " +
+          num(cov_samples_ > 0 ? 100 * cov_sum_ / cov_samples_ : 0, 3) + "% of the span)";
+  if (cov_unknown_ > 0) note += ", " + i2s(cov_unknown_) + " samples not judged (no times between the partitions)";
+  if (cov_none_ > 0)
+    note += "; " + std::string(kNoCorun) + ": in " + i2s(cov_none_) + " samples the background overlapped none of the steps";
+  cov_samples_ = cov_none_ = cov_partial_ = cov_unknown_ = 0;
+  cov_sum_ = 0;
   // While overlapped: checkpoints inside [first step start, last step end] of the same sample. Every time is
   // taken from e0, recorded on the background stream before this sample's steps and checkpoints. Green: e0
   // and the checkpoints are events of the recompute partition, the steps' of the decode partition.
-  ev_.sync(step1_);
   float t0 = 0, t1 = 0;
   std::string err;
-  bool ok = true;
-  if (split_) {
-    ok = split_->elapsed_ms(e0_, step0_, t0, err) && split_->elapsed_ms(e0_, step1_, t1, err);
-  } else {
-    t0 = ev_.elapsed(e0_, step0_);
-    t1 = ev_.elapsed(e0_, step1_);
-  }
-  if (!ok) return note + "; while overlapped with the steps: not stated (times between the two partitions' events: " +
+  if (!steps_from_e0(t0, t1, err)) return note + "; while overlapped with the steps: not stated (times between the two partitions' events: " +
                     err + ")";
   const float span_ms = t1 - t0;
   std::vector<double> t_marks;
   for (const auto& e : marks_) t_marks.push_back(ev_.elapsed(e0_, e));
   const auto ov = dc::overlap_rate(t_marks, stride_, reps_, t0, t1);
-  return note + (ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " pages/s (" +
-                                    std::to_string(ov.pages) + " pages over " + num(ov.ms, 3) + " ms of the steps' " +
+  return note + (ov.pages > 0 ? "; while overlapped with the steps: " + num(ov.per_s()) + " " + units + "/s (" +
+                                    std::to_string(ov.pages) + " " + units + " over " + num(ov.ms, 3) + " ms of the steps' " +
                                     num(span_ms, 3) + " ms)"
                               : "; while overlapped with the steps: too few background checkpoints inside the steps' " +
                                     num(span_ms, 3) + " ms to state a rate");
@@ -302,6 +374,11 @@ void DecodeGpu::teardown(kvf::Backend& be) {
   if (split_) split_->synchronize();
   if (s2_) (void)cudaStreamSynchronize(s2_);
   if (s2_ && !split_) (void)cudaStreamDestroy(s2_);
+  host_.reset();  // after the background stream drained
+  dev_.reset();
+  pending_ = false;
+  cov_samples_ = cov_none_ = cov_partial_ = cov_unknown_ = 0;
+  cov_sum_ = 0;
   ev_.destroy_own();
   if (hop_in_) (void)cudaEventDestroy(hop_in_);
   hop_in_ = hop_out_ = nullptr;
@@ -323,6 +400,11 @@ void DecodeGpu::teardown(kvf::Backend& be) {
 std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, int C, int L,
                                                  const std::string& background, Env& env) {
   auto c = std::make_unique<DecodeGpu>(env, m, B, C, L, background);
+  // bg_copy is a hot row only: a cold sample differs from a hot one by the L2 flush before it, and the co-run's
+  // step reads its L layers' weights and K/V (gigabytes) through an L2 of tens of MiB, so a cold row would repeat
+  // the hot one; the copies themselves go host <-> HBM. (The recompute rows keep both modes, as in the results
+  // already committed.)
+  if (background == "copy") c->cold = false;
   if (background.rfind("green_", 0) != 0) return c;
   // SM partitions (green contexts): decode on the rest of the device, recompute on its partition.
   const std::string dec_sms = i2s(env.green_decode_sms), bg_sms = i2s(env.green_bg_sms);

@@ -111,6 +111,7 @@ void IdlenessStudy::add_options(CLI::App& app) {
       ->delimiter(',');
   app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
   app.add_flag("--no-counters", env_.no_counters, "GPU: timings only, no CUPTI collection");
+  kvf::study::add_file_dir_option(app, env_.file_dir, "the corun arm's bg_file background (CPU)");
   app.add_option("--green-sms", green_sms_text_,
                  "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
                  "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
@@ -239,6 +240,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   kvf::check_arm_names("--arms", arms_flag_, selectable());
   const kvf::UserLists given = parse_sweep_flags();
   resolve_models(t, given);
+  probe_file_dir(env_, app_ && app_->count("--file-dir") > 0, selected(arms_.at("corun")) && !env_.gpu && !t.quick);
   probe_backend(be, t);
 
   std::vector<std::unique_ptr<kvf::Case>> out;

@@ -11,6 +11,7 @@
 
 #include "decode.hpp"
 #include "kvf/arms.hpp"
+#include "kvf/file_dir_flag.hpp"
 #include "kvf/model_shapes.hpp"
 #include "kvf/results.hpp"
 #include "kvf/study.hpp"
@@ -52,6 +53,9 @@ struct Env {
   std::optional<int> green_sms;  // --green-sms; absent: about a quarter of the device
   int green_request = 0, green_decode_sms = 0, green_bg_sms = 0;
   std::string green_skip;  // non-empty: why the green-context cases are one skipped row
+  // The CPU co-run's bg_file tier file (--file-dir), checked once before the arms expand (probe_file_dir).
+  std::string file_dir = kvf::study::kFileDirDefault;
+  std::string file_skip;  // non-empty: the default directory cannot hold it; the bg_file row is skipped with this
 
   const md::ModelShape& shape(const std::string& name) const;
   // One synthetic layer per model, built on first use and shared by every case of the model.
@@ -69,6 +73,9 @@ Arm read_ceiling_arm();  // ceilings.cpp
 Arm decode_arm();        // decode.cpp
 Arm prefill_arm();       // prefill.cpp
 Arm corun_arm();         // corun.cpp
+// The bg_file row's directory (corun.cpp): a --file-dir the tier cannot use is bad input (exit 2); the default
+// directory that cannot be used makes the row a skipped one (env.file_skip). Checked only when `used`.
+void probe_file_dir(Env& env, bool given, bool used);
 
 // Axes several arms share (decode.cpp): the same flag reaches each arm through the same declaration.
 kvf::Axis arm_axis(const std::string& arm, bool in_quick);  // the "arm" column: one value

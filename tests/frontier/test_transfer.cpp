@@ -24,15 +24,23 @@ TEST(Transfer, PatternWriteAndCheckIncludingATail) {
 }
 
 TEST(Transfer, FileDirMustExistAndBeWritable) {
-  EXPECT_THROW(check_file_dir("/nonexistent/dir"), kvf::UsageError);
-  EXPECT_THROW(check_file_dir("/proc/self"), kvf::UsageError);  // not writable even for root
+  // The kernel's own terms (no flag names): "DIR: problem".
+  try {
+    check_file_dir("/nonexistent/dir");
+    FAIL() << "no error for a missing directory";
+  } catch (const DirectFileError& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/dir: not a directory");
+    EXPECT_EQ(e.dir(), "/nonexistent/dir");
+    EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_file_dir("/proc/self"), DirectFileError);  // not writable even for root
 }
 
 TEST(Transfer, DirectFileReadsBackThePattern) {
   const std::string dir = "/var/tmp";
   try {
     check_file_dir(dir);
-  } catch (const kvf::UsageError& e) {
+  } catch (const DirectFileError& e) {
     GTEST_SKIP() << e.what();
   }
   DirectFile f(dir, std::size_t(4) << 20, 1234);

@@ -33,6 +33,15 @@ TEST(IdlenessBench, CpuRunWritesCountersCsv) {
   EXPECT_NE(cases.find("decode/Tiny-GQA/B4/C1K/L2,cpu,"), std::string::npos) << cases;
   EXPECT_NE(cases.find("cpu_idle_compute_pct="), std::string::npos);
   EXPECT_NE(cases.find("background recompute pages_per_s="), std::string::npos);
+  // The co-run's copy and file backgrounds ran beside their steps (their notes say how much, and that they
+  // overlapped: no "co-run INVALID").
+  for (const char* bg : {"bg_copy", "bg_file"})
+    EXPECT_NE(cases.find(std::string("corun/Tiny-GQA/B16/C4K/L2/") + bg + ",cpu,"), std::string::npos) << bg;
+  EXPECT_NE(cases.find("512 KiB page copies between two 128 MiB DRAM pools (memcpy, one thread): units_per_s="),
+            std::string::npos);
+  EXPECT_NE(cases.find("512 KiB O_DIRECT reads of a 64 MiB tier file (one thread): units_per_s="), std::string::npos);
+  EXPECT_EQ(cases.find("co-run INVALID"), std::string::npos) << cases;
+  EXPECT_EQ(cases.find("skipped:"), std::string::npos) << cases;
   EXPECT_EQ(cases.find(",no,"), std::string::npos) << "a verify failed";
   const std::string counters = slurp(out / "counters.csv");
   EXPECT_EQ(counters.rfind("study,case,source,capture,range_index,range,t_start_ns,t_end_ns,chip,metric,value,unit\n", 0), 0u);

@@ -375,6 +375,44 @@ TEST(Predict, CorunBandwidthSharing) {
   EXPECT_EQ(why, "co-run model: needs this run's alone rows (none given)");
 }
 
+// The idleness co-run's copy and file backgrounds: their demand from the device's figures (no alone row of them),
+// and a row whose note says its background did not overlap its steps gets no prediction.
+TEST(Predict, CorunCopyAndFileBackgrounds) {
+  ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const GpuSpec g = spec_from_results(rs, load_gpus(default_gpus_path()));
+  ASSERT_NEAR(g.hbm_tbps, 0.01, 1e-12);  // memory 10 GB/s
+  ASSERT_NEAR(g.disk_gbps, 1.0, 1e-9);   // the file_page fit
+  const CaseRow base = row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_recompute");
+  for (const char* bg : {"copy", "file"}) {
+    CaseRow r = base;
+    r.case_name = std::string("corun/Llama-3.1-8B/B16/C4K/L1/bg_") + bg;
+    r.params["background"] = bg;
+    rs.cases.push_back(r);
+  }
+  CaseRow bad = base;
+  bad.case_name = "corun/Llama-3.1-8B/B16/C4K/L1/bg_copy_invalid";
+  bad.params["background"] = "copy";
+  bad.note = "...; co-run INVALID: the background was not running across every step";
+  rs.cases.push_back(bad);
+  rs.compute_units = 4;
+  std::string why;
+  // file: demand = disk 1 GB/s, 9 GB/s left > the decode's alone 5 GB/s (1e9 B / 0.2 s): 0.2 s; no busy thread
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_file"), &why, &rs), 0.2, 1e-12);
+  EXPECT_NE(why.find("file bytes at the disk rate 1 GB/s"), std::string::npos) << why;
+  EXPECT_EQ(why.find("time-sharing"), std::string::npos) << why;
+  // copy (CPU): one of 5 streaming threads, 10 / 5 = 2 GB/s, 8 GB/s left: 0.2 s; its busy thread time-shares 4
+  // cores: 5 / 4 = 1.25 -> 0.25 s
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_copy"), &why, &rs), 0.25, 1e-12);
+  EXPECT_NE(why.find("memory bandwidth / 5"), std::string::npos) << why;
+  EXPECT_NE(why.find("(4 cores + 1 busy thread) / 4 = slowdown 1.25"), std::string::npos) << why;
+  EXPECT_FALSE(predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_copy_invalid"), &why, &rs));
+  EXPECT_NE(why.find("did not overlap"), std::string::npos) << why;
+  // without the core count the copy thread's share is unknown
+  rs.compute_units = 0;
+  EXPECT_FALSE(predict_row(g, row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_copy"), &why, &rs));
+  EXPECT_NE(why.find("no core count"), std::string::npos) << why;
+}
+
 TEST(Report, EveryTierRowHasAPredictionAndThrottlingIsListed) {
   ReportOptions o;
   o.charts = false;

@@ -128,7 +128,9 @@ std::optional<double> overlap(Predictor& p) {
   return t;
 }
 
-// A decode step beside a background load; the co-runner's demand from its own alone row in this run.
+// A decode step beside a background load; the co-runner's demand from its own alone row in this run. The
+// interference arm is gone from bench_frontier (merged into the idleness study's corun arm); this term reads its
+// rows in results written before the merge (results/gpu/H100-2026-11-22).
 std::optional<double> interference(Predictor& p) {
   const std::string bg = p.r.param("background"), model = p.r.param("model"), N = p.r.param("decode_tokens");
   const bool gpu = p.r.backend == "cuda";

@@ -1,6 +1,7 @@
 // The idleness study in the report: idleness against batch for the three definitions and the PM-sampling time
 // series (section), "more than 60% idle in decode" (claim 2), and its rows' model terms (roofline per layer;
-// the co-run rows by bandwidth sharing against their alone rows).
+// the co-run rows by bandwidth sharing against their alone rows, or against the device's link, memory or disk
+// figures for the copy and file backgrounds).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -153,8 +154,41 @@ ModelTerm per_layer(std::vector<std::string> arms, std::function<std::optional<d
           }};
 }
 
+std::string gb(double bps) { return fmt(bps / 1e9) + " GB/s"; }
+
+// A co-run step beside a background whose memory demand comes from the device's figures (the run has no alone row
+// of it): bytes / min(alone rate, memory bandwidth - demand), and on the CPU the cores time-shared with the
+// background's busy threads, as Predictor::corun.
+std::optional<double> corun_at(Predictor& p, const CaseRow* alone, double demand, const std::string& what,
+                               int busy_threads) {
+  if (!p.run_index) return p.none("co-run model: needs this run's alone rows (none given)");
+  if (!alone) return p.none("co-run model: no decode-alone row (background none, same shape) in this run");
+  if (!(*alone->median_s > 0)) return p.none("co-run model: the decode-alone row's median is 0");
+  if (p.g.hbm_tbps <= 0 || p.bytes <= 0) return p.none("co-run model: no memory bandwidth or no decode bytes");
+  const double bw = p.g.hbm_tbps * 1e12;
+  auto t = corun_s(p.bytes, *alone->median_s, bw, demand);
+  if (!t)
+    return p.none("co-run model: background demand " + gb(demand) + " >= memory bandwidth " + gb(bw) +
+                  ": bandwidth sharing gives no bound");
+  const int cores = p.run_index->run().compute_units;
+  std::string share;
+  if (p.r.backend == "cpu" && busy_threads > 0 && cores > 0) {
+    const double ts = double(cores + busy_threads) / cores;
+    share = "; core time-sharing: (" + std::to_string(cores) + " cores + " + std::to_string(busy_threads) +
+            " busy thread) / " + std::to_string(cores) + " = slowdown " + fmt(ts) + "; the larger of the two slowdowns";
+    t = std::max(*t, ts * *alone->median_s);
+  }
+  p.say("co-run model (bandwidth sharing): decode bytes / min(alone rate " + gb(p.bytes / *alone->median_s) +
+        ", memory " + gb(bw) + " - background " + gb(demand) + " = " + what + "); decode alone '" + alone->case_name +
+        "' " + us_text(*alone->median_s) + share + "; predicted slowdown " + fmt(*t / *alone->median_s));
+  return t;
+}
+
 std::optional<double> corun(Predictor& p, int layer_launches) {
   const std::string bg = p.r.param("background"), model = p.r.param("model");
+  // A row whose background did not overlap its steps (studies/idleness/background.hpp) measured no co-run.
+  if (p.r.note.find("co-run INVALID") != std::string::npos)
+    return p.none("the row's background did not overlap its steps (its note: co-run INVALID): no co-run to predict");
   if (bg == "none") return p.roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer");
   if (bg == "recompute_alone")
     return p.roof(p.r.backend == "cuda" ? 2 : 0,
@@ -165,6 +199,31 @@ std::optional<double> corun(Predictor& p, int layer_launches) {
                                  {"context", p.r.param("context")}, {"layers", p.r.param("layers")}, {"background", "none"}});
     return p.corun(alone, p.alone_row("idleness", {{"arm", "corun"}, {"model", model}, {"background", "recompute_alone"}}),
                    1, "recompute one page alone", 1);
+  }
+  if (bg == "copy" || bg == "file") {
+    const CaseRow* alone =
+        p.alone_row("idleness", {{"arm", "corun"}, {"model", model}, {"batch", p.r.param("batch")},
+                                 {"context", p.r.param("context")}, {"layers", p.r.param("layers")}, {"background", "none"}});
+    const bool gpu = p.r.backend == "cuda";
+    if (bg == "file") {
+      // O_DIRECT reads DMA into memory at the disk's rate; the reading thread mostly waits on the disk.
+      if (p.g.disk_gbps <= 0) return p.none("co-run model: no disk figure (no file-tier rows calibrated it)");
+      return corun_at(p, alone, p.g.disk_gbps * 1e9, "file bytes at the disk rate " + fmt(p.g.disk_gbps) + " GB/s", 0);
+    }
+    if (gpu) {
+      // H2D writes and D2H reads HBM at the host link's rate, one direction at a time (one stream).
+      if (p.g.host_link_gbps <= 0) return p.none("co-run model: no host link figure");
+      return corun_at(p, alone, p.g.host_link_gbps * 1e9,
+                      "copy bytes at the host link rate " + fmt(p.g.host_link_gbps) + " GB/s", 0);
+    }
+    // CPU: one memcpy thread among the step's team, one streaming thread per core: a fair share of the memory
+    // bandwidth, read + write, bw / (cores + 1).
+    const int cores = p.run_index ? p.run_index->run().compute_units : 0;
+    if (cores <= 0) return p.none("co-run model: meta.json gives no core count for the copy thread's share");
+    return corun_at(p, alone, p.g.hbm_tbps * 1e12 / (cores + 1),
+                    "copy bytes (read + write) of one of " + std::to_string(cores + 1) +
+                        " streaming threads, memory bandwidth / " + std::to_string(cores + 1),
+                    1);
   }
   return p.none("co-run background '" + bg + "' has no model term");
 }
