@@ -69,6 +69,84 @@ std::string onednn_isa(const std::string& impl) {
   return impl;
 }
 
+bool onednn_bf16_available(std::string* why) {
+  static const std::string refusal = [] {
+    try {
+      const std::uint16_t w = 0;
+      OnednnGemm probe(1, 1, 1, &w);
+      return std::string();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (why) *why = refusal;
+  return refusal.empty();
+}
+
+Bf16Gemm::Bf16Gemm(int M, int N, int K, const std::uint16_t* W) : M_(M), N_(N), K_(K) {
+  std::string why;
+  if (onednn_bf16_available(&why)) {
+    onednn_ = std::make_unique<OnednnGemm>(M, N, K, W);
+    impl_ = onednn_->impl();
+    return;
+  }
+  if (M < 1 || N < 1 || K < 1)
+    throw std::invalid_argument("Bf16Gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                                ": every dimension must be at least 1");
+  wf_.resize(std::size_t(N) * K);
+  bf16_to_f32(W, wf_.data(), wf_.size());
+  xf_.resize(std::size_t(M) * K);
+  impl_ = "OpenBLAS sgemm fp32 (" + why + ")";
+}
+
+Bf16Gemm::~Bf16Gemm() = default;
+
+void Bf16Gemm::run(const std::uint16_t* X, float* Y) const {
+  if (onednn_) return onednn_->run(X, Y);
+  bf16_to_f32(X, xf_.data(), xf_.size());
+  gemm_xwT(xf_.data(), wf_.data(), Y, M_, N_, K_);
+}
+
+std::string Bf16Gemm::isa() const { return onednn_ ? onednn_isa(impl_) : "openblas_fp32"; }
+
+namespace {
+struct IsaName {
+  const char* name;
+  dnnl::cpu_isa isa;
+};
+// Ordered as oneDNN orders them (AVX2 < AVX512_CORE < ..._VNNI < ..._BF16 < ..._AMX).
+constexpr IsaName kIsas[] = {{"all", dnnl::cpu_isa::all},
+                             {"avx2", dnnl::cpu_isa::avx2},
+                             {"avx512_core", dnnl::cpu_isa::avx512_core},
+                             {"avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni},
+                             {"avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16},
+                             {"avx512_core_amx", dnnl::cpu_isa::avx512_core_amx}};
+}  // namespace
+
+const std::vector<std::string>& onednn_isa_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& i : kIsas) v.push_back(i.name);
+    return v;
+  }();
+  return names;
+}
+
+void set_onednn_max_isa(const std::string& name) {
+  for (const auto& i : kIsas)
+    if (name == i.name) {
+      const dnnl::status st = dnnl::set_max_cpu_isa(i.isa);
+      if (st != dnnl::status::success)
+        throw std::runtime_error("oneDNN refused the ISA cap " + name +
+                                 (st == dnnl::status::unimplemented ? " (this build of oneDNN has no such control)"
+                                                                    : " (set after its first product was planned)"));
+      return;
+    }
+  std::string allowed;
+  for (const auto& i : kIsas) allowed += std::string(allowed.empty() ? "" : ", ") + i.name;
+  throw std::invalid_argument("oneDNN ISA '" + name + "': unknown; allowed " + allowed);
+}
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);

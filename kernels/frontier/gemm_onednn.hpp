@@ -36,6 +36,34 @@ class OnednnGemm {
   std::string impl_;
 };
 
+// Whether this oneDNN has a bf16 matmul for this CPU (and ISA cap): Debian's 2.6 has none below AVX-512
+// (avx2 hosts). *why gets oneDNN's refusal. The answer is taken once (the cap cannot change afterwards).
+bool onednn_bf16_available(std::string* why = nullptr);
+
+// The recompute arms' product: oneDNN's bf16 matmul where onednn_bf16_available(), else OpenBLAS sgemm on W
+// widened to fp32 once and X widened per call (gemm_xwT), so every x86 and ARM host runs the arms; impl()
+// says which ran.
+class Bf16Gemm {
+ public:
+  Bf16Gemm(int M, int N, int K, const std::uint16_t* W);
+  ~Bf16Gemm();
+  Bf16Gemm(const Bf16Gemm&) = delete;
+  Bf16Gemm& operator=(const Bf16Gemm&) = delete;
+  void run(const std::uint16_t* X, float* Y) const;
+  const std::string& impl() const { return impl_; }
+  std::string isa() const;  // onednn_isa(impl()), or "openblas_fp32"
+  int M() const { return M_; }
+  int N() const { return N_; }
+  int K() const { return K_; }
+
+ private:
+  int M_, N_, K_;
+  std::unique_ptr<OnednnGemm> onednn_;
+  std::vector<float> wf_;
+  mutable std::vector<float> xf_;
+  std::string impl_;
+};
+
 // A product that owns its operands, for the ceilings: X and W bf16 uniform in [-1, 1) from fixed seeds,
 // W packed at construction, Y fp32. Two studies state their CPU compute ceiling with it.
 class OnednnGemmProblem {
@@ -53,6 +81,12 @@ class OnednnGemmProblem {
 // The ISA family of an oneDNN implementation name, for a parameter column: "amx_bf16", "avx512_bf16",
 // "avx512", "avx2", or the name itself when none of these is in it.
 std::string onednn_isa(const std::string& impl);
+// Caps the ISA oneDNN dispatches to (dnnl_set_max_cpu_isa), so one machine can compare its kernels: AMX
+// against AVX-512-BF16 against AVX2. Names as onednn_isa_names(): "all" lifts the cap. Must come before the
+// first product is planned in the process. std::invalid_argument for another name, std::runtime_error when
+// oneDNN refuses (too late, or built without the feature).
+void set_onednn_max_isa(const std::string& name);
+const std::vector<std::string>& onednn_isa_names();  // all, avx2, avx512_core, ..., avx512_core_amx
 // oneDNN's version, "2.6.3".
 std::string onednn_version();
 

@@ -72,7 +72,7 @@ struct LayerScratch {
 // The layer's GEMMs for T rows, weights packed once into oneDNN's layout (LayerWeights' fp32 values are bf16
 // exactly). kv: the K/V rows of Wqkv, all the last layer computes; qkv, o, gu, d only when whole layers run.
 struct LayerGemms {
-  std::unique_ptr<OnednnGemm> qkv, kv, o, gu, d;
+  std::unique_ptr<Bf16Gemm> qkv, kv, o, gu, d;
 };
 LayerGemms make_layer_gemms(const LayerWeights& w, int T, bool whole_layers);
 

@@ -89,13 +89,13 @@ std::vector<float> layer0_input(const LayerWeights& w, std::int32_t token) {
 }
 
 namespace {
-std::unique_ptr<OnednnGemm> packed(const float* w, int T, int out, int in) {
+std::unique_ptr<Bf16Gemm> packed(const float* w, int T, int out, int in) {
   std::vector<std::uint16_t> b(std::size_t(out) * in);
   f32_to_bf16(w, b.data(), b.size());
-  return std::make_unique<OnednnGemm>(T, out, in, b.data());
+  return std::make_unique<Bf16Gemm>(T, out, in, b.data());
 }
 // Y = bf16(X) . W^T through g (X fp32 [T][K], rounded into the scratch first).
-void gemm_bf16(const OnednnGemm& g, const float* X, float* Y, std::vector<std::uint16_t>& xb) {
+void gemm_bf16(const Bf16Gemm& g, const float* X, float* Y, std::vector<std::uint16_t>& xb) {
   f32_to_bf16(X, xb.data(), std::size_t(g.M()) * g.K());
   g.run(xb.data(), Y);
 }

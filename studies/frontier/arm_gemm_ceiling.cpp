@@ -89,6 +89,9 @@ std::unique_ptr<Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   if (!env.gpu && p.has("gemm_lib")) {
     // The kernel oneDNN picks on this CPU (planning a primitive takes milliseconds). In the note, not a
     // parameter column: a case's identity (gate, golden lists) must not change with the machine.
+    std::string why;
+    if (!fr::onednn_bf16_available(&why))
+      return kvf::skipped_case("", {}, "this oneDNN has no bf16 matmul for this CPU and ISA cap (" + why + ")");
     const std::uint16_t w1 = 0;
     const std::string impl = fr::OnednnGemm(1, 1, 1, &w1).impl();
     c = std::make_unique<GemmCeilingOnednn>(n);

@@ -35,8 +35,7 @@ class LayersCpu final : public Case {
     fr::through_layers_cpu(*w_, gemms_, L_, T_, N_, tok_.data(), pc_, cs_.data(), slot_.data(), pages_, scratch_);
   }
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
-    const std::string& impl = gemms_.kv->impl();
-    return "oneDNN kernel " + impl + " (ISA " + fr::onednn_isa(impl) + ")";
+    return gemm_kernel_note(*gemms_.kv);
   }
   bool has_verify() const override { return true; }
   // Layer 0's K/V against the fp64 reference of RMSNorm(embedding) . Wkv (the deeper layers are checked

@@ -32,7 +32,7 @@ class MlaCase final : public Case {
   void teardown(Backend&) override { s_ = S{}; }
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
     if (!s_.gemm_cpu) return {};
-    return "oneDNN kernel " + s_.gemm_cpu->impl() + " (ISA " + fr::onednn_isa(s_.gemm_cpu->impl()) + ")";
+    return gemm_kernel_note(*s_.gemm_cpu);
   }
 
  private:
@@ -41,7 +41,7 @@ class MlaCase final : public Case {
   struct S {
     std::vector<std::uint16_t> w, x;
     std::vector<float> y, cs;
-    std::unique_ptr<fr::OnednnGemm> gemm_cpu;  // CPU: bf16 matmul, W packed once
+    std::unique_ptr<fr::Bf16Gemm> gemm_cpu;  // CPU: bf16 matmul, W packed once
     std::vector<double> inv_freq;
     std::vector<std::int32_t> pos;
     std::vector<std::int64_t> slot;
@@ -67,7 +67,7 @@ void MlaCase::setup(Backend& be) {
   fr::fill_bf16_uniform(s_.x.data(), s_.x.size(), kSeed + 21, 1.f);
   if (!gpu_) {
     s_.y.resize(std::size_t(R_) * N_);
-    s_.gemm_cpu = std::make_unique<fr::OnednnGemm>(R_, N_, K_, s_.w.data());
+    s_.gemm_cpu = std::make_unique<fr::Bf16Gemm>(R_, N_, K_, s_.w.data());
   }
   if (latent_) {
     s_.inv_freq = fr::rope_inv_freq(m_, g_.rope);

@@ -39,7 +39,7 @@ void x_setup_host(XState& s, const md::ModelShape& m, int T, int P, int bits, bo
   if (!gpu) {
     if (bits != 16) s.xb.resize(s.x.size());
     s.y.resize(std::size_t(s.rows) * out);
-    s.gemm_cpu = std::make_unique<fr::OnednnGemm>(s.rows, out, m.hidden, s.w.data());
+    s.gemm_cpu = std::make_unique<fr::Bf16Gemm>(s.rows, out, m.hidden, s.w.data());
   }
 }
 
@@ -124,8 +124,7 @@ class XCase final : public Case {
   void verify(Backend& be) override;
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
     if (!s_.gemm_cpu) return quant_note_;
-    const std::string& impl = s_.gemm_cpu->impl();
-    return "oneDNN kernel " + impl + " (ISA " + fr::onednn_isa(impl) + ")" + (quant_note_.empty() ? "" : "; ") +
+    return gemm_kernel_note(*s_.gemm_cpu) + (quant_note_.empty() ? "" : "; ") +
            quant_note_;
   }
   void teardown(Backend&) override { s_ = XState{}; }
@@ -186,7 +185,7 @@ std::unique_ptr<Case> make_x(const kvf::Point& p, Env& env, const std::string& x
   c->note = std::string("bytes = resident X read + K/V weights read + K/V written; pages at positions ") + i2s(kPos0) +
             "+; K/V written to scattered 16-token blocks" +
             (bits == 16 ? "" : "; dequantize pass (bf16 X) then the GEMM: not fused") +
-            (env.gpu ? "" : "; CPU: oneDNN bf16 matmul, W packed once at setup");
+            (env.gpu ? "" : "; CPU: oneDNN bf16 matmul, W packed once at setup (OpenBLAS fp32 where this oneDNN has none)");
   const double t = c->flops / (env.gpu ? 400e12 : 150e9) + (env.gpu ? 10e-6 : 0);
   c->est_seconds = est(t, env.gpu ? 0.3 : 0.05 + rows * m.hidden * 2e-9);
   return c;

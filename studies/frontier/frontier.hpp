@@ -16,6 +16,7 @@
 
 #include "kvf/arms.hpp"
 #include "kvf/backend.hpp"
+#include "gemm_onednn.hpp"
 #include "kvf/file_dir_flag.hpp"
 #include "kvf/study.hpp"
 #include "layers.hpp"
@@ -106,5 +107,8 @@ BufferHandle upload(Backend& be, const void* p, std::size_t bytes);  // a device
 void download(Backend& be, void* p, const BufferHandle& d, std::size_t bytes);
 
 inline const kvf::CeilingRef kGemmCeiling{"frontier", {{"arm", "gemm_ceiling"}}, "tflops"};
+
+// The note of a CPU recompute row: which kernel its product ran (oneDNN's, or the OpenBLAS fallback and why).
+inline std::string gemm_kernel_note(const fr::Bf16Gemm& g) { return "GEMM kernel " + g.impl() + " (ISA " + g.isa() + ")"; }
 
 }  // namespace kvf::frontier_study

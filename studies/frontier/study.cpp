@@ -13,6 +13,7 @@
 
 #include "frontier.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/onednn_isa_flag.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/model_shapes.hpp"
 #include "kvf/units.hpp"
@@ -82,6 +83,7 @@ class FrontierStudy final : public kvf::Study {
     app.add_option("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, multiples of 4 KiB in 4 KiB .. 1 GiB, "
                    "e.g. 32KiB,2MiB")->delimiter(',');
     kvf::study::add_file_dir_option(app, env_.file_dir, "the file tier arms (file, overlap)");
+    kvf::study::add_onednn_isa_option(app, onednn_isa_);
     app.add_option("--file-size", file_size_text_, "size of the file tier's file, a multiple of 2 MiB that fits the "
                    "free space of --file-dir (default 256MiB; --quick 64MiB)");
   }
@@ -90,7 +92,7 @@ class FrontierStudy final : public kvf::Study {
 
  private:
   std::vector<std::string> models_, xdtypes_, arms_, copy_sizes_;
-  std::string models_file_, file_size_text_;
+  std::string models_file_, file_size_text_, onednn_isa_;
   // Numbers are kept as text and parsed in cases(): plain digits in a stated range, one clear line otherwise.
   std::vector<std::string> tokens_text_, pages_text_, layers_text_, prefix_text_;
   CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
@@ -117,6 +119,7 @@ void FrontierStudy::check_flags(Backend& be) {
   const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
   if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   if (given("--file-dir") && env_.file_dir.empty()) kvf::study::check_file_dir_flag(env_.file_dir);
+  kvf::study::apply_onednn_isa_flag(onednn_isa_, given(kvf::study::kOnednnIsaFlag));
   if (given("--file-size") && file_size_text_.empty())
     kvf::bad_flag("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
   kvf::check_arm_names("--arms", arms_, unique_names(frontier_arms(env_)));

@@ -25,7 +25,7 @@ struct XState {
   std::vector<float> y, bias, cos_sin;
   // CPU: oneDNN bf16 matmul with W packed once at setup (as an engine packs at load); it reads bf16 X
   // directly, so nothing is widened per call.
-  std::unique_ptr<fr::OnednnGemm> gemm_cpu;
+  std::unique_ptr<fr::Bf16Gemm> gemm_cpu;
   std::vector<std::uint8_t> xq;
   std::vector<float> scales;
   std::vector<double> inv_freq;

@@ -114,6 +114,9 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   const int n = int(p.integer("gemm_n")), k = int(p.integer("gemm_k"));
   std::unique_ptr<kvf::Case> c;
   if (p.has("gemm_lib")) {
+    std::string why;
+    if (!fr::onednn_bf16_available(&why))
+      return kvf::skipped_case("", {}, "this oneDNN has no bf16 matmul for this CPU and ISA cap (" + why + ")");
     c = std::make_unique<GemmCeilingOnednn>(m, n, k);
     c->note = "oneDNN " + fr::onednn_version() + " matmul bf16 x bf16 -> fp32, weights packed once, all cores; the "
               "CPU compute ceiling is the best gemm_ceiling row";

@@ -11,6 +11,7 @@
 
 #include "idleness.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/onednn_isa_flag.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/perf_events.hpp"
 #include "recompute.hpp"
@@ -82,7 +83,7 @@ class IdlenessStudy final : public kvf::Study {
   // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
   // clear line otherwise.
   std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_;
-  std::string models_file_, chip_, layers_text_, prefill_tokens_text_, green_sms_text_;
+  std::string models_file_, chip_, layers_text_, prefill_tokens_text_, green_sms_text_, onednn_isa_;
   std::vector<std::string> model_names_;  // --models, else the model axis's defaults
 };
 
@@ -112,6 +113,7 @@ void IdlenessStudy::add_options(CLI::App& app) {
   app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
   app.add_flag("--no-counters", env_.no_counters, "GPU: timings only, no CUPTI collection");
   kvf::study::add_file_dir_option(app, env_.file_dir, "the corun arm's bg_file background (CPU)");
+  kvf::study::add_onednn_isa_option(app, onednn_isa_);
   app.add_option("--green-sms", green_sms_text_,
                  "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
                  "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
@@ -237,6 +239,7 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
 #endif
   validate_counters_flags();
+  kvf::study::apply_onednn_isa_flag(onednn_isa_, app_ && app_->count(kvf::study::kOnednnIsaFlag) > 0);
   kvf::check_arm_names("--arms", arms_flag_, selectable());
   const kvf::UserLists given = parse_sweep_flags();
   resolve_models(t, given);

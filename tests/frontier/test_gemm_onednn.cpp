@@ -77,3 +77,13 @@ TEST(OnednnGemm, IsaFamilyFromTheImplementationName) {
   EXPECT_EQ(fr::onednn_isa("ref:any"), "ref:any");
   EXPECT_FALSE(fr::onednn_version().empty());
 }
+
+// Once a product has been planned in the process oneDNN takes no ISA cap any more, and says so.
+TEST(OnednnIsa, UnknownNameIsRefusedAndALateCapIsAnError) {
+  EXPECT_THROW(fr::set_onednn_max_isa("sse9"), std::invalid_argument);
+  EXPECT_THROW(fr::set_onednn_max_isa(""), std::invalid_argument);
+  EXPECT_EQ(fr::onednn_isa_names().front(), "all");
+  const std::uint16_t w = 0;
+  (void)fr::OnednnGemm(1, 1, 1, &w);
+  EXPECT_THROW(fr::set_onednn_max_isa("avx2"), std::runtime_error);
+}
