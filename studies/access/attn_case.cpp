@@ -84,7 +84,7 @@ class AttnCase final : public kvf::Case {
         // Top-k scratch, sized on the host and zeroed once (every routing call leaves it reusable).
         const std::size_t tb = ka::gpu::topk_scratch_bytes(sel_.n_lists, sms);
         dtopk_ = BufferHandle(be, tb, MemKind::device);
-        KVF_CUDA_CHECK(cudaMemset(dtopk_->ptr, 0, tb));
+        KVF_CUDA_CHECK(cudaMemsetAsync(dtopk_->ptr, 0, tb, kvf::cuda_stream(be)));  // ordered before routing
         const std::uint32_t lo = sp.arm == ka::Arm::block ? 1 : sp.block, kp = kb_ * (sp.arm == ka::Arm::block ? 1 : sp.block) - 2 * lo;
         topk_ctas_ = ka::gpu::topk_grid(lo, static_cast<std::uint32_t>(n) - lo, kp, sel_.n_lists, sms).ctas;
         const std::uint64_t ck = Shared::cent_key(sp.block, pm_);
