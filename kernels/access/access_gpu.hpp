@@ -57,6 +57,13 @@ void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, 
 std::size_t topk_scratch_bytes(std::uint32_t lists, int sm_count);
 // The CTAs per list a call runs (candidates [lo, hi), kp of them taken; kp == 0: one CTA, emission only).
 TopkGrid topk_grid(std::uint32_t lo, std::uint32_t hi, std::uint32_t kp, std::uint32_t lists, int sm_count);
+// The top-k alone (route_* call it after their scores): out[list] = [0, lo) + the top kp of scores[lo, hi)
+// of each of `lists` lists of n scores (topk_by_key's contract) + [hi, n), each logical entry i of `unit`
+// tokens as pm.entries_per(unit) physical entries of batch list / lists_per_batch. std::invalid_argument
+// unless lo <= hi <= n, kp <= hi - lo, 1 <= lists <= 65535 and (kp > 0) a scratch.
+void topk_select(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi, std::uint32_t kp,
+                 std::uint32_t unit, std::uint32_t lists, std::uint32_t lists_per_batch, const PageMap& pm,
+                 std::uint32_t* scratch, int sm_count, std::uint32_t* out, cudaStream_t st);
 void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
                   std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores, std::uint32_t* idx,
                   std::uint32_t* topk_scratch, int sm_count, cudaStream_t st);

@@ -352,10 +352,18 @@ void check(const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// The top-k launches (module comment above), all on stream st.
-void topk(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi, std::uint32_t kp,
-          std::uint32_t unit, std::uint32_t lists, std::uint32_t lists_per_batch, const PageMap& pm,
-          std::uint32_t* scratch, int sm_count, std::uint32_t* out, cudaStream_t st) {
+}  // namespace
+
+TopkGrid topk_grid(std::uint32_t lo, std::uint32_t hi, std::uint32_t kp, std::uint32_t lists, int sm_count) {
+  return kp ? make_topk_grid(lo, hi, lists, static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1)) : TopkGrid{};
+}
+std::size_t topk_scratch_bytes(std::uint32_t lists, int sm_count) {
+  return topk_scratch_words(lists, static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1)) * 4;
+}
+
+void topk_select(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi, std::uint32_t kp,
+                 std::uint32_t unit, std::uint32_t lists, std::uint32_t lists_per_batch, const PageMap& pm,
+                 std::uint32_t* scratch, int sm_count, std::uint32_t* out, cudaStream_t st) {
   if (!(lo <= hi && hi <= n) || kp > hi - lo) throw std::invalid_argument("gpu top-k: needs lo <= hi <= n, kp <= hi - lo");
   if (kp && !scratch) throw std::invalid_argument("gpu top-k: no scratch (topk_scratch_bytes)");
   if (lists == 0 || lists > 65535) throw std::invalid_argument("gpu top-k: 1 to 65535 lists (grid y)");
@@ -377,14 +385,6 @@ void topk(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t 
   check("topk_emit_kernel launch");
 }
 
-}  // namespace
-
-TopkGrid topk_grid(std::uint32_t lo, std::uint32_t hi, std::uint32_t kp, std::uint32_t lists, int sm_count) {
-  return kp ? make_topk_grid(lo, hi, lists, static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1)) : TopkGrid{};
-}
-std::size_t topk_scratch_bytes(std::uint32_t lists, int sm_count) {
-  return topk_scratch_words(lists, static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1)) * 4;
-}
 
 void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
                   std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores, std::uint32_t* idx,
@@ -397,7 +397,7 @@ void route_blocks(const AttnDims& s, const void* q, const float* centroids, std:
                                                           s.d, nb, shared, s.dtype == DType::bf16, scores);
   check("score_blocks_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
-  topk(scores, nb, 1, nb - 1, k_blocks - 2, block, lists, shared ? 1 : s.hkv, pm, topk_scratch, sm_count, idx, st);
+  topk_select(scores, nb, 1, nb - 1, k_blocks - 2, block, lists, shared ? 1 : s.hkv, pm, topk_scratch, sm_count, idx, st);
 }
 
 void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
@@ -423,7 +423,7 @@ void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t
     throw std::invalid_argument("gpu::route_tokens: head dim must be 64 or 128");
   check("score_tokens_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
-  topk(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1, lists, shared ? 1 : s.hkv, pm, topk_scratch,
+  topk_select(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1, lists, shared ? 1 : s.hkv, pm, topk_scratch,
        sm_count, idx, st);
 }
 
@@ -443,7 +443,7 @@ void route_tokens_lowrank(const AttnDims& s, const void* q, const float* basis, 
                                                            s.hkv, s.d, s.ctx, r, shared, s.dtype == DType::bf16, scores);
   check("score_lowrank_kernel launch");
   const std::uint32_t lists = shared ? s.batch : s.batch * s.hkv;
-  topk(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1, lists, shared ? 1 : s.hkv, pm, topk_scratch,
+  topk_select(scores, s.ctx, block, s.ctx - block, budget - 2 * block, 1, lists, shared ? 1 : s.hkv, pm, topk_scratch,
        sm_count, idx, st);
 }
 
