@@ -75,6 +75,13 @@ Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uin
 Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
                                  const std::vector<float>& scores);
 
+// The GPU top-k's contract on one list of n scores (logical entries): [0, lo) + the kp candidates of
+// [lo, hi) with the largest order_key(score) (access_math.hpp: -0 below +0), ties to the lower index, in
+// index order + [hi, n). Equals the top-k of select_*_by_score whenever no -0/+0 pair ties (they
+// compare floats). 0 <= lo <= hi <= n, kp <= hi - lo (std::invalid_argument otherwise).
+std::vector<std::uint32_t> topk_by_key(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi,
+                                       std::uint32_t kp);
+
 // Placement (PageMap, access_math.hpp). The select_* functions above return LOGICAL selections (token
 // positions in logical order, what the contiguous placement reads); place() turns one into the physical
 // lists every kernel and the reference read: each logical entry of span S becomes pm.entries_per(S)

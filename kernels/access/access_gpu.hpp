@@ -47,20 +47,35 @@ void fill_qkv(const AttnDims& s, void* q, void* k, void* v, std::uint64_t seed, 
 // sink and latest forced), emitted in ascending logical order and translated to physical entries through
 // the page map exactly as kvf::access::place() does on the host (each logical entry of span S becomes
 // pm.entries_per(S) entries of pm.entry_span(S) tokens; contiguous pm: the logical entries).
+// The top-k is a multi-CTA radix select (3 digit passes + count + emit, 5 launches on the caller's
+// stream; access_math.hpp "GPU top-k"): topk_scratch holds topk_scratch_bytes(lists, sm_count) bytes,
+// zeroed once before its first use (each call leaves it reusable), sm_count the same in every call;
+// one call at a time per scratch buffer. lists = batch (shared) or batch * hkv (per_head).
 // Block arm: n = ctx/block, centroids fp32 [batch][hkv][n][d] of the logical blocks (built at
 // "prefill"); idx holds k_blocks * pm.entries_per(block) entries per list. Token arm: n = ctx, scores
 // against every key (logical token t read from its physical row), k_blocks * block entries per list.
+std::size_t topk_scratch_bytes(std::uint32_t lists, int sm_count);
+// The CTAs per list a call runs (candidates [lo, hi), kp of them taken; kp == 0: one CTA, emission only).
+TopkGrid topk_grid(std::uint32_t lo, std::uint32_t hi, std::uint32_t kp, std::uint32_t lists, int sm_count);
+// The top-k alone (route_* call it after their scores): out[list] = [0, lo) + the top kp of scores[lo, hi)
+// of each of `lists` lists of n scores (topk_by_key's contract) + [hi, n), each logical entry i of `unit`
+// tokens as pm.entries_per(unit) physical entries of batch list / lists_per_batch. std::invalid_argument
+// unless lo <= hi <= n, kp <= hi - lo, 1 <= lists <= 65535 and (kp > 0) a scratch.
+void topk_select(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi, std::uint32_t kp,
+                 std::uint32_t unit, std::uint32_t lists, std::uint32_t lists_per_batch, const PageMap& pm,
+                 std::uint32_t* scratch, int sm_count, std::uint32_t* out, cudaStream_t st);
 void route_blocks(const AttnDims& s, const void* q, const float* centroids, std::uint32_t block,
                   std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores, std::uint32_t* idx,
-                  cudaStream_t st);
+                  std::uint32_t* topk_scratch, int sm_count, cudaStream_t st);
 void route_tokens(const AttnDims& s, const void* q, const void* k, std::uint32_t block, std::uint32_t k_blocks,
-                  bool shared, const PageMap& pm, float* scores, std::uint32_t* idx, int sm_count, cudaStream_t st);
+                  bool shared, const PageMap& pm, float* scores, std::uint32_t* idx, std::uint32_t* topk_scratch,
+                  int sm_count, cudaStream_t st);
 // Token arm through the low-rank key proxy (kvf::access::build_lowrank): basis fp32 [batch][hkv][d][r],
 // projected keys fp32 [batch][hkv][ctx][r] in logical order, r in {8, 16, 32, 64}; scores
 // (P_h^T qsum_h) . Kp_h[t], then the same top-k and emission as route_tokens.
 void route_tokens_lowrank(const AttnDims& s, const void* q, const float* basis, const float* pkeys, std::uint32_t r,
                           std::uint32_t block, std::uint32_t k_blocks, bool shared, const PageMap& pm, float* scores,
-                          std::uint32_t* idx, int sm_count, cudaStream_t st);
+                          std::uint32_t* idx, std::uint32_t* topk_scratch, int sm_count, cudaStream_t st);
 
 }  // namespace kvf::access::gpu
 #endif

@@ -348,6 +348,93 @@ KVF_HD std::uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// GPU top-k as a multi-CTA radix select (routing_gpu.cu), the math the kernels and the host emulation
+// (tests/access/test_topk_radix.cpp) share. A list has n scores; candidates are [lo, hi); the top kp of
+// them by order_key (ties to the lower index) are wanted, emitted in index order.
+// T = the kp-th largest candidate key is found most significant digit first, 3 digits of 11/11/10
+// bits: pass p histograms the digit of the candidates whose higher digits equal the prefix fixed so far,
+// then the digit d with  above(d) < need <= above(d) + hist[d]  (above(d): keys in the pass's higher
+// bins) joins the prefix and need -= above(d). After the last pass T is exact and need_eq = need: the
+// number of keys == T to take (the first need_eq in index order), kp - need_eq keys are > T.
+// Emission: candidate i (key > T, or == T and E(i) < need_eq) goes to output position
+// G(i) + min(E(i), need_eq), G(i) / E(i) the candidates > T / == T before i in index order.
+// Work split: CTA c of a list covers the aligned slice [(c0 + c) * per, (c0 + c + 1) * per) of [0, n)
+// intersected with [lo, hi) (per a multiple of kTopkChunk, so 16-byte loads stay aligned).
+// ---------------------------------------------------------------------------------------------------
+inline constexpr int kTopkPasses = 3;
+inline constexpr int kTopkThreads = 256;                  // threads per CTA of the top-k kernels
+inline constexpr int kTopkItems = 4;                      // consecutive keys per thread per chunk (a float4)
+inline constexpr std::uint32_t kTopkChunk = kTopkThreads * kTopkItems;  // keys per CTA step
+inline constexpr std::uint32_t kTopkMaxBins = 2048;
+inline constexpr std::uint32_t kTopkCtasPerUnit = 2;      // CTAs per SM aimed for over all lists
+KVF_HD constexpr std::uint32_t topk_digit_bits(int pass) { return pass == 2 ? 10u : 11u; }
+KVF_HD constexpr std::uint32_t topk_digit_shift(int pass) { return pass == 0 ? 21u : pass == 1 ? 10u : 0u; }
+KVF_HD constexpr std::uint32_t topk_bins(int pass) { return 1u << topk_digit_bits(pass); }
+KVF_HD constexpr std::uint32_t topk_digit(std::uint32_t key, int pass) {
+  return (key >> topk_digit_shift(pass)) & (topk_bins(pass) - 1u);
+}
+// Whether key's digits above pass `pass` equal those of prefix (always for pass 0).
+KVF_HD constexpr bool topk_in_prefix(std::uint32_t key, std::uint32_t prefix, int pass) {
+  return pass == 0 || ((key ^ prefix) >> (topk_digit_shift(pass) + topk_digit_bits(pass))) == 0u;
+}
+// Bin walk of the last CTA of a pass, bins in descending digit order: `above` keys lie in higher bins,
+// `here` in this one; true for the one bin holding the need-th largest (1 <= need <= total).
+KVF_HD constexpr bool topk_pick_digit(std::uint32_t above, std::uint32_t here, std::uint32_t need) {
+  return above < need && need <= above + here;
+}
+// Emission: whether candidate with key `key` and G / E keys > T / == T before it is taken, and where.
+KVF_HD constexpr std::uint32_t topk_out_pos(std::uint32_t G, std::uint32_t E, std::uint32_t need_eq) {
+  return G + (E < need_eq ? E : need_eq);
+}
+KVF_HD constexpr bool topk_taken(std::uint32_t key, std::uint32_t T, std::uint32_t E, std::uint32_t need_eq) {
+  return key > T || (key == T && E < need_eq);
+}
+
+// CTAs per list and slice length for n scores with candidates [lo, hi) (lo < hi <= n), `lists` lists,
+// `units` SMs: about kTopkCtasPerUnit * units CTAs over all lists, slices of whole chunks.
+struct TopkGrid {
+  std::uint32_t per = kTopkChunk;  // keys per slice (multiple of kTopkChunk)
+  std::uint32_t c0 = 0;            // first slice touching [lo, hi)
+  std::uint32_t ctas = 1;          // slices touching [lo, hi): CTAs per list
+  KVF_HD std::uint32_t begin(std::uint32_t c, std::uint32_t lo) const {
+    const std::uint32_t b = (c0 + c) * per;
+    return b > lo ? b : lo;
+  }
+  KVF_HD std::uint32_t end(std::uint32_t c, std::uint32_t hi) const {
+    const std::uint64_t e = std::uint64_t{c0 + c + 1} * per;
+    return e < hi ? static_cast<std::uint32_t>(e) : hi;
+  }
+};
+// Upper bound of TopkGrid::ctas for any n, lo, hi (scratch sizing): the wanted count + 1 straddled slice.
+KVF_HD std::uint32_t topk_wanted_ctas(std::uint32_t lists, std::uint32_t units) {
+  const std::uint32_t l = lists ? lists : 1u, u = units ? units : 1u;
+  const std::uint32_t w = (kTopkCtasPerUnit * u + l - 1) / l;
+  return w ? w : 1u;
+}
+KVF_HD std::uint32_t topk_max_ctas(std::uint32_t lists, std::uint32_t units) { return topk_wanted_ctas(lists, units) + 1; }
+KVF_HD TopkGrid make_topk_grid(std::uint32_t lo, std::uint32_t hi, std::uint32_t lists, std::uint32_t units) {
+  TopkGrid g;
+  const std::uint32_t m = hi - lo, want = topk_wanted_ctas(lists, units);
+  std::uint32_t per = (m + want - 1) / want;
+  per = (per + kTopkChunk - 1) / kTopkChunk * kTopkChunk;
+  if (per == 0) per = kTopkChunk;
+  g.per = per;
+  g.c0 = lo / per;
+  g.ctas = (hi - 1) / per - g.c0 + 1;
+  return g;
+}
+// Per-list scratch words: the histogram of the current pass (zero between passes), a CTA ticket, and
+// the state the last CTA of a pass leaves for the next launch (prefix / T, need / need_eq).
+inline constexpr std::uint32_t kTopkTicket = kTopkMaxBins, kTopkPrefix = kTopkMaxBins + 1,
+                               kTopkNeed = kTopkMaxBins + 2, kTopkStateWords = kTopkMaxBins + 4;
+// Scratch of the GPU top-k in 32-bit words: per list the state above, then per (list, CTA) the counts
+// {> T, == T} of its slice. Zeroed once before first use; every call leaves the histograms and
+// tickets zero again.
+KVF_HD std::uint64_t topk_scratch_words(std::uint32_t lists, std::uint32_t units) {
+  return std::uint64_t{lists} * (kTopkStateWords + 2ull * topk_max_ctas(lists, units));
+}
+
 // Deterministic KV / q values: uniform-ish in [-1, 1) from the fill pattern (same on host and device).
 KVF_HD float pattern_unit(std::uint64_t seed, std::uint64_t i) {
   return static_cast<float>(static_cast<std::int64_t>(pattern_word(seed, i)) >> 40) * (1.0f / 8388608.0f);

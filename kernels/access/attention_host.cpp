@@ -84,6 +84,27 @@ static void top_k(const float* scores, std::uint32_t lo, std::uint32_t hi, std::
   out.insert(out.end(), ids.begin(), ids.begin() + k);
 }
 
+std::vector<std::uint32_t> topk_by_key(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi,
+                                       std::uint32_t kp) {
+  if (!(lo <= hi && hi <= n) || kp > hi - lo)
+    throw std::invalid_argument("topk_by_key: needs lo <= hi <= n and kp <= hi - lo");
+  std::vector<std::uint32_t> ids(hi - lo);
+  std::iota(ids.begin(), ids.end(), lo);
+  auto better = [&](std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t ka = order_key(scores[a]), kb = order_key(scores[b]);
+    return ka > kb || (ka == kb && a < b);
+  };
+  std::nth_element(ids.begin(), ids.begin() + kp, ids.end(), better);
+  ids.resize(kp);
+  std::sort(ids.begin(), ids.end());
+  std::vector<std::uint32_t> out;
+  out.reserve(lo + kp + (n - hi));
+  for (std::uint32_t i = 0; i < lo; ++i) out.push_back(i);
+  out.insert(out.end(), ids.begin(), ids.end());
+  for (std::uint32_t i = hi; i < n; ++i) out.push_back(i);
+  return out;
+}
+
 Selection select_blocks_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
                                  const std::vector<float>& scores) {
   const std::uint32_t nb = s.ctx / block;

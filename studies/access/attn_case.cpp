@@ -81,6 +81,12 @@ class AttnCase final : public kvf::Case {
         const std::uint64_t n = sp.arm == ka::Arm::block ? sp.s.ctx / sp.block : sp.s.ctx;
         dscores_ = BufferHandle(be, std::uint64_t{sel_.n_lists} * n * 4, MemKind::device);
         dridx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
+        // Top-k scratch, sized on the host and zeroed once (every routing call leaves it reusable).
+        const std::size_t tb = ka::gpu::topk_scratch_bytes(sel_.n_lists, sms);
+        dtopk_ = BufferHandle(be, tb, MemKind::device);
+        KVF_CUDA_CHECK(cudaMemsetAsync(dtopk_->ptr, 0, tb, kvf::cuda_stream(be)));  // ordered before routing
+        const std::uint32_t lo = sp.arm == ka::Arm::block ? 1 : sp.block, kp = kb_ * (sp.arm == ka::Arm::block ? 1 : sp.block) - 2 * lo;
+        topk_ctas_ = ka::gpu::topk_grid(lo, static_cast<std::uint32_t>(n) - lo, kp, sel_.n_lists, sms).ctas;
         const std::uint64_t ck = Shared::cent_key(sp.block, pm_);
         if (sp.arm == ka::Arm::block && !d.dcentroids.count(ck)) {
           const auto& c = d.centroids.at(ck);
@@ -151,6 +157,13 @@ class AttnCase final : public kvf::Case {
   std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
     std::string n = "verify_err=" + fmt(err_, 2);
     if (sp.proxy_rank) n += "; recall_vs_key_topk=" + fmt(recall_, 3);
+    if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) {
+#if defined(KVF_HAVE_CUDA)
+      if (gpu_)
+        n += "; topk=radix_select 11/11/10-bit, " + std::to_string(topk_ctas_) + " CTAs/list, 5 launches";
+#endif
+      if (!gpu_) n += "; topk=nth_element per list";
+    }
     if (sp.routing == Routing::alone || sp.routing == Routing::attend) sh->record(route_key + to_string(sp.routing), mode, m.median);
     if (sp.routing == Routing::end_to_end) {
       // Derived, not separately timed: one routing reused for S decode steps costs, per step,
@@ -213,8 +226,9 @@ class AttnCase final : public kvf::Case {
 #if defined(KVF_HAVE_CUDA)
   ka::gpu::AttnDims dims_{};
   ka::gpu::AttnPlan plan_{};
-  BufferHandle didx_, dws_, dout_, dscores_, dridx_;
+  BufferHandle didx_, dws_, dout_, dscores_, dridx_, dtopk_;
   int sms_ = 0;
+  std::uint32_t topk_ctas_ = 0;
 #endif
 
   // GPU routing check: download the lists; structure (sorted, sink + latest, budget) and top-k
@@ -233,6 +247,18 @@ class AttnCase final : public kvf::Case {
       throw kvf::VerifyError("GPU routing: the lists are not a placement (page table) of logical entries");
     const std::uint32_t n = blk ? s.ctx / sp.block : s.ctx;
     const std::uint32_t nlo = blk ? 1 : sp.block, nhi = nlo;  // forced entries at each end
+    // Exact: the lists are the CPU top-k (topk_by_key) of the GPU's own scores, entry for entry.
+    {
+      std::vector<float> gs(std::uint64_t{g.n_lists} * n);
+      KVF_CUDA_CHECK(cudaMemcpy(gs.data(), dscores_->ptr, gs.size() * 4, cudaMemcpyDeviceToHost));
+      const std::uint32_t ne = g.geom.n_entries;
+      for (std::uint32_t l = 0; l < g.n_lists; ++l) {
+        const auto ref = ka::topk_by_key(gs.data() + std::uint64_t{l} * n, n, nlo, n - nhi, ne - nlo - nhi);
+        if (!std::equal(ref.begin(), ref.end(), g.idx.begin() + std::uint64_t{l} * ne))
+          throw kvf::VerifyError("GPU routing: list " + std::to_string(l) +
+                                 " differs from the CPU top-k of the GPU's own scores");
+      }
+    }
     std::vector<float> sc;
     if (blk) ka::score_blocks(s, data_->host_q(), data_->centroids.at(Shared::cent_key(sp.block, pm_)), sp.block, sp.shared, sc);
     else if (sp.proxy_rank)
@@ -325,15 +351,17 @@ class AttnCase final : public kvf::Case {
         ka::gpu::route_blocks(dims_, data_->q->ptr,
                               data_->dcentroids.at(Shared::cent_key(sp.block, pm_)).get().as<float>(), sp.block, kb_,
                               sp.shared, pm_, dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
-                              kvf::cuda_stream(be));
+                              dtopk_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
       else if (sp.proxy_rank) {
         const auto& lr = data_->dlowrank.at(Shared::cent_key(sp.proxy_rank, pm_));
         ka::gpu::route_tokens_lowrank(dims_, data_->q->ptr, lr.first.get().as<float>(), lr.second.get().as<float>(),
                                       sp.proxy_rank, sp.block, kb_, sp.shared, pm_, dscores_.get().as<float>(),
-                                      dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+                                      dridx_.get().as<std::uint32_t>(), dtopk_.get().as<std::uint32_t>(), sms_,
+                                      kvf::cuda_stream(be));
       } else
         ka::gpu::route_tokens(dims_, data_->q->ptr, data_->k->ptr, sp.block, kb_, sp.shared, pm_,
-                              dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
+                              dscores_.get().as<float>(), dridx_.get().as<std::uint32_t>(),
+                              dtopk_.get().as<std::uint32_t>(), sms_, kvf::cuda_stream(be));
 #endif
       return;
     }
