@@ -233,7 +233,8 @@ struct RunOptions {
   std::vector<std::string> pass;  // after "--": given to every bench binary
 };
 
-int do_run(const RunOptions& o, const std::string& command) {
+// The studies to run, in the study list's order: those asked for (all built ones by default), stream first.
+std::vector<std::string> choose_studies(const RunOptions& o) {
   std::string allowed;
   for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   std::vector<std::string> chosen;
@@ -269,6 +270,21 @@ int do_run(const RunOptions& o, const std::string& command) {
       std::fprintf(stderr, "kvf run: running stream first: it is the ceiling the other studies are stated against\n");
     }
   }
+  return chosen;
+}
+
+// Under --time-limit a study gets the share of the time left that its estimate has of the estimates left, so
+// what a fast study leaves over goes to the ones after it. 0: no limit.
+double time_share(const RunOptions& o, double elapsed_s, const std::vector<double>& est, std::size_t i) {
+  if (o.time_limit_s <= 0) return 0;
+  double est_left = 0;
+  for (std::size_t j = i; j < est.size(); ++j) est_left += est[j];
+  const double left = o.time_limit_s - elapsed_s;
+  return std::max(1.0, left * (est_left > 0 ? est[i] / est_left : 1.0 / double(est.size() - i)));
+}
+
+int do_run(const RunOptions& o, const std::string& command) {
+  const std::vector<std::string> chosen = choose_studies(o);
 
   install_forwarding();
   std::string note;
@@ -341,16 +357,8 @@ int do_run(const RunOptions& o, const std::string& command) {
   const auto run_start = std::chrono::steady_clock::now();
   std::vector<std::string> time_limited;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
-    // Under --time-limit each study gets the share of the time left that its estimate has of the estimates
-    // left, so what a fast study leaves over goes to the ones after it.
-    double share_s = 0;
-    if (o.time_limit_s > 0) {
-      const double left =
-          o.time_limit_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      double est_left = 0;
-      for (std::size_t j = i; j < chosen.size(); ++j) est_left += est[j];
-      share_s = std::max(1.0, left * (est_left > 0 ? est[i] / est_left : 1.0 / double(chosen.size() - i)));
-    }
+    const double share_s =
+        time_share(o, std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count(), est, i);
     std::fprintf(stderr, "kvf run: [%zu/%zu] %s: %zu cases, ~%.0f s%s\n", i + 1, chosen.size(), chosen[i].c_str(),
                  ncases[i], est[i], share_s > 0 ? (", stopped after " + std::to_string(int(share_s)) + " s").c_str() : "");
     if (g_signal) return stopped_by_signal(out);
