@@ -99,8 +99,6 @@ Bf16Gemm::Bf16Gemm(int M, int N, int K, const std::uint16_t* W) : M_(M), N_(N), 
   impl_ = "OpenBLAS sgemm fp32 (" + why + ")";
 }
 
-Bf16Gemm::~Bf16Gemm() = default;
-
 void Bf16Gemm::run(const std::uint16_t* X, float* Y) const {
   if (onednn_) return onednn_->run(X, Y);
   bf16_to_f32(X, xf_.data(), xf_.size());

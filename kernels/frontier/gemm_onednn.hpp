@@ -45,10 +45,7 @@ bool onednn_bf16_available(std::string* why = nullptr);
 // says which ran.
 class Bf16Gemm {
  public:
-  Bf16Gemm(int M, int N, int K, const std::uint16_t* W);
-  ~Bf16Gemm();
-  Bf16Gemm(const Bf16Gemm&) = delete;
-  Bf16Gemm& operator=(const Bf16Gemm&) = delete;
+  Bf16Gemm(int M, int N, int K, const std::uint16_t* W);  // not copyable: it owns its oneDNN product
   void run(const std::uint16_t* X, float* Y) const;
   const std::string& impl() const { return impl_; }
   std::string isa() const;  // onednn_isa(impl()), or "openblas_fp32"
