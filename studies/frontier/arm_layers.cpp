@@ -190,9 +190,28 @@ Arm layers_arm(const Env& env) {
                {.name = "model", .doc = "GQA models of --models", .cpu = models, .fixed = models},
                {.name = "tokens", .doc = "tokens per page T", .cpu = {"128"}, .flag = "--tokens", .fixed = {"128"}},
                // The user's --tokens or --prefix keeps every default layer count (not only the first).
-               {.name = "layers", .doc = "layers L (the last computes only its K/V)", .cpu = {"1", "2"}, .gpu = {"1"},
+               {.name = "layers", .doc = "layers L (the last computes only its K/V)", .cpu = {"1", "2"},
+                .gpu = {"1", "2", "4", "8"},
                 .flag = "--layers", .fixed = layers_default},
                {.name = "prefix", .doc = "resident prefix N tokens", .cpu = {"1024"}, .flag = "--prefix", .fixed = {"1024"}}},
+      // GPU: L = 1, 2, 4, 8 and the model's own depth, model by model (the H100 run had L = 1 only); a depth the
+      // GPU's memory cannot hold is a skipped row. CPU: 1 and 2 (one 8B layer costs ~0.3 s there).
+      .default_grid =
+          [](const kvf::Target& t, const Env& e) {
+            kvf::Grid g;
+            if (t.quick) return g;  // not in the quick subset
+            for (const auto& name : e.model_names(false)) {
+              std::vector<std::string> ls = {"1", "2"};
+              if (t.gpu) {
+                ls = {"1", "2", "4", "8"};
+                const int depth = e.model(name).layers;
+                if (depth > 8) ls.push_back(i2s(depth));
+              }
+              g.push_back(kvf::Product{{{"arm", {"layers"}}, {"model", {name}}, {"tokens", {"128"}},
+                                        {"layers", ls}, {"prefix", {"1024"}}}});
+            }
+            return g;
+          },
       .case_name = "layers/{model}/T{tokens}/L{layers}/N{prefix}",
       .make = make_layers};
 }
