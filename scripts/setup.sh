@@ -26,6 +26,7 @@ kvf_install_deps() {
 kvf_build() {
   local preset=${1:-default}
   cd "$KVF_ROOT"
-  cmake --preset "$preset" >/dev/null
+  # KVF_CUDA_ARCHS (e.g. 90) builds one device architecture instead of sm_80/90/100 (CI, which has no GPU).
+  cmake --preset "$preset" ${KVF_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$KVF_CUDA_ARCHS} >/dev/null
   cmake --build --preset "$preset" -j "$(nproc)"
 }
