@@ -51,10 +51,12 @@ void cuda_check(cudaError_t err, const char* what) {
 namespace {
 
 using cuda_host::bytes_text;
+using cuda_host::compute_mode_name;
 using cuda_host::host_fill;
 using cuda_host::Nvml;
 using cuda_host::pcie_gen_from_speed;
 using cuda_host::read_line;
+using cuda_host::sysfs_pci_id;
 using cuda_host::version_string;
 
 // ------------------------------------------------------------------------------------------------
@@ -518,12 +520,7 @@ class CudaBackend final : public Backend {
     x["ecc"] = props_.ECCEnabled != 0;
     x["memory_bus_width_bits"] = props_.memoryBusWidth;
     if (const int mkhz = attr(cudaDevAttrMemoryClockRate); mkhz > 0) x["memory_clock_mhz"] = mkhz / 1000.0;
-    switch (attr(cudaDevAttrComputeMode)) {
-      case cudaComputeModeDefault: x["compute_mode"] = "default"; break;
-      case cudaComputeModeProhibited: x["compute_mode"] = "prohibited"; break;
-      case cudaComputeModeExclusiveProcess: x["compute_mode"] = "exclusive_process"; break;
-      default: x["compute_mode"] = "unknown"; break;
-    }
+    x["compute_mode"] = compute_mode_name(attr(cudaDevAttrComputeMode));
     x["max_threads_per_sm"] = props_.maxThreadsPerMultiProcessor;
     x["shared_mem_per_sm_bytes"] = props_.sharedMemPerMultiprocessor;
     x["l2_persisting_max_bytes"] = props_.persistingL2CacheMaxSize;
@@ -533,17 +530,9 @@ class CudaBackend final : public Backend {
     const char* ml = std::getenv("CUDA_MODULE_LOADING");
     x["cuda_module_loading"] = ml ? ml : "unset (driver default: lazy)";
 
-    // "0000:65:00.0" from CUDA; sysfs wants lower-case hex and a 4-digit domain.
     char bus[64] = {};
-    std::string bus_id, sysfs_id;
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev_) == cudaSuccess) {
-      bus_id = bus;
-      sysfs_id = bus_id;
-      for (auto& c : sysfs_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (const auto colon = sysfs_id.find(':'); colon != std::string::npos && colon > 4)
-        sysfs_id.erase(0, colon - 4);
-      x["pci_bus_id"] = sysfs_id;
-    }
+    std::string bus_id, sysfs_id;  // CUDA's spelling (NVML takes it) and sysfs's
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev_) == cudaSuccess) x["pci_bus_id"] = sysfs_id = sysfs_pci_id(bus_id = bus);
     (void)cudaGetLastError();
     // Pinned host buffers go on the GPU's NUMA node where the machine has several (a copy from the far socket
     // crosses the inter-socket link and measures it, not PCIe); one node or an unknown node: first touch.

@@ -1,7 +1,10 @@
 // Host-side helpers of the CUDA backend (cuda_host.hpp): compiled by the host compiler, no device code.
 #include "cuda_host.hpp"
 
+#include <driver_types.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +72,22 @@ std::string read_line(const std::string& path) {
   std::string s;
   if (!in || !std::getline(in, s)) return {};
   return s;
+}
+
+std::string sysfs_pci_id(const std::string& cuda_bus_id) {
+  std::string id = cuda_bus_id;
+  for (auto& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (const auto colon = id.find(':'); colon != std::string::npos && colon > 4) id.erase(0, colon - 4);
+  return id;
+}
+
+std::string compute_mode_name(int cuda_compute_mode) {
+  switch (cuda_compute_mode) {
+    case cudaComputeModeDefault: return "default";
+    case cudaComputeModeProhibited: return "prohibited";
+    case cudaComputeModeExclusiveProcess: return "exclusive_process";
+    default: return "unknown";
+  }
 }
 
 }  // namespace kvf::cuda_host

@@ -15,6 +15,9 @@ std::string bytes_text(std::size_t b);  // "1073741824 bytes (1.00 GiB)"
 void host_fill(void* ptr, std::size_t bytes, std::uint64_t seed);
 std::string pcie_gen_from_speed(const std::string& speed);  // "32.0 GT/s PCIe" -> "Gen5"; "" when unknown
 std::string read_line(const std::string& path);             // the first line of a file; "" when unreadable
+// CUDA's PCI bus id ("0000:65:00.0") as sysfs spells it: lower-case hex, a 4-digit domain.
+std::string sysfs_pci_id(const std::string& cuda_bus_id);
+std::string compute_mode_name(int cuda_compute_mode);  // "default", "prohibited", "exclusive_process", "unknown"
 
 // NVML, loaded at run time when the driver provides it. Declarations follow nvml.h (not shipped in
 // this toolkit); only calls whose ABI has been stable since NVML 10 are used.
