@@ -5,6 +5,7 @@
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/stats.hpp"
 
 #if defined(KVF_HAVE_CUDA)
 #include "access_gpu.hpp"
@@ -91,11 +92,7 @@ class GatherCase final : public Case {
       sh->sink += ka::gather_cpu(sh->pool->ptr, g, on);
       (on ? t_on : t_off).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    const auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    const double on = median(t_on), off = median(t_off);
+    const double on = summarize(t_on).median, off = summarize(t_off).median;
     prefetch = on <= off;
     prefetch_note_ = std::string("prefetch=") + (prefetch ? "on" : "off") + " (calibrated cold: on " +
                      fmt(on * 1e3) + " ms, off " + fmt(off * 1e3) + " ms, median of " +
