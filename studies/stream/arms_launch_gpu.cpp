@@ -8,6 +8,7 @@
 std::vector<kvf::stream_study::StreamArm> kvf::stream_study::launch_arms() { return {}; }
 #else
 #include "kvf/cuda_backend.hpp"
+#include "kvf/cuda_graph.hpp"
 #include "kvf/errors.hpp"
 #include "launch_gpu.hpp"
 
@@ -28,7 +29,9 @@ class LaunchCase final : public Case {
     cudaStream_t s = kvf::cuda_stream(be);
     counter_ = BufferHandle(be, 4, MemKind::device);
     KVF_CUDA_CHECK(cudaMemsetAsync(counter_->ptr, 0, 4, s));
-    if (variant_ == "chain_graph") graph_ = std::make_unique<st::TickGraph>(counter(), kernels_, s);
+    if (variant_ == "chain_graph")
+      graph_ = std::make_unique<CudaGraph>([this](cudaStream_t cs) { st::gpu_ticks(counter(), kernels_, cs); }, s,
+                                           "the launch chain");
     if (variant_ == "h2d_1byte") {
       host_byte_ = BufferHandle(be, 64, MemKind::pinned_host);
       static_cast<unsigned char*>(host_byte_->ptr)[0] = 0x5a;
@@ -88,7 +91,7 @@ class LaunchCase final : public Case {
   std::string variant_;
   int kernels_;
   BufferHandle counter_, host_byte_;
-  std::unique_ptr<st::TickGraph> graph_;
+  std::unique_ptr<CudaGraph> graph_;
   cudaEvent_t event_ = nullptr;
 };
 
