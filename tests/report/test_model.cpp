@@ -11,6 +11,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "kvf/study_report.hpp"
 
 using namespace kvf::report;
 
@@ -194,9 +195,50 @@ TEST(Crossover, Interpolate) {
 
 TEST(Format, FixedFourSignificantDigits) {
   EXPECT_EQ(fmt(24.484848), "24.48");
-  EXPECT_EQ(fmt(1e-7), "1e-07");
+  // Never e-notation in a cell a person reads: large values keep their integer digits, small ones decimals.
+  EXPECT_EQ(fmt(1e-7), "0.0000001");
+  EXPECT_EQ(fmt(0.000123456), "0.0001235");
+  EXPECT_EQ(fmt(65536), "65536");
+  EXPECT_EQ(fmt(-262144.4), "-262144");
+  EXPECT_EQ(fmt(9999.4), "9999");
+  EXPECT_EQ(fmt(2.0), "2");
+  EXPECT_EQ(fmt(0.0), "0");
   EXPECT_EQ(fmt(std::optional<double>{}), "-");
   EXPECT_EQ(fmt(std::numeric_limits<double>::quiet_NaN()), "-");
+}
+
+TEST(Format, HumanUnits) {
+  EXPECT_EQ(md::tokens(4096), "4K");
+  EXPECT_EQ(md::tokens(262144), "256K");
+  EXPECT_EQ(md::tokens(1536), "1536");  // not a multiple of 1024
+  EXPECT_EQ(md::tokens(1000), "1000");
+  EXPECT_EQ(md::tokens(16), "16");
+  EXPECT_EQ(md::bytes(512 * 1024.0), "512 KiB");
+  EXPECT_EQ(md::bytes(16 << 20), "16 MiB");
+  EXPECT_EQ(md::bytes(100), "100 B");
+  EXPECT_EQ(md::rate(3080), "3.08 TB/s");
+  EXPECT_EQ(md::rate(25.1), "25.1 GB/s");
+}
+
+TEST(Format, GroupParamsStatesFixedOnceAndKeysTheRest) {
+  const auto g = md::group_params({{{"dtype", "bf16"}, {"ctx", "4096"}, {"keep", "1/8"}},
+                                   {{"dtype", "bf16"}, {"ctx", "8192"}, {"keep", "1/8"}},
+                                   {{"dtype", "fp8"}, {"ctx", "4096"}}},
+                                  {"ctx"});
+  EXPECT_EQ(g.fixed, "");
+  ASSERT_EQ(g.varying, (std::vector<std::string>{"dtype", "keep"}));
+  EXPECT_EQ(g.keys, (std::vector<std::string>{"dtype=bf16, keep=1/8", "dtype=bf16, keep=1/8", "dtype=fp8, keep=-"}));
+  const auto h = md::group_params({{{"dtype", "bf16"}, {"hq", "32"}}, {{"dtype", "fp8"}, {"hq", "32"}}});
+  EXPECT_EQ(h.fixed, "hq=32");
+  EXPECT_EQ(h.keys, (std::vector<std::string>{"dtype=bf16", "dtype=fp8"}));
+}
+
+TEST(Html, FoldsPassThroughAndInputTextCannotFakeOne) {
+  const std::string md = md::fold("Every row", "| a |\n|---|\n| 1 |\n") + md::txt("<details>") + "\n";
+  const std::string html = markdown_to_html(md, ".", {});
+  EXPECT_NE(html.find("<details>\n<summary>Every row</summary>"), std::string::npos);
+  EXPECT_NE(html.find("</details>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;details&gt;"), std::string::npos);  // the escaped input text stays text
 }
 
 TEST(Specs, EveryGpuHasEveryFieldAndASource) {

@@ -73,7 +73,7 @@ TEST(Verdicts, GoldenGpuSet) {
   // Claim 4: int4 X 278528 B <= K/V 524288 B; best row P4: 120 us per call / 4 pages = 30 us < 170 us.
   const auto& c4 = find(vs, "XQuant-style");
   EXPECT_EQ(c4.verdict, "supported");
-  EXPECT_NE(c4.figures.find("int4 X, T=128 P4: resident 2.785e+05 B vs K/V 5.243e+05 B; recompute 30 us vs h2d_pinned 170 us"),
+  EXPECT_NE(c4.figures.find("int4 X, T=128 P4: resident 278528 B vs K/V 524288 B; recompute 30 us vs h2d_pinned 170 us"),
             std::string::npos)
       << c4.figures;
   // Claim 5: token/block 2x at 1024, 3x at 8192; the range crosses the L2 at ctx 3413.
@@ -421,9 +421,9 @@ TEST(Report, EveryTierRowHasAPredictionAndThrottlingIsListed) {
   EXPECT_NE(md.find("disk 1 GB/s + 100 us per read"), std::string::npos);
   EXPECT_NE(md.find("Throttled samples: none"), std::string::npos);
   EXPECT_EQ(md.find("no prediction"), std::string::npos);
-  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | overlap/Llama-3.1-8B/T128/f0.5 | hot | 5000 | - | 1.082e+04 | 2.163 |"),
+  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | overlap/Llama-3.1-8B/T128/f0.5 | hot | 5000 | - | 10816 | 2.163 |"),
             std::string::npos);
-  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | interference/Llama-3.1-8B/N16384/copy | cold | 2.5e+04 | - | 2e+04 | 0.8 |"),
+  EXPECT_NE(md.find("| AMD EPYC (cpu) | frontier | interference/Llama-3.1-8B/N16384/copy | cold | 25000 | - | 20000 | 0.8 |"),
             std::string::npos);
   EXPECT_EQ(md, render_markdown(tiers, o, {}));
   const std::string gmd = render_markdown(load_all({kFx + "/gpu"}), o, {});

@@ -38,6 +38,11 @@ std::string inline_md(const std::string& s) {
   if (bold) o += "</b>";
   return o;
 }
+bool is_summary_line(const std::string& line) {
+  const std::string open = "<summary>", end = "</summary>";
+  return line.size() >= open.size() + end.size() && line.compare(0, open.size(), open) == 0 &&
+         line.compare(line.size() - end.size(), end.size(), end) == 0;
+}
 std::vector<std::string> split_row(const std::string& line) {
   std::vector<std::string> cells;
   std::string cur;
@@ -58,7 +63,9 @@ std::vector<std::string> split_row(const std::string& line) {
 // Several gnuplot SVGs inlined in one page share ids (gpPt0, textbox, ...): prefix each figure's ids and
 // the references to them so every figure points at its own definitions.
 std::string scope_ids(const std::string& svg, int n) {
-  const std::string pre = "f" + std::to_string(n) + "_";
+  std::string pre = std::to_string(n);  // "f<n>_", built without operator+ (GCC 12 -Wrestrict false positive)
+  pre.insert(pre.begin(), 'f');
+  pre += '_';
   std::string out;
   out.reserve(svg.size() + svg.size() / 20);
   for (std::size_t i = 0; i < svg.size();) {
@@ -85,6 +92,7 @@ std::string to_html(const std::string& md, const fs::path& dir, const std::vecto
        "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;"
        "text-align:left;vertical-align:top}th{background:#f0f0f0}code{background:#f6f6f6}svg{max-width:100%;height:auto}"
+       "summary{cursor:pointer;color:#225;margin:0.5em 0}"
        "</style></head><body>\n";
   std::istringstream in(md);
   std::string line;
@@ -121,6 +129,16 @@ std::string to_html(const std::string& md, const fs::path& dir, const std::vecto
     }
     close();
     if (line.empty()) continue;
+    // Folds (md::fold): only whole lines of exactly this shape; input text cannot form them (md_text
+    // escapes < and >), and the summary's text goes through inline_md like any other.
+    if (line == "<details>" || line == "</details>") {
+      h << line << "\n";
+      continue;
+    }
+    if (is_summary_line(line)) {
+      h << "<summary>" << inline_md(std::string(line.begin() + 9, line.end() - 10)) << "</summary>\n";
+      continue;
+    }
     if (line.rfind("### ", 0) == 0) h << "<h3>" << inline_md(line.substr(4)) << "</h3>\n";
     else if (line.rfind("## ", 0) == 0) h << "<h2>" << inline_md(line.substr(3)) << "</h2>\n";
     else if (line.rfind("# ", 0) == 0) h << "<h1>" << inline_md(line.substr(2)) << "</h1>\n";

@@ -99,12 +99,15 @@ std::string section_verdicts(Ctx& cx) {
               of && rule->model_says ? rule->model_says(cx, *of) : "-"});
     rule_texts.push_back(v.rule);
   }
-  s += "\n" + throttled_note(cx);
-  s += "\nRules (docs/report.md):\n\n";
+  s += "\n";
+  for (const auto& st : cx.studies)
+    if (st.summary) s += st.summary(cx);
+  s += throttled_note(cx) + "\n";
+  std::string rules;
   std::set<std::string> seen;
   for (const auto& r : rule_texts)
-    if (seen.insert(r).second) s += "- " + r + "\n";
-  return s + "\n";
+    if (seen.insert(r).second) rules += "- " + r + "\n";
+  return s + fold("How each verdict is decided (docs/report.md)", rules);
 }
 
 // The ceilings every prediction of a directory used, and where each came from.
@@ -173,10 +176,10 @@ std::string section_predicted(Ctx& cx, int number) {
     if (!st.model_note.empty()) notes += (notes.empty() ? "" : " ") + st.model_note;
   if (!notes.empty()) s += notes + " These are models: docs/report.md states each.\n\n";
   s += cx.chart(p);
-  s += header({"device", "study", "case", "mode", "measured us (median)", "q1..q3 us", "predicted us", "predicted/measured",
-               "model term"}) +
-       table;
-  return s + "\n";
+  return s + fold("Every measured row against its prediction",
+                  header({"device", "study", "case", "mode", "measured us (median)", "q1..q3 us", "predicted us",
+                          "predicted/measured", "model term"}) +
+                      table);
 }
 
 Ctx make_ctx(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o) {
@@ -199,8 +202,8 @@ std::string render(Ctx& cx, const std::vector<std::string>& chart_notes) {
   s += "Medians of raw samples; every GPU figure comes from the directories below, every prediction from "
        "data/gpus.json peaks replaced by ceilings measured in the same directory. A claim without its inputs is "
        "\"not measured\".\n\n";
-  s += section_inputs(cx);
   s += section_verdicts(cx);
+  s += section_inputs(cx);
   int number = 0;
   for (const auto& st : cx.studies)
     for (const auto& sec : st.sections) s += "## " + std::to_string(++number) + ". " + sec.title + "\n\n" + sec.body(cx);

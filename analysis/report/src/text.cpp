@@ -121,11 +121,25 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
+// Four significant digits, never in e-notation: a person reads 65536 or 0.00012, not 6.554e+04 (%.4g
+// switches to e-notation at 1e4 and below 1e-4). Large values keep every integer digit.
 std::string fmt(double v) {
   if (!std::isfinite(v)) return "-";
+  if (v == 0) return "0";
   char b[64];
-  std::snprintf(b, sizeof b, "%.4g", v);
-  return b;
+  const double a = std::fabs(v);
+  if (a >= 1e4) {
+    std::snprintf(b, sizeof b, "%.0f", v);
+    return b;
+  }
+  const int decimals = std::clamp(3 - static_cast<int>(std::floor(std::log10(a))), 0, 15);
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  std::string o = b;
+  if (o.find('.') != std::string::npos) {
+    while (o.back() == '0') o.pop_back();
+    if (o.back() == '.') o.pop_back();
+  }
+  return o == "-0" ? "0" : o;
 }
 std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
 
@@ -154,6 +168,63 @@ std::string us(const std::optional<double>& s) { return s ? fmt(*s * 1e6) : "-";
 // A results directory's device label, as Markdown (capped: it is repeated in every row of its tables).
 std::string lbl(const ResultSet& rs) { return md_text(rs.label, kMaxLabelText); }
 std::string txt(const std::string& s) { return md_text(s); }
+
+std::string tokens(double n) {
+  if (!std::isfinite(n)) return "-";
+  if (n >= 1024 && std::fmod(n, 1024) == 0) return fmt(n / 1024) + "K";
+  return fmt(n);
+}
+
+std::string bytes(double b) {
+  if (!std::isfinite(b)) return "-";
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt(b) + " " + units[u];
+}
+
+std::string rate(double gbps) {
+  if (!std::isfinite(gbps)) return "-";
+  return std::fabs(gbps) >= 1000 ? fmt(gbps / 1000) + " TB/s" : fmt(gbps) + " GB/s";
+}
+
+std::string fold(const std::string& summary, const std::string& body) {
+  // Each tag on a line of its own: markdown_to_html passes exactly these lines through; input text can never
+  // form one (md_text escapes < and >).
+  return "<details>\n<summary>" + md_text(summary) + "</summary>\n\n" + body + "\n</details>\n\n";
+}
+
+Grouping group_params(const std::vector<std::map<std::string, std::string>>& rows,
+                      const std::set<std::string>& leave_out) {
+  Grouping g;
+  std::map<std::string, std::set<std::string>> values;
+  std::map<std::string, std::size_t> present;
+  for (const auto& r : rows)
+    for (const auto& [k, v] : r)
+      if (!leave_out.count(k)) {
+        values[k].insert(v);
+        ++present[k];
+      }
+  for (const auto& [k, vs] : values) {
+    if (vs.size() == 1 && present[k] == rows.size()) {
+      g.fixed += (g.fixed.empty() ? "" : ", ") + k + "=" + *vs.begin();
+    } else {
+      g.varying.push_back(k);
+    }
+  }
+  for (const auto& r : rows) {
+    std::string key;
+    for (const auto& k : g.varying) {
+      const auto it = r.find(k);
+      key += (key.empty() ? "" : ", ") + k + "=" + (it == r.end() ? std::string("-") : it->second);
+    }
+    g.keys.push_back(key.empty() ? "all" : key);
+  }
+  return g;
+}
 
 }  // namespace md
 

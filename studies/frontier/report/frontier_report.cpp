@@ -9,6 +9,7 @@ StudyReport frontier_report() {
   s.study = "frontier";
   s.sections = {{"Recompute against transfer, by tokens per page", frontier::section_frontier},
                 {"Frontier map: tokens per page x layers -> cheapest action", frontier::section_map}};
+  s.summary = frontier::summary;
   s.verdicts = frontier::verdict_rules();
   s.terms = frontier::model_terms();
   s.calibration = frontier::calibration_terms();

@@ -167,4 +167,65 @@ std::string section_map(ReportContext& cx) {
   return s;
 }
 
+// Page one: the map of section 4 in one line per reuse probability, consecutive page sizes with the same
+// cheapest action at every layer count run together ("keep at 16-64 tokens, compress_int4 at 128-4096").
+namespace {
+std::string one_reuse_line(const std::vector<ActionClass>& t) {
+  std::vector<std::pair<double, std::string>> by_tokens;  // page size -> its action, "mixed" across layers
+  for (const auto& c : t) {
+    if (c.phase != "decode") continue;
+    auto it = std::find_if(by_tokens.begin(), by_tokens.end(), [&](const auto& e) { return e.first == c.tokens; });
+    if (it == by_tokens.end()) by_tokens.emplace_back(c.tokens, c.cheapest);
+    else if (it->second != c.cheapest) it->second = "depends on the layer count (section 4)";
+  }
+  std::string line;
+  for (std::size_t i = 0; i < by_tokens.size();) {
+    std::size_t j = i;
+    while (j + 1 < by_tokens.size() && by_tokens[j + 1].second == by_tokens[i].second) ++j;
+    const std::string range = i == j ? tokens(by_tokens[i].first) : tokens(by_tokens[i].first) + "-" +
+                                                                      tokens(by_tokens[j].first);
+    line += (line.empty() ? "" : ", ") + ("**" + by_tokens[i].second + "**") + " at " + range + " tokens";
+    i = j + 1;
+  }
+  return line;
+}
+}  // namespace
+
+std::string summary(ReportContext& cx) {
+  const Shape* m = cx.model();
+  if (!cx.gpus_error.empty() || !cx.shapes_error.empty() || !m) return "";
+  auto lines = [&](const GpuSpec& g, const std::string& label, const ResultSet* measured) {
+    std::string s = "- " + label + ":";
+    for (double p : {0.1, 0.5, 0.9}) {
+      ActionOptions o;
+      o.reuse = {p};
+      o.measured = measured;
+      try {
+        s += " reuse " + fmt(p) + ": " + one_reuse_line(action_table(g, *m, o)) + (p < 0.9 ? ";" : ".");
+      } catch (const UsageError& e) {
+        return "- " + label + ": not computed (" + txt(e.what()) + ")\n";
+      }
+    }
+    return s + "\n";
+  };
+  std::string s = "**What to do with a KV page** (" + txt(m->name) +
+                  ", decode, cheapest action per page by the reuse probability of the page; section 4 has the map "
+                  "and its terms):\n\n";
+  bool any_gpu = false;
+  for (const auto& rs : cx.sets)
+    if (rs.backend == "cuda") {
+      any_gpu = true;
+      s += lines(cx.spec_of(rs), lbl(rs) + ", calibrated, measured costs where present", &rs);
+    }
+  if (!any_gpu) {
+    try {
+      const GpuSpec& g = find_gpu(cx.gpus, cx.o.spec_gpu);
+      s += lines(g, txt(g.name) + " spec sheet (no GPU results given: the model's prediction, not measured)", nullptr);
+    } catch (const UsageError& e) {
+      s += "- " + txt(e.what()) + "\n";
+    }
+  }
+  return s + "\n";
+}
+
 }  // namespace kvf::report::frontier

@@ -12,7 +12,9 @@
 //   calibration  which measured rows replace which GpuSpec field.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +48,22 @@ std::string header(const std::vector<std::string>& cells);  // the row, then |--
 std::string us(const std::optional<double>& s);               // seconds as microseconds, "-" when missing
 std::string lbl(const ResultSet& rs);                         // a directory's device label (capped: in every row)
 std::string txt(const std::string& s);                        // input text as Markdown
+// Human units for the cells a person reads (machine columns stay in the CSVs): tokens 4K / 64K / 256K (a
+// multiple of 1024 as K, else the number), bytes 512 KiB / 16 MiB, a rate in GB/s as 25.1 GB/s or 3.08 TB/s.
+std::string tokens(double n);
+std::string bytes(double b);
+std::string rate(double gbps);
+// A folded block: <details> in report.html and on code hosts, the body (markdown) shown on demand.
+std::string fold(const std::string& summary, const std::string& body);
+// The parameters of a table's rows split into those fixed across every row (stated once: "k=v, k=v") and
+// those that vary (one short key per row, in the rows' order: "ctx=4096, dtype=bf16"); `leave_out` names
+// the columns the table shows anyway. Text is raw input: pass it through txt().
+struct Grouping {
+  std::string fixed;
+  std::vector<std::string> varying, keys;
+};
+Grouping group_params(const std::vector<std::map<std::string, std::string>>& rows,
+                      const std::set<std::string>& leave_out = {});
 }  // namespace md
 std::string us_text(double s);  // "12.5 us": in figures and model-term texts
 
@@ -155,6 +173,9 @@ struct StudyReport {
   std::string study;  // the `study` column of cases.csv
   std::vector<Section> sections;
   std::vector<VerdictRule> verdicts;
+  // Page one: the answer a reader acts on (the frontier's cheapest action for --model), a few lines of
+  // markdown under the verdicts; unset or "" for none.
+  std::function<std::string(ReportContext&)> summary;
   std::string arm_column = "arm";   // the parameter that names a row's arm
   std::vector<ModelTerm> terms;     // none fits a row: "<study> arm '<value>' has no model term"
   std::vector<CalibrationTerm> calibration;
