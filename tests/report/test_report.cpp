@@ -432,3 +432,75 @@ TEST(Report, EveryTierRowHasAPredictionAndThrottlingIsListed) {
             std::string::npos);
   EXPECT_NE(gmd.find("disk - (no disk figure: no file-tier rows)"), std::string::npos);
 }
+
+// ------------------------------------------------------------------------------------------ validity and noise
+namespace {
+std::string validity_fixture() {
+  const auto d = kvf_test::tmpdir("kvf_report_validity", "run");
+  std::ofstream c(d / "cases.csv");
+  c << "study,case,backend,device,mode,samples,median_s,note\n"
+       "stream,read/a,cpu,X,cold,3,1.0,\n"            // 2: measured twice, agreeing
+       "stream,read/a,cpu,X,cold,3,1.0,\n"            // 3
+       "stream,read/b,cpu,X,cold,3,1.0,\n"            // 4: measured twice, 2x apart
+       "stream,read/b,cpu,X,cold,3,2.0,\n"            // 5
+       "idleness,corun/x,cpu,X,cold,3,1.0,co-run INVALID: background finished first\n"
+       "frontier,interference/y,cpu,X,cold,3,1.0,background: copy; background drained before the decode ended in 3 of 3 executions\n"
+       "frontier,interference/z,cpu,X,cold,3,1.0,background: copy; background drained before the decode ended in 0 of 3 executions\n";
+  std::ofstream s(d / "samples.csv");
+  s << "study,case,mode,sample,seconds,clock_mhz,throttled\n";
+  auto put = [&](const std::string& st, const std::string& cs, std::initializer_list<double> v) {
+    int i = 0;
+    for (double x : v) s << st << "," << cs << ",cold," << i++ << "," << x << ",,0\n";
+  };
+  put("stream", "read/a", {1.0, 1.01, 0.99});
+  put("stream", "read/a", {1.0, 1.0, 1.01});
+  put("stream", "read/b", {1.0, 1.01, 0.99});
+  put("stream", "read/b", {2.0, 2.02, 1.98});
+  for (const char* x : {"interference/y", "interference/z"}) put("frontier", x, {1.0, 1.0, 1.0});
+  put("idleness", "corun/x", {1.0, 1.0, 1.0});
+  return d.string();
+}
+const CaseRow& row_at(const ResultSet& rs, const std::string& where_suffix) {
+  for (const auto& r : rs.cases)
+    if (r.where.size() >= where_suffix.size() && r.where.compare(r.where.size() - where_suffix.size(), where_suffix.size(), where_suffix) == 0)
+      return r;
+  throw std::runtime_error("no row at " + where_suffix);
+}
+}  // namespace
+
+TEST(Validity, RepeatsAgreeingKeepTheFirstConflictsScoreNoneFailedChecksAreListed) {
+  const ResultSet rs = load_results(validity_fixture());
+  EXPECT_EQ(row_at(rs, "cases.csv:2").invalid, "");
+  EXPECT_NE(row_at(rs, "cases.csv:3").invalid.find("repeat of"), std::string::npos) << row_at(rs, "cases.csv:3").invalid;
+  EXPECT_NE(row_at(rs, "cases.csv:4").invalid.find("none is scored"), std::string::npos);
+  EXPECT_NE(row_at(rs, "cases.csv:5").invalid.find("none is scored"), std::string::npos);
+  EXPECT_NE(row_at(rs, "cases.csv:6").invalid.find("co-run INVALID"), std::string::npos);
+  EXPECT_NE(row_at(rs, "cases.csv:7").invalid.find("3 of 3 executions"), std::string::npos);
+  EXPECT_EQ(row_at(rs, "cases.csv:8").invalid, "");
+  // Samples of the repeats stay apart: the second read/b holds the 2x samples.
+  EXPECT_EQ(row_at(rs, "cases.csv:5").samples_s, (std::vector<double>{2.0, 2.02, 1.98}));
+  EXPECT_EQ(rs.rows("stream").size(), 1u);  // only the first read/a is scored
+  EXPECT_EQ(rs.rows("frontier").size(), 1u);
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown({rs}, o, {});
+  EXPECT_NE(md.find("### Rows not scored"), std::string::npos);
+  EXPECT_NE(md.find("co-run INVALID"), std::string::npos);
+}
+
+TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
+  const std::vector<double> a = {1.00, 1.02, 0.99, 1.01, 1.00}, b = {1.01, 0.99, 1.00, 1.02, 1.00};
+  const Ratio same = median_ratio(a, b);
+  ASSERT_TRUE(same.has_interval);
+  EXPECT_FALSE(same.established());
+  EXPECT_LE(same.lo, 1.0);
+  EXPECT_GE(same.hi, 1.0);
+  std::vector<double> twice;
+  for (double x : a) twice.push_back(2 * x);
+  const Ratio slow = median_ratio(twice, b);
+  EXPECT_TRUE(slow.a_slower());
+  EXPECT_FALSE(slow.a_faster());
+  EXPECT_NEAR(slow.value, 2.0, 1e-12);
+  EXPECT_EQ(median_ratio(twice, b).text(), slow.text());  // fixed seed: the report stays byte-identical
+  EXPECT_FALSE(median_ratio({1.0, 2.0}, b).has_interval);  // fewer than 3 samples: no interval
+}

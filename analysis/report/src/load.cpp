@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 
 #include "kvf/errors.hpp"
@@ -38,9 +39,72 @@ std::optional<double> CaseRow::num(const std::string& name) const {
 std::vector<const CaseRow*> ResultSet::rows(const std::string& study) const {
   std::vector<const CaseRow*> out;
   for (const auto& r : cases)
-    if (r.study == study && r.measured()) out.push_back(&r);
+    if (r.study == study && r.measured() && r.invalid.empty()) out.push_back(&r);
   return out;
 }
+
+namespace {
+
+// Raw samples onto their rows, and the validity flags. A row whose own check failed is listed and never
+// scored. A (study, case, mode) measured more than once in one directory (a run appended to an existing --out,
+// or a hand merge of runs) is never picked silently: when every repeat agrees with the first within 5% (the
+// 95% interval of their median ratio inside [1/1.05, 1.05]; without raw samples, the ratio of cases.csv's
+// medians) the first is scored and the repeats are listed;
+// otherwise none of them is scored (occurrences without samples do not count). Samples of repeats are told apart by their index restarting at 0.
+constexpr double kRepeatAgreement = 1.05;
+
+// A row's own check, from its note: "co-run INVALID" (since the co-run overlap guard), or, in rows written
+// before it, a background that "drained before the decode ended in N of N executions" (nothing overlapped).
+std::string own_check_failed(const std::string& note) {
+  if (note.find("co-run INVALID") != std::string::npos)
+    return "its own check failed: co-run INVALID (the background did not overlap the measured steps)";
+  if (note.find("INVALID") != std::string::npos) return "its own check failed: the row's note says INVALID";
+  if (note.find("drained before the decode ended") == std::string::npos) return "";  // std::regex is slow per row
+  static const std::regex drained(R"(drained before the decode ended in (\d+) of (\d+) executions)");
+  std::smatch m;
+  if (std::regex_search(note, m, drained) && note.find("background: none") == std::string::npos &&
+      m[1].str() == m[2].str() && m[1].str() != "0")
+    return "its own check failed: the background drained before the decode ended in " + m[1].str() + " of " +
+           m[2].str() + " executions (nothing overlapped)";
+  return "";
+}
+
+void attach_samples_and_validity(ResultSet& rs, std::map<std::string, std::vector<std::vector<double>>>& samples_of) {
+  std::map<std::string, std::vector<CaseRow*>> occurrences;
+  for (auto& r : rs.cases) occurrences[r.study + "\x1f" + r.case_name + "\x1f" + r.mode].push_back(&r);
+  for (auto& [key, rows] : occurrences) {
+    // Sample runs belong to the occurrences that have samples, in file order (a row left without samples by an
+    // interrupted run wrote none).
+    auto it = samples_of.find(key);
+    std::size_t next = 0;
+    for (CaseRow* r : rows)
+      if (r->samples > 0 && it != samples_of.end() && next < it->second.size()) r->samples_s = std::move(it->second[next++]);
+    for (CaseRow* r : rows) r->invalid = own_check_failed(r->note);
+    // Only measured occurrences compete: a row an interrupted run left without samples is no result.
+    std::erase_if(rows, [](const CaseRow* r) { return !r->measured(); });
+    if (rows.size() < 2) continue;
+    bool agree = true;
+    std::string figures;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      const Ratio q = median_ratio(*rows[i], *rows[0]);
+      agree = agree && q.value > 0 && q.lo >= 1 / kRepeatAgreement && q.hi <= kRepeatAgreement &&
+              rows[i]->invalid.empty() && rows[0]->invalid.empty();
+      figures += (figures.empty() ? "" : ", ") + rows[i]->where + " / first: " + q.text();
+    }
+    const std::string times = std::to_string(rows.size()) + " times in this directory";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (!rows[i]->invalid.empty()) continue;
+      if (!agree)
+        rows[i]->invalid = "measured " + times + " with results that differ or cannot be compared (" + figures +
+                           "): which is right cannot be told, so none is scored";
+      else if (i > 0)
+        rows[i]->invalid = "repeat of " + rows[0]->where + " (measured " + times + ", agreeing within 5%: " + figures +
+                           "); the first is scored";
+    }
+  }
+}
+
+}  // namespace
 
 ResultSet load_results(const std::string& dir) {
   ResultSet rs;
@@ -107,6 +171,7 @@ ResultSet load_results(const std::string& dir) {
   const CasesCsv ct = read_cases_csv(std::move(cases_table), {"median_s"});
   std::set<std::string> case_keys;
   std::set<std::string> studies_in_cases;
+  std::map<std::string, std::vector<std::vector<double>>> samples_of;  // study, case, mode -> kept samples per run
   for (std::size_t i = 0; i < ct.size(); ++i) {
     CaseEntry e = ct.entry(i);
     CaseRow r;
@@ -146,9 +211,14 @@ ResultSet load_results(const std::string& dir) {
     if (st.torn) rs.warnings.push_back(*st.torn);
     for (const char* c : {"study", "case", "mode", "seconds"}) st.require_column(c);
     std::size_t orphans = 0;
+    const bool has_throttled = st.column("throttled").has_value(), has_index = st.column("sample").has_value();
     for (std::size_t i = 0; i < st.rows.size(); ++i) {
       auto v = parse_number(st, i, "seconds");
       if (!v) throw UsageError(st.where(i) + ": column 'seconds': empty");
+      auto& runs = samples_of[st.at(i, "study") + "\x1f" + st.at(i, "case") + "\x1f" + st.at(i, "mode")];
+      if (runs.empty() || (has_index && st.at(i, "sample") == "0")) runs.emplace_back();
+      const bool throttled = has_throttled && (st.at(i, "throttled") == "1" || st.at(i, "throttled") == "yes");
+      if (!throttled) runs.back().push_back(*v);
       if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case"))) {
         // The samples of a case whose row was torn off cases.csv (written first, so a reader that finds
         // a row finds its samples) are expected; anywhere else they mean mixed or edited files.
@@ -178,6 +248,7 @@ ResultSet load_results(const std::string& dir) {
     rs.missing.push_back("counters.csv missing: idleness not measured here (GPU run of the idleness study + `kvf counters`)");
   }
 
+  attach_samples_and_validity(rs, samples_of);
   for (const auto& s : kStudies)
     if (!studies_in_cases.count(std::string(s.name)))
       rs.missing.push_back("study " + std::string(s.name) + ": no rows in cases.csv (not run)");

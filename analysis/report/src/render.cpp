@@ -57,6 +57,19 @@ std::string section_inputs(Ctx& cx) {
       any = true;
     }
   if (!any) s += "Nothing: every file and study is present.\n";
+  std::string invalid;
+  std::size_t n_invalid = 0;
+  for (const auto& r : cx.sets)
+    for (const auto& c : r.cases)
+      if (!c.invalid.empty()) {
+        ++n_invalid;
+        invalid += "- " + lbl(r) + ": " + txt(c.study) + " " + txt(c.case_name) + " (" + txt(c.mode) + "), " +
+                   txt(c.where) + ": " + txt(c.invalid) + "\n";
+      }
+  s += "\n### Rows not scored\n\n";
+  if (!n_invalid) s += "None: every row passed its own checks and every case name is unique per directory.\n";
+  else if (n_invalid <= 10) s += invalid;
+  else s += fold(std::to_string(n_invalid) + " rows: listed, never scored by a verdict or a section", invalid);
   s += "\n### Input warnings\n\n";
   any = false;
   for (const auto& r : cx.sets)

@@ -37,6 +37,10 @@ struct CaseRow {
   long samples = 0;
   long throttled_samples = 0;  // GPU samples below 75% of the default SM clock, left out of the summary (CPU: 0)
   std::optional<double> median_s, q1_s, q3_s, bytes, flops, gbps, tflops, ceiling_value;
+  std::vector<double> samples_s;  // samples.csv's kept samples of this row (throttled ones left out), file order
+  // Why this row is never scored (empty: valid): its own check failed (a co-run whose background drained),
+  // or its (study, case, mode) appears twice in the directory (a merge of runs that is not one run).
+  std::string invalid;
   const std::string& param(const std::string& name) const;  // "" when absent
   std::optional<double> num(const std::string& name) const;  // parameter as a number (nullopt when absent)
   bool measured() const { return samples > 0 && median_s.has_value(); }
@@ -59,7 +63,8 @@ struct ResultSet {
   std::vector<CounterRow> counters;
   std::vector<std::string> missing;        // one line each: what this directory lacks
   std::vector<std::string> warnings;       // one line each: input problems read around (a torn last row)
-  std::vector<const CaseRow*> rows(const std::string& study) const;  // measured rows of one study
+  // Measured, valid rows of one study: what sections and verdicts score (invalid rows are listed, not scored).
+  std::vector<const CaseRow*> rows(const std::string& study) const;
 };
 
 // Throws UsageError: directory or cases.csv missing, a required column missing, a malformed row or
@@ -174,8 +179,26 @@ Crossover find_crossover(const std::vector<double>& x, const std::vector<double>
 std::optional<double> interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x);
 
 struct Verdict {
-  std::string claim, device, verdict, figures, rule;  // verdict: supported | refuted | not measured
+  // verdict: supported | refuted | mixed (figures say where each holds) | not established (inside the noise or
+  // an untested regime) | not measured
+  std::string claim, device, verdict, figures, rule;
 };
+
+// Noise: the ratio of two rows' medians (a / b) with a 95% percentile-bootstrap interval from their raw samples
+// (2000 resamples of each, a fixed seed: the report stays byte-identical). A difference is a sign only when the
+// interval excludes 1. Fewer than 3 samples on either side: no interval (established() false).
+struct Ratio {
+  double value = 0, lo = 0, hi = 0;
+  bool has_interval = false;
+  bool a_slower() const { return has_interval && lo > 1; }
+  bool a_faster() const { return has_interval && hi < 1; }
+  bool established() const { return a_slower() || a_faster(); }
+  std::string text() const;  // "1.058x [1.041, 1.075]" or "1.02x (no interval: < 3 samples)"
+};
+Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b);
+// Rows: their raw samples; without them (samples.csv missing or partial) value = lo = hi = the ratio of cases.csv's
+// medians, has_interval false.
+Ratio median_ratio(const CaseRow& a, const CaseRow& b);
 // Every plug-in's verdict rules on every set: grouped by claim (the rules' numbers), then by results
 // directory (the order given on the command line).
 std::vector<Verdict> verdicts(const StudyReports& studies, const std::vector<ResultSet>& sets);
