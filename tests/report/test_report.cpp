@@ -59,9 +59,12 @@ TEST(Verdicts, GoldenGpuSet) {
   EXPECT_EQ(c1.figures, "Llama-3.1-8B: recompute 48 us (cold), fetch 170 us (cold)");
   // Claim 2: medians over all ranges: SM 40 (30,40,50), issue 80 (70,80,90), tensor 97 (95,97,99).
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").verdict, "refuted");
-  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").figures, "median 40% over 3 ranges");
+  // Per batch, decode ranges only (the fixture's decode cases: batch 1 and 8).
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").figures,
+            "decode ranges only (3), median by batch: B1 35%, B8 50%; lowest: 35% at batch 1");
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - issue").verdict, "supported");
-  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - tensor").figures, "median 97% over 3 ranges");
+  EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - tensor").figures,
+            "decode ranges only (3), median by batch: B1 96%, B8 99%; lowest: 96% at batch 1");
   // Claim 3: at 16 tokens the fetch (30 us) beats recompute (40 us): refuted; crossover 24.48 tokens.
   const auto& c3 = find(vs, "Recompute wins for small pages");
   EXPECT_EQ(c3.verdict, "refuted");
@@ -547,4 +550,42 @@ TEST(Verdicts, BlockTokenSignsOnlyOutsideTheNoise) {
   const auto flat = judge(block_token_set(1.2, 1.2, 0.001));
   EXPECT_EQ(flat.verdict, "mixed") << flat.figures;
   EXPECT_NE(flat.figures.find("gap widens in 0 groups, narrows in 0"), std::string::npos) << flat.figures;
+}
+
+// Claim 2 reads decode ranges only: prefill and co-run ranges of the same run are other phases.
+TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
+  ResultSet rs;
+  rs.label = "X (cuda)";
+  rs.backend = "cuda";
+  rs.has_counters = true;
+  for (const char* name : {"decode/b1", "decode/b64", "prefill/p", "corun/c"}) {
+    CaseRow r;
+    r.study = "idleness";
+    r.case_name = name;
+    r.mode = "cold";
+    r.samples = 5;
+    r.median_s = 1e-3;
+    r.params = {{"batch", std::string(name) == "decode/b64" ? "64" : "1"}, {"context", "32768"}};
+    rs.cases.push_back(r);
+  }
+  auto range = [&](const char* c, double v) {
+    CounterRow k;
+    k.study = "idleness";
+    k.case_name = c;
+    k.source = "range";
+    k.metric = "kvf:idle_sm_pct";
+    k.value = v;
+    rs.counters.push_back(k);
+  };
+  for (double v : {70.0, 72.0}) range("decode/b1", v);
+  for (double v : {50.0, 52.0}) range("decode/b64", v);
+  for (double v : {5.0, 6.0, 7.0, 8.0, 9.0}) {
+    range("prefill/p", v);
+    range("corun/c", v);
+  }
+  const auto v = find(verdicts({rs}), "More than 60% of the GPU is idle in decode - SM");
+  EXPECT_EQ(v.verdict, "mixed") << v.figures;
+  EXPECT_EQ(v.figures,
+            "decode ranges only (4), median by batch: B1 71%, B64 51%; above 60% at batch 1, not at batch 64; lowest: 51% "
+            "at batch 64, context 32K");
 }
