@@ -90,6 +90,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       s.secs.push_back(*r->median_s / std::max(1.0, s.pages));  // per page: a call recomputes P pages
       s.kv_bytes.push_back(r->num("kv_bytes_per_page").value_or(0));
       s.resident.push_back(r->num("resident_bytes_per_page").value_or(0));
+      s.notes.push_back(r->note);
     }
   }
   std::vector<RecSeries> out;
@@ -103,6 +104,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       t.secs[i] = s.secs[idx[i]];
       t.kv_bytes[i] = s.kv_bytes[idx[i]];
       t.resident[i] = s.resident[idx[i]];
+      t.notes[i] = s.notes[idx[i]];
     }
     out.push_back(std::move(t));
   }

@@ -24,6 +24,7 @@ struct RecSeries {
   std::string model, arm, xdtype, mode, prefix;
   double layers = 1, pages = 1;
   std::vector<double> tokens, secs, kv_bytes, resident;
+  std::vector<std::string> notes;  // each row's note (the xq rows state their K/V error there)
   std::string label() const;
 };
 std::vector<RecSeries> recompute_series(const ResultSet& rs);
