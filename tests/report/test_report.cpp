@@ -597,3 +597,30 @@ TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
             "decode ranges only (4), median by batch: B1 71%, B64 51%; above 60% at batch 1, not at batch 64; lowest: 51% "
             "at batch 64, context 32K");
 }
+
+// A merged directory's "sources" give each study run its commit: the Inputs list every commit, not the merge's.
+TEST(Provenance, MergedSourcesListEveryCommitAndBadSourcesAreUsageErrors) {
+  const auto d = kvf_test::tmpdir("kvf_report_sources", "merged");
+  std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,note\nstream,read/a,cpu,X,cold,3,1.0,\n";
+  auto meta = [&](const std::string& sources) {
+    std::ofstream(d / "meta.json") << R"({"suite_version": "0.1.0", "git_sha": "aaaa",
+      "studies": {"stream": {"command": "bench_stream", "status": "complete"}},
+      "sources": )" << sources << "}";
+  };
+  meta(R"([{"dir": "run1", "git_sha": "bbbb", "studies": ["stream"]},
+           {"dir": "run2", "git_sha": "cccc", "studies": ["stream"], "command": "bench_stream --again"}])");
+  const ResultSet rs = load_results(d.string());
+  ASSERT_EQ(rs.runs.size(), 2u);
+  EXPECT_EQ(rs.runs[0].git_sha, "bbbb");
+  EXPECT_EQ(rs.runs[0].command, "bench_stream");
+  EXPECT_EQ(rs.runs[1].source, "run2");
+  EXPECT_EQ(rs.runs[1].command, "bench_stream --again");
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown({rs}, o, {});
+  EXPECT_NE(md.find("| bbbb, cccc |"), std::string::npos);
+  meta(R"({"dir": "x"})");
+  EXPECT_THROW(load_results(d.string()), kvf::UsageError);
+  meta(R"([{"dir": "x", "git_sha": "b", "studies": "stream"}])");
+  EXPECT_THROW(load_results(d.string()), kvf::UsageError);
+}

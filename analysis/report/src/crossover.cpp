@@ -23,7 +23,14 @@ Crossover find_crossover(const std::vector<double>& x, const std::vector<double>
     c.text = "not measured";
     return c;
   }
-  const std::string range = "(" + fmt(x.front()) + ".." + fmt(x.back()) + " " + unit + ")";
+  // Appended piecewise: "(" + std::string&& trips GCC 12's -Wrestrict false positive.
+  std::string range = fmt(x.front());
+  range.insert(range.begin(), '(');
+  range += "..";
+  range += fmt(x.back());
+  range += " ";
+  range += unit;
+  range += ")";
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double d = a[i] - b[i];
     if (d == 0) {

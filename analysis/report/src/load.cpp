@@ -104,19 +104,45 @@ void attach_samples_and_validity(ResultSet& rs, std::map<std::string, std::vecto
   }
 }
 
-}  // namespace
+// A merged directory names what it was merged from: "sources": [{"dir", "git_sha", "studies": [...], optional
+// "command", "status"}]. The first source of a study is the run meta.json's "studies" entry describes; each later
+// one is a run of its own. Every run carries its source's commit, so the Inputs list every commit, not the merge's.
+void read_sources(ResultSet& rs, const nlohmann::json& meta, const std::string& src) {
+  if (!meta.contains("sources")) return;
+  if (!meta["sources"].is_array()) throw UsageError(src + ": 'sources': expected an array");
+  for (std::size_t i = 0; i < meta["sources"].size() && i < 1024; ++i) {
+    const auto& o = meta["sources"][i];
+    const std::string key = "sources[" + std::to_string(i) + "]";
+    if (!o.is_object()) throw UsageError(src + ": '" + key + "': expected an object");
+    const std::string dir = json_string(o, "dir", src, key + ".dir").value_or("");
+    const std::string git = json_string(o, "git_sha", src, key + ".git_sha").value_or("");
+    if (!o.contains("studies") || !o["studies"].is_array())
+      throw UsageError(src + ": '" + key + ".studies': expected an array of study names");
+    for (const auto& st : o["studies"]) {
+      if (!st.is_string()) throw UsageError(src + ": '" + key + ".studies': expected an array of study names");
+      bool found = false;
+      for (auto& r : rs.runs)
+        if (r.study == st.get<std::string>() && r.source.empty() && !found) {
+          r.git_sha = git;
+          r.source = dir;
+          found = true;
+        }
+      if (!found)
+        rs.runs.push_back({st.get<std::string>(), json_string(o, "command", src, key + ".command").value_or(""),
+                           json_string(o, "status", src, key + ".status").value_or(""), "", "", git, dir});
+    }
+  }
+}
 
-ResultSet load_results(const std::string& dir) {
-  ResultSet rs;
-  rs.dir = dir;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw UsageError(dir + ": no such results directory");
-  const fs::path d(dir);
-
-  // meta.json (optional, but without it the device is only what cases.csv says). Every field is typed:
-  // a wrong type or range names the file and the key (exit 2), never a library message.
+// meta.json (optional, but without it the device is only what cases.csv says). Every field is typed: a wrong type
+// or range names the file and the key (exit 2), never a library message.
+void load_meta(ResultSet& rs, const fs::path& d) {
   const fs::path meta_path = d / "meta.json";
-  if (input_exists(meta_path)) {
+  if (!input_exists(meta_path)) {
+    rs.missing.push_back("meta.json missing: device details, suite version and run times unknown");
+    return;
+  }
+  {
     const std::string src = meta_path.string();
     const nlohmann::json meta = read_json_input(meta_path, d);
     if (!meta.is_object()) throw UsageError(src + ": expected a JSON object");
@@ -155,12 +181,26 @@ ResultSet load_results(const std::string& dir) {
         const std::string b = json_string(s, "finished_utc", src, key + ".finished_utc").value_or("");
         if (!a.empty() && (rs.started.empty() || a < rs.started)) rs.started = a;
         if (!b.empty() && (rs.finished.empty() || b > rs.finished)) rs.finished = b;
+        rs.runs.push_back({it.key(), json_string(s, "command", src, key + ".command").value_or(""), st, a, b,
+                           rs.git_sha, ""});
       }
     }
     if (rs.started.empty()) rs.started = json_string(meta, "created_utc", src, "created_utc").value_or("");
-  } else {
-    rs.missing.push_back("meta.json missing: device details, suite version and run times unknown");
+    read_sources(rs, meta, src);
   }
+
+}
+
+}  // namespace
+
+ResultSet load_results(const std::string& dir) {
+  ResultSet rs;
+  rs.dir = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UsageError(dir + ": no such results directory");
+  const fs::path d(dir);
+
+  load_meta(rs, d);
 
   // cases.csv (required), through the reader the gate uses too
   const fs::path cases_path = d / "cases.csv";

@@ -35,6 +35,33 @@ namespace {
 
 using Ctx = ReportContext;
 
+// Every commit a directory's results came from: its meta.json's, or each source's of a merged directory.
+std::string commits_of(const ResultSet& r) {
+  std::vector<std::string> shas;
+  for (const auto& run : r.runs)
+    if (!run.git_sha.empty() && std::find(shas.begin(), shas.end(), run.git_sha) == shas.end()) shas.push_back(run.git_sha);
+  if (shas.empty() && !r.git_sha.empty()) shas.push_back(r.git_sha);
+  std::string out;
+  for (const auto& g : shas) out += (out.empty() ? "" : ", ") + txt(g);
+  return out.empty() ? "-" : out;
+}
+
+std::string provenance(Ctx& cx) {
+  std::string t;
+  int i = 0;
+  for (const auto& r : cx.sets) {
+    ++i;
+    for (const auto& run : r.runs)
+      t += row({std::to_string(i), txt(run.study), run.source.empty() ? "-" : txt(run.source),
+                run.git_sha.empty() ? "-" : txt(run.git_sha), run.status.empty() ? "-" : txt(run.status),
+                run.started.empty() ? "-" : txt(run.started), run.finished.empty() ? "-" : txt(run.finished),
+                run.command.empty() ? "-" : txt(run.command)});
+  }
+  if (t.empty()) return "";
+  return fold("Provenance: every study's run, its commit and command line",
+              header({"#", "study", "merged from", "git", "status", "started (UTC)", "finished (UTC)", "command"}) + t);
+}
+
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
@@ -42,14 +69,15 @@ std::string section_inputs(Ctx& cx) {
   int i = 0;
   for (const auto& r : cx.sets)
     s += row({std::to_string(++i), txt(r.dir), lbl(r), txt(r.backend), r.has_meta ? txt(r.suite_version) : "-",
-              r.git_sha.empty() ? "-" : txt(r.git_sha), r.started.empty() ? "-" : txt(r.started),
+              commits_of(r), r.started.empty() ? "-" : txt(r.started),
               r.finished.empty() ? "-" : txt(r.finished), std::to_string(r.cases.size()),
               r.has_samples ? std::to_string(r.n_samples) : "missing",
               r.has_counters ? std::to_string(r.counters.size()) : "missing",
               r.max_load < 0 ? "-"
                              : fmt(r.max_load) +
                                    (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : "")});
-  s += "\n### What is missing\n\n";
+  s += "\n" + provenance(cx);
+  s += "### What is missing\n\n";
   bool any = false;
   for (const auto& r : cx.sets)
     for (const auto& m : r.missing) {

@@ -48,6 +48,12 @@ struct CaseRow {
 
 using CounterRow = kvf::CounterRow;  // counters.csv, read by the harness (kvf/result_tables.hpp)
 
+// One study's run inside a results directory (meta.json "studies"), with the commit it was built from (a merged
+// directory's "sources" give each study its own).
+struct StudyRun {
+  std::string study, command, status, started, finished, git_sha, source;
+};
+
 struct ResultSet {
   std::string dir;            // as given
   std::string label;          // "<device> (<backend>)", made unique across the sets of one report
@@ -59,6 +65,7 @@ struct ResultSet {
   double max_load = -1;      // highest 1-minute load average meta.json recorded (study start/end); -1: none
   int hardware_threads = 0;  // the host's hardware threads, beside it
   std::vector<std::string> studies_run;    // from meta.json (or cases.csv when meta.json lacks them)
+  std::vector<StudyRun> runs;              // meta.json's studies (and sources), in file order
   std::vector<CaseRow> cases;
   std::vector<CounterRow> counters;
   std::vector<std::string> missing;        // one line each: what this directory lacks
