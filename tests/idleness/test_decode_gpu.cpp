@@ -1,5 +1,5 @@
-// The GPU decode layer and prefill chunk against the reference (same tolerance as the CPU twin); skips without a
-// usable GPU.
+// The GPU decode layer and prefill chunk against the reference (same tolerance as the CPU twin), and their graph
+// against their eager path (the launch axis); skips without a usable GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 
 #include "decode.hpp"
 #include "decode_gpu.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
 #include "models.hpp"
 #include "recompute.hpp"
@@ -94,5 +95,39 @@ TEST(PrefillGpu, LayerMatchesReference) {
     EXPECT_TRUE(rg.ok()) << rg.text();
     EXPECT_NEAR(rc.h.rms_ref, rg.h.rms_ref, 1e-4 * rc.h.rms_ref) << "same h0 and prefix on both";
   }
+  cudaStreamDestroy(s);
+}
+
+// The launch axis's graph rows: the decode step and the through-layers K/V step captured into one CUDA graph
+// (kvf/launch_axis.hpp LaunchPath) give the eager path's outputs, and the graph holds the step's kernels.
+TEST(DecodeGpu, GraphOfTheStepMatchesEager) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  kvf::models::ModelShape m;
+  m.name = "test";
+  m.hidden = 1024; m.n_heads = 8; m.n_kv_heads = 2; m.head_dim = 128; m.layers = 4; m.intermediate = 3584;
+  m.qkv_bias = true;
+  const auto w = fr::make_layer_weights(m, 3);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  {
+    dc::gpu::DecodeGpu g(w, m, 4, 2048, 2, 3, sms, s);
+    kvf::study::LaunchPath path("graph");
+    path.set([&](cudaStream_t st) { g.step(3, st); }, s, "the test decode step");
+    EXPECT_NO_THROW(path.verify_graph(
+        s, [&] { return kvf::study::Outputs{{"h", g.hidden(s)}}; }, [&] { g.poison_hidden(s); }));
+    EXPECT_NE(path.note().find("kernel nodes"), std::string::npos) << path.note();
+    EXPECT_EQ(path.note().find("graph: 0 kernel"), std::string::npos) << path.note();
+  }
+  {
+    dc::gpu::PrefillGpu p(w, m, 48, 100, 4, sms, s);
+    kvf::study::LaunchPath path("graph");
+    path.set([&](cudaStream_t st) { p.step_kv(2, st); }, s, "the test through-layers step");
+    EXPECT_NO_THROW(path.verify_graph(
+        s, [&] { return kvf::study::Outputs{{"h", p.hidden(s)}, {"kv", p.appended_kv(s)}}; },
+        [&] { p.poison_outputs(s); }));
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   cudaStreamDestroy(s);
 }

@@ -34,9 +34,14 @@ std::string launch_of(const kvf::Point& p);
 // "/graph" for the graph row, "" for the eager row and CPU rows.
 std::string launch_suffix(const kvf::Point& p);
 
-#if defined(KVF_HAVE_CUDA)
 // A case's outputs as fp32 values, by name (bf16 outputs widened exactly), for the graph row's check.
 using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
+// The graph path's outputs against the eager path's, both taken after poisoning (NaN): what the note says ("outputs
+// vs eager: bit-identical (N values)" or how many differ), or kvf::VerifyError naming the first value that is NaN
+// where eager is not, or further than two bf16 ulps (2^-6 relative) plus 1e-3 of the output's rms from it.
+std::string compare_outputs(const Outputs& eager, const Outputs& graph);
+
+#if defined(KVF_HAVE_CUDA)
 
 // How one multi-kernel GPU case reaches the GPU. The case hands its one enqueue function to set(); run() calls it
 // (eager) or launches the graph captured from it (graph): the two rows cannot run different work.
