@@ -21,19 +21,28 @@ bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
-}  // namespace
-
-TEST(DecodeGpu, LayerMatchesReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+// Head dim 128, GQA group 4, with bias: the decode tests' shape.
+kvf::models::ModelShape decode_shape() {
   kvf::models::ModelShape m;
   m.name = "test";
   m.hidden = 1024; m.n_heads = 8; m.n_kv_heads = 2; m.head_dim = 128; m.layers = 4; m.intermediate = 3584;
   m.qkv_bias = true;
+  return m;
+}
+int sm_count() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
+}
+}  // namespace
+
+TEST(DecodeGpu, LayerMatchesReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  const auto m = decode_shape();
   const auto w = fr::make_layer_weights(m, 3);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int sms = sm_count();
   for (int B : {1, 5, 64}) {
     dc::gpu::DecodeGpu g(w, m, B, 2048, 1, 3, sms, s);
     std::vector<int> rows = {0, B - 1};
@@ -102,15 +111,11 @@ TEST(PrefillGpu, LayerMatchesReference) {
 // (kvf/launch_axis.hpp LaunchPath) give the eager path's outputs, and the graph holds the step's kernels.
 TEST(DecodeGpu, GraphOfTheStepMatchesEager) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
-  kvf::models::ModelShape m;
-  m.name = "test";
-  m.hidden = 1024; m.n_heads = 8; m.n_kv_heads = 2; m.head_dim = 128; m.layers = 4; m.intermediate = 3584;
-  m.qkv_bias = true;
+  const auto m = decode_shape();
   const auto w = fr::make_layer_weights(m, 3);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int sms = sm_count();
   {
     dc::gpu::DecodeGpu g(w, m, 4, 2048, 2, 3, sms, s);
     kvf::study::LaunchPath path("graph");
