@@ -220,6 +220,15 @@ DecodeGpu::DecodeGpu(const fr::LayerWeights& w, const md::ModelShape& m, int B, 
 DecodeGpu::~DecodeGpu() = default;
 int DecodeGpu::copies() const { return int(impl_->k.size()); }
 
+std::vector<float> DecodeGpu::hidden(cudaStream_t s) const {
+  std::vector<float> h(impl_->h0_host.size());
+  DC_CHECK(cudaMemcpyAsync(h.data(), impl_->h.p, h.size() * 4, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return h;
+}
+
+void DecodeGpu::poison_hidden(cudaStream_t s) { DC_CHECK(cudaMemsetAsync(impl_->h.p, 0xFF, impl_->h.bytes, s)); }
+
 void DecodeGpu::layer(int copy, cudaStream_t s) {
   Impl& d = *impl_;
   const int B = d.B, qd = d.Hq * d.D;
@@ -400,15 +409,48 @@ PrefillVerifyResult PrefillGpu::verify(const fr::LayerWeights& w, const std::vec
   return check_prefill_rows(w, d.m, d.T, d.N, d.h0_host.data(), h, kc.data(), vc.data(), rows);
 }
 
-VerifyResult PrefillGpu::verify_kv(const fr::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s) {
-  Impl& d = *impl_;
+std::vector<float> PrefillGpu::hidden(cudaStream_t s) const {
+  std::vector<float> h(impl_->h0_host.size());
+  DC_CHECK(cudaMemcpyAsync(h.data(), impl_->h.p, h.size() * 4, cudaMemcpyDeviceToHost, s));
   DC_CHECK(cudaStreamSynchronize(s));
-  // 0xFF bytes are bf16 NaNs: rows the K/V path fails to write cannot pass as the previous verify's values.
+  return h;
+}
+
+std::vector<float> PrefillGpu::appended_kv(cudaStream_t s) const {
+  const Impl& d = *impl_;
+  const std::size_t per_head = std::size_t(d.T) * d.D;
+  std::vector<std::uint16_t> b(2 * d.Hkv * per_head);
+  for (int kv = 0; kv < 2; ++kv)
+    for (int hk = 0; hk < d.Hkv; ++hk) {
+      const std::uint16_t* src = (kv ? d.v : d.k).as<std::uint16_t>() + (std::size_t(hk) * d.cap + d.N) * d.D;
+      DC_CHECK(cudaMemcpyAsync(b.data() + (std::size_t(kv) * d.Hkv + hk) * per_head, src, per_head * 2,
+                               cudaMemcpyDeviceToHost, s));
+    }
+  DC_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> f(b.size());
+  fr::bf16_to_f32(b.data(), f.data(), b.size());
+  return f;
+}
+
+void PrefillGpu::poison_appended(cudaStream_t s) {
+  Impl& d = *impl_;
   for (int hk = 0; hk < d.Hkv; ++hk) {
     const std::size_t at = (std::size_t(hk) * d.cap + d.N) * d.D, n = std::size_t(d.T) * d.D * 2;
     DC_CHECK(cudaMemsetAsync(d.k.as<std::uint16_t>() + at, 0xFF, n, s));
     DC_CHECK(cudaMemsetAsync(d.v.as<std::uint16_t>() + at, 0xFF, n, s));
   }
+}
+
+void PrefillGpu::poison_outputs(cudaStream_t s) {
+  DC_CHECK(cudaMemsetAsync(impl_->h.p, 0xFF, impl_->h.bytes, s));
+  poison_appended(s);
+}
+
+VerifyResult PrefillGpu::verify_kv(const fr::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s) {
+  Impl& d = *impl_;
+  DC_CHECK(cudaStreamSynchronize(s));
+  // 0xFF bytes are bf16 NaNs: rows the K/V path fails to write cannot pass as the previous verify's values.
+  poison_appended(s);
   step_kv(1, s);
   std::vector<std::uint16_t> kc(std::size_t(d.Hkv) * d.cap * d.D), vc(kc.size());
   DC_CHECK(cudaMemcpyAsync(kc.data(), d.k.p, kc.size() * 2, cudaMemcpyDeviceToHost, s));

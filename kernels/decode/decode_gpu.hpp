@@ -30,6 +30,10 @@ class DecodeGpu {
   // One layer from h0 checked against reference_layer() for `rows` (synchronizes; restores nothing but h).
   VerifyResult verify(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
   int copies() const;
+  // The output of step(): h [B][H] in fp32 (synchronizes). poison_hidden fills it with 0xFF bytes (NaN), so a step
+  // that did not run cannot pass for one that did (the graph row's check against the eager row).
+  std::vector<float> hidden(cudaStream_t s) const;
+  void poison_hidden(cudaStream_t s);
   static std::size_t device_bytes(const md::ModelShape& m, int B, int C, int kv_copies);
 
  private:
@@ -63,9 +67,16 @@ class PrefillGpu {
   // check_appended_kv on `rows` (synchronizes).
   VerifyResult verify_kv(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
   int attention_splits() const;  // KV splits of the attention (1: none)
+  // The outputs of step() and step_kv() (synchronize): h [T][H] in fp32 (step_kv: after its L-1 full layers), and
+  // the appended rows N..N+T-1 of the K/V cache, [K | V][Hkv][T][D] widened exactly from bf16. poison_outputs fills
+  // both with 0xFF bytes (NaN), so a step that did not run cannot pass for one that did (the graph row's check).
+  std::vector<float> hidden(cudaStream_t s) const;
+  std::vector<float> appended_kv(cudaStream_t s) const;
+  void poison_outputs(cudaStream_t s);
   static std::size_t device_bytes(const md::ModelShape& m, int T, int N);
 
  private:
+  void poison_appended(cudaStream_t s);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

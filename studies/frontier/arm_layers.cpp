@@ -4,6 +4,7 @@
 #include "frontier.hpp"
 #include "frontier_math.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/pattern.hpp"
 #include "recompute.hpp"
 
@@ -99,25 +100,37 @@ std::unique_ptr<Case> make_layers_cpu(const md::ModelShape& m, int T, int L, int
 // and the appended K/V against the fp64 reference) before timing.
 class LayersGpu final : public Case {
  public:
-  LayersGpu(const md::ModelShape& m, int T, int L, int N, Env& env) : m_(m), T_(T), L_(L), N_(N), env_(env) {}
+  LayersGpu(const md::ModelShape& m, int T, int L, int N, Env& env, const std::string& launch)
+      : m_(m), T_(T), L_(L), N_(N), env_(env), launch_(launch) {}
   void setup(Backend& be) override {
     w_ = &env_.weights(m_);
     pre_ = std::make_unique<kvf::decode::gpu::PrefillGpu>(*w_, m_, T_, N_, kSeed + 11,
                                                           kvf::cuda_props(be).multiProcessorCount, kvf::cuda_stream(be));
+    launch_.set([this](cudaStream_t st) { pre_->step_kv(L_, st); }, kvf::cuda_stream(be),
+                "the through-layers recompute");
   }
   bool has_verify() const override { return true; }
   void verify(Backend& be) override {
-    const auto r = pre_->verify(*w_, kvf::decode::prefill_check_rows(T_), kvf::cuda_stream(be));
+    const cudaStream_t st = kvf::cuda_stream(be);
+    const auto r = pre_->verify(*w_, kvf::decode::prefill_check_rows(T_), st);
     if (!r.ok()) throw kvf::VerifyError("GPU through-layers (one layer) vs reference: " + r.text());
     // The timed path (step_kv: layer L computes only its K/V) on its own, against the reference K/V.
-    const auto kv = pre_->verify_kv(*w_, kvf::decode::prefill_check_rows(T_), kvf::cuda_stream(be));
+    const auto kv = pre_->verify_kv(*w_, kvf::decode::prefill_check_rows(T_), st);
     if (!kv.ok()) throw kvf::VerifyError("GPU through-layers K/V-only layer vs reference: " + kv.text());
+    launch_.verify_graph(
+        st,
+        [&] {
+          return kvf::study::Outputs{{"h after L-1 layers", pre_->hidden(st)}, {"appended K/V", pre_->appended_kv(st)}};
+        },
+        [&] { pre_->poison_outputs(st); });
   }
-  void run(Backend& be) override { pre_->step_kv(L_, kvf::cuda_stream(be)); }
+  void run(Backend& be) override { launch_.run(kvf::cuda_stream(be)); }
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
-    return "attention KV splits " + std::to_string(pre_->attention_splits());
+    const std::string graph = launch_.note();
+    return "attention KV splits " + std::to_string(pre_->attention_splits()) + (graph.empty() ? "" : "; " + graph);
   }
   void teardown(Backend&) override {
+    launch_.reset();
     pre_.reset();
     w_ = nullptr;
   }
@@ -128,10 +141,11 @@ class LayersGpu final : public Case {
   Env& env_;
   const fr::LayerWeights* w_ = nullptr;
   std::unique_ptr<kvf::decode::gpu::PrefillGpu> pre_;
+  kvf::study::LaunchPath launch_;
 };
 
 std::unique_ptr<Case> make_layers_gpu(const md::ModelShape& m, int T, int L, int N, Env& env,
-                                      std::vector<Param> params) {
+                                      std::vector<Param> params, const std::string& launch) {
   if (const std::string why = kvf::decode::unsupported_reason(m); !why.empty())
     return kvf::skipped_case("", std::move(params), "GPU through-layers: " + why);
   const double need = double(kvf::decode::gpu::PrefillGpu::device_bytes(m, T, N));
@@ -139,7 +153,7 @@ std::unique_ptr<Case> make_layers_gpu(const md::ModelShape& m, int T, int L, int
     return kvf::skipped_case("", std::move(params),
                              "GPU through-layers needs " + str(need / (1 << 30)) + " GiB of device memory; the device has " +
                                  str(double(env.gpu_memory_bytes) / (1 << 30)));
-  auto c = std::make_unique<LayersGpu>(m, T, L, N, env);
+  auto c = std::make_unique<LayersGpu>(m, T, L, N, env, launch);
   c->params = std::move(params);
   c->flops = fr::through_layers_flops(m, L, T, N);
   const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
@@ -167,7 +181,7 @@ std::unique_ptr<Case> make_layers(const kvf::Point& p, Env& env) {
   std::unique_ptr<Case> c;
   if (env.gpu) {
 #if defined(KVF_HAVE_CUDA)
-    c = make_layers_gpu(m, T, L, N, env, params);
+    c = make_layers_gpu(m, T, L, N, env, params, kvf::study::launch_of(p));
 #else
     return kvf::skipped_case("", std::move(params), "this build has no CUDA");
 #endif
@@ -186,16 +200,18 @@ Arm layers_arm(const Env& env) {
   return Arm{
       .name = "layers",
       .doc = "recompute K/V from token ids through L layers over a resident prefix of N tokens",
-      .axes = {arm_axis({"layers"}),
-               {.name = "model", .doc = "GQA models of --models", .cpu = models, .fixed = models},
-               {.name = "tokens", .doc = "tokens per page T", .cpu = {"128"}, .flag = "--tokens", .fixed = {"128"}},
-               // The user's --tokens or --prefix keeps every default layer count (not only the first).
-               {.name = "layers", .doc = "layers L (the last computes only its K/V)", .cpu = {"1", "2"},
-                .gpu = {"1", "2", "4", "8"},
-                .flag = "--layers", .fixed = layers_default},
-               {.name = "prefix", .doc = "resident prefix N tokens", .cpu = {"1024"}, .flag = "--prefix", .fixed = {"1024"}}},
-      // GPU: L = 1, 2, 4, 8 and the model's own depth, model by model (the H100 run had L = 1 only); a depth the
-      // GPU's memory cannot hold is a skipped row. CPU: 1 and 2 (one 8B layer costs ~0.3 s there).
+      .axes = launch_axes(
+          {arm_axis({"layers"}),
+           {.name = "model", .doc = "GQA models of --models", .cpu = models, .fixed = models},
+           {.name = "tokens", .doc = "tokens per page T", .cpu = {"128"}, .flag = "--tokens", .fixed = {"128"}},
+           // The user's --tokens or --prefix keeps every default layer count (not only the first).
+           {.name = "layers", .doc = "layers L (the last computes only its K/V)", .cpu = {"1", "2"},
+            .gpu = {"1", "2", "4", "8"}, .flag = "--layers", .fixed = layers_default},
+           {.name = "prefix", .doc = "resident prefix N tokens", .cpu = {"1024"}, .flag = "--prefix", .fixed = {"1024"}}},
+          env),
+      // GPU: L = 1, 2, 4, 8 and the model's own depth, model by model (the H100 run had L = 1 only), each eager and
+      // as one graph (about 14 kernels a layer: the launch cost grows with L); a depth the GPU's memory cannot hold
+      // is a skipped row. CPU: 1 and 2 (one 8B layer costs ~0.3 s there).
       .default_grid =
           [](const kvf::Target& t, const Env& e) {
             kvf::Grid g;
@@ -210,9 +226,9 @@ Arm layers_arm(const Env& env) {
               g.push_back(kvf::Product{{{"arm", {"layers"}}, {"model", {name}}, {"tokens", {"128"}},
                                         {"layers", ls}, {"prefix", {"1024"}}}});
             }
-            return g;
+            return t.gpu ? kvf::study::with_launch(g, kvf::study::launch_values()) : g;
           },
-      .case_name = "layers/{model}/T{tokens}/L{layers}/N{prefix}",
+      .case_name_fn = launch_named("layers/{model}/T{tokens}/L{layers}/N{prefix}"),
       .make = make_layers};
 }
 

@@ -5,6 +5,7 @@
 
 #include "frontier_math.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/launch_axis.hpp"
 #include "frontier.hpp"
 #include "gemm_onednn.hpp"
 #include "recompute.hpp"
@@ -19,23 +20,40 @@ namespace {
 
 class MlaCase final : public Case {
  public:
-  MlaCase(const md::ModelShape& m, int T, int P, bool latent, bool gpu)
+  MlaCase(const md::ModelShape& m, int T, int P, bool latent, bool gpu, const std::string& launch)
       : g_(fr::mla_geom(m)), m_(m), T_(T), R_(T * P), K_(latent ? g_.hidden : g_.rank),
         N_(latent ? g_.latent() : g_.up_out()), latent_(latent), gpu_(gpu), eps_(float(m.rms_eps)),
-        amp_(fr::rope_amplitude(m.rope_scaling)) {}
+        amp_(fr::rope_amplitude(m.rope_scaling))
+#if defined(KVF_HAVE_CUDA)
+        , launch_(launch)
+#endif
+  {
+    (void)launch;
+  }
   int k() const { return K_; }
   int n() const { return N_; }
   void setup(Backend& be) override;
   void run(Backend& be) override;
   bool has_verify() const override { return true; }
   void verify(Backend& be) override;
-  void teardown(Backend&) override { s_ = S{}; }
+  void teardown(Backend&) override {
+#if defined(KVF_HAVE_CUDA)
+    launch_.reset();
+#endif
+    s_ = S{};
+  }
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
-    if (!s_.gemm_cpu) return {};
+#if defined(KVF_HAVE_CUDA)
+    if (gpu_) return launch_.note();
+#endif
     return gemm_kernel_note(*s_.gemm_cpu);
   }
 
  private:
+#if defined(KVF_HAVE_CUDA)
+  void enqueue_gpu(cudaStream_t st);
+  void verify_graph(Backend& be);
+#endif
   void verify_latent(Backend& be, const std::vector<int>& rows);
   void verify_up(Backend& be, const std::vector<int>& rows);
   struct S {
@@ -58,6 +76,9 @@ class MlaCase final : public Case {
   float eps_;
   double amp_;  // the RoPE table's cos/sin amplitude (1 for DeepSeek-V3)
   S s_;
+#if defined(KVF_HAVE_CUDA)
+  kvf::study::LaunchPath launch_;
+#endif
 };
 
 void MlaCase::setup(Backend& be) {
@@ -91,22 +112,48 @@ void MlaCase::setup(Backend& be) {
     }
     s_.gemm = std::make_unique<fr::gpu::LtGemm>();
     s_.gemm->plan(R_, N_, K_);
+    launch_.set([this](cudaStream_t st) { enqueue_gpu(st); }, kvf::cuda_stream(be),
+                latent_ ? "the MLA latent recompute" : "the MLA up-projection");
   }
 #endif
   (void)be;
 }
 
+#if defined(KVF_HAVE_CUDA)
+void MlaCase::enqueue_gpu(cudaStream_t st) {
+  s_.gemm->run(s_.dx->ptr, s_.dw->ptr, s_.dy->ptr, st);
+  if (latent_)
+    fr::gpu::mla_latent_write(s_.dy->as<float>(), R_, g_.rank, g_.rope, eps_, s_.dcs->as<float>(),
+                              s_.dpos->as<std::int32_t>(), s_.dslot->as<std::int64_t>(), s_.dcache->as<std::uint16_t>(),
+                              st);
+}
+
+// The graph row's outputs against the eager row's: the latent cache rows, or the up-projection's fp32 output.
+void MlaCase::verify_graph(Backend& be) {
+  const auto read = [&] {
+    kvf::study::Outputs out;
+    if (latent_) {
+      std::vector<std::uint16_t> v(s_.cache.size());
+      download(be, v.data(), s_.dcache, v.size() * 2);
+      out.push_back({"latent cache", kvf::study::widen_bf16(v.data(), v.size())});
+    } else {
+      std::vector<float> y(std::size_t(R_) * N_);
+      download(be, y.data(), s_.dy, y.size() * 4);
+      out.push_back({"up-projection", std::move(y)});
+    }
+    return out;
+  };
+  const cudaStream_t st = kvf::cuda_stream(be);
+  launch_.verify_graph(st, read, [&] {
+    if (latent_) kvf::study::poison(s_.dcache->ptr, s_.cache.size() * 2, st);
+    else kvf::study::poison(s_.dy->ptr, std::size_t(R_) * N_ * 4, st);
+  });
+}
+#endif
+
 void MlaCase::run(Backend& be) {
 #if defined(KVF_HAVE_CUDA)
-  if (gpu_) {
-    cudaStream_t st = kvf::cuda_stream(be);
-    s_.gemm->run(s_.dx->ptr, s_.dw->ptr, s_.dy->ptr, st);
-    if (latent_)
-      fr::gpu::mla_latent_write(s_.dy->as<float>(), R_, g_.rank, g_.rope, eps_, s_.dcs->as<float>(),
-                                s_.dpos->as<std::int32_t>(), s_.dslot->as<std::int64_t>(),
-                                s_.dcache->as<std::uint16_t>(), st);
-    return;
-  }
+  if (gpu_) return launch_.run(kvf::cuda_stream(be));
 #endif
   (void)be;
   s_.gemm_cpu->run(s_.x.data(), s_.y.data());
@@ -120,6 +167,9 @@ void MlaCase::verify(Backend& be) {
   const auto rows = fr::sample_rows(R_, 16);
   if (latent_) verify_latent(be, rows);
   else verify_up(be, rows);
+#if defined(KVF_HAVE_CUDA)
+  if (gpu_) verify_graph(be);
+#endif
 }
 
 void MlaCase::verify_latent(Backend& be, const std::vector<int>& rows) {
@@ -174,7 +224,7 @@ std::unique_ptr<Case> make_mla(const kvf::Point& p, Env& env) {
   const int T = int(p.integer("tokens")), P = int(p.integer("pages"));
   const bool latent = p["arm"] == "mla_latent";
   const fr::MlaGeom g = fr::mla_geom(m);
-  auto c = std::make_unique<MlaCase>(m, T, P, latent, env.gpu);
+  auto c = std::make_unique<MlaCase>(m, T, P, latent, env.gpu, kvf::study::launch_of(p));
   const int K = c->k(), N = c->n();
   const double rows = double(T) * P;
   // kv_bytes_per_page of an MLA model is its latent cache; the decompressed K/V is what "up" makes.
@@ -206,13 +256,15 @@ Arm mla_arm(const Env& env) {
   return Arm{
       .name = "mla",
       .doc = "MLA: recompute the latent cache rows from X (mla_latent), and the up-projection of the latent (mla_up)",
-      .axes = {{.name = "model", .doc = "MLA models of --models", .cpu = models, .fixed = models},
-               {.name = "tokens", .doc = "tokens per page T", .cpu = {"128"}, .gpu = kGpuTokens, .flag = "--tokens",
-                .fixed = {"128"}},
-               {.name = "pages", .doc = "pages per call P", .cpu = {"1"}, .gpu = kGpuPages, .flag = "--pages",
-                .fixed = {"1"}},
-               arm_axis(kParts, "mla_latent, then mla_up, at each point")},
-      // GPU: every T x P up to 65536 rows, model by model.
+      .axes = launch_axes(
+          {{.name = "model", .doc = "MLA models of --models", .cpu = models, .fixed = models},
+           {.name = "tokens", .doc = "tokens per page T", .cpu = {"128"}, .gpu = kGpuTokens, .flag = "--tokens",
+            .fixed = {"128"}},
+           {.name = "pages", .doc = "pages per call P", .cpu = {"1"}, .gpu = kGpuPages, .flag = "--pages",
+            .fixed = {"1"}},
+           arm_axis(kParts, "mla_latent, then mla_up, at each point")},
+          env),
+      // GPU: every T x P up to 65536 rows, model by model, a graph row beside the launch-bound ones (launch_rows).
       .default_grid =
           [](const kvf::Target& t, const Env& e) {
             kvf::Grid g;
@@ -224,9 +276,9 @@ Arm mla_arm(const Env& env) {
                   if (std::stoll(T) * std::stoll(P) <= 65536) ps.push_back(P);
                 g.push_back(kvf::Product{{{"model", {m}}, {"tokens", {T}}, {"pages", ps}, {"arm", kParts}}});
               }
-            return g;
+            return t.gpu ? launch_rows(g) : g;
           },
-      .case_name = "{arm}/{model}/T{tokens}/P{pages}",
+      .case_name_fn = launch_named("{arm}/{model}/T{tokens}/P{pages}"),
       .make = make_mla};
 }
 

@@ -5,6 +5,7 @@
 
 #include "frontier_math.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/launch_axis.hpp"
 #include "x_state.hpp"
 
 namespace kvf::frontier_study {
@@ -105,17 +106,27 @@ fr::Resident resident_of(const std::string& xdtype) {
 
 class XCase final : public Case {
  public:
-  XCase(const md::ModelShape& m, int T, int P, int bits, bool gpu) : m_(m), T_(T), P_(P), bits_(bits), gpu_(gpu) {}
+  XCase(const md::ModelShape& m, int T, int P, int bits, bool gpu, const std::string& launch)
+      : m_(m), T_(T), P_(P), bits_(bits), gpu_(gpu)
+#if defined(KVF_HAVE_CUDA)
+        , launch_(launch)
+#endif
+  {
+    (void)launch;
+  }
   void setup(Backend& be) override {
     x_setup_host(s_, m_, T_, P_, bits_, gpu_);
 #if defined(KVF_HAVE_CUDA)
-    if (gpu_) x_setup_gpu(s_, be);
+    if (gpu_) {
+      x_setup_gpu(s_, be);
+      launch_.set([this](cudaStream_t st) { x_run_gpu(s_, st); }, kvf::cuda_stream(be), "the recompute from X");
+    }
 #endif
     (void)be;
   }
   void run(Backend& be) override {
 #if defined(KVF_HAVE_CUDA)
-    if (gpu_) return x_run_gpu(s_, kvf::cuda_stream(be));
+    if (gpu_) return launch_.run(kvf::cuda_stream(be));
 #endif
     (void)be;
     x_run_cpu(s_);
@@ -123,18 +134,33 @@ class XCase final : public Case {
   bool has_verify() const override { return true; }
   void verify(Backend& be) override;
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
-    if (!s_.gemm_cpu) return quant_note_;
-    return gemm_kernel_note(*s_.gemm_cpu) + (quant_note_.empty() ? "" : "; ") +
-           quant_note_;
+    std::vector<std::string> parts;
+    if (s_.gemm_cpu) parts.push_back(gemm_kernel_note(*s_.gemm_cpu));
+    if (!quant_note_.empty()) parts.push_back(quant_note_);
+#if defined(KVF_HAVE_CUDA)
+    if (!launch_.note().empty()) parts.push_back(launch_.note());
+#endif
+    return kvf::join_names(parts, "; ");
   }
-  void teardown(Backend&) override { s_ = XState{}; }
+  void teardown(Backend&) override {
+#if defined(KVF_HAVE_CUDA)
+    launch_.reset();
+#endif
+    s_ = XState{};
+  }
 
  private:
+#if defined(KVF_HAVE_CUDA)
+  void verify_graph(Backend& be);
+#endif
   md::ModelShape m_;
   int T_, P_, bits_;
   bool gpu_;
   XState s_;
   std::string quant_note_;
+#if defined(KVF_HAVE_CUDA)
+  kvf::study::LaunchPath launch_;
+#endif
 };
 
 void XCase::verify(Backend& be) {
@@ -164,12 +190,38 @@ void XCase::verify(Backend& be) {
     quant_note_ = "K/V error vs the bf16-X reference: rms " + str(q.rms_err / q.rms_ref * 100) + "%, max " +
                   str(q.max_rel_to_rms * 100) + "% of the K/V rms";
   }
+#if defined(KVF_HAVE_CUDA)
+  if (gpu_) verify_graph(be);
+#endif
 }
+
+#if defined(KVF_HAVE_CUDA)
+// The graph row's outputs against the eager row's: the paged cache and, for quantized X, the dequantized X.
+void XCase::verify_graph(Backend& be) {
+  const auto read = [&] {
+    kvf::study::Outputs out;
+    std::vector<std::uint16_t> v(s_.cache.size());
+    download(be, v.data(), s_.dcache, v.size() * 2);
+    out.push_back({"K/V cache", kvf::study::widen_bf16(v.data(), v.size())});
+    if (bits_ != 16) {
+      v.assign(s_.x.size(), 0);
+      download(be, v.data(), s_.dx, v.size() * 2);
+      out.push_back({"dequantized X", kvf::study::widen_bf16(v.data(), v.size())});
+    }
+    return out;
+  };
+  const cudaStream_t st = kvf::cuda_stream(be);
+  launch_.verify_graph(st, read, [&] {
+    kvf::study::poison(s_.dcache->ptr, s_.cache.size() * 2, st);
+    if (bits_ != 16) kvf::study::poison(s_.dx->ptr, s_.x.size() * 2, st);  // bf16 X is the input: kept
+  });
+}
+#endif
 
 std::unique_ptr<Case> make_x(const kvf::Point& p, Env& env, const std::string& xdtype) {
   const md::ModelShape& m = env.model(p["model"]);
   const int T = int(p.integer("tokens")), P = int(p.integer("pages")), bits = x_bits(xdtype);
-  auto c = std::make_unique<XCase>(m, T, P, bits, env.gpu);
+  auto c = std::make_unique<XCase>(m, T, P, bits, env.gpu, kvf::study::launch_of(p));
   const std::int64_t res = fr::resident_bytes(resident_of(xdtype), T, m.hidden, m.kv_values_per_token());
   c->params = page_columns(m, T, P, 1);
   c->params.insert(c->params.end(), {{"xdtype", xdtype},
@@ -232,22 +284,27 @@ Arm x_arm(const Env& env) {
   return Arm{
       .name = "x",
       .doc = "recompute K/V from the resident bf16 layer input X (K/V GEMM, RoPE, paged write)",
-      .axes = {arm_axis({"x"}), model_axis(env), tokens_axis({"128", "16", "512"}, kXGpuTokens, {"128"}),
-               pages_axis({"1", "8", "4"}, kXGpuPages, {"1"})},
-      // CPU: five (T, P) points across the batch sizes a CPU serves; GPU: every T x P up to 65536 rows.
+      .axes = launch_axes({arm_axis({"x"}), model_axis(env), tokens_axis({"128", "16", "512"}, kXGpuTokens, {"128"}),
+                           pages_axis({"1", "8", "4"}, kXGpuPages, {"1"})},
+                          env),
+      // CPU: five (T, P) points across the batch sizes a CPU serves; GPU: every T x P up to 65536 rows, a graph
+      // row beside the launch-bound ones (launch_rows).
       .default_grid =
           [](const kvf::Target& t, const Env& e) {
             const std::vector<std::pair<std::string, std::vector<std::string>>> head = {
                 {"arm", {"x"}}, {"model", e.model_names(false)}};
-            if (t.quick) return kvf::Grid{kvf::Product{{head[0], head[1], {"tokens", {"128"}}, {"pages", {"1"}}}}};
-            if (t.gpu) return capped_rows(head, kXGpuTokens, kXGpuPages);
+            if (t.quick) {
+              const kvf::Grid g{kvf::Product{{head[0], head[1], {"tokens", {"128"}}, {"pages", {"1"}}}}};
+              return t.gpu ? kvf::study::with_launch(g, {kvf::study::launch_values().front()}) : g;
+            }
+            if (t.gpu) return launch_rows(capped_rows(head, kXGpuTokens, kXGpuPages));
             kvf::Grid g;
             for (auto [T, P] : std::vector<std::pair<const char*, const char*>>{
                      {"128", "1"}, {"16", "8"}, {"128", "4"}, {"16", "1"}, {"512", "1"}})
               g.push_back(kvf::Product{{head[0], head[1], {"tokens", {T}}, {"pages", {P}}}});
             return g;
           },
-      .case_name = "x/{model}/bf16/T{tokens}/P{pages}",
+      .case_name_fn = launch_named("x/{model}/bf16/T{tokens}/P{pages}"),
       .make = [](const kvf::Point& p, Env& env) { return make_x(p, env, "bf16"); }};
 }
 
@@ -255,9 +312,10 @@ Arm xq_arm(const Env& env) {
   return Arm{
       .name = "xq",
       .doc = "recompute K/V from group-quantized int8/int4 X (dequantize pass, then the x arm's GEMM: not fused)",
-      .axes = {arm_axis({"xq"}), model_axis(env),
-               {.name = "xdtype", .doc = "X form (--xdtypes)", .cpu = env.xdtypes, .fixed = env.xdtypes},
-               tokens_axis({"128"}, kXqGpuTokens, {}), pages_axis({"1"}, kXqGpuPages, {})},
+      .axes = launch_axes({arm_axis({"xq"}), model_axis(env),
+                           {.name = "xdtype", .doc = "X form (--xdtypes)", .cpu = env.xdtypes, .fixed = env.xdtypes},
+                           tokens_axis({"128"}, kXqGpuTokens, {}), pages_axis({"1"}, kXqGpuPages, {})},
+                          env),
       .default_grid =
           [](const kvf::Target& t, const Env& e) {
             kvf::Grid g;
@@ -269,9 +327,9 @@ Arm xq_arm(const Env& env) {
                                             t.gpu ? kXqGpuPages : std::vector<std::string>{"1"}))
                 g.push_back(std::move(prod));
             }
-            return g;
+            return t.gpu ? launch_rows(g) : g;
           },
-      .case_name = "xq/{model}/{xdtype}/T{tokens}/P{pages}",
+      .case_name_fn = launch_named("xq/{model}/{xdtype}/T{tokens}/P{pages}"),
       .make = [](const kvf::Point& p, Env& env) { return make_x(p, env, p["xdtype"]); }};
 }
 

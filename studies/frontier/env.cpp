@@ -4,6 +4,7 @@
 
 #include "frontier.hpp"
 #include "frontier_math.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
 
 namespace kvf::frontier_study {
@@ -56,6 +57,49 @@ std::vector<Param> page_columns(const md::ModelShape& m, int T, int P, int L) {
           {"layers", i2s(L)},
           {"kv_bytes_per_page", i2s(kvb * L)},
           {"kv_fp8_bytes_per_page", i2s(fp8 * L)}};
+}
+
+namespace {
+kvf::Product with_launch_of(kvf::Product prod, const std::vector<std::string>& values) {
+  return kvf::study::with_launch({std::move(prod)}, values).front();
+}
+}  // namespace
+
+std::vector<kvf::Axis> launch_axes(std::vector<kvf::Axis> axes, const Env& env) {
+  if (env.gpu) axes.push_back(kvf::study::launch_axis());
+  return axes;
+}
+
+kvf::Grid launch_rows(const kvf::Grid& g) {
+  const auto& both = kvf::study::launch_values();
+  const std::vector<std::string> eager{both.front()};
+  kvf::Grid out;
+  for (const auto& prod : g) {
+    const auto list = [&](const char* axis) {
+      return std::find_if(prod.lists.begin(), prod.lists.end(), [&](const auto& l) { return l.first == axis; });
+    };
+    const auto tokens = list("tokens"), pages = list("pages");
+    const bool small = tokens != prod.lists.end() && tokens->second.size() == 1 && std::stoll(tokens->second[0]) <= 128;
+    const bool one_page = pages != prod.lists.end() &&
+                          std::find(pages->second.begin(), pages->second.end(), "1") != pages->second.end();
+    if (!small || !one_page) {
+      out.push_back(with_launch_of(prod, eager));
+      continue;
+    }
+    kvf::Product first = prod, rest = prod;
+    const auto at = std::size_t(pages - prod.lists.begin());
+    first.lists[at].second = {"1"};
+    out.push_back(with_launch_of(first, both));
+    std::erase(rest.lists[at].second, std::string("1"));
+    if (!rest.lists[at].second.empty()) out.push_back(with_launch_of(rest, eager));
+  }
+  return out;
+}
+
+std::function<std::string(const kvf::Point&)> launch_named(std::string pattern) {
+  return [pattern = std::move(pattern)](const kvf::Point& p) {
+    return kvf::format_name(pattern, p) + kvf::study::launch_suffix(p);
+  };
 }
 
 Buffer host_view(const void* p, std::size_t bytes) {

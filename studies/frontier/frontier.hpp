@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -105,6 +106,15 @@ Buffer host_view(const void* p, std::size_t bytes);
 Buffer sub(const Buffer& b, std::size_t off, std::size_t bytes);
 BufferHandle upload(Backend& be, const void* p, std::size_t bytes);  // a device copy of host data
 void download(Backend& be, void* p, const BufferHandle& d, std::size_t bytes);
+
+// The launch axis of the GPU recompute arms (kvf/launch_axis.hpp): appended to an arm's axes on the GPU only, so
+// CPU rows keep their columns.
+std::vector<kvf::Axis> launch_axes(std::vector<kvf::Axis> axes, const Env& env);
+// A GPU grid with the launch axis: every point eager, and a graph row beside the eager one at one page of at most
+// 128 tokens, where the H100 run's recompute was flat (about 16 us against a 6 us bound): launch-bound points.
+kvf::Grid launch_rows(const kvf::Grid& g);
+// Case names from `pattern`, the graph row's with "/graph" appended (the eager row keeps its old name).
+std::function<std::string(const kvf::Point&)> launch_named(std::string pattern);
 
 inline const kvf::CeilingRef kGemmCeiling{"frontier", {{"arm", "gemm_ceiling"}}, "tflops"};
 

@@ -9,6 +9,7 @@
 #include "idleness.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/units.hpp"
 
 namespace kvf::idleness {
@@ -32,6 +33,11 @@ kvf::Axis context_axis() {
 kvf::Axis layers_axis() {
   return {.name = "layers", .doc = "layers L per step (one synthetic layer's weights re-read L times)", .cpu = {"1"},
           .gpu = {"4"}, .quick = {"1"}, .quick_gpu = {"4"}, .flag = "--layers"};
+}
+
+std::vector<kvf::Axis> launch_axes(std::vector<kvf::Axis> axes, bool gpu) {
+  if (gpu) axes.push_back(kvf::study::launch_axis());
+  return axes;
 }
 
 namespace {
@@ -122,7 +128,8 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   const Background bg = background_of(background);
   std::unique_ptr<kvf::Case> c;
 #if defined(KVF_HAVE_CUDA)
-  if (env.gpu) c = make_decode_gpu_case(m, B, C, L, background, env);
+  const std::string launch = kvf::study::launch_of(p);
+  if (env.gpu) c = make_decode_gpu_case(m, B, C, L, background, launch, env);
 #endif
   if (!c) c = std::make_unique<DecodeCpu>(env, m, B, C, L, bg);
   const double wb = env.gpu ? 2 : 4;
@@ -139,7 +146,9 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   // written) or tier file (64 MiB written and synced) at setup.
   const int modes = int(c->cold) + int(c->hot);
   const double bg_setup = env.gpu ? 0 : bg == Background::copy ? 0.1 : bg == Background::file ? 0.3 : 0;
-  c->est_seconds = env.gpu ? est(t, 1.0 + 80 * t + 0.5 * std::min(B, 2), modes)
+  // A graph row collects no counters (its kernels are the eager row's).
+  const double counters_s = launch == "graph" ? 0 : 80 * t;
+  c->est_seconds = env.gpu ? est(t, 1.0 + counters_s + 0.5 * std::min(B, 2), modes)
                            : est(t, 0.4 + 0.25 * std::min(B, 2) + bg_setup, modes);
   if (c->note.empty())
     c->note = std::string("bytes = ") + (env.gpu ? "bf16" : "fp32 (bf16 values)") +
@@ -151,15 +160,24 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   return c;
 }
 
-Arm decode_arm() {
+Arm decode_arm(bool gpu) {
   return Arm{
       .name = "decode",
       .doc = "decode step of L layers for B sequences at context C (norms, QKV, RoPE, attention, O, MLP), verified",
-      .axes = {arm_axis("decode", true), model_axis(), batch_axis(), context_axis(), layers_axis()},
+      .axes = launch_axes({arm_axis("decode", true), model_axis(), batch_axis(), context_axis(), layers_axis()}, gpu),
+      // A graph row beside the eager one where a layer's K/V is at most its weights: the shortest steps, where the
+      // kernel boundaries (about 14 a layer) weigh most.
+      .valid =
+          [](const kvf::Point& p, const Env& env) {
+            if (kvf::study::launch_of(p) != "graph") return true;
+            if (env.quick) return false;
+            const md::ModelShape& m = env.shape(p["model"]);
+            return dc::kv_layer_bytes(m, int(p.integer("batch")), int(p.integer("context"))) <= dc::layer_params(m) * 2;
+          },
       .case_name_fn =
           [](const kvf::Point& p) {
             return "decode/" + p["model"] + "/B" + p["batch"] + "/C" + ctx_name(p.integer("context")) + "/L" +
-                   p["layers"];
+                   p["layers"] + kvf::study::launch_suffix(p);
           },
       .make =
           [](const kvf::Point& p, Env& env) -> std::unique_ptr<kvf::Case> {

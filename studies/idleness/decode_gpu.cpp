@@ -12,6 +12,7 @@
 #include "kvf/cuda_backend.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/green_ctx.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/stream_gate.hpp"
 
 namespace kvf::idleness {
@@ -56,9 +57,11 @@ struct Events {
 
 class DecodeGpu final : public kvf::Case {
  public:
-  DecodeGpu(Env& env, const md::ModelShape& m, int B, int C, int L, const std::string& background)
+  DecodeGpu(Env& env, const md::ModelShape& m, int B, int C, int L, const std::string& background,
+            const std::string& launch)
       : env_(env), m_(m), B_(B), C_(C), L_(L), green_(background.rfind("green_", 0) == 0),
-        bg_(background_of(background)), with_bg_(bg_ != Background::none), green_request_(env.green_request) {}
+        bg_(background_of(background)), with_bg_(bg_ != Background::none), green_request_(env.green_request),
+        launch_(launch) {}
 
   void setup(kvf::Backend& be) override {
     w_ = env_.weights(m_);
@@ -81,6 +84,7 @@ class DecodeGpu final : public kvf::Case {
     const cudaStream_t ds = green_ ? ds_ : st;
     // The attention's split-KV plan sees the SMs decode runs on; cuBLASLt picks its kernels for the whole device.
     dec_ = std::make_unique<dc::gpu::DecodeGpu>(*w_, m_, B_, C_, copies, kSeed, sms, ds);
+    launch_.set([this](cudaStream_t s) { dec_->step(L_, s); }, ds, "the decode step");
     if (with_bg_) setup_background(be, ds);
   }
   bool has_verify() const override { return true; }
@@ -88,10 +92,14 @@ class DecodeGpu final : public kvf::Case {
     std::vector<int> rows = {0};
     if (B_ > 1) rows.push_back(B_ - 1);
     // Green: on the decode partition's stream, so a partition that cannot run the step fails here, before timing.
-    const auto r = dec_->verify(*w_, rows, split_ ? ds_ : kvf::cuda_stream(be));
+    const cudaStream_t ds = split_ ? ds_ : kvf::cuda_stream(be);
+    const auto r = dec_->verify(*w_, rows, ds);
     if (!r.ok())
       throw kvf::VerifyError(std::string("GPU decode layer") + (split_ ? " (green-context partition)" : "") +
                              " vs reference: " + r.text());
+    launch_.verify_graph(
+        ds, [&] { return kvf::study::Outputs{{"h after L layers", dec_->hidden(ds)}}; },
+        [&] { dec_->poison_hidden(ds); });
   }
   void before_sample(kvf::Backend&) override;
   void run(kvf::Backend& be) override;
@@ -143,6 +151,8 @@ class DecodeGpu final : public kvf::Case {
   cudaStream_t ds_ = nullptr;
   cudaEvent_t hop_in_ = nullptr, hop_out_ = nullptr;
   Events ev_;
+  // The step's one enqueue function, launched as it is (eager) or as one CUDA graph (decode rows of launch graph).
+  kvf::study::LaunchPath launch_;
 };
 
 void DecodeGpu::setup_background(kvf::Backend& be, cudaStream_t ds) {
@@ -269,7 +279,7 @@ void DecodeGpu::run(kvf::Backend& be) {
   if (gate_) gate_->open(ds);  // behind the backend's blocking kernel: the background starts with the step
   // Event records cost no GPU time; they mark the span of this sample's steps for the overlap accounting.
   if (with_bg_ && first_run_) ev_.record(step0_, ds, 1);
-  dec_->step(L_, ds);
+  launch_.run(ds);
   if (with_bg_) {
     ev_.record(step1_, ds, 1);
     first_run_ = false;
@@ -289,7 +299,11 @@ std::string DecodeGpu::after_measure(kvf::Backend& be, const kvf::Summary& sm, c
                      i2s(dec_->copies()) + " for " + i2s(L_) + " layers";
   if (green_) note += "; " + green_slowdown_note(sm, mode);
   if (with_bg_) note += background_note();
-  if (green_) {
+  if (launch_.graph()) {
+    note += "; " + launch_.note();
+    // The same kernels as the eager row's: their counters are that row's.
+    if (mode == "hot") note += "; counters: collected on the eager row";
+  } else if (green_) {
     // The range profiler and PM sampling configure one context; the partitions are other contexts. Not collected
     // rather than attributed to the wrong context.
     if (mode == "hot") note += "; counters: not collected for green-context rows (CUPTI collects per context)";
@@ -389,6 +403,7 @@ void DecodeGpu::teardown(kvf::Backend& be) {
   ds_ = nullptr;
   rc_.reset();
   gate_.reset();
+  launch_.reset();
   dec_.reset();
   ev_.split = nullptr;
   split_.reset();  // its events, streams and green contexts, after the work using them
@@ -398,8 +413,13 @@ void DecodeGpu::teardown(kvf::Backend& be) {
 }  // namespace
 
 std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, int C, int L,
-                                                 const std::string& background, Env& env) {
-  auto c = std::make_unique<DecodeGpu>(env, m, B, C, L, background);
+                                                 const std::string& background, const std::string& launch, Env& env) {
+  // A co-run step is bracketed by host calls (event records, the stream gate, partition hops) that order it against
+  // its background; a graph of the step alone would not be the same experiment.
+  if (launch == "graph" && background != "none")
+    return kvf::skipped_case("", {}, "graph: not available: the co-run's step is ordered against its background by "
+                                     "event records and a stream gate around each launch");
+  auto c = std::make_unique<DecodeGpu>(env, m, B, C, L, background, launch);
   // bg_copy is a hot row only: a cold sample differs from a hot one by the L2 flush before it, and the co-run's
   // step reads its L layers' weights and K/V (gigabytes) through an L2 of tens of MiB, so a cold row would repeat
   // the hot one; the copies themselves go host <-> HBM. (The recompute rows keep both modes, as in the results

@@ -52,10 +52,7 @@ void contexts_outer(std::vector<kvf::Point>& pts) {
 
 class IdlenessStudy final : public kvf::Study {
  public:
-  explicit IdlenessStudy(std::string out_dir)
-      : arms_({gemm_ceiling_arm(), read_ceiling_arm(), decode_arm(), prefill_arm(), corun_arm()}) {
-    env_.out_dir = std::move(out_dir);
-  }
+  explicit IdlenessStudy(std::string out_dir) : arms_(study_arms(false)) { env_.out_dir = std::move(out_dir); }
   std::string name() const override { return "idleness"; }
   void add_options(CLI::App& app) override;
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
@@ -77,7 +74,12 @@ class IdlenessStudy final : public kvf::Study {
   void probe_backend(kvf::Backend& be, const kvf::Target& t);
   void add_model(const kvf::Target& t, const kvf::UserLists& given, std::vector<std::unique_ptr<kvf::Case>>& out);
 
-  const kvf::ArmList<Env> arms_;
+  // The arm list, the one place an arm is listed; built for the CPU (help, --arms names) and again in cases()
+  // once the backend is known (the GPU arms carry the launch axis).
+  static kvf::ArmList<Env> study_arms(bool gpu) {
+    return kvf::ArmList<Env>({gemm_ceiling_arm(), read_ceiling_arm(), decode_arm(gpu), prefill_arm(gpu), corun_arm()});
+  }
+  kvf::ArmList<Env> arms_;
   Env env_;
   CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
   // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
@@ -234,6 +236,8 @@ void IdlenessStudy::add_model(const kvf::Target& t, const kvf::UserLists& given,
 std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyContext& ctx) {
   kvf::Backend& be = *ctx.backend;
   env_.gpu = be.name() == "cuda";
+  env_.quick = ctx.quick;
+  arms_ = study_arms(env_.gpu);
   const kvf::Target t{.gpu = env_.gpu, .quick = ctx.quick};
 #if !defined(KVF_HAVE_CUDA)
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");

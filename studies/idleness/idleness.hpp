@@ -34,6 +34,7 @@ inline constexpr std::uint64_t kSeed = 0x1d1e;
 struct Env {
   std::string out_dir;  // the results directory, always explicit (main()): ceilings are read and counters.csv written there
   bool gpu = false;
+  bool quick = false;                  // --quick: no graph rows (the launch axis's eager rows only)
   std::vector<md::ModelShape> shapes;  // the model shape file
   std::string model;                   // the model the arms expand for: the study takes --models one at a time
   int layers = 1;                      // L of every step (--layers, else the axis default for the target)
@@ -70,8 +71,9 @@ using Arm = kvf::Arm<Env>;
 // ---------------------------------------------------------------- the arms (one file each)
 Arm gemm_ceiling_arm();  // ceilings.cpp
 Arm read_ceiling_arm();  // ceilings.cpp
-Arm decode_arm();        // decode.cpp
-Arm prefill_arm();       // prefill.cpp
+// gpu: the arms of a GPU target carry the launch axis (kvf/launch_axis.hpp); CPU rows have no launch column.
+Arm decode_arm(bool gpu);   // decode.cpp
+Arm prefill_arm(bool gpu);  // prefill.cpp
 Arm corun_arm();         // corun.cpp
 // The bg_file row's directory (corun.cpp): a --file-dir the tier cannot use is bad input (exit 2); the default
 // directory that cannot be used makes the row a skipped one (env.file_skip). Checked only when `used`.
@@ -83,13 +85,16 @@ kvf::Axis model_axis();
 kvf::Axis batch_axis();
 kvf::Axis context_axis();
 kvf::Axis layers_axis();
+// The axes, with the launch axis appended on the GPU.
+std::vector<kvf::Axis> launch_axes(std::vector<kvf::Axis> axes, bool gpu);
 
 // The decode step at point p (model, batch, context, layers): decode's rows and the co-run's steps (with
 // `background`); CPU in decode.cpp, GPU in decode_gpu.cpp.
 std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const std::string& background);
 #if defined(KVF_HAVE_CUDA)
+// launch: "eager", or "graph" (background none only; a co-run is a skipped row that says why).
 std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, int C, int L,
-                                                 const std::string& background, Env& env);
+                                                 const std::string& background, const std::string& launch, Env& env);
 // The SM split of the green-context co-run (corun.cpp): sets env.green_request/..._sms or env.green_skip.
 void probe_green(Env& env);
 #endif

@@ -2,6 +2,7 @@
 // the GEMM ceiling of the run. Verified against the reference before timing on both backends.
 #include "idleness.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/units.hpp"
 
 #if defined(KVF_HAVE_CUDA)
@@ -46,23 +47,35 @@ class PrefillCpu final : public kvf::Case {
 // as for decode.
 class PrefillGpu final : public kvf::Case {
  public:
-  PrefillGpu(Env& env, const md::ModelShape& m, int T, int N, int L) : env_(env), m_(m), T_(T), N_(N), L_(L) {}
+  PrefillGpu(Env& env, const md::ModelShape& m, int T, int N, int L, const std::string& launch)
+      : env_(env), m_(m), T_(T), N_(N), L_(L), launch_(launch) {}
   void setup(kvf::Backend& be) override {
     w_ = env_.weights(m_);
     pre_ = std::make_unique<dc::gpu::PrefillGpu>(*w_, m_, T_, N_, kSeed, kvf::cuda_props(be).multiProcessorCount,
                                                  kvf::cuda_stream(be));
+    launch_.set([this](cudaStream_t st) { pre_->step(L_, st); }, kvf::cuda_stream(be), "the prefill chunk");
   }
   bool has_verify() const override { return true; }
   void verify(kvf::Backend& be) override {
-    const auto r = pre_->verify(*w_, dc::prefill_check_rows(T_), kvf::cuda_stream(be));
+    const cudaStream_t st = kvf::cuda_stream(be);
+    const auto r = pre_->verify(*w_, dc::prefill_check_rows(T_), st);
     if (!r.ok()) throw kvf::VerifyError("GPU prefill layer vs reference: " + r.text());
+    launch_.verify_graph(
+        st,
+        [&] {
+          return kvf::study::Outputs{{"h after L layers", pre_->hidden(st)}, {"appended K/V", pre_->appended_kv(st)}};
+        },
+        [&] { pre_->poison_outputs(st); });
   }
-  void run(kvf::Backend& be) override { pre_->step(L_, kvf::cuda_stream(be)); }
+  void run(kvf::Backend& be) override { launch_.run(kvf::cuda_stream(be)); }
   std::string after_measure(kvf::Backend& be, const kvf::Summary&, const std::string& mode) override {
-    return "attention KV splits " + i2s(pre_->attention_splits()) +
-           counters_note(env_, counted_, name, mode, be, [this](cudaStream_t st) { pre_->step(L_, st); });
+    const std::string splits = "attention KV splits " + i2s(pre_->attention_splits());
+    // The same kernels as the eager row's: their counters are that row's.
+    if (launch_.graph()) return splits + "; " + launch_.note() + (mode == "hot" ? "; counters: collected on the eager row" : "");
+    return splits + counters_note(env_, counted_, name, mode, be, [this](cudaStream_t st) { pre_->step(L_, st); });
   }
   void teardown(kvf::Backend&) override {
+    launch_.reset();
     pre_.reset();
     w_.reset();
   }
@@ -73,6 +86,7 @@ class PrefillGpu final : public kvf::Case {
   const int T_, N_, L_;
   std::shared_ptr<fr::LayerWeights> w_;
   std::unique_ptr<dc::gpu::PrefillGpu> pre_;
+  kvf::study::LaunchPath launch_;
   bool counted_ = false;
 };
 #endif
@@ -89,7 +103,7 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
       return kvf::skipped_case("", {}, m.name + " T " + i2s(T) + " N " + i2s(N) + ": the prefill chunk needs " +
                                            kvf::format_bytes(need) + " of device memory, more than the " +
                                            kvf::format_bytes(env.usable_bytes) + " usable");
-    c = std::make_unique<PrefillGpu>(env, m, T, N, L);
+    c = std::make_unique<PrefillGpu>(env, m, T, N, L, kvf::study::launch_of(p));
 #endif
   } else {
     c = std::make_unique<PrefillCpu>(env, m, T, N, L);
@@ -107,7 +121,7 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
     // plus the counters phases after the hot samples (8 + 64 + 8 steps).
     const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
     const double t = (c->flops - attn) / 400e12 + attn / 15e12 + L * 100e-6;
-    est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + 80 * t, 1);
+    est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
     c->note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention a CUDA-core kernel (fp32 FMAs, not "
                "FlashAttention: kernels/decode/prefill_attn_gpu.hpp), so achieved FLOP/s understate a tensor-core "
                "prefill";
@@ -120,20 +134,21 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
 
 }  // namespace
 
-Arm prefill_arm() {
+Arm prefill_arm(bool gpu) {
   return Arm{
       .name = "prefill",
       .doc = "prefill chunk of T tokens after N resident (the first context of the sweep): the compute-bound contrast",
-      .axes = {arm_axis("prefill", false), model_axis(),
-               {.name = "tokens", .doc = "tokens T of the chunk", .cpu = {"128"}, .gpu = {"512"},
-                .flag = "--prefill-tokens"},
-               context_axis(), layers_axis()},
+      .axes = launch_axes({arm_axis("prefill", false), model_axis(),
+                           {.name = "tokens", .doc = "tokens T of the chunk", .cpu = {"128"}, .gpu = {"512"},
+                            .flag = "--prefill-tokens"},
+                           context_axis(), layers_axis()},
+                          gpu),
       // One chunk per model: at the first context of the decode sweep, not at each.
       .valid = [](const kvf::Point& p, const Env& env) { return p.integer("context") == env.first_context; },
       .case_name_fn =
           [](const kvf::Point& p) {
             return "prefill/" + p["model"] + "/T" + p["tokens"] + "/N" + ctx_name(p.integer("context")) + "/L" +
-                   p["layers"];
+                   p["layers"] + kvf::study::launch_suffix(p);
           },
       .make = make_prefill};
 }

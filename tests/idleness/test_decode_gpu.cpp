@@ -1,5 +1,5 @@
-// The GPU decode layer and prefill chunk against the reference (same tolerance as the CPU twin); skips without a
-// usable GPU.
+// The GPU decode layer and prefill chunk against the reference (same tolerance as the CPU twin), and their graph
+// against their eager path (the launch axis); skips without a usable GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 
 #include "decode.hpp"
 #include "decode_gpu.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
 #include "models.hpp"
 #include "recompute.hpp"
@@ -20,19 +21,28 @@ bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
-}  // namespace
-
-TEST(DecodeGpu, LayerMatchesReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+// Head dim 128, GQA group 4, with bias: the decode tests' shape.
+kvf::models::ModelShape decode_shape() {
   kvf::models::ModelShape m;
   m.name = "test";
   m.hidden = 1024; m.n_heads = 8; m.n_kv_heads = 2; m.head_dim = 128; m.layers = 4; m.intermediate = 3584;
   m.qkv_bias = true;
+  return m;
+}
+int sm_count() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
+}
+}  // namespace
+
+TEST(DecodeGpu, LayerMatchesReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  const auto m = decode_shape();
   const auto w = fr::make_layer_weights(m, 3);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int sms = sm_count();
   for (int B : {1, 5, 64}) {
     dc::gpu::DecodeGpu g(w, m, B, 2048, 1, 3, sms, s);
     std::vector<int> rows = {0, B - 1};
@@ -94,5 +104,35 @@ TEST(PrefillGpu, LayerMatchesReference) {
     EXPECT_TRUE(rg.ok()) << rg.text();
     EXPECT_NEAR(rc.h.rms_ref, rg.h.rms_ref, 1e-4 * rc.h.rms_ref) << "same h0 and prefix on both";
   }
+  cudaStreamDestroy(s);
+}
+
+// The launch axis's graph rows: the decode step and the through-layers K/V step captured into one CUDA graph
+// (kvf/launch_axis.hpp LaunchPath) give the eager path's outputs, and the graph holds the step's kernels.
+TEST(DecodeGpu, GraphOfTheStepMatchesEager) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  const auto m = decode_shape();
+  const auto w = fr::make_layer_weights(m, 3);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const int sms = sm_count();
+  {
+    dc::gpu::DecodeGpu g(w, m, 4, 2048, 2, 3, sms, s);
+    kvf::study::LaunchPath path("graph");
+    path.set([&](cudaStream_t st) { g.step(3, st); }, s, "the test decode step");
+    EXPECT_NO_THROW(path.verify_graph(
+        s, [&] { return kvf::study::Outputs{{"h", g.hidden(s)}}; }, [&] { g.poison_hidden(s); }));
+    EXPECT_NE(path.note().find("kernel nodes"), std::string::npos) << path.note();
+    EXPECT_EQ(path.note().find("graph: 0 kernel"), std::string::npos) << path.note();
+  }
+  {
+    dc::gpu::PrefillGpu p(w, m, 48, 100, 4, sms, s);
+    kvf::study::LaunchPath path("graph");
+    path.set([&](cudaStream_t st) { p.step_kv(2, st); }, s, "the test through-layers step");
+    EXPECT_NO_THROW(path.verify_graph(
+        s, [&] { return kvf::study::Outputs{{"h", p.hidden(s)}, {"kv", p.appended_kv(s)}}; },
+        [&] { p.poison_outputs(s); }));
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   cudaStreamDestroy(s);
 }

@@ -142,7 +142,9 @@ TEST(PrefillMath, SplitRangesPartitionKeys) {
         ASSERT_EQ(r.k0, next) << kend << " " << splits << " " << s;
         ASSERT_LE(r.k0, r.k1);
         ASSERT_LE(r.k1, kend);
-        if (r.k1 > r.k0) ASSERT_EQ(r.k0 % el::kPfKeys, 0);
+        if (r.k1 > r.k0) {
+          ASSERT_EQ(r.k0 % el::kPfKeys, 0);
+        }
         next = r.k1;
       }
       ASSERT_EQ(next, kend);
@@ -186,7 +188,9 @@ TEST(PrefillMath, PlanWithinLimits) {
             ASSERT_GE(p.splits, 1);
             ASSERT_LE(p.splits, el::kPfMaxSplits);
             ASSERT_LE(p.splits, std::max(1, (N + T) / el::kPfMinSplitKeys));
-            if (p.splits > 1) ASSERT_LT(std::int64_t(p.tiles) * Hkv, 2 * sms);
+            if (p.splits > 1) {
+              ASSERT_LT(std::int64_t(p.tiles) * Hkv, 2 * sms);
+            }
             ASSERT_LE(el::pf_workspace_floats(p, T, Hkv * G, 128), std::int64_t(1) << 28);
           }
 }
