@@ -33,9 +33,14 @@ const CaseRow* RunIndex::first(const std::string& study, const Match& match, con
     for (const auto& [k, v] : match) append_key(t, from_match ? v : r.param(k));
     return t;
   };
+  // A CUDA-graph row (launch=graph) is never another row's "alone" row unless the match asks for it: the model's
+  // alone rows are launched eagerly, as every row was before the launch axis.
+  bool names_launch = false;
+  for (const auto& [k, v] : match) names_launch = names_launch || k == "launch";
   if (fresh)
     for (const auto& r : run_->cases)
-      if (r.study == study && r.measured()) rows.try_emplace(tuple(r, false), &r);  // file order: the first wins
+      if (r.study == study && r.measured() && r.invalid.empty() && (names_launch || r.param("launch") != "graph"))
+        rows.try_emplace(tuple(r, false), &r);  // file order: the first wins
   CaseRow probe;
   probe.mode = mode;
   const auto it = rows.find(tuple(probe, true));
@@ -84,7 +89,13 @@ std::optional<double> Predictor::roof(int launches, const std::string& what) {
   if (flops > 0 && g.bf16_tflops <= 0) return none("no FLOP/s ceiling (no GEMM ceiling measured, no spec)");
   if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
   if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
-  say(what);
+  // A CUDA-graph row (the launch axis, kvf/cuda_graph.hpp) reaches the GPU in one launch however many kernels it holds.
+  if (launches > 1 && r.param("launch") == "graph") {
+    say(what + "; as one CUDA graph: 1 launch for the " + std::to_string(launches));
+    launches = 1;
+  } else {
+    say(what);
+  }
   return roofline_s(g, flops, bytes) + launches * g.launch_us * 1e-6;
 }
 

@@ -223,6 +223,38 @@ std::string section_predicted(Ctx& cx, int number) {
                       table);
 }
 
+// Every CUDA-graph row (launch=graph; its case name is the eager row's + "/graph") beside its eager row: what the
+// kernel boundaries cost when one graph launch replaces the kernels' launches. Both are timed behind the blocking
+// kernel, so the host's launch calls are hidden in both. "" when no directory has graph rows.
+std::string section_graphs(Ctx& cx, int number) {
+  std::string table;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, const CaseRow*> eager;
+    for (const auto& r : rs.cases)
+      if (r.measured() && r.invalid.empty() && r.param("launch") != "graph")
+        eager.emplace(r.study + "\x1f" + r.case_name + "\x1f" + r.mode, &r);
+    for (const auto& r : rs.cases) {
+      const std::string suffix = "/graph";
+      if (r.param("launch") != "graph" || !r.measured() || !r.invalid.empty() || r.case_name.size() <= suffix.size() ||
+          r.case_name.compare(r.case_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const std::string base = r.case_name.substr(0, r.case_name.size() - suffix.size());
+      const auto it = eager.find(r.study + "\x1f" + base + "\x1f" + r.mode);
+      if (it == eager.end()) continue;
+      const Ratio q = median_ratio(r, *it->second);
+      table += row({lbl(rs), txt(r.study), txt(base), txt(r.mode), us(it->second->median_s), us(r.median_s),
+                    us(*it->second->median_s - *r.median_s), txt(q.text())});
+    }
+  }
+  if (table.empty()) return "";
+  return "## " + std::to_string(number) + ". Eager launches against one CUDA graph, every multi-kernel arm\n\n" +
+         "Both rows run the same kernels with the same arguments, timed behind the blocking kernel (the host's launch "
+         "calls hidden in both): the difference is what the kernel boundaries cost on the GPU.\n\n" +
+         fold("Every graph row beside its eager row",
+              header({"device", "study", "case", "mode", "eager us", "graph us", "saved us", "graph/eager [95%]"}) +
+                  table);
+}
+
 Ctx make_ctx(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o) {
   Ctx cx{studies, sets, o, {}, {}, {}, {}, {}};
   try {
@@ -248,6 +280,9 @@ std::string render(Ctx& cx, const std::vector<std::string>& chart_notes) {
   int number = 0;
   for (const auto& st : cx.studies)
     for (const auto& sec : st.sections) s += "## " + std::to_string(++number) + ". " + sec.title + "\n\n" + sec.body(cx);
+  const std::string graphs = section_graphs(cx, number + 1);
+  if (!graphs.empty()) ++number;
+  s += graphs;
   s += section_predicted(cx, number + 1);
   if (!chart_notes.empty()) {
     s += "## Charts\n\n";

@@ -43,7 +43,7 @@ std::vector<AccessGroup> access_groups(const ResultSet& rs) {
   };
   std::map<std::string, Acc> groups;
   for (const auto* r : rs.rows("access")) {
-    if (r->param("part") != "attention") continue;
+    if (r->param("part") != "attention" || r->param("launch") == "graph") continue;  // eager rows make the groups
     const std::string arm = r->param("arm");
     if (arm != "block" && arm != "token") continue;
     const auto ctx = r->num("ctx");

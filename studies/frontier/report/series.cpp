@@ -67,6 +67,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       const std::string arm = r->param("arm");
       if (arm != "x" && arm != "xq" && arm != "layers" && arm != "mla_latent" && arm != "mla_up") continue;
       if (r->mode != mode) continue;
+      if (r->param("launch") == "graph") continue;  // the series are eager, as every row was before the launch axis
       const auto T = r->num("tokens");
       if (!T) continue;
       const std::string key = r->param("model") + "|" + arm + "|" + r->param("xdtype") + "|" + r->param("layers") + "|" +
