@@ -4,15 +4,16 @@
 // walks each page of 16 tokens once, in address order. A task reads the selected K/V rows of its chunk
 // once for all G = hq/hkv query heads of the group (as the GPU kernel does), with online softmax in
 // fp32; the item writes a partial (m, l, acc) per query head that a merge step combines. AVX-512 path,
-// per task: QK (bf16 K: vdpbf16ps on the raw rows, exact products; fp16/fp8: fp32 FMAs), four dots per
+// per task: QK (bf16 K: vdpbf16ps on the raw rows where cpuid has AVX512_BF16, exact products, else fp32
+// FMAs on widened rows; fp16/fp8: fp32 FMAs), four dots per
 // horizontal reduction, scores transposed into one 16-token vector per head in registers -> softmax
 // with a degree-7 exp2, the max kept as a vector, rescale only when some head's max grew -> PV with
 // GB x DC/16 <= 16 fp32 accumulators per pass; bf16 V rows split into even/odd dims with one shift and
 // one AND per 32 elements (no widening shuffle). Software pipeline: the QK of the next task runs inside
 // the first PV pass of the current one, so the FMA pipes have independent work while a task's softmax
 // chain completes. Software prefetch in two distances, spread over the tokens of that pass: 2-4 chunks
-// ahead into L2 (prefetcht1), then the K rows of the task after next and the V rows of the next task
-// into L1 (prefetcht0). Token positions are computed once per token and list (a cursor over the list
+// ahead into L2 (prefetcht1; on or off by a calibration at the first call, calibrate_far), then the K rows
+// of the task after next and the V rows of the next task into L1 (prefetcht0). Token positions are computed once per token and list (a cursor over the list
 // entries, no division per token) into a ring of chunks when first prefetched.
 // Portable fallback: the same algorithm per head in scalar code the compiler may vectorize.
 //
