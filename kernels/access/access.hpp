@@ -129,6 +129,11 @@ void score_tokens_lowrank(const AttnShape& s, const void* q, const LowRank& lr, 
 // Fills q (q_dtype) and k, v (dtype) with deterministic values; q scaled so softmax is not flat.
 void fill_qkv(const AttnShape& s, void* q, void* k, void* v, std::uint64_t seed);
 
+// Machine-dependent choices of the CPU twin: `automatic` is decided at run time (cpuid for the bf16 dot
+// product, a short timed calibration on the first attention_cpu call for the L2 software prefetch);
+// `on`/`off` force one (tests, experiments). None of them changes the result beyond fp32 summation order.
+enum class CpuChoice : std::uint8_t { automatic, on, off };
+
 // Scratch of the twin, sized once outside the timed region.
 struct AttnWorkspace {
   SplitGeom split;
@@ -137,7 +142,16 @@ struct AttnWorkspace {
   std::uint32_t heads_per_item = 1;
   std::size_t scratch_stride = 0;  // floats per thread
   std::vector<float> scratch;      // per thread: q, state, outputs, positions of one work item
+  CpuChoice bf16_dot = CpuChoice::automatic;      // bf16 QK by vdpbf16ps (on: only where available)
+  CpuChoice far_prefetch = CpuChoice::automatic;  // prefetcht1 2-4 chunks ahead, besides the L1 one
+  // What the last attention_cpu call ran, and why (path_note: the row's note). The automatic far prefetch
+  // is calibrated once per plan_cpu, at the first call with prefetch on (far_on_s/far_off_s: best times).
+  bool use_bf16_dot = false, use_far_prefetch = false, far_resolved = false;
+  double far_on_s = 0, far_off_s = 0;
+  std::string path_note;
 };
+// Whether this build and this CPU can run the vdpbf16ps QK path (AVX512_BF16 in cpuid, and compiled in).
+bool bf16_dot_available();
 // KV heads one work item of the CPU twin reads together: the heads whose rows share physical pages
 // (NHD, paged HND: all of them, at most 16 and 64 query heads), so a core walks a page once, in
 // address order; unpaged HND: 1 (each head's rows are a contiguous run of their own).

@@ -4,15 +4,16 @@
 // walks each page of 16 tokens once, in address order. A task reads the selected K/V rows of its chunk
 // once for all G = hq/hkv query heads of the group (as the GPU kernel does), with online softmax in
 // fp32; the item writes a partial (m, l, acc) per query head that a merge step combines. AVX-512 path,
-// per task: QK (bf16 K: vdpbf16ps on the raw rows, exact products; fp16/fp8: fp32 FMAs), four dots per
+// per task: QK (bf16 K: vdpbf16ps on the raw rows where cpuid has AVX512_BF16, exact products, else fp32
+// FMAs on widened rows; fp16/fp8: fp32 FMAs), four dots per
 // horizontal reduction, scores transposed into one 16-token vector per head in registers -> softmax
 // with a degree-7 exp2, the max kept as a vector, rescale only when some head's max grew -> PV with
 // GB x DC/16 <= 16 fp32 accumulators per pass; bf16 V rows split into even/odd dims with one shift and
 // one AND per 32 elements (no widening shuffle). Software pipeline: the QK of the next task runs inside
 // the first PV pass of the current one, so the FMA pipes have independent work while a task's softmax
 // chain completes. Software prefetch in two distances, spread over the tokens of that pass: 2-4 chunks
-// ahead into L2 (prefetcht1), then the K rows of the task after next and the V rows of the next task
-// into L1 (prefetcht0). Token positions are computed once per token and list (a cursor over the list
+// ahead into L2 (prefetcht1; on or off by a calibration at the first call, calibrate_far), then the K rows
+// of the task after next and the V rows of the next task into L1 (prefetcht0). Token positions are computed once per token and list (a cursor over the list
 // entries, no division per token) into a ring of chunks when first prefetched.
 // Portable fallback: the same algorithm per head in scalar code the compiler may vectorize.
 //
@@ -40,10 +41,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 #if defined(__AVX512F__)
@@ -125,13 +129,13 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // Dot products of four (token, query head) pairs, reduced to four sums: with G >= 4 the four heads
 // g..g+3 of one token, with G = 2 two tokens x two heads, with G = 1 four tokens (so the horizontal
 // reduction, not FMA work, is shared by four dots whatever G is).
-template <int D, int G, DType T>
+template <int D, int G, DType T, bool Dot>
 inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, const float* q,
                   const std::uint16_t* qb) {
   constexpr int HU = G >= 4 ? 4 : G;
   __m512 a[4];
 #if defined(__AVX512BF16__)
-  if constexpr (T == DType::bf16) {
+  if constexpr (T == DType::bf16 && Dot) {
     // bf16 x bf16 products are exact in fp32: vdpbf16ps on the raw K row and the bf16 query.
     for (int x = 0; x < 4; ++x) {
       const std::uint16_t* kr = kbase + pos[i + x / HU];
@@ -168,7 +172,8 @@ struct Item {
   const void* kb[kMaxItemHeads];  // head bases (the layout's head_base)
   const void* vb[kMaxItemHeads];
   const std::uint32_t* list[kMaxItemHeads];
-  bool shared = false;  // one list for all nh heads: positions computed once
+  bool shared = false;
+  bool far_prefetch = true;  // the L2 distance of the software prefetch (the L1 one follows `prefetch`)  // one list for all nh heads: positions computed once
   KvLayout kl;
   SelGeom sg;
   std::uint64_t t0 = 0, t1 = 0;
@@ -187,7 +192,7 @@ constexpr std::size_t item_state_floats(int nh, int G, int D) { return std::size
 #if defined(__AVX512F__)
 // AVX-512 work item. Tasks run in (chunk, head) order; the QK of the next task runs inside the first
 // PV pass of the current one, so the FMA pipes have independent work while a softmax chain completes.
-template <int D, int G, DType T, bool One>
+template <int D, int G, DType T, bool Dot, bool One>
 void item_avx512_impl(const Item& it) {
   using E = Elem<T>;
   // PV of bf16 rows without widening each element: a 512-bit load of 32 bf16 holds dims (2k, 2k+1) in
@@ -205,6 +210,7 @@ void item_avx512_impl(const Item& it) {
   const int nh = One ? 1 : it.nh;
   const float qscale = it.qscale;
   const bool prefetch = it.prefetch;
+  const bool far_pf = it.far_prefetch;
   const KvLayout kl = it.kl;
   const E* kbs[kMaxItemHeads];
   const E* vbs[kMaxItemHeads];
@@ -282,11 +288,11 @@ void item_avx512_impl(const Item& it) {
     const std::uint16_t* qb = qbf + std::size_t(h) * G * D;
     if constexpr (G >= 4) {
       for (int g = 0; g < G; g += 4)
-        _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T>(kb, p, i, g, q, qb));
+        _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T, Dot>(kb, p, i, g, q, qb));
     } else if constexpr (G == 2) {
-      if (i % 2 == 0) _mm_store_ps(&rb[0][4 * (i / 2)], qk4<D, G, T>(kb, p, i, 0, q, qb));
+      if (i % 2 == 0) _mm_store_ps(&rb[0][4 * (i / 2)], qk4<D, G, T, Dot>(kb, p, i, 0, q, qb));
     } else {
-      if (i % 4 == 0) _mm_store_ps(&rb[0][i], qk4<D, G, T>(kb, p, i, 0, q, qb));
+      if (i % 4 == 0) _mm_store_ps(&rb[0][i], qk4<D, G, T, Dot>(kb, p, i, 0, q, qb));
     }
   };
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
@@ -300,7 +306,7 @@ void item_avx512_impl(const Item& it) {
   const int far = nh >= 4 ? 2 : kFarChunks;
   static_assert(kFarChunks + 1 <= kRing, "the ring holds the chunks from the current one to the far one");
   fill_upto(std::min(nchunks - 1, far));
-  if (prefetch)
+  if (prefetch && far_pf)
     for (int c = 0; c <= std::min(nchunks - 1, far); ++c)
       for (int h = 0; h < nh; ++h)
         for (int i = 0; i < kChunk; ++i) {
@@ -314,7 +320,7 @@ void item_avx512_impl(const Item& it) {
   for (int i = 0; i < kChunk; ++i) qk_token(0, ring_of(0, 0), i);
   for (int k = 0; k < nchunks; ++k) {
     const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(k) * kChunk));
-    const bool pf_f = prefetch && k + far < nchunks;
+    const bool pf_f = prefetch && far_pf && k + far < nchunks;
     fill_upto(k + (prefetch ? far : 1));
     for (int h = 0; h < nh; ++h) {
       const bool last_head = h + 1 == nh;
@@ -449,10 +455,10 @@ void item_avx512_impl(const Item& it) {
     }
 }
 // One kv head per item (unpaged HND) compiles to the single-stream loop: no head indexing left.
-template <int D, int G, DType T>
+template <int D, int G, DType T, bool Dot>
 void item_avx512(const Item& it) {
-  if (it.nh == 1) item_avx512_impl<D, G, T, true>(it);
-  else item_avx512_impl<D, G, T, false>(it);
+  if (it.nh == 1) item_avx512_impl<D, G, T, Dot, true>(it);
+  else item_avx512_impl<D, G, T, Dot, false>(it);
 }
 #endif
 
@@ -505,18 +511,21 @@ void item_portable(DType T, int D, int G, const Item& it) {
 
 using ItemFn = void (*)(const Item&);
 
-ItemFn pick_item(DType t, int d, int g) {
+// dot: bf16 QK with vdpbf16ps (only where bf16_dot_available()); otherwise bf16 rows are widened to fp32.
+ItemFn pick_item(DType t, int d, int g, bool dot) {
 #if defined(__AVX512F__)
-#define KVF_ACCESS_PICK(D_, G_)                                                                   \
-  if (d == D_ && g == G_) return t == DType::bf16   ? &item_avx512<D_, G_, DType::bf16>         \
-                                  : t == DType::fp16 ? &item_avx512<D_, G_, DType::fp16>         \
-                                                     : &item_avx512<D_, G_, DType::fp8_e4m3>;
+#define KVF_ACCESS_PICK(D_, G_)                                                                        \
+  if (d == D_ && g == G_)                                                                              \
+    return t == DType::bf16   ? (dot ? &item_avx512<D_, G_, DType::bf16, true>                         \
+                                     : &item_avx512<D_, G_, DType::bf16, false>)                       \
+           : t == DType::fp16 ? &item_avx512<D_, G_, DType::fp16, false>                               \
+                              : &item_avx512<D_, G_, DType::fp8_e4m3, false>;
   KVF_ACCESS_PICK(64, 1) KVF_ACCESS_PICK(64, 2) KVF_ACCESS_PICK(64, 4) KVF_ACCESS_PICK(64, 8)
   KVF_ACCESS_PICK(64, 16) KVF_ACCESS_PICK(128, 1) KVF_ACCESS_PICK(128, 2) KVF_ACCESS_PICK(128, 4)
   KVF_ACCESS_PICK(128, 8) KVF_ACCESS_PICK(128, 16)
 #undef KVF_ACCESS_PICK
 #endif
-  (void)t; (void)d; (void)g;
+  (void)t; (void)d; (void)g; (void)dot;
   return nullptr;
 }
 
@@ -560,19 +569,29 @@ void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws) {
   ws.part.assign(std::uint64_t{s.batch} * s.hq * ws.split.n_splits * (s.d + 2), 0.0f);
   ws.scratch_stride = scratch_layout(ws.heads_per_item, s.group(), s.d).total;
   ws.scratch.assign(ws.scratch_stride * ws.threads + 16, 0.0f);
+  ws.far_resolved = false;  // a new plan (shape, selection, threads) is calibrated again
 }
 
-void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
-                   AttnWorkspace& ws, float* out, bool prefetch) {
+bool bf16_dot_available() {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  static const bool ok = __builtin_cpu_supports("avx512bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// Every work item of one call, then the merge; fn = nullptr runs the portable fallback.
+void run_items(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
+               AttnWorkspace& ws, float* out, ItemFn fn, bool prefetch, bool far_prefetch) {
   const int D = static_cast<int>(s.d), G = static_cast<int>(s.group());
   const std::uint32_t ns = ws.split.n_splits, nhp = ws.heads_per_item;
-  if (nhp == 0 || nhp != heads_per_item(s) || ws.scratch.size() < ws.scratch_stride * ws.threads)
-    throw std::invalid_argument("attention_cpu: the workspace was not planned for this shape (plan_cpu)");
   const std::uint64_t head_groups = (s.hkv + nhp - 1) / nhp;
   const std::uint64_t n_items = std::uint64_t{s.batch} * head_groups * ns;
   const KvLayout kl = s.kv_layout();
   const float qscale = s.scale() * kLog2e;
-  const ItemFn fn = pick_item(s.dtype, D, G);
   const auto* kc = static_cast<const char*>(kv);
   const auto* vc = static_cast<const char*>(vv);
   const std::uint64_t eb = dtype_bytes(s.dtype);
@@ -599,6 +618,7 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
     it.state = sc + sl.state;
     it.ring = reinterpret_cast<std::uint64_t*>(sc + sl.ring);
     it.prefetch = prefetch;
+    it.far_prefetch = far_prefetch;
 #pragma omp for schedule(dynamic, 1)
     for (std::uint64_t i = 0; i < n_items; ++i) {
       const std::uint32_t sp = static_cast<std::uint32_t>(i % ns);
@@ -650,6 +670,67 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
       for (int d = 0; d < D; ++d) o[d] *= inv;
     }
   }
+}
+
+// The L2-distance prefetch (prefetcht1 2-4 chunks ahead) is what lifted one-head items over 4 KiB page runs
+// (see the top of this file), but where every kv head of a page is read together the L1 prefetch alone kept
+// the same memory rate and the extra prefetch instructions cost issue slots: Zen 5 VM, 1 thread, dense
+// paged 64K bf16 hq32/hkv8, thread CPU time: far on/off 17.6/17.3-18.0 GB/s cold, 27.7/32.1 GB/s with the
+// KV in cache (1K); 2 threads (process CPU time / 2), medians on/off: 64K 33.4/35.0, 256K 29.1/30.9, 4K in
+// cache 35.8/42.0 GB/s; per-head 4 KiB runs (block keep 1/8, 256K) 18.8/14.0. Which one wins depends on the core's prefetchers and the layout, so the first call with
+// `automatic` times both on its own data (best of 3 each, alternated) and keeps the far one only where it is
+// faster by more than 3%.
+void calibrate_far(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
+                   AttnWorkspace& ws, float* out, ItemFn fn) {
+  using clk = std::chrono::steady_clock;
+  double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  for (int r = 0; r < 3; ++r)
+    for (int f = 0; f < 2; ++f) {
+      const auto t0 = clk::now();
+      run_items(s, q, k, v, sel, ws, out, fn, true, f == 1);
+      best[f] = std::min(best[f], std::chrono::duration<double>(clk::now() - t0).count());
+    }
+  ws.far_on_s = best[1];
+  ws.far_off_s = best[0];
+  // Within 3% the two are equal within the noise of a shared machine: the cheaper path (fewer instructions) then.
+  ws.use_far_prefetch = best[1] < 0.97 * best[0];
+  ws.far_resolved = true;
+}
+
+}  // namespace
+
+void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
+                   AttnWorkspace& ws, float* out, bool prefetch) {
+  const std::uint32_t nhp = ws.heads_per_item;
+  if (nhp == 0 || nhp != heads_per_item(s) || ws.scratch.size() < ws.scratch_stride * ws.threads)
+    throw std::invalid_argument("attention_cpu: the workspace was not planned for this shape (plan_cpu)");
+  const bool dot = s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
+  if (ws.bf16_dot == CpuChoice::on && !dot)
+    throw std::invalid_argument("attention_cpu: bf16_dot on, but K/V are not bf16 or this CPU or build has no AVX512_BF16");
+  const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot);
+  std::string note = !fn ? "cpu_attn=portable"
+                     : dot ? "cpu_attn=avx512 qk=vdpbf16ps (cpuid avx512_bf16)"
+                     : s.dtype == DType::bf16 ? (bf16_dot_available() ? "cpu_attn=avx512 qk=fp32 fma (vdpbf16ps off)"
+                                                                      : "cpu_attn=avx512 qk=fp32 fma (no avx512_bf16)")
+                                              : "cpu_attn=avx512";
+  bool far = false;
+  if (!fn || !prefetch) {
+    note += prefetch ? "" : "; prefetch=off";
+  } else if (ws.far_prefetch != CpuChoice::automatic) {
+    far = ws.far_prefetch == CpuChoice::on;
+    note += far ? "; far_prefetch=on (forced)" : "; far_prefetch=off (forced)";
+  } else {
+    if (!ws.far_resolved) calibrate_far(s, qv, kv, vv, sel, ws, out, fn);
+    far = ws.use_far_prefetch;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated: on %.3g ms, off %.3g ms, best of 3)", far ? "on" : "off",
+                  ws.far_on_s * 1e3, ws.far_off_s * 1e3);
+    note += buf;
+  }
+  ws.use_bf16_dot = dot;
+  ws.use_far_prefetch = far;
+  ws.path_note = std::move(note);
+  run_items(s, qv, kv, vv, sel, ws, out, fn, prefetch, far);
 }
 
 }  // namespace kvf::access

@@ -180,6 +180,7 @@ class AttnCase final : public kvf::Case {
         n += " reuse_for_route_below_10pct=" + std::to_string(static_cast<long long>(std::ceil(9.0 * *r / *a)));
       }
     }
+    if (!gpu_ && !ws_.path_note.empty()) n += "; " + ws_.path_note;  // the CPU path chosen at run time
     if (sp.routing != Routing::none) return n;
     if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
     if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);

@@ -1,11 +1,14 @@
 // The CPU twin's fast-path edges (attention_cpu.cpp): a split's last chunk shorter than 16 tokens (qk4
 // reads padded positions whose sums must be masked), splits of one chunk (no next-chunk QK in the
 // pipeline) and of two, the even/odd bf16 PV un-permuted at the end, and the in-register score
-// transposes for every group size, each against the fp32 reference.
+// transposes for every group size, each against the fp32 reference; and the run-time choices (vdpbf16ps
+// or fp32 QK, far prefetch on, off or calibrated) on the same data.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "access.hpp"
@@ -103,4 +106,70 @@ TEST(AttnSpeedPaths, PagedPlacementMatchesReference) {
       }
     }
   }
+}
+
+namespace {
+
+struct PathRun {
+  std::vector<float> out;
+  std::string note;
+};
+
+PathRun run_path(const AttnShape& s, const Selection& sel, const std::vector<std::uint16_t>& q,
+                 const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v, CpuChoice dot, CpuChoice far) {
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  ws.bf16_dot = dot;
+  ws.far_prefetch = far;
+  PathRun r{std::vector<float>(s.q_elems(), -7.0f), {}};
+  attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, r.out.data());
+  r.note = ws.path_note;
+  return r;
+}
+
+}  // namespace
+
+// The run-time choices on the same data: the vdpbf16ps QK (where cpuid has AVX512_BF16) and the
+// fp32-FMA QK agree with the reference and with each other up to fp32 summation order; the far
+// prefetch changes no bit of the output; every call says in path_note which path ran.
+TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
+  for (std::uint32_t hq : {8u, 32u, 64u}) {
+    AttnShape s;
+    s.batch = 1; s.hq = hq; s.hkv = 8; s.d = 128; s.ctx = 2048; s.dtype = DType::bf16; s.page = 16;
+    validate_shape(s);
+    std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+    fill_qkv(s, q.data(), k.data(), v.data(), 41 + hq);
+    const Selection sel = place(s, make_page_map(s.ctx, 16, 9), select_dense(s, 256));
+    std::vector<float> ref(s.q_elems());
+    attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
+    const PathRun fma = run_path(s, sel, q, k, v, CpuChoice::off, CpuChoice::off);
+    EXPECT_LT(attention_rel_error(fma.out.data(), ref.data(), ref.size()), 1e-5) << "hq " << hq;
+    const PathRun fma_far = run_path(s, sel, q, k, v, CpuChoice::off, CpuChoice::on);
+    EXPECT_EQ(fma.out, fma_far.out) << "hq " << hq;  // prefetching changes no arithmetic
+    EXPECT_NE(fma_far.note.find("far_prefetch=on (forced)"), std::string::npos) << fma_far.note;
+    const PathRun aut = run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::automatic);
+    EXPECT_NE(aut.note.find("(calibrated: on "), std::string::npos) << aut.note;
+    if (!bf16_dot_available()) {
+      EXPECT_NE(fma.note.find("qk=fp32 fma"), std::string::npos) << fma.note;
+      EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off), std::invalid_argument);
+      EXPECT_EQ(aut.out, fma.out);
+      continue;
+    }
+    const PathRun dot = run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off);
+    EXPECT_NE(dot.note.find("qk=vdpbf16ps"), std::string::npos) << dot.note;
+    EXPECT_LT(attention_rel_error(dot.out.data(), ref.data(), ref.size()), 1e-5) << "hq " << hq;
+    EXPECT_LT(attention_rel_error(dot.out.data(), fma.out.data(), ref.size()), 1e-5) << "hq " << hq;
+    EXPECT_EQ(aut.out, dot.out);
+  }
+}
+
+// fp16 K/V have no dot path: forcing it is an error, automatic runs the fp32 path.
+TEST(AttnSpeedPaths, Bf16DotOnRejectsOtherDtypes) {
+  AttnShape s;
+  s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 64; s.ctx = 512; s.dtype = DType::fp16;
+  std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  fill_qkv(s, q.data(), k.data(), v.data(), 3);
+  const Selection sel = select_dense(s, 256);
+  EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::automatic), std::invalid_argument);
+  EXPECT_EQ(run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::off).note.find("vdpbf16ps"), std::string::npos);
 }
