@@ -17,7 +17,7 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 
 // Split-KV decode attention (K/V bf16, fp16, or fp8 e4m3 with a bf16 query: sm_89+). One CTA =
 // (split, kv head x head group, batch); 4 warps; a token row is read by d*bytes/16 lanes with 16-byte
-// loads, 2 to 8 rows of K and V in flight per lane group before use. Same plan (split policy,
+// loads, 2 to 4 rows of K and V per lane group per step, the next step's loads issued during this one's math. Same plan (split policy,
 // gpu_attn_splits) for every arm: it depends on the selected-token count only.
 // Merge of the splits' partials: AttnMerge::fused (one kernel per call; the last CTA of each item
 // merges, through a ticket per item kept in the workspace, which must be ZEROED ONCE before the first

@@ -4,11 +4,12 @@
 // CTA = (split, kv head x head group, batch), 4 warps. A token row (d elements of 2 bytes, or 1 byte for
 // fp8 e4m3) is read by d*bytes/16 lanes with one 16-byte non-coherent load each (attn_* tiling in
 // access_math.hpp); each lane group holds the query heads of its CTA in fp32 registers (8 or 16
-// elements per head per lane; the query is bf16 when K/V are fp8), loads U tokens' K and V
-// rows before using any (so 2U independent 16-byte loads per lane are in flight), reduces the QK
-// partial dots over its lanes with xor shuffles, and keeps an online softmax (log2 domain, fp32).
-// The selection indices of the next step are loaded before the math of the current one, so a step's
-// latency chain is one row load, not index load -> row load.
+// elements per head per lane; the query is bf16 when K/V are fp8), walks U tokens per step (U
+// independent 16-byte K loads and U V loads per lane), reduces the QK partial dots over its lanes with
+// xor shuffles, and keeps an online softmax (log2 domain, fp32). The token loop is software-pipelined
+// in the same registers: the next step's K rows are issued once this step's QK has read K, its V rows
+// once this step's PV has read V, and the selection-list words two steps ahead, so loads stay in flight
+// through the math and no step waits on an index load.
 // The lane groups are combined through shared memory into one (m, l, acc) per query head and split.
 // With one split the CTA writes the output. Otherwise each split writes its partial to the workspace
 // and, with the fused merge, the last CTA of an item (batch, kv head, head group) to finish (threadfence
@@ -168,7 +169,7 @@ __device__ void merge_splits(const Workspace w, std::uint64_t bq0, std::uint32_t
 // CTAs per SM the register cap guarantees (launch bounds); the split policy plans this many per SM, so
 // every CTA of a full grid is resident at once (no second partial wave).
 __host__ __device__ constexpr int min_ctas_per_sm(int gb, DType t) {
-  // Caps of 170 / 128 registers leave the 16-bit 4-head and the fp8 1-2-head kernels spill-free.
+  // Register caps (65536 / (128 x CTAs)) under which each (heads, unroll) of dispatch_gb is spill-free.
   if (t == DType::fp8_e4m3) return gb <= 2 ? 3 : 2;
   return gb <= 2 ? 4 : gb == 4 ? 3 : 2;
 }
@@ -219,31 +220,43 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
     for (int j = 0; j < EPL; ++j) acc[g][j] = 0.0f;
   }
 
-  // Entries (selection-list words) of the step at `base`, loaded one step ahead of their use.
-  std::uint32_t ent[U];
-  auto load_entries = [&](std::uint32_t base) {
+  // Software pipeline without a second register buffer: the K rows of step i+1 are issued as soon as the
+  // QK of step i has consumed K (so they are in flight during its softmax and PV), the V rows of step
+  // i+1 as soon as its PV has consumed V (in flight during the next QK), and the selection-list words of
+  // step i+2 right after, so no step waits on an index load.
+  std::uint32_t ent[U], ent_next[U];  // the first step's, then the next step's
+  auto load_entries = [&](std::uint32_t base, std::uint32_t* e) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
-      ent[u] = t < t1 ? __ldg(list + (t >> a.span_shift)) : 0u;
+      e[u] = t < t1 ? __ldg(list + (t >> a.span_shift)) : 0u;
     }
   };
-  load_entries(t0);
-  for (std::uint32_t base = t0; base < t1; base += kStep) {
-    // Byte offsets of the selected rows (physical token -> KvLayout::token_off: paged HND keeps the
-    // pages of every head side by side), then all 2U row loads, then the next step's entries, then the math.
-    bool ok[U];
-    uint4 kr[U], vr[U];
+  // Byte offset of the row of lane group token u of the step at `base` (physical token -> KvLayout::
+  // token_off: paged HND keeps the pages of every head side by side); rows past the split read nothing.
+  auto row_off = [&](std::uint32_t base, int u, const std::uint32_t* e, bool& ok) {
+    const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
+    ok = t < t1;
+    const std::uint32_t n = ok ? (e[u] << a.span_shift) + (t & in_span) : 0u;
+    return a.kl.token_off_u32(n) * EB;  // fits_u32() checked at launch
+  };
+  auto load_rows = [&](const unsigned char* base_ptr, std::uint32_t base, const std::uint32_t* e, uint4* r) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
-      ok[u] = t < t1;
-      const std::uint32_t n = ok[u] ? (ent[u] << a.span_shift) + (t & in_span) : 0u;
-      const std::uint64_t off = a.kl.token_off_u32(n) * EB;  // fits_u32() checked at launch
-      kr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(kb + off)) : make_uint4(0, 0, 0, 0);
-      vr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(vb + off)) : make_uint4(0, 0, 0, 0);
+      bool ok;
+      const std::uint64_t off = row_off(base, u, e, ok);
+      r[u] = ok ? __ldg(reinterpret_cast<const uint4*>(base_ptr + off)) : make_uint4(0, 0, 0, 0);
     }
-    load_entries(base + kStep);
+  };
+  uint4 kr[U], vr[U];
+  load_entries(t0, ent);
+  load_rows(kb, t0, ent, kr);
+  load_rows(vb, t0, ent, vr);
+  load_entries(t0 + kStep, ent_next);
+  for (std::uint32_t base = t0; base < t1; base += kStep) {
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) ok[u] = base + static_cast<std::uint32_t>(u * TPC + grp) < t1;
     float s[U][GB];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -257,6 +270,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
         s[u][g] = x;
       }
     }
+    load_rows(kb, base + kStep, ent_next, kr);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -288,6 +302,8 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
         for (int j = 0; j < EPL; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
       }
     }
+    load_rows(vb, base + kStep, ent_next, vr);
+    load_entries(base + 2 * kStep, ent_next);
   }
 
   // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
@@ -370,15 +386,18 @@ void launch_split(const AttnDims& s, const void* q, const void* k, const void* v
 }
 
 // Unroll (token rows in flight per lane group) and heads per CTA, chosen so ptxas reports no spills on
-// sm_80, sm_90 and sm_100: 16-bit K/V: 1 head -> 8 rows, 2 or 4 heads -> 4, 8 heads -> 2; fp8 K/V
-// (16 elements per lane): at most 4 heads per CTA, 1 head -> 8 rows, 2 or 4 heads -> 4.
+// sm_80, sm_90 and sm_100 under the launch bounds (the pipelined loop keeps the next step's K rows live
+// through the PV): 16-bit K/V: 1 or 2 heads -> 4 rows, 4 heads -> 3, 8 heads -> 2; fp8 K/V (16 elements
+// per lane): at most 4 heads per CTA, 4 rows each.
+constexpr int unroll_for(std::uint32_t gb, DType t) { return gb == 8 ? 2 : gb == 4 && t != DType::fp8_e4m3 ? 3 : 4; }
+
 template <int D, DType T>
 void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void* k, const void* v,
                  const std::uint32_t* idx, const Args& a, const Workspace& w, float* out, cudaStream_t st) {
   switch (gb) {
-    case 1: return launch_split<D, 1, 8, T>(s, q, k, v, idx, a, w, out, st);
+    case 1: return launch_split<D, 1, 4, T>(s, q, k, v, idx, a, w, out, st);
     case 2: return launch_split<D, 2, 4, T>(s, q, k, v, idx, a, w, out, st);
-    case 4: return launch_split<D, 4, 4, T>(s, q, k, v, idx, a, w, out, st);
+    case 4: return launch_split<D, 4, unroll_for(4, T), T>(s, q, k, v, idx, a, w, out, st);
     case 8:
       if constexpr (T != DType::fp8_e4m3) return launch_split<D, 8, 2, T>(s, q, k, v, idx, a, w, out, st);
       [[fallthrough]];
@@ -387,7 +406,7 @@ void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void*
 }
 
 std::uint32_t max_heads_per_cta(DType t) { return t == DType::fp8_e4m3 ? 4u : 8u; }
-int unroll_for(std::uint32_t gb) { return gb == 8 ? 2 : gb == 1 ? 8 : 4; }
+
 
 __global__ void fill_kernel(void* p, std::uint64_t n, std::uint64_t seed, float mul, DType t) {
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -417,7 +436,7 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   p.merge = merge;
   const std::uint64_t quantum =
       static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
-      unroll_for(p.heads_per_cta);
+      unroll_for(p.heads_per_cta, s.dtype);
   p.split = gpu_attn_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
                             static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1),
                             static_cast<std::uint32_t>(min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype)),

@@ -127,8 +127,8 @@ TEST(AttnSplitMerge, GpuSplitPlanFillsTheDeviceAndCoversOnce) {
     std::uint64_t quantum;
     std::uint32_t waves;
   };
-  // bf16 4 heads/CTA (8 tokens x U 4, 3 CTAs/SM); 1 head (8 x 8, 4); 8 heads (8 x 2, 2); fp8 4 heads (16 x 4, 2).
-  for (const Kind k : {Kind{32, 3}, Kind{64, 4}, Kind{16, 2}, Kind{64, 2}}) {
+  // bf16 4 heads/CTA (8 tokens x U 3, 3 CTAs/SM); 1 head (8 x 4, 4); 8 heads (8 x 2, 2); fp8 4 heads (16 x 4, 2).
+  for (const Kind k : {Kind{24, 3}, Kind{32, 4}, Kind{16, 2}, Kind{64, 2}}) {
     for (std::uint64_t n : {512ull, 513ull, 1000ull, 1024ull, 4096ull, 16384ull, 65536ull, 131072ull, 262144ull}) {
       for (std::uint64_t batch : {1ull, 2ull, 8ull, 32ull, 64ull}) {
         const std::uint64_t items = batch * 8;
@@ -154,13 +154,13 @@ TEST(AttnSplitMerge, GpuSplitPlanFillsTheDeviceAndCoversOnce) {
       }
     }
   }
-  // Batch 1, 512 selected tokens, bf16 4 heads/CTA: 16 splits of one step each, 128 CTAs (the
+  // Batch 1, 512 selected tokens, bf16 4 heads/CTA: 22 splits of one step each, 176 CTAs (the
   // two-kernel plan had 4 splits of 4 steps: 32 CTAs).
-  const SplitGeom s512 = gpu_attn_splits(512, 8, units, 3, 32);
-  EXPECT_EQ(s512.n_splits, 16u);
-  EXPECT_EQ(s512.chunk, 32u);
-  // Batch 1, 4K dense: every CTA walks at most 3 steps.
-  EXPECT_LE(gpu_attn_splits(4096, 8, units, 3, 32).chunk, 3u * 32);
+  const SplitGeom s512 = gpu_attn_splits(512, 8, units, 3, 24);
+  EXPECT_EQ(s512.n_splits, 22u);
+  EXPECT_EQ(s512.chunk, 24u);
+  // Batch 1, 4K dense: every CTA walks at most 4 steps.
+  EXPECT_LE(gpu_attn_splits(4096, 8, units, 3, 24).chunk, 4u * 24);
   // One item (batch 1, one kv head) at long context is capped at kAttnMaxSplits splits (the merging
   // CTA's read), not the 396 the device would take.
   EXPECT_EQ(gpu_attn_splits(262144, 1, units, 3, 32).n_splits, kAttnMaxSplits);
@@ -168,7 +168,7 @@ TEST(AttnSplitMerge, GpuSplitPlanFillsTheDeviceAndCoversOnce) {
 
 // Each selected token of every split is visited once by the kernel's (step, unroll, lane group) walk.
 TEST(AttnSplitMerge, GpuSplitWalkVisitsEachTokenOnce) {
-  for (auto [d, eb, U] : {std::tuple{128, 2, 4}, std::tuple{128, 2, 8}, std::tuple{64, 2, 2}, std::tuple{128, 1, 4}}) {
+  for (auto [d, eb, U] : {std::tuple{128, 2, 3}, std::tuple{128, 2, 4}, std::tuple{64, 2, 2}, std::tuple{128, 1, 4}}) {
     const int tpc = attn_tokens_per_cta(d, eb);
     const std::uint64_t quantum = static_cast<std::uint64_t>(tpc) * U;
     for (std::uint64_t n : {512ull, 777ull, 4096ull}) {
