@@ -174,6 +174,66 @@ __host__ __device__ constexpr int min_ctas_per_sm(int gb, DType t) {
   return gb <= 2 ? 4 : gb == 4 ? 3 : 2;
 }
 
+// The end of a CTA: its lane groups' (m, l, acc) combined into one partial per query head, written as
+// the output (one split) or as the split's record; with the fused merge the CTA that takes the item's
+// last ticket merges every split's record.
+template <int D, int GB, int NG, int EPL>
+__device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (&l)[GB], const float (&acc)[GB][EPL],
+                                             int grp, int sub, const Args& a, const Workspace& w, std::uint64_t bq0,
+                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out) {
+  // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
+  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
+  __shared__ __align__(16) float smem[epilogue_floats<D, GB, NG>()];
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (sub == 0)
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      sm_m[grp][g] = m[g];
+      sm_l[grp][g] = l[g];
+    }
+#pragma unroll
+  for (int g = 0; g < GB; ++g)
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
+  __syncthreads();
+  const std::uint32_t ns = a.split.n_splits;
+  for (int e = threadIdx.x; e < GB * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    const float M = attn_merge_max(NG, [&](std::uint32_t n) { return sm_m[n][g]; });
+    float L = 0.0f, A = 0.0f;
+    for (int n = 0; n < NG; ++n) {
+      const float wt = attn_merge_weight(sm_m[n][g], M);
+      L = fmaf(wt, sm_l[n][g], L);
+      A = fmaf(wt, sm_acc[n][g][d], A);
+    }
+    if (ns == 1) {
+      out[(bq0 + g) * D + d] = attn_finish(A, L);
+      continue;
+    }
+    const std::uint64_t rec = (bq0 + g) * ns + sp;
+    w.acc[rec * D + d] = A;
+    if (d == 0) {
+      w.ml[2 * rec] = M;
+      w.ml[2 * rec + 1] = L;
+    }
+  }
+  if (ns == 1 || !a.fused_merge) return;
+  // Fused merge: every thread's partial is visible device-wide before its CTA takes a ticket; the CTA
+  // that takes the last one sees every split's partial.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool sm_last;
+  if (threadIdx.x == 0) {
+    unsigned* ticket = w.tickets + static_cast<std::uint64_t>(b) * gridDim.y + blockIdx.y;
+    sm_last = atomicAdd(ticket, 1u) == ns - 1;
+    if (sm_last) *ticket = 0u;  // every CTA of the item has taken its ticket: zero for the next call
+  }
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  merge_splits<D, GB>(w, bq0, ns, out, smem);
+}
+
 template <int D, int GB, int U, DType T>
 __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_kernel(const std::uint16_t* __restrict__ q,
                                                               const unsigned char* __restrict__ k,
@@ -306,57 +366,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
     load_entries(base + 2 * kStep, ent_next);
   }
 
-  // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
-  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
-  __shared__ __align__(16) float smem[epilogue_floats<D, GB, NG>()];
-  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
-  if (sub == 0)
-#pragma unroll
-    for (int g = 0; g < GB; ++g) {
-      sm_m[grp][g] = m[g];
-      sm_l[grp][g] = l[g];
-    }
-#pragma unroll
-  for (int g = 0; g < GB; ++g)
-#pragma unroll
-    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
-  __syncthreads();
-  const std::uint32_t ns = a.split.n_splits;
-  for (int e = threadIdx.x; e < GB * D; e += kThreads) {
-    const int g = e / D, d = e % D;
-    const float M = attn_merge_max(NG, [&](std::uint32_t n) { return sm_m[n][g]; });
-    float L = 0.0f, A = 0.0f;
-    for (int n = 0; n < NG; ++n) {
-      const float wt = attn_merge_weight(sm_m[n][g], M);
-      L = fmaf(wt, sm_l[n][g], L);
-      A = fmaf(wt, sm_acc[n][g][d], A);
-    }
-    if (ns == 1) {
-      out[(bq0 + g) * D + d] = attn_finish(A, L);
-      continue;
-    }
-    const std::uint64_t rec = (bq0 + g) * ns + sp;
-    w.acc[rec * D + d] = A;
-    if (d == 0) {
-      w.ml[2 * rec] = M;
-      w.ml[2 * rec + 1] = L;
-    }
-  }
-  if (ns == 1 || !a.fused_merge) return;
-  // Fused merge: every thread's partial is visible device-wide before its CTA takes a ticket; the CTA
-  // that takes the last one sees every split's partial.
-  __threadfence();
-  __syncthreads();
-  __shared__ bool sm_last;
-  if (threadIdx.x == 0) {
-    unsigned* ticket = w.tickets + static_cast<std::uint64_t>(b) * gridDim.y + blockIdx.y;
-    sm_last = atomicAdd(ticket, 1u) == ns - 1;
-    if (sm_last) *ticket = 0u;  // every CTA of the item has taken its ticket: zero for the next call
-  }
-  __syncthreads();
-  if (!sm_last) return;
-  __threadfence();
-  merge_splits<D, GB>(w, bq0, ns, out, smem);
+  cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out);
 }
 
 // Merge of the unfused path: out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA
