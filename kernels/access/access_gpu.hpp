@@ -17,12 +17,19 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 
 // Split-KV decode attention (K/V bf16, fp16, or fp8 e4m3 with a bf16 query: sm_89+). One CTA =
 // (split, kv head x head group, batch); 4 warps; a token row is read by d*bytes/16 lanes with 16-byte
-// loads, 2 to 8 rows of K and V in flight per lane group before use. Same plan (split policy) for every
-// arm: it depends on the selected-token count only.
+// loads, 2 to 4 rows of K and V per lane group per step, the next step's loads issued during this one's math. Same plan (split policy,
+// gpu_attn_splits) for every arm: it depends on the selected-token count only.
+// Merge of the splits' partials: AttnMerge::fused (one kernel per call; the last CTA of each item
+// merges, through a ticket per item kept in the workspace, which must be ZEROED ONCE before the first
+// call; every call leaves it zero, so calls can be repeated and captured in a CUDA graph; one call at a
+// time per workspace) or AttnMerge::kernel (a merge kernel follows; no zeroing needed). With one split
+// the split kernel writes the output either way.
+enum class AttnMerge { kernel, fused };
 struct AttnPlan {
   SplitGeom split;
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
   std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
+  AttnMerge merge = AttnMerge::kernel;
 };
 struct AttnDims {
   std::uint32_t batch, hq, hkv, d, ctx;
@@ -32,8 +39,9 @@ struct AttnDims {
   std::uint32_t page = 0;  // tokens per page of the physical layout (AttnShape::page; 0 unpaged)
 };
 // Throws std::invalid_argument for shapes the kernels do not instantiate (d not 64/128, group > 16...).
-AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count);
-// Floats of scratch (per (batch, query head, split): m, l, acc[d]).
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge = AttnMerge::kernel);
+// Floats of scratch: per (batch, query head, split) acc[d] and (m, l); with the fused merge then one
+// 32-bit ticket per (batch, kv head, head group).
 std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);
 // out: fp32 [batch][hq][d]. idx: the selection lists on the device.
 void attention(const AttnDims& s, const void* q, const void* k, const void* v, const SelGeom& sel,

@@ -2,6 +2,7 @@
 // the fp32 reference (so the three read exactly the same bytes). Everything here is __host__ __device__
 // and unit-tested on the CPU (tests/access/test_access_math.cpp).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -248,6 +249,39 @@ KVF_HD SplitGeom make_splits(std::uint64_t n_tokens, std::uint64_t items_without
   if (g.n_splits == 0) g.n_splits = 1;
   return g;
 }
+
+// GPU split policy: `waves` CTAs per SM when the work allows (the kernel's launch bounds guarantee that
+// many resident, so a full grid runs in one wave), splits as short as one unrolled step of a CTA
+// (`quantum` tokens: the merge is fused into the split kernel, so a short split costs a partial record,
+// not a kernel boundary), and at most kAttnMaxSplits splits per item, because the one CTA that merges an
+// item reads every split's partial (kAttnMaxSplits x heads x d floats from L2).
+inline constexpr std::uint32_t kAttnMaxSplits = 64;
+KVF_HD SplitGeom gpu_attn_splits(std::uint64_t n_tokens, std::uint64_t items, std::uint32_t units, std::uint32_t waves,
+                                 std::uint64_t quantum) {
+  SplitGeom g = make_splits(n_tokens, items, units, waves, quantum, quantum);
+  if (g.n_splits > kAttnMaxSplits) g = make_splits(n_tokens, 1, kAttnMaxSplits, 1, quantum, quantum);
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Merging split-KV partials (online softmax, log2 domain). The partial of a token set for one query
+// head is (m, l, acc[d]): m the largest score (kAttnEmptyM for an empty set), l = sum 2^(s - m),
+// acc = sum 2^(s - m) v. Partials of disjoint sets merge with weights 2^(m_i - M), M = max m_i: an
+// empty partial (kAttnEmptyM, 0, 0) weighs 2^(-1e30 - M) = 0 beside a non-empty one, and all-empty
+// partials merge to (kAttnEmptyM, 0, 0) again (weight 1 times zeros), so emptiness composes. The GPU
+// kernel merges its lane groups, then its splits, with these; the host test checks that any split of a
+// token set, merged in any grouping, equals one pass (tests/access/test_access_math.cpp).
+// ---------------------------------------------------------------------------------------------------
+inline constexpr float kAttnEmptyM = -1.0e30f;
+template <class MOf>
+KVF_HD float attn_merge_max(std::uint32_t n, MOf m_of) {
+  float M = kAttnEmptyM;
+  for (std::uint32_t i = 0; i < n; ++i) M = fmaxf(M, m_of(i));
+  return M;
+}
+KVF_HD float attn_merge_weight(float m_part, float m_all) { return exp2f(m_part - m_all); }
+// Output of a merged partial; 0 for an empty token set (never NaN).
+KVF_HD float attn_finish(float acc, float l) { return l > 0.0f ? acc / l : 0.0f; }
 
 // GPU attention tiling: a token row of d elements of eb bytes is read by d*eb/16 lanes (16 bytes, i.e.
 // 16/eb elements, each), so a warp covers 32/(d*eb/16) tokens and a CTA of kAttnWarps warps covers

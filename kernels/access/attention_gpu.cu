@@ -4,13 +4,20 @@
 // CTA = (split, kv head x head group, batch), 4 warps. A token row (d elements of 2 bytes, or 1 byte for
 // fp8 e4m3) is read by d*bytes/16 lanes with one 16-byte non-coherent load each (attn_* tiling in
 // access_math.hpp); each lane group holds the query heads of its CTA in fp32 registers (8 or 16
-// elements per head per lane; the query is bf16 when K/V are fp8), loads U tokens' K and V
-// rows before using any (so 2U independent 16-byte loads per lane are in flight), reduces the QK
-// partial dots over its lanes with xor shuffles, and keeps an online softmax (log2 domain, fp32).
-// The lane groups are combined through shared memory into one (m, l, acc) per query head and split;
-// a merge kernel combines the splits. fp32 accumulation throughout. Row addresses: a per-head base plus
-// KvLayout::token_off_u32 of the physical token (the paged HND layout keeps a page's heads side by side,
-// so one head's rows are runs of P x d elements at a stride of P x hkv x d).
+// elements per head per lane; the query is bf16 when K/V are fp8), walks U tokens per step (U
+// independent 16-byte K loads and U V loads per lane), reduces the QK partial dots over its lanes with
+// xor shuffles, and keeps an online softmax (log2 domain, fp32). The token loop is software-pipelined
+// in the same registers: the next step's K rows are issued once this step's QK has read K, its V rows
+// once this step's PV has read V, and the selection-list words two steps ahead, so loads stay in flight
+// through the math and no step waits on an index load.
+// The lane groups are combined through shared memory into one (m, l, acc) per query head and split.
+// With one split the CTA writes the output. Otherwise each split writes its partial to the workspace
+// and, with the fused merge, the last CTA of an item (batch, kv head, head group) to finish (threadfence
+// + ticket) merges every split's partial and writes the output, then zeroes the ticket for the next call
+// (one kernel per call, no memset: graph-safe); without it a merge kernel follows. fp32 accumulation
+// throughout. Row addresses: a per-head base plus KvLayout::token_off_u32 of the physical token (the
+// paged HND layout keeps a page's heads side by side, so one head's rows are runs of P x d elements at a
+// stride of P x hkv x d).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -26,7 +33,6 @@ namespace {
 
 constexpr int kThreads = 32 * kAttnWarps;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegBig = -1.0e30f;
 
 struct Args {
   std::uint32_t hq, hkv, ctx, head_groups;
@@ -35,7 +41,20 @@ struct Args {
   SelGeom sel;
   std::uint32_t span_shift;  // log2(sel.span): spans are powers of two (no 64-bit division per token)
   SplitGeom split;
+  bool fused_merge;
 };
+
+// Workspace: partial acc [batch][hq][split][d] (16-byte aligned rows for the merge's float4 loads),
+// then (m, l) [batch][hq][split][2], then one ticket per item [batch][hkv][head group] (fused merge).
+struct Workspace {
+  float* acc;
+  float* ml;
+  unsigned* tickets;
+};
+Workspace carve(float* ws, const AttnDims& s, const AttnPlan& p) {
+  const std::uint64_t recs = std::uint64_t{s.batch} * s.hq * p.split.n_splits;
+  return {ws, ws + recs * s.d, reinterpret_cast<unsigned*>(ws + recs * (s.d + 2))};
+}
 
 // 16 bytes -> 8 (16-bit types) or 16 (fp8 e4m3) floats, in memory order.
 template <DType T>
@@ -69,17 +88,164 @@ struct KvType {
   static constexpr DType q = T == DType::fp8_e4m3 ? DType::bf16 : T;      // the query stays 16-bit
 };
 
+// Shared memory of the epilogue, in floats: the lane groups' acc, later reused by the split merge
+// (weights [GB][kAttnMaxSplits], L [GB], partial sums [kThreads][4]).
+template <int D, int GB, int NG>
+__host__ __device__ constexpr int epilogue_floats() {
+  constexpr int combine = NG * GB * D, merge = GB * static_cast<int>(kAttnMaxSplits) + (GB + 3) / 4 * 4 + 4 * kThreads;
+  return combine > merge ? combine : merge;
+}
+
+// The last CTA of an item: out[g][:] = sum_s w_gs acc_s[g][:] / sum_s w_gs l_gs, w_gs = 2^(m_gs - M_g).
+// Partials are read through L2 (__ldcg: other SMs wrote them in this kernel). The acc sum runs over
+// float4 columns, the splits shared among threads when the columns are fewer than the threads, with 8
+// loads in flight per thread (the merge reads ns x GB x d floats and sits on the kernel's tail).
+template <int D, int GB>
+__device__ void merge_splits(const Workspace w, std::uint64_t bq0, std::uint32_t ns, float* __restrict__ out,
+                             float* smem) {
+  float* sw = smem;                                  // [GB][kAttnMaxSplits]
+  float* sl = smem + GB * kAttnMaxSplits;            // [GB]
+  float4* part = reinterpret_cast<float4*>(sl + (GB + 3) / 4 * 4);  // [kThreads], 16-byte aligned
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < GB; g += kAttnWarps) {
+    const float* ml = w.ml + (bq0 + g) * ns * 2;
+    float M = kAttnEmptyM;
+    for (std::uint32_t s = lane; s < ns; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.0f;
+    for (std::uint32_t s = lane; s < ns; s += 32) {
+      const float wt = attn_merge_weight(__ldcg(ml + 2 * s), M);
+      sw[g * kAttnMaxSplits + s] = wt;
+      L = fmaf(wt, __ldcg(ml + 2 * s + 1), L);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    if (lane == 0) sl[g] = L;
+  }
+  __syncthreads();
+  constexpr int C4 = GB * D / 4;                      // float4 columns of the item's heads
+  constexpr int TC = C4 < kThreads ? C4 : kThreads;   // threads per slice of splits
+  constexpr int CPT = C4 / TC;                        // columns per thread
+  constexpr int R = kThreads / TC;                    // slices of splits
+  const int slice = threadIdx.x / TC;
+  float4 a[CPT];
+#pragma unroll
+  for (int j = 0; j < CPT; ++j) a[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+  for (std::uint32_t s = slice; s < ns; s += R) {
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) {
+      const int c = threadIdx.x % TC + j * TC, g = 4 * c / D, d = 4 * c % D;
+      const float wt = sw[g * kAttnMaxSplits + s];
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(w.acc + ((bq0 + g) * ns + s) * D + d));
+      a[j].x = fmaf(wt, x.x, a[j].x);
+      a[j].y = fmaf(wt, x.y, a[j].y);
+      a[j].z = fmaf(wt, x.z, a[j].z);
+      a[j].w = fmaf(wt, x.w, a[j].w);
+    }
+  }
+  if constexpr (R > 1) {
+    part[threadIdx.x] = a[0];
+    __syncthreads();
+    if (slice != 0) return;
+    for (int r = 1; r < R; ++r) {
+      const float4 x = part[threadIdx.x + r * TC];
+      a[0].x += x.x;
+      a[0].y += x.y;
+      a[0].z += x.z;
+      a[0].w += x.w;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < CPT; ++j) {
+    const int c = threadIdx.x % TC + j * TC, g = 4 * c / D, d = 4 * c % D;
+    const float L = sl[g];
+    *reinterpret_cast<float4*>(out + (bq0 + g) * D + d) =
+        make_float4(attn_finish(a[j].x, L), attn_finish(a[j].y, L), attn_finish(a[j].z, L), attn_finish(a[j].w, L));
+  }
+}
+
+// CTAs per SM the register cap guarantees (launch bounds); the split policy plans this many per SM, so
+// every CTA of a full grid is resident at once (no second partial wave).
+__host__ __device__ constexpr int min_ctas_per_sm(int gb, DType t) {
+  // Register caps (65536 / (128 x CTAs)) under which each (heads, unroll) of dispatch_gb is spill-free.
+  if (t == DType::fp8_e4m3) return gb <= 2 ? 3 : 2;
+  return gb <= 2 ? 4 : gb == 4 ? 3 : 2;
+}
+
+// The end of a CTA: its lane groups' (m, l, acc) combined into one partial per query head, written as
+// the output (one split) or as the split's record; with the fused merge the CTA that takes the item's
+// last ticket merges every split's record.
+template <int D, int GB, int NG, int EPL>
+__device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (&l)[GB], const float (&acc)[GB][EPL],
+                                             int grp, int sub, const Args& a, const Workspace& w, std::uint64_t bq0,
+                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out) {
+  // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
+  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
+  __shared__ __align__(16) float smem[epilogue_floats<D, GB, NG>()];
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (sub == 0)
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      sm_m[grp][g] = m[g];
+      sm_l[grp][g] = l[g];
+    }
+#pragma unroll
+  for (int g = 0; g < GB; ++g)
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
+  __syncthreads();
+  const std::uint32_t ns = a.split.n_splits;
+  for (int e = threadIdx.x; e < GB * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    const float M = attn_merge_max(NG, [&](std::uint32_t n) { return sm_m[n][g]; });
+    float L = 0.0f, A = 0.0f;
+    for (int n = 0; n < NG; ++n) {
+      const float wt = attn_merge_weight(sm_m[n][g], M);
+      L = fmaf(wt, sm_l[n][g], L);
+      A = fmaf(wt, sm_acc[n][g][d], A);
+    }
+    if (ns == 1) {
+      out[(bq0 + g) * D + d] = attn_finish(A, L);
+      continue;
+    }
+    const std::uint64_t rec = (bq0 + g) * ns + sp;
+    w.acc[rec * D + d] = A;
+    if (d == 0) {
+      w.ml[2 * rec] = M;
+      w.ml[2 * rec + 1] = L;
+    }
+  }
+  if (ns == 1 || !a.fused_merge) return;
+  // Fused merge: every thread's partial is visible device-wide before its CTA takes a ticket; the CTA
+  // that takes the last one sees every split's partial.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool sm_last;
+  if (threadIdx.x == 0) {
+    unsigned* ticket = w.tickets + static_cast<std::uint64_t>(b) * gridDim.y + blockIdx.y;
+    sm_last = atomicAdd(ticket, 1u) == ns - 1;
+    if (sm_last) *ticket = 0u;  // every CTA of the item has taken its ticket: zero for the next call
+  }
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  merge_splits<D, GB>(w, bq0, ns, out, smem);
+}
+
 template <int D, int GB, int U, DType T>
-__global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_t* __restrict__ q,
+__global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_kernel(const std::uint16_t* __restrict__ q,
                                                               const unsigned char* __restrict__ k,
                                                               const unsigned char* __restrict__ v,
                                                               const std::uint32_t* __restrict__ idx, const Args a,
-                                                              float* __restrict__ ws) {
+                                                              const Workspace w, float* __restrict__ out) {
   constexpr int EB = KvType<T>::bytes;
   constexpr int EPL = KvType<T>::per16;  // elements per lane
   constexpr int LT = attn_lanes_per_token(D, EB);
   constexpr int TPC = attn_tokens_per_cta(D, EB);
   constexpr int NG = TPC;  // lane groups per CTA
+  constexpr std::uint32_t kStep = static_cast<std::uint32_t>(TPC) * U;
   const int grp = attn_group_of_thread(D, threadIdx.x, EB);
   const int sub = attn_sub_of_thread(D, threadIdx.x, EB);
   const std::uint32_t sp = blockIdx.x;
@@ -87,11 +253,12 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
   const std::uint32_t b = blockIdx.z;
   const std::uint32_t G = a.hq / a.hkv;
   const std::uint32_t qh0 = h * G + hg * GB;
+  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
 
   float qf[GB][EPL];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
-    const uint4* qrow = reinterpret_cast<const uint4*>(q + (static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * D + sub * EPL);
+    const uint4* qrow = reinterpret_cast<const uint4*>(q + (bq0 + g) * D + sub * EPL);
 #pragma unroll
     for (int c = 0; c < EPL / 8; ++c) cvt16B<KvType<T>::q>(__ldg(qrow + c), &qf[g][8 * c]);
 #pragma unroll
@@ -102,36 +269,54 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
   const unsigned char* vb = v + row0;
   const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
   const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
+  const std::uint32_t in_span = (1u << a.span_shift) - 1u;
 
   float m[GB], l[GB], acc[GB][EPL];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
-    m[g] = kNegBig;
+    m[g] = kAttnEmptyM;
     l[g] = 0.0f;
 #pragma unroll
     for (int j = 0; j < EPL; ++j) acc[g][j] = 0.0f;
   }
 
-  for (std::uint32_t base = t0; base < t1; base += static_cast<std::uint32_t>(TPC) * U) {
-    // Positions first (index loads), then all 2U row loads, then the math.
-    // Byte offsets of the selected rows (physical token -> KvLayout::token_off: paged HND keeps the
-    // pages of every head side by side).
-    std::uint64_t off[U];
-    bool ok[U];
+  // Software pipeline without a second register buffer: the K rows of step i+1 are issued as soon as the
+  // QK of step i has consumed K (so they are in flight during its softmax and PV), the V rows of step
+  // i+1 as soon as its PV has consumed V (in flight during the next QK), and the selection-list words of
+  // step i+2 right after, so no step waits on an index load.
+  std::uint32_t ent[U], ent_next[U];  // the first step's, then the next step's
+  auto load_entries = [&](std::uint32_t base, std::uint32_t* e) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
-      ok[u] = t < t1;
-      const std::uint32_t n = ok[u] ? (__ldg(list + (t >> a.span_shift)) << a.span_shift) + (t & ((1u << a.span_shift) - 1u))
-                                    : 0u;
-      off[u] = a.kl.token_off_u32(n) * EB;  // fits_u32() checked at launch
+      e[u] = t < t1 ? __ldg(list + (t >> a.span_shift)) : 0u;
     }
-    uint4 kr[U], vr[U];
+  };
+  // Byte offset of the row of lane group token u of the step at `base` (physical token -> KvLayout::
+  // token_off: paged HND keeps the pages of every head side by side); rows past the split read nothing.
+  auto row_off = [&](std::uint32_t base, int u, const std::uint32_t* e, bool& ok) {
+    const std::uint32_t t = base + static_cast<std::uint32_t>(u * TPC + grp);
+    ok = t < t1;
+    const std::uint32_t n = ok ? (e[u] << a.span_shift) + (t & in_span) : 0u;
+    return a.kl.token_off_u32(n) * EB;  // fits_u32() checked at launch
+  };
+  auto load_rows = [&](const unsigned char* base_ptr, std::uint32_t base, const std::uint32_t* e, uint4* r) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      kr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(kb + off[u])) : make_uint4(0, 0, 0, 0);
-      vr[u] = ok[u] ? __ldg(reinterpret_cast<const uint4*>(vb + off[u])) : make_uint4(0, 0, 0, 0);
+      bool ok;
+      const std::uint64_t off = row_off(base, u, e, ok);
+      r[u] = ok ? __ldg(reinterpret_cast<const uint4*>(base_ptr + off)) : make_uint4(0, 0, 0, 0);
     }
+  };
+  uint4 kr[U], vr[U];
+  load_entries(t0, ent);
+  load_rows(kb, t0, ent, kr);
+  load_rows(vb, t0, ent, vr);
+  load_entries(t0 + kStep, ent_next);
+  for (std::uint32_t base = t0; base < t1; base += kStep) {
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) ok[u] = base + static_cast<std::uint32_t>(u * TPC + grp) < t1;
     float s[U][GB];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -145,12 +330,13 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
         s[u][g] = x;
       }
     }
+    load_rows(kb, base + kStep, ent_next, kr);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int g = 0; g < GB; ++g)
 #pragma unroll
-        for (int off = LT / 2; off > 0; off >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+        for (int o = LT / 2; o > 0; o >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
     // Online softmax over the U tokens at once: one rescale per step.
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -176,88 +362,61 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(const std::uint16_
         for (int j = 0; j < EPL; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
       }
     }
+    load_rows(vb, base + kStep, ent_next, vr);
+    load_entries(base + 2 * kStep, ent_next);
   }
 
-  // Combine the lane groups of the CTA.
-  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
-  __shared__ float sm_acc[NG][GB][D];
-  if (sub == 0)
-#pragma unroll
-    for (int g = 0; g < GB; ++g) {
-      sm_m[grp][g] = m[g];
-      sm_l[grp][g] = l[g];
-    }
-#pragma unroll
-  for (int g = 0; g < GB; ++g)
-#pragma unroll
-    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
-  __syncthreads();
-  for (int e = threadIdx.x; e < GB * D; e += kThreads) {
-    const int g = e / D, d = e % D;
-    float M = kNegBig;
-    for (int n = 0; n < NG; ++n) M = fmaxf(M, sm_m[n][g]);
-    float L = 0.0f, A = 0.0f;
-    for (int n = 0; n < NG; ++n) {
-      const float w = exp2f(sm_m[n][g] - M);  // groups without tokens: m = -1e30 -> w = 0
-      L = fmaf(w, sm_l[n][g], L);
-      A = fmaf(w, sm_acc[n][g][d], A);
-    }
-    float* rec = ws + ((static_cast<std::uint64_t>(b) * a.hq + qh0 + g) * a.split.n_splits + sp) * (D + 2);
-    if (d == 0) {
-      rec[0] = M;
-      rec[1] = L;
-    }
-    rec[2 + d] = A;
-  }
+  cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out);
 }
 
-// out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA per (batch, query head).
-__global__ void attn_merge_kernel(const float* __restrict__ ws, std::uint32_t ns, std::uint32_t D,
-                                  float* __restrict__ out) {
+// Merge of the unfused path: out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA
+// per (batch, query head).
+__global__ void attn_merge_kernel(const Workspace w, std::uint32_t ns, std::uint32_t D, float* __restrict__ out) {
   const std::uint64_t bq = blockIdx.x;
-  const float* r0 = ws + bq * ns * (D + 2);
-  float M = kNegBig;
-  for (std::uint32_t s = 0; s < ns; ++s) M = fmaxf(M, r0[s * (D + 2)]);
+  const float* ml = w.ml + bq * ns * 2;
+  const float M = attn_merge_max(ns, [&](std::uint32_t s) { return ml[2 * s]; });
   for (std::uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
     float L = 0.0f, A = 0.0f;
     for (std::uint32_t s = 0; s < ns; ++s) {
-      const float* r = r0 + s * (D + 2);
-      const float w = exp2f(r[0] - M);
-      L = fmaf(w, r[1], L);
-      A = fmaf(w, r[2 + d], A);
+      const float wt = attn_merge_weight(ml[2 * s], M);
+      L = fmaf(wt, ml[2 * s + 1], L);
+      A = fmaf(wt, w.acc[(bq * ns + s) * D + d], A);
     }
-    out[bq * D + d] = A / L;
+    out[bq * D + d] = attn_finish(A, L);
   }
 }
 
 template <int D, int GB, int U, DType T>
 void launch_split(const AttnDims& s, const void* q, const void* k, const void* v, const std::uint32_t* idx,
-                  const Args& a, float* ws, cudaStream_t st) {
+                  const Args& a, const Workspace& w, float* out, cudaStream_t st) {
   const dim3 grid(a.split.n_splits, s.hkv * a.head_groups, s.batch);
   attn_split_kernel<D, GB, U, T><<<grid, kThreads, 0, st>>>(static_cast<const std::uint16_t*>(q),
                                                            static_cast<const unsigned char*>(k),
-                                                           static_cast<const unsigned char*>(v), idx, a, ws);
+                                                           static_cast<const unsigned char*>(v), idx, a, w, out);
 }
 
 // Unroll (token rows in flight per lane group) and heads per CTA, chosen so ptxas reports no spills on
-// sm_80, sm_90 and sm_100: 16-bit K/V: 1 head -> 8 rows, 2 or 4 heads -> 4, 8 heads -> 2; fp8 K/V
-// (16 elements per lane): at most 4 heads per CTA, 1 head -> 8 rows, 2 or 4 heads -> 4.
+// sm_80, sm_90 and sm_100 under the launch bounds (the pipelined loop keeps the next step's K rows live
+// through the PV): 16-bit K/V: 1 or 2 heads -> 4 rows, 4 heads -> 3, 8 heads -> 2; fp8 K/V (16 elements
+// per lane): at most 4 heads per CTA, 4 rows each.
+constexpr int unroll_for(std::uint32_t gb, DType t) { return gb == 8 ? 2 : gb == 4 && t != DType::fp8_e4m3 ? 3 : 4; }
+
 template <int D, DType T>
 void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void* k, const void* v,
-                 const std::uint32_t* idx, const Args& a, float* ws, cudaStream_t st) {
+                 const std::uint32_t* idx, const Args& a, const Workspace& w, float* out, cudaStream_t st) {
   switch (gb) {
-    case 1: return launch_split<D, 1, 8, T>(s, q, k, v, idx, a, ws, st);
-    case 2: return launch_split<D, 2, 4, T>(s, q, k, v, idx, a, ws, st);
-    case 4: return launch_split<D, 4, 4, T>(s, q, k, v, idx, a, ws, st);
+    case 1: return launch_split<D, 1, 4, T>(s, q, k, v, idx, a, w, out, st);
+    case 2: return launch_split<D, 2, 4, T>(s, q, k, v, idx, a, w, out, st);
+    case 4: return launch_split<D, 4, unroll_for(4, T), T>(s, q, k, v, idx, a, w, out, st);
     case 8:
-      if constexpr (T != DType::fp8_e4m3) return launch_split<D, 8, 2, T>(s, q, k, v, idx, a, ws, st);
+      if constexpr (T != DType::fp8_e4m3) return launch_split<D, 8, 2, T>(s, q, k, v, idx, a, w, out, st);
       [[fallthrough]];
     default: throw std::invalid_argument("gpu::attention: unsupported heads per CTA");
   }
 }
 
 std::uint32_t max_heads_per_cta(DType t) { return t == DType::fp8_e4m3 ? 4u : 8u; }
-int unroll_for(std::uint32_t gb) { return gb == 8 ? 2 : gb == 1 ? 8 : 4; }
+
 
 __global__ void fill_kernel(void* p, std::uint64_t n, std::uint64_t seed, float mul, DType t) {
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -275,7 +434,7 @@ void check_launch(const char* what) {
 
 }  // namespace
 
-AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count) {
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge) {
   if (s.d != 64 && s.d != 128) throw std::invalid_argument("gpu::attention: head dim must be 64 or 128");
   if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
   const std::uint32_t G = s.hq / s.hkv;
@@ -284,18 +443,21 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count) {
   const std::uint32_t hmax = max_heads_per_cta(s.dtype);
   p.heads_per_cta = G > hmax ? hmax : G;
   p.head_groups = G / p.heads_per_cta;
+  p.merge = merge;
   const std::uint64_t quantum =
       static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
-      unroll_for(p.heads_per_cta);
-  // >= 4 CTAs per SM when the work allows, no split shorter than 128 tokens.
-  p.split = make_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
-                        static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1), 4, 128, quantum);
-  if (p.split.n_splits > 65535) throw std::invalid_argument("gpu::attention: more than 65535 splits");
+      unroll_for(p.heads_per_cta, s.dtype);
+  p.split = gpu_attn_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
+                            static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1),
+                            static_cast<std::uint32_t>(min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype)),
+                            quantum);
   return p;
 }
 
 std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p) {
-  return static_cast<std::size_t>(s.batch) * s.hq * p.split.n_splits * (s.d + 2);
+  const std::size_t recs = static_cast<std::size_t>(s.batch) * s.hq * p.split.n_splits;
+  const std::size_t tickets = p.merge == AttnMerge::fused ? static_cast<std::size_t>(s.batch) * s.hkv * p.head_groups : 0;
+  return recs * (s.d + 2) + tickets;
 }
 
 void attention(const AttnDims& s, const void* q, const void* k, const void* v, const SelGeom& sel,
@@ -305,10 +467,14 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   while ((1u << shift) < sel.span) ++shift;
   if (s.page && ((s.page & (s.page - 1)) || s.ctx % s.page))
     throw std::invalid_argument("gpu::attention: page must be 0 or a power of two dividing the context");
-  Args a{s.hq, s.hkv, s.ctx, p.head_groups, make_kv_layout(s.layout, s.hkv, s.d, s.page), s.scale * kLog2e, sel, shift, p.split};
+  Args a{s.hq,  s.hkv, s.ctx, p.head_groups, make_kv_layout(s.layout, s.hkv, s.d, s.page), s.scale * kLog2e, sel, shift,
+         p.split, p.merge == AttnMerge::fused};
   if (!a.kl.fits_u32()) throw std::invalid_argument("gpu::attention: a page of this layout exceeds 2^32 elements");
+  if (p.merge == AttnMerge::fused && p.split.n_splits > kAttnMaxSplits)
+    throw std::invalid_argument("gpu::attention: the fused merge takes at most kAttnMaxSplits splits");
+  const Workspace w = carve(workspace, s, p);
   auto go = [&](auto dc, auto tc) {
-    dispatch_gb<decltype(dc)::value, decltype(tc)::value>(p.heads_per_cta, s, q, k, v, idx, a, workspace, st);
+    dispatch_gb<decltype(dc)::value, decltype(tc)::value>(p.heads_per_cta, s, q, k, v, idx, a, w, out, st);
   };
   using D64 = std::integral_constant<int, 64>;
   using D128 = std::integral_constant<int, 128>;
@@ -321,7 +487,8 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
     case DType::fp8_e4m3: s.d == 128 ? go(D128{}, T8{}) : go(D64{}, T8{}); break;
   }
   check_launch("attn_split_kernel launch");
-  attn_merge_kernel<<<s.batch * s.hq, s.d, 0, st>>>(workspace, p.split.n_splits, s.d, out);
+  if (p.split.n_splits == 1 || p.merge == AttnMerge::fused) return;
+  attn_merge_kernel<<<s.batch * s.hq, s.d, 0, st>>>(w, p.split.n_splits, s.d, out);
   check_launch("attn_merge_kernel launch");
 }
 

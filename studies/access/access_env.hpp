@@ -79,6 +79,7 @@ struct AccessEnv {
 
   // attention and routing
   std::uint32_t hq = 32, hkv = 8, batch = 1, cluster_mean = 8;
+  std::vector<std::uint32_t> batch_sweep;  // declared batches of the default grid (none when --batch is given)
   std::vector<std::uint32_t> ctxs, blocks, head_dims, pages;  // pages: tokens per page, 0 = contiguous
   std::vector<std::string> keeps;                             // as given: the keep column
   std::vector<ka::DType> dtypes;
@@ -93,6 +94,14 @@ struct AccessEnv {
 
   std::shared_ptr<Shared> shared;
 };
+
+// The launch column of GPU rows: kvf::launch_modes() (kvf/cuda_graph.hpp, CUDA builds only), spelled here
+// so that GPU case lists planned without CUDA (--plan-device) are the same; attn_case.cpp checks that the
+// two agree. "eager": the kernels launched one by one; "graph": the same enqueue captured as one graph.
+inline const std::vector<std::string>& gpu_launch_modes() {
+  static const std::vector<std::string> modes{"eager", "graph"};
+  return modes;
+}
 
 // The arms, one per part (what --parts selects), in the order they run.
 Arm<AccessEnv> gather_arm();

@@ -8,14 +8,15 @@ namespace {
 
 // The columns of one attention row, in the axes' order; a dense row leaves block and selection empty.
 struct Row {
-  std::uint32_t ctx = 0;
+  std::uint32_t ctx = 0, batch = 0;  // batch 0: --batch (env.batch)
   std::string arm, keep = "1", block, dtype = "bf16", layout = "HND", head_dim = "128", select;
   std::vector<std::string> scatters = {""};
   std::string placement, page_tokens, huge = "on";
+  std::vector<std::string> launch = {"eager"};  // GPU rows only (no column on the CPU)
 };
 
 Product product(const Row& r, const AccessEnv& env) {
-  return Product{{{"part", {"attention"}},
+  Product p{{{"part", {"attention"}},
                   {"arm", {r.arm}},
                   {"ctx", {std::to_string(r.ctx)}},
                   {"keep", {r.keep}},
@@ -26,7 +27,7 @@ Product product(const Row& r, const AccessEnv& env) {
                   {"head_dim", {r.head_dim}},
                   {"hq", {std::to_string(env.hq)}},
                   {"hkv", {std::to_string(env.hkv)}},
-                  {"batch", {std::to_string(env.batch)}},
+                  {"batch", {std::to_string(r.batch ? r.batch : env.batch)}},
                   {"select", {r.select}},
                   {"scatter", r.scatters},
                   {"routing", {"none"}},
@@ -35,6 +36,8 @@ Product product(const Row& r, const AccessEnv& env) {
                   {"placement", {r.placement}},
                   {"page_tokens", {r.page_tokens}},
                   {"huge", {r.huge}}}};
+  if (env.target.gpu) p.lists.push_back({"launch", r.launch});
+  return p;
 }
 
 // Every placement of one configuration: dense (when asked), block, then the token scatters, so that each
@@ -52,9 +55,11 @@ void add_arms(Grid& grid, Row base, bool with_dense, const std::vector<std::stri
     }
     Row b = base;
     b.arm = "block";
+    b.launch = {"eager"};
     grid.push_back(product(b, env));
     Row t = base;
     t.arm = "token";
+    t.launch = {"eager"};
     t.scatters = scatters;
     grid.push_back(product(t, env));
   }
@@ -105,6 +110,26 @@ void add_shape_sweeps(Grid& grid, const AccessEnv& env) {
   }
 }
 
+// The other decode batches of the declared list (GPU: 8, 32, 64 beside 1): dense, block and token
+// (uniform) at keep 1/8 at 4K, 16K and 64K, up to 1M tokens of batch x context (the host keeps a copy of
+// K and V and computes the fp32 reference before timing).
+void add_batch_sweep(Grid& grid, const AccessEnv& env) {
+  for (auto b : env.batch_sweep) {
+    if (b == env.batch) continue;
+    for (std::uint32_t c : {4096u, 16384u, 65536u}) {
+      if (std::uint64_t{b} * c > (std::uint64_t{1} << 20)) continue;
+      Row r;
+      r.ctx = c;
+      r.batch = b;
+      r.keep = "1/8";
+      r.block = std::to_string(env.blocks[0]);
+      r.select = "per_head";
+      r.huge = env.attn_huge;
+      add_arms(grid, r, true, {"uniform"}, env);
+    }
+  }
+}
+
 Grid attention_grid(const Target& t, const AccessEnv& env) {
   Grid grid;
   const bool side = !env.user_sweep && !t.quick;
@@ -118,6 +143,8 @@ Grid attention_grid(const Target& t, const AccessEnv& env) {
           base.layout = ka::to_string(lay);
           base.head_dim = std::to_string(d);
           base.huge = env.attn_huge;
+          // Dense rows of the main sweep also as one CUDA graph launch (eager_over_graph in the note).
+          if (side && t.gpu) base.launch = gpu_launch_modes();
           bool first = true;  // one dense row per configuration
           for (const auto& keep : env.keeps)
             for (auto b : env.blocks)
@@ -131,7 +158,10 @@ Grid attention_grid(const Target& t, const AccessEnv& env) {
               }
           if (side && c == env.side_ctx()) add_side_sweeps(grid, base, env);
         }
-  if (side) add_shape_sweeps(grid, env);
+  if (side) {
+    add_shape_sweeps(grid, env);
+    add_batch_sweep(grid, env);
+  }
   return grid;
 }
 
@@ -159,7 +189,8 @@ Arm<AccessEnv> attention_arm() {
                {.name = "head_dim", .doc = "side sweep 64", .cpu = {"128"}, .quick = {"128"}, .flag = "--head-dims"},
                {.name = "hq", .doc = "query heads", .cpu = {"32"}, .quick = {"32"}, .flag = "--hq"},
                {.name = "hkv", .doc = "KV heads", .cpu = {"8"}, .quick = {"8"}, .flag = "--hkv"},
-               {.name = "batch", .cpu = {"1"}, .quick = {"1"}, .flag = "--batch"},
+               {.name = "batch", .doc = "decode batch; GPU sweep 8, 32, 64 at 4K..64K (batch x context <= 1M tokens)",
+                .cpu = {"1"}, .gpu = {"1", "8", "32", "64"}, .quick = {"1"}, .flag = "--batch"},
                {.name = "select", .doc = "per_head or shared (empty on dense rows); side sweep shared",
                 .cpu = {"per_head"}, .quick = {"per_head"}, .flag = "--select"},
                {.name = "scatter", .doc = "of the token arm (empty on other rows)", .cpu = {"uniform", "clustered"},

@@ -12,6 +12,7 @@
 #if defined(KVF_HAVE_CUDA)
 #include "access_gpu.hpp"
 #include "kvf/cuda_backend.hpp"
+#include "kvf/cuda_graph.hpp"
 #endif
 
 namespace kvf::access_study {
@@ -42,6 +43,7 @@ struct AttnSpec {
   std::uint32_t page = 0;  // tokens per page of the shuffled placement; 0: contiguous
   std::uint32_t proxy_rank = 0;  // routed token arm: 0 scores every key, r > 0 the rank-r key proxy
   std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
+  bool graph = false;  // GPU launch "graph": run() replays one CUDA graph of what the eager row enqueues
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -69,12 +71,17 @@ class AttnCase final : public kvf::Case {
       out_.assign(sp.s.q_elems(), 0.0f);
     } else {
 #if defined(KVF_HAVE_CUDA)
+      if (gpu_launch_modes() != kvf::launch_modes())
+        throw std::logic_error("access: gpu_launch_modes() and kvf::launch_modes() differ");
       dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale(), sp.s.page};
       const int sms = kvf::cuda_props(be).multiProcessorCount;
-      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms);
+      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms, ka::gpu::AttnMerge::fused);
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
-      dws_ = BufferHandle(be, ka::gpu::attention_workspace_floats(dims_, plan_) * 4, MemKind::device);
+      // The fused merge's tickets start at zero once; every call leaves them zero.
+      const std::size_t wsb = ka::gpu::attention_workspace_floats(dims_, plan_) * 4;
+      dws_ = BufferHandle(be, wsb, MemKind::device);
+      KVF_CUDA_CHECK(cudaMemsetAsync(dws_->ptr, 0, wsb, kvf::cuda_stream(be)));  // ordered before attention
       dout_ = BufferHandle(be, sp.s.q_elems() * 4, MemKind::device);
       sms_ = sms;
       if (sp.routing != Routing::none) {
@@ -102,6 +109,11 @@ class AttnCase final : public kvf::Case {
           KVF_CUDA_CHECK(cudaMemcpy(dk->ptr, lr.keys.data(), lr.keys.size() * 4, cudaMemcpyHostToDevice));
           d.dlowrank.emplace(lk, std::make_pair(std::move(db), std::move(dk)));
         }
+      }
+      if (sp.graph) {
+        be.synchronize();  // capture needs an idle stream (the memsets above are queued on it)
+        cgraph_ = std::make_unique<kvf::CudaGraph>([this, &be](cudaStream_t) { enqueue(be); }, kvf::cuda_stream(be),
+                                                   "access " + config_key);
       }
 #endif
     }
@@ -132,7 +144,16 @@ class AttnCase final : public kvf::Case {
 #endif
     }
     ka::attention_ref(sp.s, data_->host_q(), data_->host_k(), data_->host_v(), sel_, ref.data());
-    const double err = ka::attention_rel_error(out.data(), ref.data(), out.size());
+    double err = ka::attention_rel_error(out.data(), ref.data(), out.size());
+#if defined(KVF_HAVE_CUDA)
+    if (cgraph_) {  // the graph row times the graph: its output must match too (NaN where it writes nothing)
+      KVF_CUDA_CHECK(cudaMemsetAsync(dout_->ptr, 0xFF, out.size() * 4, kvf::cuda_stream(be)));
+      cgraph_->launch(kvf::cuda_stream(be));
+      be.synchronize();
+      KVF_CUDA_CHECK(cudaMemcpy(out.data(), dout_->ptr, out.size() * 4, cudaMemcpyDeviceToHost));
+      err = std::max(err, ka::attention_rel_error(out.data(), ref.data(), out.size()));
+    }
+#endif
     err_ = err;
     if (!(err < ka::kAttnTolerance))
       throw kvf::VerifyError("attention output differs from the fp32 reference: max|out-ref|/max|ref| = " +
@@ -140,6 +161,14 @@ class AttnCase final : public kvf::Case {
   }
 
   void run(Backend& be) override {
+#if defined(KVF_HAVE_CUDA)
+    if (cgraph_) return cgraph_->launch(kvf::cuda_stream(be));
+#endif
+    enqueue(be);
+  }
+
+  // What one eager execution enqueues (and what the graph row captures).
+  void enqueue(Backend& be) {
     if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) route(be);
     if (sp.routing != Routing::alone) attend(be);
   }
@@ -148,6 +177,7 @@ class AttnCase final : public kvf::Case {
     ws_ = {};
     out_ = {};
 #if defined(KVF_HAVE_CUDA)
+    cgraph_.reset();
     didx_.reset();
     dws_.reset();
     dout_.reset();
@@ -164,7 +194,16 @@ class AttnCase final : public kvf::Case {
 #endif
       if (!gpu_) n += "; topk=nth_element per list";
     }
-    if (sp.routing == Routing::alone || sp.routing == Routing::attend) sh->record(route_key + to_string(sp.routing), mode, m.median);
+#if defined(KVF_HAVE_CUDA)
+    if (cgraph_) {
+      n += "; launch=graph of " + std::to_string(cgraph_->kernel_nodes()) + " kernels";
+      // The eager row of the same case ran just before (launch is the last axis of the product).
+      const std::string eager = sp.routing == Routing::none ? config_key : route_key + to_string(sp.routing);
+      if (auto em = sh->median(eager, mode)) n += "; eager_over_graph=" + fmt(*em / m.median);
+      return n;
+    }
+#endif
+    if (sp.routing != Routing::none) sh->record(route_key + to_string(sp.routing), mode, m.median);
     if (sp.routing == Routing::end_to_end) {
       // Derived, not separately timed: one routing reused for S decode steps costs, per step,
       // attend + alone / S, from the medians of this run's route-alone and route-attend cases (same
@@ -228,6 +267,7 @@ class AttnCase final : public kvf::Case {
   ka::gpu::AttnDims dims_{};
   ka::gpu::AttnPlan plan_{};
   BufferHandle didx_, dws_, dout_, dscores_, dridx_, dtopk_;
+  std::unique_ptr<kvf::CudaGraph> cgraph_;
   int sms_ = 0;
   std::uint32_t topk_ctas_ = 0;
 #endif
@@ -438,6 +478,7 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.huge = p["huge"] == "on";
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
   sp.cluster_mean = env.cluster_mean;
+  sp.graph = p.has("launch") && p["launch"] == "graph";
   // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
   sp.s.page = sp.page;
   return sp;
@@ -510,6 +551,7 @@ std::string attn_case_name(const Point& p) {
   std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
                    arm_name(sp) + "/" + cfg_name(sp);
   if (sp.arm != ka::Arm::dense) nm += "/keep" + keep_name(sp) + "/B" + p["block"] + "/" + p["select"];
+  if (p.has("launch") && p["launch"] == "graph") nm += "/graph";
   return nm;
 }
 

@@ -19,7 +19,7 @@ Grid routing_grid(const Target& t, const AccessEnv& env) {
       for (const char* routing : {"alone", "attend", "end_to_end"}) {
         const std::string reuse = std::string(routing) == "end_to_end" ? join_u32(env.reuse_steps) : "";
         const auto prod = [&](const char* arm, std::vector<std::string> routers) {
-          return Product{{{"part", {"routing"}},
+          Product p{{{"part", {"routing"}},
                           {"arm", {arm}},
                           {"ctx", {std::to_string(c)}},
                           {"keep", {env.keeps[0]}},
@@ -39,6 +39,11 @@ Grid routing_grid(const Target& t, const AccessEnv& env) {
                           {"placement", {pg ? "shuffled" : "contiguous"}},
                           {"page_tokens", {pg ? std::to_string(pg) : ""}},
                           {"huge", {env.attn_huge}}}};
+          // GPU: one decode step (routing kernels, the top-k's 5 launches, attention) also as one CUDA graph.
+          if (t.gpu)
+            p.lists.push_back({"launch", std::string(routing) == "end_to_end" ? gpu_launch_modes()
+                                                                             : std::vector<std::string>{"eager"}});
+          return p;
         };
         grid.push_back(prod("block", {"centroids"}));
         grid.push_back(prod("token", token_routers));

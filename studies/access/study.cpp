@@ -260,6 +260,7 @@ class AccessStudy final : public Study {
     if (given("--hq")) env.hq = static_cast<std::uint32_t>(parse_whole(hq_text_, "--hq", 1, 4096));
     if (given("--hkv")) env.hkv = static_cast<std::uint32_t>(parse_whole(hkv_text_, "--hkv", 1, 1024));
     if (given("--batch")) env.batch = static_cast<std::uint32_t>(parse_whole(batch_text_, "--batch", 1, 1024));
+    else env.batch_sweep = declared_u32("attention", "batch", env.target);
     if (env.hq % env.hkv || !pow2(env.hq / env.hkv) || env.hq / env.hkv > 16)
       throw UsageError("--hq " + std::to_string(env.hq) + " --hkv " + std::to_string(env.hkv) +
                        ": hq must be hkv times 1, 2, 4, 8 or 16 (the query heads of one KV head)");

@@ -1,0 +1,90 @@
+// gpu::attention on a real device (skips without a usable GPU): the fused merge (one kernel, tickets in
+// the workspace) and the merge-kernel path against the fp32 reference, repeated on one workspace zeroed
+// once (a call that left a ticket dirty fails the next one), over split counts from 1 to
+// kAttnMaxSplits, batch 1..8, bf16/fp16/fp8 and sparse token lists.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "access.hpp"
+#include "access_gpu.hpp"
+
+using namespace kvf::access;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(std::size_t n) { EXPECT_EQ(cudaMalloc(&p, n < 16 ? 16 : n), cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const char* what) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  std::vector<unsigned char> q(s.q_bytes()), k(s.kv_bytes()), v(s.kv_bytes());
+  fill_qkv(s, q.data(), k.data(), v.data(), 5);
+  std::vector<float> ref(s.q_elems()), got(s.q_elems());
+  attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
+  const gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale(), s.page};
+  const gpu::AttnPlan plan = gpu::plan_attention(dims, sel.geom, sms, merge);
+  Buf dq(q.size()), dk(k.size()), dv(v.size()), di(sel.idx.size() * 4), dout(got.size() * 4);
+  const std::size_t wsb = gpu::attention_workspace_floats(dims, plan) * 4;
+  Buf dws(wsb);
+  ASSERT_EQ(cudaMemcpy(dq.p, q.data(), q.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dk.p, k.data(), k.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dv.p, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(di.p, sel.idx.data(), sel.idx.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dws.p, 0, wsb), cudaSuccess);
+  for (int call = 0; call < 3; ++call) {
+    ASSERT_EQ(cudaMemset(dout.p, 0xFF, got.size() * 4), cudaSuccess);  // NaN unless every output is written
+    gpu::attention(dims, dq.p, dk.p, dv.p, sel.geom, static_cast<const std::uint32_t*>(di.p), plan,
+                   static_cast<float*>(dws.p), static_cast<float*>(dout.p), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const double err = attention_rel_error(got.data(), ref.data(), got.size());
+    EXPECT_LT(err, kAttnTolerance) << what << " call " << call << " splits " << plan.split.n_splits;
+  }
+  std::printf("%s: %u splits, rel err ok\n", what, plan.split.n_splits);
+}
+
+}  // namespace
+
+TEST(AttentionGpu, FusedAndKernelMergeMatchReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  const bool fp8 = major * 10 + minor >= 89;  // e4m3 conversions need sm_89+
+  for (auto merge : {gpu::AttnMerge::fused, gpu::AttnMerge::kernel}) {
+    for (std::uint32_t ctx : {256u, 1024u, 4096u, 65536u}) {
+      for (std::uint32_t batch : {1u, 8u}) {
+        for (DType t : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+          AttnShape s;
+          s.batch = batch;
+          s.ctx = ctx;
+          s.dtype = t;
+          s.page = 16;
+          if (batch * ctx > 65536u * 2 || (t == DType::fp8_e4m3 && !fp8)) continue;
+          const Selection dense = place(s, make_page_map(ctx, 16, 3), select_dense(s, 256 < ctx ? 256 : ctx));
+          check(s, dense, merge, "dense");
+          if (ctx >= 1024) {
+            const std::uint32_t kb = sparse_blocks(ctx, 64, 0.125);
+            const Selection tok = place(s, make_page_map(ctx, 16, 3),
+                                        select_tokens_random(s, 64, kb, false, Scatter::uniform, 8, 9));
+            check(s, tok, merge, "token");
+          }
+        }
+      }
+    }
+  }
+}
