@@ -210,8 +210,11 @@ DecodeGpu::DecodeGpu(const fr::LayerWeights& w, const md::ModelShape& m, int B, 
   d.idx = upload(sel.idx);
   d.dims = {std::uint32_t(B), std::uint32_t(d.Hq), std::uint32_t(d.Hkv), std::uint32_t(d.D), std::uint32_t(C),
             ka::DType::bf16, ka::Layout::HND, sh.scale()};
-  d.plan = ka::gpu::plan_attention(d.dims, d.sel, sm_count);
+  // Fused merge (one attention kernel per layer): its tickets live in the workspace, zeroed once here; every call
+  // leaves them zero, and the layers of a step use the workspace one after another on one stream.
+  d.plan = ka::gpu::plan_attention(d.dims, d.sel, sm_count, ka::gpu::AttnMerge::fused);
   d.ws = Dev(ka::gpu::attention_workspace_floats(d.dims, d.plan) * 4);
+  DC_CHECK(cudaMemsetAsync(d.ws.p, 0, d.ws.bytes, s));
   // Load every kernel module once before anything is timed (lazy loading under a blocking kernel deadlocks).
   step(1, s);
   DC_CHECK(cudaStreamSynchronize(s));
