@@ -22,6 +22,24 @@ kvf_install_deps() {
   fi
 }
 
+# Optional packages: installed when run as root and missing; without them the tests that need them skip and say why.
+# chromium: the report.html check (tests/studies/report_chromium.sh).
+kvf_install_optional() {
+  local p
+  for p in chromium; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "kvfrontier: installing optional $p" >&2
+      export DEBIAN_FRONTEND=noninteractive
+      { apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1; }; } ||
+        echo "kvfrontier: optional $p not installed; the tests that need it will skip" >&2
+    else
+      echo "kvfrontier: optional $p missing (sudo apt-get install -y $p); the tests that need it will skip" >&2
+    fi
+  done
+}
+
 # kvf_build PRESET: configure (CUDA backend when nvcc is found) and build with every core.
 kvf_build() {
   local preset=${1:-default}
