@@ -127,8 +127,8 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   const bool corun = p["arm"] == "corun";
   const Background bg = background_of(background);
   std::unique_ptr<kvf::Case> c;
+  const std::string launch = kvf::study::launch_of(p);  // "" on CPU targets (the axis is GPU only)
 #if defined(KVF_HAVE_CUDA)
-  const std::string launch = kvf::study::launch_of(p);
   if (env.gpu) c = make_decode_gpu_case(m, B, C, L, background, launch, env);
 #endif
   if (!c) c = std::make_unique<DecodeCpu>(env, m, B, C, L, bg);

@@ -167,8 +167,8 @@ TEST(Report, GoldenNumbersAndDeterminism) {
   o.out_dir = b.string();
   write_report(sets, o);
   EXPECT_EQ(slurp(a / "report.md"), slurp(b / "report.md"));
-  EXPECT_TRUE(fs::exists(a / "recompute_transfer.gp"));
-  EXPECT_TRUE(fs::exists(a / "recompute_transfer.dat"));
+  EXPECT_TRUE(fs::exists(a / "recompute_transfer_1_Llama_3_1_8B.gp"));  // one chart per (directory, model)
+  EXPECT_TRUE(fs::exists(a / "recompute_transfer_1_Llama_3_1_8B.dat"));
 }
 
 TEST(Report, ChartsExistAndAreNonEmpty) {
@@ -179,7 +179,7 @@ TEST(Report, ChartsExistAndAreNonEmpty) {
   const auto res = write_report(sets, o);
   EXPECT_TRUE(res.gnuplot_ran);
   EXPECT_TRUE(res.warnings.empty()) << res.warnings.front();
-  for (const char* c : {"gather", "block_token", "recompute_transfer", "frontier_map_1", "idleness", "pm_sampling", "predicted"})
+  for (const char* c : {"gather", "block_token", "recompute_transfer_1_Llama_3_1_8B", "frontier_map_1", "idleness", "pm_sampling", "predicted"})
     for (const char* ext : {".svg", ".png"}) {
       const fs::path f = fs::path(o.out_dir) / (std::string(c) + ext);
       ASSERT_TRUE(fs::exists(f)) << f;

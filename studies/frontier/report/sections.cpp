@@ -2,6 +2,8 @@
 // for every GPU in gpus.json), and the frontier map (cheapest action per page class, calibrated per GPU
 // directory, else from --spec-gpu's spec sheet).
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -69,47 +71,83 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
 
 }  // namespace
 
+// One chart per (directory, model): that model's recompute arms at one page per call against the device's own
+// fetch at the same page sizes, crossovers marked and labelled with their token count (small multiples instead of
+// every series on one plot). The table has every combination, folded.
 std::string section_frontier(ReportContext& cx) {
-  std::string s;
-  Plot p{"recompute_transfer", "Recompute vs transfer per page", "tokens per page", "median time per page (us)", true,
-         true, {}, {}};
-  std::string table;
-  Line cross;
-  cross.title = "crossovers";
-  cross.style = "points pt 7 ps 1.8 lc rgb 'black'";
+  std::string s, table, charts;
+  int set_no = 0;
   for (const auto& rs : cx.sets) {
-    std::set<std::string> drawn;
+    ++set_no;
     const std::string primary = primary_link(rs);
+    std::map<std::string, Plot> by_model;
+    std::map<std::string, Line> cross;
+    std::map<std::string, std::map<std::string, Line>> fetch;  // model -> fetch line per K/V bytes per token
+    std::map<std::string, std::set<std::string>> drawn;
     for (const auto& c : crossovers(rs)) {
-      table += row({lbl(rs), txt(c.rec.label() + " (" + c.rec.mode + ")"), txt(c.link), fmt(c.tokens.front()) + ".." + fmt(c.tokens.back()),
-                    std::to_string(c.tokens.size()), c.c.text, c.dropped ? std::to_string(c.dropped) : "0"});
-      // The chart keeps to one page per call and the device's own fetch (the table has every combination).
+      table += row({lbl(rs), txt(c.rec.label() + " (" + c.rec.mode + ")"), txt(c.link),
+                    tokens(c.tokens.front()) + ".." + tokens(c.tokens.back()), std::to_string(c.tokens.size()), c.c.text,
+                    c.dropped ? std::to_string(c.dropped) : "0"});
       if (c.rec.pages != 1 || c.link != primary) continue;
-      if (drawn.insert("r" + c.rec.label()).second) {
+      std::string stem;
+      for (char ch : c.rec.model) stem += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      auto [it, fresh] = by_model.try_emplace(c.rec.model);
+      Plot& p = it->second;
+      if (fresh) {
+        p = Plot{"recompute_transfer_" + std::to_string(set_no) + "_" + stem,
+                 (cx.sets.size() > 1 ? rs.label + ": " : "") + c.rec.model + ", one page per call: recompute vs " + primary,
+                 "tokens per page", "median time per page (us)", true, true, {}, {}};
+      }
+      const std::string arm = c.rec.arm + (c.rec.xdtype.empty() ? "" : " " + c.rec.xdtype) +
+                              (c.rec.layers != 1 ? " L" + fmt(c.rec.layers) : "") +
+                              (c.rec.prefix.empty() ? "" : " N" + c.rec.prefix);
+      if (drawn[c.rec.model].insert("r" + arm).second) {
         Line l;
-        l.title = rs.label + " recompute " + c.rec.label();
+        l.title = "recompute " + arm;
         for (std::size_t i = 0; i < c.rec.tokens.size(); ++i) l.pts.emplace_back(c.rec.tokens[i], c.rec.secs[i] * 1e6);
         p.lines.push_back(l);
       }
-      Line x;
-      x.title = rs.label + " " + c.link + " for " + c.rec.label();
-      x.style = "linespoints dt 2";
-      for (std::size_t i = 0; i < c.tokens.size(); ++i) x.pts.emplace_back(c.tokens[i], c.xfer_s[i] * 1e6);
-      p.lines.push_back(x);
-      if (c.c.found) {
-        const auto y = interpolate(c.tokens, c.rec_s, c.c.x);
-        if (y) cross.pts.emplace_back(c.c.x, *y * 1e6);
+      // One fetch line per K/V bytes per token (x and xq share the bf16 K/V; MLA's latent differs), the series
+      // with the most measured page sizes.
+      if (!c.rec.tokens.empty() && c.rec.tokens.front() > 0) {
+        Line x;
+        x.title = primary + " (" + bytes(c.rec.kv_bytes.front() / c.rec.tokens.front()) + " per token)";
+        x.style = "linespoints dt 2";
+        for (std::size_t i = 0; i < c.tokens.size(); ++i) x.pts.emplace_back(c.tokens[i], c.xfer_s[i] * 1e6);
+        Line& f = fetch[c.rec.model][x.title];
+        if (x.pts.size() > f.pts.size()) f = x;
       }
+      if (c.c.found)
+        if (const auto y = interpolate(c.tokens, c.rec_s, c.c.x)) {
+          Line& cl = cross[c.rec.model];
+          cl.pts.emplace_back(c.c.x, *y * 1e6);
+          cl.labels.push_back(fmt(std::round(c.c.x)) + " tok");
+        }
+    }
+    for (auto& [model, p] : by_model) {
+      for (auto& [title, f] : fetch[model]) p.lines.push_back(f);
+      if (auto it = cross.find(model); it != cross.end()) {
+        Line marks = it->second;
+        marks.title = "crossover";
+        marks.style = "points pt 7 ps 1.6 lc rgb 'black'";
+        marks.labels.clear();
+        p.lines.push_back(marks);
+        Line labels = it->second;
+        labels.title = "";
+        labels.style = "offset 0,1.2 font ',9'";  // with labels; an empty title keeps it out of the key
+        p.lines.push_back(labels);
+      }
+      charts += cx.chart(p);
     }
   }
-  if (!cross.pts.empty()) p.lines.push_back(cross);
   if (table.empty()) {
     s += "Not measured: no frontier-study recompute rows with a fetch measured at the same page size.\n\n";
   } else {
-    s += cx.chart(p);
+    s += charts;
     s += "Transfer time at each page's K/V bytes is interpolated linearly between measured copy sizes; pages outside "
          "the measured sizes are dropped (last column). Crossovers are interpolated between measured token counts.\n\n";
-    s += header({"device", "recompute", "fetch", "tokens measured", "points", "crossover", "dropped"}) + table + "\n";
+    s += fold("Every recompute series against every fetch",
+              header({"device", "recompute", "fetch", "tokens measured", "points", "crossover", "dropped"}) + table);
   }
   // The GPU answer from spec sheets: what the model predicts where no GPU was measured.
   if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) {
