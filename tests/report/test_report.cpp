@@ -668,3 +668,21 @@ TEST(Report, GraphRowsStandBesideTheirEagerRowsAndTakeOneLaunch) {
   EXPECT_NE(find(verdicts({rs}), "Recompute ~50 us").figures.find("recompute 16 us"), std::string::npos)
       << find(verdicts({rs}), "Recompute ~50 us").figures;
 }
+
+// Two directories claiming one commit on one device with different results: both say so, neither is picked.
+TEST(Provenance, SameCommitDifferentResultsIsSaidInBothDirectories) {
+  auto make = [](const std::string& name, double secs) {
+    const auto d = kvf_test::tmpdir("kvf_report_samecommit", name);
+    std::ofstream(d / "meta.json") << R"({"suite_version": "0.1.0", "git_sha": "abc123", "device": {"name": "X", "backend": "cpu"}})";
+    std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,note\nstream,read/a,cpu,X,cold,3,"
+                                    << secs << ",\nstream,read/b,cpu,X,cold,3,1.0,\n";
+    return d.string();
+  };
+  const auto sets = load_all({make("one", 1.0), make("two", 2.0)});
+  ASSERT_EQ(sets[0].warnings.size(), 1u);
+  EXPECT_EQ(sets[0].warnings, sets[1].warnings);
+  EXPECT_NE(sets[0].warnings[0].find("both claim commit abc123 on X, yet 1 common case(s) differ by more than 5%"),
+            std::string::npos)
+      << sets[0].warnings[0];
+  EXPECT_TRUE(load_all({make("three", 1.0), make("four", 1.01)})[0].warnings.empty());  // within 5%: nothing to say
+}

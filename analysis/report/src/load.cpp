@@ -319,6 +319,33 @@ std::vector<ResultSet> load_all(const std::vector<std::string>& dirs) {
                        (fs::path(first->dir) / "meta.json").string() + " (" + first->suite_version +
                        "): results of different suite versions cannot be overlaid");
   }
+  // Two directories that claim one commit on one device should hold one build's results: where their common cases
+  // differ by more than 5% (the repeat rule of a single directory), both say so (neither is picked over the other).
+  for (std::size_t i = 0; i < sets.size(); ++i)
+    for (std::size_t j = i + 1; j < sets.size(); ++j) {
+      ResultSet &a = sets[i], &b = sets[j];
+      if (a.git_sha.empty() || a.git_sha != b.git_sha || a.device != b.device) continue;
+      std::map<std::string, const CaseRow*> in_a;
+      for (const auto& r : a.cases)
+        if (r.measured() && r.invalid.empty()) in_a.emplace(r.study + "\x1f" + r.case_name + "\x1f" + r.mode, &r);
+      std::size_t differ = 0;
+      std::string example;
+      for (const auto& r : b.cases) {
+        if (!r.measured() || !r.invalid.empty()) continue;
+        const auto it = in_a.find(r.study + "\x1f" + r.case_name + "\x1f" + r.mode);
+        if (it == in_a.end()) continue;
+        const Ratio q = median_ratio(r, *it->second);
+        if (q.value > 0 && (q.lo > kRepeatAgreement || q.hi < 1 / kRepeatAgreement)) {
+          if (differ++ == 0) example = r.study + " " + r.case_name + " (" + r.mode + "): " + q.text();
+        }
+      }
+      if (!differ) continue;
+      const std::string line = a.dir + " and " + b.dir + " both claim commit " + a.git_sha + " on " + a.device + ", yet " +
+                               std::to_string(differ) + " common case(s) differ by more than 5% (e.g. " + example +
+                               "): not one build's results; each is reported as its own directory";
+      a.warnings.push_back(line);
+      b.warnings.push_back(line);
+    }
   // Unique labels: the same device twice gets " #2", " #3".
   std::map<std::string, int> seen;
   for (auto& s : sets) {
