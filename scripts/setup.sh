@@ -5,10 +5,12 @@ KVF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev
               nlohmann-json3-dev libopenblas-dev libdnnl-dev gnuplot-nox)
 
+kvf_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
 kvf_install_deps() {
   local missing=()
   for p in "${KVF_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    kvf_installed "$p" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -eq 0 ]; then
@@ -27,7 +29,7 @@ kvf_install_deps() {
 kvf_install_optional() {
   local p
   for p in chromium; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+    kvf_installed "$p" && continue
     if [ "$(id -u)" -eq 0 ]; then
       echo "kvfrontier: installing optional $p" >&2
       export DEBIAN_FRONTEND=noninteractive

@@ -87,7 +87,10 @@ void write_plot(const Plot& p, const fs::path& dir) {
     dat += "# " + comment_text(l.title) + "\n";
     for (std::size_t i = 0; i < l.pts.size(); ++i) {
       dat += fmt(l.pts[i].first) + " " + fmt(l.pts[i].second);
-      if (!l.labels.empty()) dat += " " + gnuplot_data_label(i < l.labels.size() ? l.labels[i] : std::string());
+      if (!l.labels.empty()) {  // appended piecewise: " " + std::string&& trips GCC 12's -Wrestrict false positive
+        dat += ' ';
+        dat += gnuplot_data_label(i < l.labels.size() ? l.labels[i] : std::string());
+      }
       dat += "\n";
     }
     dat += "\n\n";

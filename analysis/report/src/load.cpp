@@ -71,7 +71,7 @@ std::string own_check_failed(const std::string& note) {
 
 void attach_samples_and_validity(ResultSet& rs, std::map<std::string, std::vector<std::vector<double>>>& samples_of) {
   std::map<std::string, std::vector<CaseRow*>> occurrences;
-  for (auto& r : rs.cases) occurrences[r.study + "\x1f" + r.case_name + "\x1f" + r.mode].push_back(&r);
+  for (auto& r : rs.cases) occurrences[r.key()].push_back(&r);
   for (auto& [key, rows] : occurrences) {
     // Sample runs belong to the occurrences that have samples, in file order (a row left without samples by an
     // interrupted run wrote none).
@@ -327,12 +327,12 @@ std::vector<ResultSet> load_all(const std::vector<std::string>& dirs) {
       if (a.git_sha.empty() || a.git_sha != b.git_sha || a.device != b.device) continue;
       std::map<std::string, const CaseRow*> in_a;
       for (const auto& r : a.cases)
-        if (r.measured() && r.invalid.empty()) in_a.emplace(r.study + "\x1f" + r.case_name + "\x1f" + r.mode, &r);
+        if (r.measured() && r.invalid.empty()) in_a.emplace(r.key(), &r);
       std::size_t differ = 0;
       std::string example;
       for (const auto& r : b.cases) {
         if (!r.measured() || !r.invalid.empty()) continue;
-        const auto it = in_a.find(r.study + "\x1f" + r.case_name + "\x1f" + r.mode);
+        const auto it = in_a.find(r.key());
         if (it == in_a.end()) continue;
         const Ratio q = median_ratio(r, *it->second);
         if (q.value > 0 && (q.lo > kRepeatAgreement || q.hi < 1 / kRepeatAgreement)) {

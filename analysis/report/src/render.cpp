@@ -232,7 +232,7 @@ std::string section_graphs(Ctx& cx, int number) {
     std::map<std::string, const CaseRow*> eager;
     for (const auto& r : rs.cases)
       if (r.measured() && r.invalid.empty() && r.param("launch") != "graph")
-        eager.emplace(r.study + "\x1f" + r.case_name + "\x1f" + r.mode, &r);
+        eager.emplace(r.key(), &r);
     for (const auto& r : rs.cases) {
       const std::string suffix = "/graph";
       if (r.param("launch") != "graph" || !r.measured() || !r.invalid.empty() || r.case_name.size() <= suffix.size() ||

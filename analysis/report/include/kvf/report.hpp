@@ -44,6 +44,7 @@ struct CaseRow {
   const std::string& param(const std::string& name) const;  // "" when absent
   std::optional<double> num(const std::string& name) const;  // parameter as a number (nullopt when absent)
   bool measured() const { return samples > 0 && median_s.has_value(); }
+  std::string key() const { return study + '\x1f' + case_name + '\x1f' + mode; }  // one case in one mode
 };
 
 using CounterRow = kvf::CounterRow;  // counters.csv, read by the harness (kvf/result_tables.hpp)
