@@ -25,8 +25,15 @@ struct Flags {
   bool listing = false;  // --list given (list_format says how)
   double noise_pct = 1.0;
   MeasureConfig cfg;
-  int reps = 1;  // --benchmark_repetitions: a row per repetition
+  bool profile = false;  // --profile: one warm-up and one timed execution per case and mode, for ncu/nsys
+  int reps = 1;  // --benchmark_repetitions: each repetition measures again; one row pools them (samples.csv
+                 // keeps each sample's repetition)
   std::regex filter_re;  // --case-filter, compiled before the backend starts
+  // --benchmark_filter, taken by the harness (Google Benchmark would drop the ceiling cases silently):
+  // matched against the registered names study/case/mode; a leading '-' keeps what does not match.
+  std::string benchmark_filter;
+  std::optional<std::regex> benchmark_filter_re;
+  bool benchmark_filter_negative = false;
 };
 
 // Adds the harness's and the study's flags to `app` and parses the command line (Google Benchmark takes

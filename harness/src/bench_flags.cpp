@@ -77,6 +77,39 @@ std::optional<int> repetitions_flag(int argc, char** argv, std::string* bad) {
   return reps;
 }
 
+// --benchmark_filter=RE is the harness's (Flags::benchmark_filter): taken out of argv before Google Benchmark
+// sees it, which would otherwise drop every case that does not match, the ceilings included, and leave
+// percent-of-ceiling empty without a word. Returns the refusal, "" when fine.
+std::string take_benchmark_filter(int* argc, char** argv, Flags& f) {
+  constexpr std::string_view key = "--benchmark_filter=";
+  int out = 1;
+  bool given = false;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a.substr(0, key.size()) != key) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    f.benchmark_filter = std::string(a.substr(key.size()));
+    given = true;
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  if (!given) return {};
+  std::string re = f.benchmark_filter;
+  f.benchmark_filter_negative = !re.empty() && re.front() == '-';
+  if (f.benchmark_filter_negative) re.erase(0, 1);
+  if (re.empty()) return "--benchmark_filter '" + f.benchmark_filter + "': empty; give a regular expression (leave the flag out for every case)";
+  if (re.size() > kMaxFilterChars)
+    return "--benchmark_filter: " + std::to_string(re.size()) + " characters; at most " + std::to_string(kMaxFilterChars);
+  try {
+    f.benchmark_filter_re = std::regex(re);
+  } catch (const std::regex_error& e) {
+    return "--benchmark_filter '" + f.benchmark_filter + "': not a valid regular expression (" + e.what() + ")";
+  }
+  return {};
+}
+
 // Google Benchmark prints its own complaint about a bad --benchmark_* value (and leaves the flag for us
 // to refuse again): capture what it says while it parses, so the user gets one line.
 std::string initialize_benchmark(int* argc, char** argv) {
@@ -148,6 +181,9 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
       ->check(number_in(0.001, 100.0, false, "percent"));
   app.add_option("--budget", f.cfg.stop.budget_s, "seconds of samples per case and mode at most (default 0.5)")
       ->check(number_in(0.001, 3600.0, false, "seconds"));
+  app.add_flag("--profile", f.profile,
+               "for a profiler (ncu, nsys, perf): one warm-up and one timed execution per case and mode, NVTX "
+               "ranges as in a measurement; the rows say \"profile\" and are not scored by kvf report or gate");
   app.add_flag("--no-cold", f.no_cold, "skip cold samples (caches flushed before each)");
   app.add_flag("--no-hot", f.no_hot, "skip hot samples");
   study.add_options(app);
@@ -170,6 +206,10 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
     return kExitUsage;
   }
   f.reps = *reps_flag;
+  if (const std::string bad = take_benchmark_filter(argc, argv, f); !bad.empty()) {
+    print_error(prog, bad);
+    return kExitUsage;
+  }
   // Takes the --benchmark_* flags it knows out of argv; one it cannot parse stays there for CLI11 to refuse.
   const std::string benchmark_said = initialize_benchmark(argc, argv);
   try {
@@ -217,6 +257,21 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
       print_error(prog, "--case-filter '" + f.case_filter + "': not a valid regular expression (" + e.what() + ")");
       return kExitUsage;
     }
+  }
+  if (f.profile) {
+    for (const char* sized : {"--warmup", "--min-samples", "--max-samples", "--budget", "--noise"})
+      if (app.count(sized) > 0) {
+        print_error(prog, std::string("--profile with ") + sized + ": a profile run is one warm-up and one execution; leave " +
+                              sized + " out");
+        return kExitUsage;
+      }
+    if (f.reps > 1) {
+      print_error(prog, "--profile with --benchmark_repetitions=" + std::to_string(f.reps) +
+                            ": a profile run executes each case once; leave one of them out");
+      return kExitUsage;
+    }
+    f.cfg.warmup = 1;
+    f.cfg.stop.min_samples = f.cfg.stop.max_samples = 1;
   }
   f.cfg.stop.target_rel_error = f.noise_pct / 100.0;
   // --quick is a smoke run: a shorter budget unless one was asked for.

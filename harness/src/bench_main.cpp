@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <regex>
 #include <string>
@@ -119,13 +120,14 @@ std::string join_args(int argc, char** argv) {
   return s;
 }
 
-// With --case-filter: the matching cases, and the cases of this study that provide their ceilings
-// (`ceiling` and `uses`), so that a filtered run still states its figures against ceilings measured in the
-// same run. They run first, as listed.
-void filter_cases(std::vector<std::unique_ptr<Case>>& cases, const std::regex& re, const std::string& study) {
+// With --case-filter or --benchmark_filter: the chosen cases, and the cases of this study that provide their
+// ceilings (`ceiling` and `uses`), so that a filtered run still states its figures against ceilings measured in
+// the same run. They run first, as listed. Returns how many cases were kept only as ceilings.
+std::size_t filter_cases(std::vector<std::unique_ptr<Case>>& cases, const std::function<bool(const Case&)>& chosen,
+                         const std::string& study) {
   std::vector<CeilingRef> needed;
   for (const auto& c : cases) {
-    if (!std::regex_search(c->name, re)) continue;
+    if (!chosen(*c)) continue;
     if (c->ceiling && c->ceiling->study == study) needed.push_back(*c->ceiling);
     for (const auto& u : c->uses)
       if (u.study == study) needed.push_back(u);
@@ -142,7 +144,38 @@ void filter_cases(std::vector<std::unique_ptr<Case>>& cases, const std::regex& r
     }
     return false;
   };
-  std::erase_if(cases, [&](const auto& c) { return !std::regex_search(c->name, re) && (is_skipped(*c) || !provides(*c)); });
+  std::size_t as_ceiling = 0;
+  std::erase_if(cases, [&](const auto& c) {
+    if (chosen(*c)) return false;
+    const bool keep = !is_skipped(*c) && provides(*c);
+    as_ceiling += keep ? 1 : 0;
+    return !keep;
+  });
+  return as_ceiling;
+}
+
+// --benchmark_filter on the names Google Benchmark would register (study/case/mode): a case is chosen when one of
+// its modes is; its other modes are dropped. Ceiling cases stay whole (their rows are what the others need).
+void apply_benchmark_filter(std::vector<std::unique_ptr<Case>>& cases, const bench::Flags& f, const std::string& study,
+                            const std::string& prog) {
+  auto mode_chosen = [&](const Case& c, const char* mode) {
+    const bool hit = std::regex_search(study + "/" + c.name + "/" + mode, *f.benchmark_filter_re);
+    return hit != f.benchmark_filter_negative;
+  };
+  auto chosen = [&](const Case& c) { return (c.cold && mode_chosen(c, "cold")) || (c.hot && mode_chosen(c, "hot")); };
+  std::vector<const Case*> picked;
+  for (const auto& c : cases)
+    if (chosen(*c)) picked.push_back(c.get());
+  const std::size_t ceilings = filter_cases(cases, chosen, study);
+  for (const auto& c : cases) {
+    if (std::find(picked.begin(), picked.end(), c.get()) == picked.end()) continue;  // a ceiling: whole
+    c->cold = c->cold && mode_chosen(*c, "cold");
+    c->hot = c->hot && mode_chosen(*c, "hot");
+  }
+  std::fprintf(stderr, "%s: --benchmark_filter '%s' chose %zu cases%s\n", prog.c_str(), f.benchmark_filter.c_str(),
+               picked.size(),
+               ceilings ? (" and keeps the " + std::to_string(ceilings) + " ceiling cases of this study they are stated against").c_str()
+                        : "");
 }
 
 int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::string& study, const Backend& be,
@@ -174,8 +207,9 @@ int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::strin
 
 // Creates (or reopens) the results directory and records this study's run in meta.json.
 std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::string& study, const Backend& be,
-                                         const std::string& command, std::size_t n_cases, const MeasureConfig& cfg,
+                                         const std::string& command, std::size_t n_cases, const bench::Flags& f,
                                          const std::string& prog) {
+  const MeasureConfig& cfg = f.cfg;
   auto dir = std::make_unique<ResultsDir>(out_dir);
   dir->update_meta([&](nlohmann::json& m) {
     char host[256] = {};
@@ -196,7 +230,9 @@ std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::
                              {"target_rel_error", cfg.stop.target_rel_error},
                              {"budget_s", cfg.stop.budget_s},
                              {"throttle_fraction", cfg.throttle_fraction},
-                             {"flush_bytes", be.flush_bytes()}}},
+                             {"flush_bytes", be.flush_bytes()},
+                             {"repetitions", f.reps},
+                             {"profile", f.profile}}},
                            {"machine_load", machine_load_json()}};
   });
   if (const double l = load_average_1m(); l > 1.25 * std::thread::hardware_concurrency())
@@ -250,8 +286,11 @@ int run_study(int argc, char** argv, Study& study) {
   Flags f;
   // The app outlives cases(): studies read their flags' counts there.
   CLI::App app{prog + ": the " + study.name() +
-               " study of kvfrontier. Google Benchmark flags (--benchmark_filter, --benchmark_out=FILE "
-               "--benchmark_out_format=json, --benchmark_repetitions) are accepted too."};
+               " study of kvfrontier. Google Benchmark flags are accepted too: --benchmark_out=FILE "
+               "--benchmark_out_format=json (one entry per repetition, for compare.py and kvf gate); "
+               "--benchmark_repetitions=N (each case measured N times; its one row in cases.csv pools them, "
+               "samples.csv says which repetition each sample is); --benchmark_filter=RE (on study/case/mode; "
+               "the ceiling cases the chosen ones are stated against are kept)."};
   if (const auto code = bench::parse_flags(&argc, argv, study, prog, app, f)) return *code;
 
   std::unique_ptr<Backend> be;
@@ -268,7 +307,9 @@ int run_study(int argc, char** argv, Study& study) {
     cases = study.cases(ctx);
     // After the study checked its flags: a bad flag is one line on stderr, not a backend note and then it.
     std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
-    if (!f.case_filter.empty()) filter_cases(cases, f.filter_re, study.name());
+    if (!f.case_filter.empty())
+      filter_cases(cases, [&](const Case& c) { return std::regex_search(c.name, f.filter_re); }, study.name());
+    if (f.benchmark_filter_re) apply_benchmark_filter(cases, f, study.name(), prog);
   } catch (const UsageError& e) {
     print_error(prog, e.what());
     return kExitUsage;
@@ -288,7 +329,7 @@ int run_study(int argc, char** argv, Study& study) {
   const std::string out_dir = f.out_dir.empty() ? default_out_dir(study.name()) : f.out_dir;
   std::unique_ptr<ResultsDir> dir;
   try {
-    dir = open_results(out_dir, study.name(), *be, command, cases.size(), f.cfg, prog);
+    dir = open_results(out_dir, study.name(), *be, command, cases.size(), f, prog);
   } catch (const UsageError& e) {
     print_error(prog, e.what());
     return kExitUsage;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 
 #include "bench_detail.hpp"
@@ -26,27 +27,85 @@ std::string fmt_eta(double s) {
   return buf;
 }
 
+// One (case, mode) row: every repetition's samples pooled (Sample::repetition says whose).
 struct Pending {
   CaseRecord rec;
   std::vector<Sample> samples;
+  std::vector<std::string> extras;  // the study's after_measure notes, each distinct one once
+  std::vector<std::string> failed;  // why a repetition after a measured one was not measured
+  int measured_reps = 0;
 };
 
-// Writes finished cases (rows are flushed as each case ends), then prints through the console reporter.
-class KvfReporter final : public benchmark::ConsoleReporter {
+// Three significant digits in the unit a person reads: "16.5 us", "3.08 TB/s".
+std::string fmt_scaled(double v, const char* const units[], int n_units, double step) {
+  int u = 0;
+  while (u + 1 < n_units && std::fabs(v) >= step * 0.9995) v /= step, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3g %s", v, units[u]);
+  return buf;
+}
+std::string fmt_seconds(double s) {
+  static const char* const units[] = {"ns", "us", "ms", "s"};
+  return fmt_scaled(s * 1e9, units, 4, 1000);
+}
+std::string fmt_gbps(double gbps) {
+  static const char* const units[] = {"GB/s", "TB/s"};
+  return fmt_scaled(gbps, units, 2, 1000);
+}
+std::string fmt_tflops(double tflops) {
+  static const char* const units[] = {"GFLOP/s", "TFLOP/s"};
+  return fmt_scaled(tflops * 1000, units, 2, 1000);
+}
+
+// The console line of a finished row: name, median with unit, spread in percent, rate, percent of ceiling.
+std::string console_line(const CaseRecord& r, std::size_t name_width) {
+  std::string name = r.study + "/" + r.case_name + "/" + r.mode;
+  if (name.size() < name_width) name.resize(name_width, ' ');
+  const Summary& s = r.summary;
+  if (s.n == 0) return name + "  " + (r.verified == "no" ? "VERIFY FAILED: " : "") + r.note;
+  char spread[48];
+  std::snprintf(spread, sizeof spread, "+-%.1f%%", 100.0 * s.rel_stdev);
+  std::string line = name + "  " + fmt_seconds(s.median) + "  " + spread + "  n=" + std::to_string(s.n);
+  if (r.bytes > 0) line += "  " + fmt_gbps(r.gbps);
+  if (r.flops > 0) line += "  " + fmt_tflops(r.tflops);
+  if (r.pct_of_ceiling) {
+    char pct[64];
+    std::snprintf(pct, sizeof pct, "  %.0f%% of %s", *r.pct_of_ceiling, r.ceiling.empty() ? "ceiling" : r.ceiling.c_str());
+    line += pct;
+  }
+  if (r.stop_reason == "profile") line += "  (profile run: not a measurement)";
+  return line;
+}
+
+// Writes finished rows (flushed as each case ends) and prints one line per row. Google Benchmark's own
+// table is not printed: its time column is our median already, its CPU column means nothing for a GPU or a
+// multi-threaded case, and its names carry "/iterations:1/manual_time". Its JSON (--benchmark_out) is
+// unchanged, one entry per repetition.
+class KvfReporter final : public benchmark::BenchmarkReporter {
  public:
-  KvfReporter(ResultsDir& dir, std::map<std::string, std::vector<Pending>>& pending)
-      : ConsoleReporter(isatty(1) ? OO_ColorTabular : OO_Tabular), dir_(dir), pending_(pending) {}
+  KvfReporter(ResultsDir& dir, std::map<std::string, Pending>& pending, std::size_t name_width,
+              std::function<void()> clear_progress)
+      : dir_(dir), pending_(pending), name_width_(name_width), clear_progress_(std::move(clear_progress)) {}
+  bool ReportContext(const Context&) override {
+    // Said once instead of the library's own "***WARNING*** Library was built as DEBUG" (Debian's build).
+    std::fprintf(stderr,
+                 "timing: kvf's own sampling loop (medians of samples, clocks and throttling checked); Google "
+                 "Benchmark only registers and reports the cases, so its build type does not affect any figure\n");
+    return true;
+  }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& r : runs) {
       if (r.run_type != Run::RT_Iteration) continue;
       flush(r.run_name.function_name);  // the registered name, without "/iterations:1/manual_time"
     }
-    ConsoleReporter::ReportRuns(runs);
   }
   void flush(const std::string& name) {
     auto it = pending_.find(name);
     if (it == pending_.end()) return;
-    for (auto& p : it->second) dir_.write_case(p.rec, p.samples);
+    dir_.write_case(it->second.rec, it->second.samples);
+    clear_progress_();
+    std::printf("%s\n", console_line(it->second.rec, name_width_).c_str());
+    std::fflush(stdout);
     pending_.erase(it);
   }
   void flush_all() {
@@ -55,7 +114,9 @@ class KvfReporter final : public benchmark::ConsoleReporter {
 
  private:
   ResultsDir& dir_;
-  std::map<std::string, std::vector<Pending>>& pending_;
+  std::map<std::string, Pending>& pending_;
+  std::size_t name_width_;
+  std::function<void()> clear_progress_;
 };
 
 // The state of one run across its benchmark invocations: which cases are set up, what is pending a write,
@@ -66,8 +127,10 @@ class Runner {
          const Flags& f, const std::string& prog)
       : study_(study), be_(be), dir_(dir), cases_(cases), f_(f), prog_(prog), state_(cases.size()) {
     for (const auto& c : cases_) {
-      total_est_ += c->est_seconds;
-      total_runs_ += (c->cold ? 1 : 0) + (c->hot ? 1 : 0) + (is_skipped(*c) ? 1 : 0);
+      const std::size_t modes = (c->cold ? 1 : 0) + (c->hot ? 1 : 0);
+      total_est_ += c->est_seconds * f_.reps;
+      total_runs_ += modes * static_cast<std::size_t>(f_.reps);
+      name_width_ = std::max(name_width_, std::min<std::size_t>(72, study_.size() + c->name.size() + 6));
     }
   }
 
@@ -88,7 +151,7 @@ class Runner {
   }
 
   RunOutcome run_all() {
-    KvfReporter reporter(dir_, pending_);
+    KvfReporter reporter(dir_, pending_, name_width_, [this] { clear_progress(); });
     // A failed results write (full disk, EIO, the file size limit) ends the run: the files hold whole rows
     // only (ResultsDir cuts a failed case off), and nothing more is measured that could not be kept.
     try {
@@ -107,6 +170,7 @@ class Runner {
         print_error(prog_, w.what());
       }
     }
+    clear_progress();
     benchmark::Shutdown();
     for (std::size_t i = 0; i < cases_.size(); ++i)
       if (state_[i].set_up) cases_[i]->teardown(be_);
@@ -119,19 +183,29 @@ class Runner {
     int runs_left = 0;
   };
 
+  // On a terminal: one progress line on stderr, redrawn in place and cleared before each result line, so the
+  // two never interleave. Elsewhere (a log, kvf run's pipe) nothing: the result lines say it all.
   void progress(const Case& c, const std::string& bname) {
     const double share = c.est_seconds / std::max<std::size_t>(1, (c.cold ? 1 : 0) + (c.hot ? 1 : 0));
     if (tty_) {
       const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
       const double scale = est_done_ > 0 ? spent / est_done_ : 1.0;
-      std::fprintf(stderr, "[%zu/%zu] %s  ETA %s\n", done_ + 1, total_runs_, bname.c_str(),
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s  ETA %s", done_ + 1, total_runs_, bname.c_str(),
                    fmt_eta((total_est_ - est_done_) * scale).c_str());
+      std::fflush(stderr);
+      progress_shown_ = true;
     }
     ++done_;
     est_done_ += share;
   }
+  void clear_progress() {
+    if (!progress_shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    progress_shown_ = false;
+  }
 
-  CaseRecord record(const Case& c, const std::string& mode, const std::string& bname) {
+  CaseRecord record(const Case& c, const std::string& mode) {
     CaseRecord rec;
     rec.study = study_;
     rec.case_name = c.name;
@@ -139,8 +213,6 @@ class Runner {
     rec.device = be_.info().name;
     rec.mode = mode;
     rec.params = c.params;
-    // With --benchmark_repetitions each repetition is a full measurement of its own row.
-    if (f_.reps > 1) rec.params.push_back({"rep", std::to_string(invocations_[bname]++)});
     rec.bytes = c.bytes;
     rec.flops = c.flops;
     rec.verified = c.has_verify() ? "yes" : "n/a";
@@ -167,9 +239,34 @@ class Runner {
     }
   }
 
-  void measure_case(std::size_t i, const std::string& mode, const std::string& bname, Pending& p, benchmark::State& st) {
-    Case* c = cases_[i].get();
+  // The row's figures from every sample taken so far (all repetitions pooled; throttled samples left out
+  // unless nothing else is left).
+  void score(const Case& c, const std::string& mode, Pending& p, StopReason this_stop) {
     CaseRecord& rec = p.rec;
+    std::vector<double> kept;
+    std::size_t throttled = 0;
+    for (const auto& s : p.samples) {
+      if (!s.throttled) kept.push_back(s.seconds);
+      throttled += s.throttled ? 1 : 0;
+    }
+    if (kept.empty())
+      for (const auto& s : p.samples) kept.push_back(s.seconds);
+    rec.summary = summarize(kept);
+    rec.throttled_samples = static_cast<int>(throttled);
+    // Pooled: converged only when every repetition converged; otherwise the first other reason stays.
+    if (f_.profile) rec.stop_reason = "profile";
+    else if (rec.stop_reason.empty() || rec.stop_reason == to_string(StopReason::converged)) rec.stop_reason = to_string(this_stop);
+    const double med = rec.summary.median;
+    rec.gbps = med > 0 ? c.bytes / med / 1e9 : 0;
+    rec.tflops = med > 0 ? c.flops / med / 1e12 : 0;
+    rec.pct_of_ceiling.reset();
+    rec.ceiling_value.reset();
+    state_ceiling(c, mode, rec);
+  }
+
+  void measure_case(std::size_t i, const std::string& mode, const std::string& bname, int rep, Pending& p,
+                    benchmark::State& st) {
+    Case* c = cases_[i].get();
     if (!state_[i].set_up) {
       c->setup(be_);
       state_[i].set_up = true;
@@ -181,67 +278,95 @@ class Runner {
       m = measure(
           be_, mode, f_.cfg, [&] { c->run(be_); }, c->time_opts, [&] { c->before_sample(be_); });
     }
-    std::vector<double> kept;
-    for (const auto& s : m.samples)
-      if (!s.throttled) kept.push_back(s.seconds);
-    if (kept.empty())
-      for (const auto& s : m.samples) kept.push_back(s.seconds);
-    rec.summary = summarize(kept);
-    rec.stop_reason = to_string(m.stop);
-    rec.throttled_samples = m.throttled;
-    const double med = rec.summary.median;
-    rec.gbps = med > 0 ? c->bytes / med / 1e9 : 0;
-    rec.tflops = med > 0 ? c->flops / med / 1e12 : 0;
-    state_ceiling(*c, mode, rec);
-    const std::string extra = c->after_measure(be_, rec.summary, mode);
-    if (!extra.empty()) rec.note = rec.note.empty() ? extra : rec.note + "; " + extra;
-    p.samples = std::move(m.samples);
-    for (auto _ : st) st.SetIterationTime(med);
-    st.counters["samples"] = static_cast<double>(rec.summary.n);
-    st.counters["rel_stdev"] = rec.summary.rel_stdev;
-    if (c->bytes > 0) st.counters["GBps"] = rec.gbps;
-    if (c->flops > 0) st.counters["TFLOPs"] = rec.tflops;
-    if (rec.pct_of_ceiling) st.counters["pct_ceiling"] = *rec.pct_of_ceiling;
+    std::vector<double> this_rep;
+    for (const auto& s : m.samples) this_rep.push_back(s.seconds);
+    const double rep_median = summarize(this_rep).median;
+    for (auto s : m.samples) {
+      s.repetition = rep;
+      p.samples.push_back(s);
+    }
+    score(*c, mode, p, m.stop);
+    const std::string extra = c->after_measure(be_, p.rec.summary, mode);
+    if (!extra.empty() && std::find(p.extras.begin(), p.extras.end(), extra) == p.extras.end()) p.extras.push_back(extra);
+    ++p.measured_reps;
+    compose_note(*c, p);
+    // Google Benchmark sees each repetition on its own (its aggregates then show the spread between them).
+    for (auto _ : st) st.SetIterationTime(rep_median);
+    st.counters["samples"] = static_cast<double>(this_rep.size());
+    const double rep_rate_bytes = rep_median > 0 ? c->bytes / rep_median : 0;
+    if (c->bytes > 0) {
+      st.SetBytesProcessed(static_cast<std::int64_t>(c->bytes));  // Google Benchmark's own bytes_per_second
+      st.counters["GBps"] = rep_rate_bytes / 1e9;
+    }
+    if (c->flops > 0) {
+      st.SetItemsProcessed(static_cast<std::int64_t>(c->flops));  // items_per_second: FLOP/s
+      st.counters["TFLOPs"] = rep_median > 0 ? c->flops / rep_median / 1e12 : 0;
+    }
+    st.counters["rel_stdev_pct"] = 100.0 * summarize(this_rep).rel_stdev;
+    if (p.rec.pct_of_ceiling) st.counters["pct_ceiling"] = *p.rec.pct_of_ceiling;
   }
 
-  // A row that was not measured: the reason is its note, and Google Benchmark shows it as an error.
-  void keep_unmeasured(const std::string& bname, Pending& p, std::string note, benchmark::State& st) {
-    p.rec.note = std::move(note);
-    st.SkipWithError(p.rec.note.c_str());
-    pending_[bname].push_back(std::move(p));
+  // A repetition that was not measured: the reason is the row's note, and Google Benchmark shows it as an
+  // error. Repetitions measured before it keep their samples.
+  void keep_unmeasured(const Case& c, std::string note, Pending& p, benchmark::State& st) {
+    st.SkipWithError(note.c_str());
+    if (p.samples.empty()) {
+      p.rec.note = std::move(note);
+      return;
+    }
+    p.failed.push_back(std::move(note));
+    compose_note(c, p);
+  }
+
+  // The case's own note, the study's after-measure figures, then what a reader of the row must know.
+  void compose_note(const Case& c, Pending& p) const {
+    std::vector<std::string> parts;
+    if (!c.note.empty()) parts.push_back(c.note);
+    parts.insert(parts.end(), p.extras.begin(), p.extras.end());
+    if (f_.reps > 1)
+      parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +
+                      " repetitions pooled (samples.csv: repetition)");
+    if (f_.profile) parts.push_back("profile run (--profile): one execution, not a measurement");
+    for (const auto& why : p.failed) parts.push_back("a repetition not measured: " + why);
+    p.rec.note.clear();
+    for (const auto& s : parts) p.rec.note += (p.rec.note.empty() ? "" : "; ") + s;
   }
 
   void run_one(std::size_t i, const std::string& mode, const std::string& bname, benchmark::State& st) {
     Case* c = cases_[i].get();
     progress(*c, bname);
-    Pending p;
-    p.rec = record(*c, mode, bname);
+    const int rep = invocations_[bname]++;
+    auto [it, fresh] = pending_.try_emplace(bname);
+    Pending& p = it->second;
+    if (fresh) p.rec = record(*c, mode);
     const auto* skipped = dynamic_cast<const SkippedCase*>(c);
     if (skipped || !out_.stop_study.empty()) {
-      p.rec.verified = "n/a";
-      keep_unmeasured(bname, p, skipped ? "skipped: " + skipped->reason : "not run: " + out_.stop_study, st);
+      if (p.samples.empty()) p.rec.verified = "n/a";
+      keep_unmeasured(*c, skipped ? "skipped: " + skipped->reason : "not run: " + out_.stop_study, p, st);
     } else {
       try {
-        measure_case(i, mode, bname, p, st);
-        pending_[bname].push_back(std::move(p));
+        measure_case(i, mode, bname, rep, p, st);
       } catch (const VerifyError& e) {
         out_.stop_study = std::string("verify failed in ") + c->name;
         out_.exit_code = kExitVerify;
+        clear_progress();
         std::fprintf(stderr, "%s: VERIFY FAILED: %s: %s; the study stops here, no timing of it is trusted\n",
                      prog_.c_str(), c->name.c_str(), e.what());
         p.rec.verified = "no";
-        keep_unmeasured(bname, p, std::string("verify failed: ") + e.what(), st);
+        keep_unmeasured(*c, std::string("verify failed: ") + e.what(), p, st);
       } catch (const WriteError&) {
         throw;  // a full disk ends the run (run_all), not just this case
       } catch (const UsageError& e) {
         out_.stop_study = std::string("bad input in ") + c->name;
         out_.exit_code = kExitUsage;
+        clear_progress();
         print_error(prog_, e.what());
-        keep_unmeasured(bname, p, std::string("error: ") + e.what(), st);
+        keep_unmeasured(*c, std::string("error: ") + e.what(), p, st);
       } catch (const std::exception& e) {
         if (out_.exit_code == kExitOk) out_.exit_code = kExitFailure;
+        clear_progress();
         print_error(prog_, "case " + c->name + " failed: " + e.what());
-        keep_unmeasured(bname, p, std::string("error: ") + e.what(), st);
+        keep_unmeasured(*c, std::string("error: ") + e.what(), p, st);
       }
     }
     if (--state_[i].runs_left <= 0 && state_[i].set_up) {
@@ -257,13 +382,14 @@ class Runner {
   const Flags& f_;
   const std::string& prog_;
   std::vector<CaseState> state_;
-  std::map<std::string, std::vector<Pending>> pending_;
+  std::map<std::string, Pending> pending_;
   std::map<std::string, int> invocations_;
   RunOutcome out_;
   const bool tty_ = isatty(2);
+  bool progress_shown_ = false;
   const std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
   double total_est_ = 0, est_done_ = 0;
-  std::size_t done_ = 0, total_runs_ = 0;
+  std::size_t done_ = 0, total_runs_ = 0, name_width_ = 0;
 };
 
 }  // namespace

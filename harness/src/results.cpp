@@ -183,7 +183,8 @@ void ResultsDir::write_case(const CaseRecord& rec, std::span<const Sample> sampl
   sample_rows.reserve(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i)
     sample_rows.push_back({rec.study, rec.case_name, rec.mode, std::to_string(i), csv_number(samples[i].seconds),
-                           csv_number(samples[i].clock_mhz), samples[i].throttled ? "1" : "0"});
+                           csv_number(samples[i].clock_mhz), samples[i].throttled ? "1" : "0",
+                           std::to_string(samples[i].repetition)});
   CsvAppender samples_out((dir_ / "samples.csv").string(), sample_columns());
   CsvAppender cases_out((dir_ / "cases.csv").string(), case_header_);
   // Samples first: a reader that finds the case row can always find its samples. When the case row

@@ -231,6 +231,29 @@ TEST(GateFixtures, GoogleBenchmarkJsonWithRepetitions) {
   EXPECT_EQ(gate("gbench_base.json", "gbench_base.json").exit_code, 0);
 }
 
+// The remedy for too few samples depends on what holds them: our samples (a longer --budget) or Google
+// Benchmark's one time per repetition (more repetitions; a longer budget adds nothing there).
+TEST(GateFixtures, TooFewSamplesNamesTheRemedyOfEachFormat) {
+  g::GateOptions o;
+  o.min_samples = 7;  // the JSON fixtures hold 6 repetitions per case
+  try {
+    gate("gbench_base.json", "gbench_slow.json", o);
+    FAIL() << "expected UsageError";
+  } catch (const kvf::UsageError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("--benchmark_repetitions=N"), std::string::npos) << w;
+    EXPECT_EQ(w.find("--budget"), std::string::npos) << w;
+  }
+  try {
+    gate("base", "few");
+    FAIL() << "expected UsageError";
+  } catch (const kvf::UsageError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("--budget"), std::string::npos) << w;
+    EXPECT_EQ(w.find("--benchmark_repetitions"), std::string::npos) << w;
+  }
+}
+
 TEST(GateFixtures, MixedFormatsShareNoCase) {
   EXPECT_THROW(gate("base", "gbench_base.json"), kvf::UsageError);
 }

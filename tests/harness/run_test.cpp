@@ -13,7 +13,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -193,6 +195,73 @@ TEST(EndToEnd, StreamStudyWithTinySizes) {
   const auto meta = nlohmann::json::parse(in);
   EXPECT_EQ(meta["studies"]["stream"]["status"], "complete");
   EXPECT_EQ(meta["device"]["backend"], "cpu");
+}
+
+// Google Benchmark habits: --benchmark_repetitions pools into one row per (case, mode) that kvf gate accepts
+// (samples.csv says each sample's repetition); --benchmark_filter keeps the ceiling the chosen cases are stated
+// against; the console has one line per row with the median and its unit.
+TEST(EndToEnd, RepetitionsPoolIntoOneRowAndFilterKeepsTheCeiling) {
+  const auto d = fresh_dir("reps");
+  fs::create_directories(d);
+  const std::string console = (d.parent_path() / "reps_console.txt").string();
+  std::ofstream(console).close();  // run_capture opens it without O_CREAT
+  const Captured c = run_capture({KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.01",
+                                  "--warmup", "0", "--min-samples", "3", "--max-samples", "3", "--out", d.string(),
+                                  "--benchmark_repetitions=2", "--benchmark_filter=stream/copy/.*/hot"},
+                                 console.c_str());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.err.find("--benchmark_filter 'stream/copy/.*/hot' chose 1 cases and keeps the"), std::string::npos) << c.err;
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  std::set<std::string> keys;
+  bool copy_has_pct = false;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    EXPECT_TRUE(keys.insert(t.at(r, "case") + "/" + t.at(r, "mode")).second) << "two rows for " << t.at(r, "case");
+    EXPECT_NE(t.at(r, "note").find("2 of 2 repetitions pooled"), std::string::npos) << t.at(r, "note");
+    if (t.at(r, "case").rfind("copy", 0) == 0) {
+      EXPECT_EQ(t.at(r, "mode"), "hot");
+      copy_has_pct = !t.at(r, "pct_of_ceiling").empty();
+    } else {
+      EXPECT_EQ(t.at(r, "case").rfind("read", 0), 0u) << "only the read ceiling is kept: " << t.at(r, "case");
+    }
+  }
+  EXPECT_TRUE(copy_has_pct);
+  const kvf::CsvTable s = kvf::read_csv_table((d / "samples.csv").string());
+  std::map<std::string, std::set<std::string>> reps;
+  std::map<std::string, std::size_t> pooled;
+  for (std::size_t r = 0; r < s.rows.size(); ++r) {
+    reps[s.at(r, "case") + "/" + s.at(r, "mode")].insert(s.at(r, "repetition"));
+    ++pooled[s.at(r, "case") + "/" + s.at(r, "mode")];
+  }
+  EXPECT_EQ(reps.size(), t.rows.size());
+  for (const auto& [k, v] : reps) EXPECT_EQ(v, (std::set<std::string>{"0", "1"})) << k;
+  for (std::size_t r = 0; r < t.rows.size(); ++r)  // the row counts every repetition's samples
+    EXPECT_EQ(t.at(r, "samples"), std::to_string(pooled[t.at(r, "case") + "/" + t.at(r, "mode")])) << t.at(r, "case");
+  const Captured g = run_capture({KVF_CLI, "gate", "--baseline", d.string(), "--current", d.string(), "--min-samples", "2"});
+  EXPECT_EQ(g.rc, 0) << g.err;
+  std::ifstream in(console);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(count_lines(out), t.rows.size()) << out;
+  EXPECT_NE(out.find("stream/copy/"), std::string::npos) << out;
+  EXPECT_NE(out.find("% of stream:op=read:gbps"), std::string::npos) << out;
+  EXPECT_EQ(out.find("iterations:1"), std::string::npos) << out;
+  EXPECT_EQ(c.err.find("Library was built as DEBUG"), std::string::npos) << c.err;
+}
+
+// --profile: one warm-up and one execution per case and mode, rows marked so the report never scores them.
+TEST(EndToEnd, ProfileRunExecutesEachCaseOnceAndSaysSo) {
+  const auto d = fresh_dir("profile");
+  const Captured c = run_capture({KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--arms", "read",
+                                  "--profile", "--out", d.string()});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  ASSERT_FALSE(t.rows.empty());
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    EXPECT_EQ(t.at(r, "samples"), "1");
+    EXPECT_EQ(t.at(r, "stop_reason"), "profile");
+    EXPECT_NE(t.at(r, "note").find("profile run (--profile)"), std::string::npos);
+  }
+  std::ifstream in(d / "meta.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["studies"]["stream"]["measure"]["profile"], true);
 }
 
 TEST(EndToEnd, KvfRunQuickWritesOneDirectory) {
@@ -426,6 +495,11 @@ TEST(BadFlags, OneLineNamingFlagAndValueExit2) {
       {{B, "--benchmark_repetitions=0"}, {"--benchmark_repetitions", "'0'"}},
       {{B, "--benchmark_repetitions=abc"}, {"--benchmark_repetitions", "'abc'"}},
       {{B, "--benchmark_min_time=abc"}, {"--benchmark_min_time"}},
+      {{B, "--benchmark_filter="}, {"--benchmark_filter", "''", "empty"}},
+      {{B, "--benchmark_filter=-"}, {"--benchmark_filter", "'-'", "empty"}},
+      {{B, "--benchmark_filter=(copy"}, {"--benchmark_filter", "'(copy'", "not a valid regular expression"}},
+      {{B, "--profile", "--budget", "1"}, {"--profile with --budget"}},
+      {{B, "--profile", "--benchmark_repetitions=3"}, {"--profile with --benchmark_repetitions=3"}},
       {{B, "--frobnicate", "x\ny"}, {"--frobnicate", "x\\ny"}},
       {{K, "run", "--out", ""}, {"--out", "''"}},
       {{K, "run", "--study", ""}, {"--study", "''", "allowed: stream"}},

@@ -219,7 +219,16 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   if (!too_few.empty()) {
     std::string msg = too_few.front();
     if (too_few.size() > 1) msg += " (and " + std::to_string(too_few.size() - 1) + " more)";
-    throw UsageError(msg + "; take more samples (kvf run ... -- --budget S) or lower --min-samples");
+    // Each side's remedy: a results directory holds our samples (a longer --budget takes more); a Google
+    // Benchmark JSON holds one time per repetition, so only more repetitions add samples there.
+    std::string remedy;
+    for (const ResultSet* side : {&baseline, &current}) {
+      const std::string r = side->format == "Google Benchmark JSON"
+                                ? "rerun with --benchmark_repetitions=N (one sample per repetition in its JSON)"
+                                : "take more samples (kvf run ... -- --budget S)";
+      if (remedy.find(r) == std::string::npos) remedy += (remedy.empty() ? "" : ", or ") + r;
+    }
+    throw UsageError(msg + "; " + remedy + ", or lower --min-samples");
   }
   rep.baseline_device = join(dev_b);
   rep.current_device = join(dev_c);

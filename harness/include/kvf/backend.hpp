@@ -58,6 +58,7 @@ struct Sample {
   double seconds = 0;
   double clock_mhz = std::numeric_limits<double>::quiet_NaN();
   bool throttled = false;
+  int repetition = 0;  // the --benchmark_repetitions pass that took it
 };
 
 struct TimeOptions {

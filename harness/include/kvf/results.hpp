@@ -41,8 +41,10 @@ inline const std::vector<std::string>& case_columns() {
   return cols;
 }
 inline const std::vector<std::string>& sample_columns() {
+  // repetition: which --benchmark_repetitions pass took the sample (0 without repetitions); the case row
+  // pools them. Readers take it as optional (files written before it have none).
   static const std::vector<std::string> cols = {"study", "case", "mode", "sample", "seconds", "clock_mhz",
-                                                "throttled"};
+                                                "throttled", "repetition"};
   return cols;
 }
 
