@@ -74,6 +74,8 @@ class DecodeCpu final : public kvf::Case {
   std::string after_measure(kvf::Backend&, const kvf::Summary& sm, const std::string& mode) override {
     std::string extra = cpu_after(env_, *this, sm, mode, [this] { dc::decode_step_cpu(*w_, st_, L_); });
     extra += "; K/V copies " + i2s(st_.copies()) + " for " + i2s(L_) + " layers";
+    // The attention path the step took (ISA, QK instruction, the far prefetch its calibration in verify chose).
+    if (!st_.ws.path_note.empty()) extra += "; attention: " + st_.ws.path_note;
     if (mode == "hot") extra += phase_split();
     if (bg_) extra += "; " + bg_->note();
     return extra;

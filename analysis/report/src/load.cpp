@@ -59,6 +59,8 @@ std::string own_check_failed(const std::string& note) {
   if (note.find("co-run INVALID") != std::string::npos)
     return "its own check failed: co-run INVALID (the background did not overlap the measured steps)";
   if (note.find("INVALID") != std::string::npos) return "its own check failed: the row's note says INVALID";
+  if (note.find("profile run (--profile)") != std::string::npos)
+    return "a profile run (--profile: one execution for a profiler), not a measurement";
   if (note.find("drained before the decode ended") == std::string::npos) return "";  // std::regex is slow per row
   static const std::regex drained(R"(drained before the decode ended in (\d+) of (\d+) executions)");
   std::smatch m;
