@@ -15,7 +15,8 @@
 // and, with the fused merge, the last CTA of an item (batch, kv head, head group) to finish (threadfence
 // + ticket) merges every split's partial and writes the output, then zeroes the ticket for the next call
 // (one kernel per call, no memset: graph-safe); without it a merge kernel follows. fp32 accumulation
-// throughout. Row addresses: a per-head base plus KvLayout::token_off_u32 of the physical token (the
+// throughout, except the PV of fp8 K/V: per step, f16 chains of U tokens (HFMA2 on e4m3 pairs,
+// attn_fp8.hpp) folded into the fp32 accumulator. Row addresses: a per-head base plus KvLayout::token_off_u32 of the physical token (the
 // paged HND layout keeps a page's heads side by side, so one head's rows are runs of P x d elements at a
 // stride of P x hkv x d).
 #include <cuda_fp16.h>
@@ -27,6 +28,7 @@
 #include <type_traits>
 
 #include "access_gpu.hpp"
+#include "attn_fp8.hpp"
 
 namespace kvf::access::gpu {
 namespace {
@@ -70,14 +72,25 @@ __device__ __forceinline__ void cvt16B(const uint4 u, float* f) {
       f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w[i] >> 16)));
     } else {
       // e4m3 -> f16 is exact (one cvt per pair on sm_89+), f16 -> f32 exact.
-      const __half2 lo = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] & 0xFFFFu), __NV_E4M3));
-      const __half2 hi = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3));
-      const float2 a = __half22float2(lo), b = __half22float2(hi);
+      const float2 a = __half22float2(e4m3x2_to_h2(w[i])), b = __half22float2(e4m3x2_to_h2(w[i] >> 16));
       f[4 * i] = a.x;
       f[4 * i + 1] = a.y;
       f[4 * i + 2] = b.x;
       f[4 * i + 3] = b.y;
     }
+  }
+}
+
+// 2^x in the token loop. fp8: flushed to zero below 2^-126 (one MUFU.EX2, no subnormal fix-up): it only
+// drops weights the f16 PV rounds to 0 anyway (p below 2^-29 of the running max, attn_fp8.hpp).
+template <bool Ftz>
+__device__ __forceinline__ float loop_exp2(float x) {
+  if constexpr (Ftz) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+  } else {
+    return exp2f(x);
   }
 }
 
@@ -255,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
   const std::uint32_t qh0 = h * G + hg * GB;
   const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
 
+  constexpr bool kF8 = T == DType::fp8_e4m3;
   float qf[GB][EPL];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
@@ -337,29 +351,53 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
       for (int g = 0; g < GB; ++g)
 #pragma unroll
         for (int o = LT / 2; o > 0; o >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
-    // Online softmax over the U tokens at once: one rescale per step.
+    // Online softmax over the U tokens at once: one rescale per step (fp8: folded into the PV's FMA).
+    float alpha[GB];
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
       float mx = m[g];
 #pragma unroll
       for (int u = 0; u < U; ++u) mx = ok[u] ? fmaxf(mx, s[u][g]) : mx;
-      const float alpha = exp2f(m[g] - mx);
+      alpha[g] = loop_exp2<kF8>(m[g] - mx);
       m[g] = mx;
-      l[g] *= alpha;
+      l[g] *= alpha[g];
+      if constexpr (!kF8)
 #pragma unroll
-      for (int j = 0; j < EPL; ++j) acc[g][j] *= alpha;
+        for (int j = 0; j < EPL; ++j) acc[g][j] *= alpha[g];
 #pragma unroll
-      for (int u = 0; u < U; ++u) s[u][g] = ok[u] ? exp2f(s[u][g] - mx) : 0.0f;  // now p
+      for (int u = 0; u < U; ++u) {
+        const float p = ok[u] ? loop_exp2<kF8>(s[u][g] - mx) : 0.0f;
+        s[u][g] = kF8 ? p * kFp8PScale : p;  // now p (fp8: scaled for the f16 PV; l carries the same scale)
+      }
     }
+    if constexpr (kF8) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float vf[EPL];
-      cvt16B<T>(vr[u], vf);
+      for (int g = 0; g < GB; ++g)
 #pragma unroll
-      for (int g = 0; g < GB; ++g) {
-        l[g] += s[u][g];
+        for (int u = 0; u < U; ++u) l[g] += s[u][g];
+      std::uint32_t vw[U][4];
+      __half2 ph[U][GB];
 #pragma unroll
-        for (int j = 0; j < EPL; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
+      for (int u = 0; u < U; ++u) {
+        vw[u][0] = vr[u].x;
+        vw[u][1] = vr[u].y;
+        vw[u][2] = vr[u].z;
+        vw[u][3] = vr[u].w;
+#pragma unroll
+        for (int g = 0; g < GB; ++g) ph[u][g] = __float2half2_rn(s[u][g]);
+      }
+      fp8_pv_step<U, GB>(vw, ph, alpha, acc);
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float vf[EPL];
+        cvt16B<T>(vr[u], vf);
+#pragma unroll
+        for (int g = 0; g < GB; ++g) {
+          l[g] += s[u][g];
+#pragma unroll
+          for (int j = 0; j < EPL; ++j) acc[g][j] = fmaf(s[u][g], vf[j], acc[g][j]);
+        }
       }
     }
     load_rows(vb, base + kStep, ent_next, vr);
