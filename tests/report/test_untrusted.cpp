@@ -177,6 +177,8 @@ TEST(TextSafety, PrintableTextDropsControlsAndCaps) {
 TEST(TextSafety, GnuplotQuoteIsSingleQuotedAndInert) {
   EXPECT_EQ(gnuplot_quote("H100"), "'H100'");
   EXPECT_EQ(gnuplot_quote("it's"), "'it''s'");
+  // a leading quote: gnuplot reads '' just after the opening quote as an empty string, the rest as code
+  EXPECT_EQ(gnuplot_quote("'; system('x'); '"), "' ''; system(''x''); '''");
   EXPECT_EQ(gnuplot_quote("`touch x`"), "'?touch x?'");
   EXPECT_EQ(gnuplot_quote("a\nsystem \"x\""), "'a system \"x\"'");
   EXPECT_EQ(gnuplot_quote("a\\"), "'a\\'");  // no escapes in '...': a trailing backslash is text
