@@ -128,6 +128,8 @@ void check_escapers(const std::string& s) {
   const std::string q = gnuplot_quote(s);
   require(q.size() >= 2 && q.front() == '\'' && q.back() == '\'', "gnuplot_quote: not a '...' string", q);
   require(q.find('`') == std::string::npos, "gnuplot_quote: backquote", q);
+  // gnuplot reads '' right after the opening quote as an empty string: the rest would be code
+  require(q.size() == 2 || q[1] != '\'', "gnuplot_quote: '' right after the opening quote", q);
   require(!has_control(q), "gnuplot_quote: control character (line break)", q);
   for (std::size_t i = 1; i + 1 < q.size(); ++i) {  // a ' inside is always doubled: the string cannot end early
     if (q[i] != '\'') continue;

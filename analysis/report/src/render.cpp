@@ -26,9 +26,10 @@ const Shape* ReportContext::model() const {
 
 std::string ReportContext::chart(Plot p) {
   if (!detail::has_points(p)) return "";
-  const std::string name = p.name;
+  const std::string name = p.name, fixed = lay_out(p).fixed;
   plots.push_back(std::move(p));
-  return "![" + name + "](" + name + ".svg)\n\n";
+  // The parameters every series shares, said once: the legend names only what differs.
+  return "![" + name + "](" + name + ".svg)\n\n" + (fixed.empty() ? "" : "Every series: " + md::txt(fixed) + ".\n\n");
 }
 
 namespace {

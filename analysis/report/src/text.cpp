@@ -75,7 +75,9 @@ std::string printable_text(const std::string& s, std::size_t max_chars) {
 
 std::string gnuplot_quote(const std::string& s, std::size_t max_chars) {
   const std::string t = printable_text(s, max_chars);
-  std::string o = "'";
+  // gnuplot's scanner reads '' right after the opening quote as an empty string, not as a quote: the rest of
+  // the text would be code. A leading quote gets a space before it.
+  std::string o = !t.empty() && t[0] == '\'' ? "' " : "'";
   for (char c : t) {
     if (c == '`') o += '?';
     else if (c == '\'') o += "''";

@@ -39,6 +39,7 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
   s += header(h);
   Plot p{chart, "Cheapest action: " + label + ", " + m.name + ", decode, reuse " + fmt(reuse), "tokens per page", "layers", true,
          true, {}, {}};
+  p.xunit = AxisUnit::tokens;
   std::map<std::string, Line> by_action;
   std::vector<double> Ts;
   for (const auto& c : t)
@@ -97,6 +98,7 @@ std::string section_frontier(ReportContext& cx) {
         p = Plot{"recompute_transfer_" + std::to_string(set_no) + "_" + stem,
                  (cx.sets.size() > 1 ? rs.label + ": " : "") + c.rec.model + ", one page per call: recompute vs " + primary,
                  "tokens per page", "median time per page (us)", true, true, {}, {}};
+        p.xunit = AxisUnit::tokens;
       }
       const std::string arm = c.rec.arm + (c.rec.xdtype.empty() ? "" : " " + c.rec.xdtype) +
                               (c.rec.layers != 1 ? " L" + fmt(c.rec.layers) : "") +

@@ -30,14 +30,45 @@ struct Line {
   std::string title, style = "linespoints";
   std::vector<std::pair<double, double>> pts;
   std::vector<std::string> labels;  // with labels: one per point
+  // The series' parameters (values as a person reads them: "32K", "bf16"). A keyed series is named in the
+  // legend by its title and the parameters that differ between the plot's keyed series; the ones they all
+  // share are said once, under the chart. The parameters of Plot::panel_by choose its panel; a line without
+  // them is drawn in every panel.
+  std::map<std::string, std::string> key;
+  std::vector<std::pair<double, double>> yerr;  // with error bars: (low, high) per point; style "yerrorlines"
+  // A reference line (a ceiling, a threshold, a knee) at pts[0]'s y (horizontal) or x (vertical), labelled on
+  // the chart with its title instead of in the legend.
+  enum class Ref { none, horizontal, vertical } ref = Ref::none;
 };
+// Tick labels of a log2 x axis in human units: tokens 4K / 64K, bytes 512 B / 64 KiB.
+enum class AxisUnit { plain, tokens, bytes };
 struct Plot {
   std::string name, title, xlabel, ylabel;
   bool logx = false, logy = false;
   std::vector<Line> lines;
   std::vector<std::string> extra;  // gnuplot commands before plot (arrows, ranges): numbers the plug-in formatted
   int logx_base = 2;
+  AxisUnit xunit = AxisUnit::plain;
+  // Small multiples: one panel per combination of these key parameters (in the order the lines give them),
+  // one shared legend below; panels are titled by the ones that differ between panels. Empty: one plot.
+  std::vector<std::string> panel_by;
 };
+// How the core draws a Plot: its panels (one when nothing splits it), each keyed series titled by what
+// differs, and the parameters every keyed series shares ("k=v, k=v"; "" for none).
+struct ChartPanel {
+  std::string title;
+  std::vector<Line> lines;
+};
+struct ChartLayout {
+  std::vector<ChartPanel> panels;
+  std::string fixed;
+};
+ChartLayout lay_out(const Plot& p);
+// The NAME.dat and NAME.gp texts the core writes for `p` (std::logic_error when the name is not a plain stem).
+struct ChartFiles {
+  std::string dat, gp;
+};
+ChartFiles chart_files(const Plot& p);
 
 // ------------------------------------------------------------------------------------------ markdown
 // Table rows and the texts that go into them. Cells are report text or md_text of input text (no line breaks);
@@ -81,7 +112,8 @@ struct ReportContext {
   GpuSpec spec_of(const ResultSet& rs) const;
   // The shape of --model (o.model); nullptr when it is not in the shapes.
   const Shape* model() const;
-  // Keeps `p` to be drawn and returns its figure line ("" when no line has a point).
+  // Keeps `p` to be drawn and returns its figure line, with the parameters every keyed series shares below it
+  // ("" when no series has a point).
   std::string chart(Plot p);
 };
 
