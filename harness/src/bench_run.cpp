@@ -244,6 +244,7 @@ class Runner {
         keep_unmeasured(bname, p, std::string("error: ") + e.what(), st);
       }
     }
+    progress_case_done(pending_[bname].back().rec);  // to `kvf run`, when it asked (progress_fd.hpp)
     if (--state_[i].runs_left <= 0 && state_[i].set_up) {
       c->teardown(be_);
       state_[i].set_up = false;
