@@ -1,6 +1,7 @@
 // End-to-end runs of the stream study with tiny sizes: results are complete, verified, and survive
 // an interrupted run.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -699,4 +701,51 @@ TEST(KvfRunIssue16, SummaryListsSkippedCasesAsCasesCsvDoes) {
                                (skipped_cases.size() == 1 ? " case: " : " cases: ")))
         << r.err;
   }
+}
+
+// On a terminal: the progress line is redrawn in place (carriage return, erase line), the bench's own [i/n] ETA
+// lines do not appear (its stderr is kvf's pipe), and the summary ends the run on a line of its own.
+TEST(KvfRunIssue16, ProgressLineInPlaceOnATerminal) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const std::string slave = ptsname(master);
+  const auto d = fresh_dir("tty");
+  std::vector<std::string> args = {KVF_CLI, "run", "--backend", "cpu", "--study", "stream", "--out", d.string(),
+                                   "--stream.case-filter", "^read/loop/huge", "--", "--size", "2MiB", "--budget", "0.01",
+                                   "--warmup", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, slave.c_str(), O_RDWR | O_NOCTTY, 0);
+  posix_spawn_file_actions_addclose(&fa, master);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  std::string text;
+  char buf[4096];
+  std::optional<int> rc;
+  // Read while it runs (a full pty would block it); after its exit, what is left.
+  while (true) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      const ssize_t n = read(master, buf, sizeof buf);
+      if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+      else if (rc) break;
+    } else if (rc) {
+      break;
+    }
+    if (!rc) rc = wait_exit_for(pid, 0);
+  }
+  close(master);
+  ASSERT_TRUE(rc);
+  EXPECT_EQ(*rc, 0) << text;
+  EXPECT_TRUE(has(text, "\r\033[Kkvf run [")) << text;
+  EXPECT_TRUE(has(text, " case runs, ")) << text;
+  EXPECT_TRUE(has(text, "\r\033[Kkvf run: finished in ")) << "the progress line is erased before the summary: " << text;
+  EXPECT_FALSE(has(text, "  ETA ")) << "a bench's own [i/n] line: " << text;
 }
