@@ -117,8 +117,9 @@ void RunConsole::progress_line(const std::string& json_line) {
   double seconds = j.contains("seconds") && j["seconds"].is_number() ? j["seconds"].get<double>() : 0;
   if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
   const PlannedStudy* s = current_ < studies_.size() ? &studies_[current_] : nullptr;
-  const auto it = s ? s->est_per_run.find(cs) : decltype(s->est_per_run.end()){};
-  const double est = s && it != s->est_per_run.end() ? it->second : 0;
+  double est = 0;
+  if (s)
+    if (const auto it = s->est_per_run.find(cs); it != s->est_per_run.end()) est = it->second;
   ++runs_done_;
   ++study_runs_done_;
   if (s && study_runs_done_ > s->runs) ++runs_total_;  // more than --list said (a repetition count it did not see)
