@@ -1,21 +1,14 @@
-// kvf run: resolve the backend once, then launch each study's bench binary into one results directory.
-// The stream study always runs first when another study is chosen: it is the ceiling the others are
-// stated against, and it must be measured in the same run.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
+// kvf run: plan the whole run first (devices, backend, studies, each bench's --list pass: a bad flag stops it
+// there, before anything is measured), then launch each study's bench binary into one results directory per
+// device. The stream study runs first when another study is chosen: it is the ceiling the others are stated
+// against, and it must be measured in the same run (run_plan.cpp; under a case filter only the ceilings needed).
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,254 +17,20 @@
 #include "commands.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
-#include "kvf/input.hpp"
 #include "kvf/results.hpp"
 #include "kvf/studies.hpp"
-
-extern char** environ;
+#include "kvf/units.hpp"
+#include "run_console.hpp"
+#include "run_flags.hpp"
+#include "run_plan.hpp"
+#include "run_plan_detail.hpp"
+#include "run_process.hpp"
 
 namespace kvf::cli {
 
 namespace {
 
-std::filesystem::path bin_dir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path(".") : exe.parent_path();
-}
-
-std::filesystem::path bench_path(const std::string& study) { return bin_dir() / ("bench_" + study); }
-
-// A signal to kvf is passed on to the bench it is running (the bench finishes the row it is writing and
-// dies of it); kvf then stops instead of starting the next study. Without this, a kill of kvf's own pid
-// left the bench running and writing for the rest of its study.
-volatile sig_atomic_t g_signal = 0;
-volatile sig_atomic_t g_child = 0;  // the running bench's pid (pid_t is an int on Linux), 0 when none
-constexpr std::array kForwarded = {SIGINT, SIGTERM, SIGHUP};
-
-void forward_signal(int sig) {
-  g_signal = sig;
-  const pid_t child = g_child;
-  if (child > 0) ::kill(child, sig);
-}
-
-void install_forwarding() {
-  struct sigaction sa {};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: waitpid and read return EINTR and the loops below look again
-  for (int sig : kForwarded) ::sigaction(sig, &sa, nullptr);
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
-}
-
-// Runs argv (fork + exec); returns the exit code (128+signal when killed). Captures stdout when `out` is
-// given. With limit_s > 0 the child gets SIGTERM once it has run that long (it finishes the row it is writing,
-// as on a forwarded signal; SIGKILL 60 s later) and *timed_out says so. The child gets SIGTERM when kvf dies (PR_SET_PDEATHSIG), so a bench never outlives its kvf,
-// not even a kill -9 of kvf; posix_spawn cannot set that, hence fork.
-int run_process(const std::vector<std::string>& args, std::string* out = nullptr, double limit_s = 0,
-                bool* timed_out = nullptr) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  int outfd[2] = {-1, -1};
-  int errfd[2] = {-1, -1};  // the child's exec errno; closed by a successful exec (O_CLOEXEC)
-  if (out && ::pipe2(outfd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
-  if (::pipe2(errfd, O_CLOEXEC) != 0) {
-    const int err = errno;
-    if (out) ::close(outfd[0]), ::close(outfd[1]);
-    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(err));
-  }
-  // Forwarded signals wait until g_child names the new process, so none falls between fork and that.
-  sigset_t block, old;
-  sigemptyset(&block);
-  for (int sig : kForwarded) sigaddset(&block, sig);
-  ::pthread_sigmask(SIG_BLOCK, &block, &old);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec. Default dispositions before unblocking: a
-    // forwarded signal arriving now must kill this child, not run kvf's handler in it.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int sig : kForwarded) ::sigaction(sig, &dfl, nullptr);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // kvf died before prctl took effect
-    if (out && ::dup2(outfd[1], 1) < 0) {
-      const int err = errno;
-      (void)!::write(errfd[1], &err, sizeof err);
-      ::_exit(127);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    ::execve(argv[0], argv.data(), environ);
-    const int err = errno;
-    (void)!::write(errfd[1], &err, sizeof err);
-    ::_exit(127);
-  }
-  const int fork_err = errno;
-  if (pid > 0) g_child = pid;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);  // a signal that came meanwhile is forwarded now
-  // Another thread of kvf (OpenMP's, from the backend probe) may have taken one before g_child was set.
-  if (pid > 0 && g_signal) ::kill(pid, g_signal);
-  ::close(errfd[1]);
-  if (out) ::close(outfd[1]);
-  if (pid < 0) {
-    ::close(errfd[0]);
-    if (out) ::close(outfd[0]);
-    throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(fork_err));
-  }
-  const auto started = std::chrono::steady_clock::now();
-  auto wait_child = [pid, limit_s, timed_out, started] {
-    int status = 0;
-    if (limit_s > 0) {
-      bool termed = false;
-      for (;;) {
-        const pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR)) break;
-        const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (!termed && ran > limit_s) {
-          ::kill(pid, SIGTERM);
-          termed = true;
-          if (timed_out) *timed_out = true;
-        } else if (termed && ran > limit_s + 60) {
-          ::kill(pid, SIGKILL);
-        }
-        ::usleep(50000);
-      }
-    } else {
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    g_child = 0;
-    return status;
-  };
-  int exec_err = 0;
-  ssize_t n;
-  while ((n = ::read(errfd[0], &exec_err, sizeof exec_err)) < 0 && errno == EINTR) {
-  }
-  ::close(errfd[0]);
-  if (n == static_cast<ssize_t>(sizeof exec_err)) {
-    if (out) ::close(outfd[0]);
-    wait_child();
-    throw std::runtime_error(args[0] + ": cannot start: " + std::strerror(exec_err));
-  }
-  if (out) {
-    char buf[4096];
-    for (;;) {
-      n = ::read(outfd[0], buf, sizeof buf);
-      if (n > 0) out->append(buf, static_cast<std::size_t>(n));
-      else if (n == 0 || errno != EINTR) break;
-    }
-    ::close(outfd[0]);
-  }
-  const int status = wait_child();
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-// After a forwarded signal: the bench has stopped; kvf stops too, with the shell's code for the signal.
-int stopped_by_signal(const std::string& out) {
-  const int sig = g_signal;
-  std::fprintf(stderr, "kvf run: stopped by %s%s\n", signal_name(sig),
-               out.empty() ? "" : ("; the finished rows are in " + out).c_str());
-  return 128 + sig;
-}
-
-// The status a bench left for its study in meta.json; empty when it cannot be read.
-std::string study_status(const std::string& out, const std::string& study) {
-  try {
-    const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
-    const auto s = m.at("studies").at(study).at("status");
-    return s.is_string() ? s.get<std::string>() : std::string{};
-  } catch (const std::exception&) {
-    return {};
-  }
-}
-
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (const auto& s : in) {
-    std::stringstream ss(s);
-    std::string part;
-    while (std::getline(ss, part, ','))
-      if (!part.empty()) out.push_back(part);
-  }
-  return out;
-}
-
-// --gpu-sweep: every study's default GPU grid, each case verified before it is timed, into one directory,
-// within --time-limit (25 minutes unless given). Extra flags per study, sized from the H100 run of 2026-11-22
-// (results/gpu/H100-2026-11-22): its frontier default grid did not finish in 150 s (stopped inside the layers
-// arm after 505 planned x/xq cases), and its idleness sweep ran with --budget 0.2.
-struct SweepFlags {
-  std::string_view study;
-  std::vector<std::string> flags;
-};
-const std::vector<SweepFlags>& gpu_sweep_flags() {
-  static const std::vector<SweepFlags> f = {{"frontier", {"--budget", "0.2"}}, {"idleness", {"--budget", "0.2"}}};
-  return f;
-}
 constexpr double kGpuSweepLimitS = 25 * 60;
-
-struct RunOptions {
-  std::vector<std::string> studies;
-  std::string backend = "auto";
-  bool quick = false;
-  bool list = false;
-  bool gpu_sweep = false;
-  double time_limit_s = 0;  // 0: none
-  std::string out;
-  std::vector<std::string> pass;  // after "--": given to every bench binary
-};
-
-// The studies to run, in the study list's order: those asked for (all built ones by default), stream first.
-std::vector<std::string> choose_studies(const RunOptions& o) {
-  std::string allowed;
-  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
-  std::vector<std::string> chosen;
-  const auto requested = split_commas(o.studies);
-  for (const auto& r : requested) {
-    bool known = false;
-    for (const auto& s : kStudies) known = known || r == s.name;
-    if (!known) throw UsageError("--study " + r + ": unknown study; allowed: " + allowed);
-  }
-  for (const auto& study : kStudies) {
-    const std::string name(study.name);
-    const bool want = requested.empty() || std::find(requested.begin(), requested.end(), name) != requested.end();
-    const bool built = std::filesystem::exists(bench_path(name));
-    if (want && !built) {
-      if (!requested.empty())
-        throw UsageError("--study " + name + ": not available in this build (" + bench_path(name).string() +
-                         " is missing)");
-      std::fprintf(stderr, "kvf run: study %s is not built yet; skipping it\n", name.c_str());
-      continue;
-    }
-    if (want) chosen.push_back(name);
-  }
-  if (chosen.empty()) throw UsageError("no study to run");
-  // A run continued into a directory that holds a finished stream study (a sweep split over several calls)
-  // keeps that ceiling instead of measuring it twice under one case name.
-  const bool stream_done = !o.out.empty() && study_status(o.out, "stream") == "complete";
-  if (chosen.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
-    if (stream_done) {
-      std::fprintf(stderr, "kvf run: %s already holds a finished stream study: its ceiling is used, not measured again\n",
-                   o.out.c_str());
-    } else {
-      chosen.insert(chosen.begin(), "stream");
-      std::fprintf(stderr, "kvf run: running stream first: it is the ceiling the other studies are stated against\n");
-    }
-  }
-  return chosen;
-}
 
 // Under --time-limit a study gets the share of the time left that its estimate has of the estimates left, so
 // what a fast study leaves over goes to the ones after it. 0: no limit.
@@ -283,118 +42,179 @@ double time_share(const RunOptions& o, double elapsed_s, const std::vector<doubl
   return std::max(1.0, left * (est_left > 0 ? est[i] / est_left : 1.0 / double(est.size() - i)));
 }
 
-int do_run(const RunOptions& o, const std::string& command) {
-  const std::vector<std::string> chosen = choose_studies(o);
+// --list-devices: the CPU and each GPU the CUDA runtime sees, with the --device value that picks it.
+int print_devices() {
+  const auto cpu = make_cpu_backend();
+  const DeviceInfo& c = cpu->info();
+  std::printf("%-8s %s (%d threads, %s memory, %s)  [--device cpu]\n", "cpu", c.name.c_str(), c.compute_units,
+              format_bytes(double(c.memory_bytes)).c_str(), c.arch.c_str());
+  std::string why;
+  const auto gpus = list_gpus(&why);
+  for (const auto& g : gpus)
+    std::printf("gpu %-4d %s (%s memory, compute capability %s%s)  [--device %d]\n", g.ordinal, g.name.c_str(),
+                format_bytes(double(g.memory_bytes)).c_str(), g.compute_capability.c_str(),
+                g.pci_bus_id.empty() ? "" : (", PCI " + g.pci_bus_id).c_str(), g.ordinal);
+  if (gpus.empty()) std::printf("no usable GPU: %s\n", why.c_str());
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+    std::printf("CUDA_VISIBLE_DEVICES=%s: the GPU ordinals count only the GPUs it leaves visible\n", v);
+  if (gpus.size() > 1) std::printf("--device all runs each GPU in turn, one results directory each (DIR/dev<N>)\n");
+  return kExitOk;
+}
 
-  install_forwarding();
-  std::string note;
-  auto be = make_backend(o.backend, &note);
-  const std::string backend = be->name();
-  be.reset();
-  if (o.gpu_sweep && backend != "cuda")
-    throw UsageError("--gpu-sweep: no usable GPU here (" + note + "); it runs the GPU grids only");
-  std::fprintf(stderr, "kvf run: %s\n", note.c_str());
-
-  auto common = [&](const std::string& study) {
-    std::vector<std::string> a = {bench_path(study).string(), "--backend", backend};
-    if (o.quick) a.push_back("--quick");
-    if (o.gpu_sweep)
-      for (const auto& f : gpu_sweep_flags())
-        if (f.study == study) a.insert(a.end(), f.flags.begin(), f.flags.end());
-    a.insert(a.end(), o.pass.begin(), o.pass.end());
-    return a;
-  };
-
-  // Estimates from each bench's own case list (also what --list prints).
-  std::vector<double> est(chosen.size(), 0);
-  std::vector<std::size_t> ncases(chosen.size(), 0);
-  for (std::size_t i = 0; i < chosen.size(); ++i) {
-    auto args = common(chosen[i]);
-    args.insert(args.end(), {"--list", "json"});
-    std::string listing;
-    const int rc = run_process(args, &listing);
-    if (g_signal) return stopped_by_signal({});
-    if (rc != 0) return rc == kExitUsage ? kExitUsage : kExitFailure;
-    std::istringstream in(listing);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) continue;
-      ++ncases[i];
-      est[i] += j.value("est_seconds", 0.0);
-      if (o.list)
-        std::printf("%-10s %-58s %7.1fs%s\n", chosen[i].c_str(), j.value("case", "").c_str(), j.value("est_seconds", 0.0),
-                    j.contains("skipped") ? ("  (skipped: " + j["skipped"].get<std::string>() + ")").c_str() : "");
+void print_list(const std::vector<DevicePlan>& plans, const RunOptions& o) {
+  double total = 0;
+  std::size_t n = 0;
+  for (const auto& d : plans) {
+    const std::string pre = d.label.empty() ? "" : d.label + "/";
+    for (const auto& s : d.studies)
+      for (const auto& c : s.cases)
+        std::printf("%-10s %-58s %7.1fs%s\n", (pre + s.study).c_str(), c.name.c_str(), c.est_s,
+                    c.skipped.empty() ? "" : ("  (skipped: " + c.skipped + ")").c_str());
+    for (const auto& s : d.studies) {
+      std::printf("study %-9s %4zu cases  ~%.0f s\n", (pre + s.study).c_str(), s.cases.size(), s.est_s);
+      total += s.est_s;
+      ++n;
     }
   }
-  double total = 0;
-  for (double e : est) total += e;
+  std::printf("total: %zu studies, estimated %.0f s on backend %s%s\n", n, total, plans.front().backend.c_str(),
+              o.quick ? " (--quick)" : "");
+}
+
+nlohmann::json flags_json() {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : study_flags()) j[f.study].push_back(f.typed);
+  return j;
+}
+
+// Runs one planned study into its directory; returns its exit code (timed_out when --time-limit stopped it).
+int run_study(const StudyPlan& s, const DevicePlan& d, double limit_s, RunConsole& console, bool* timed_out) {
+  auto args = s.args;  // the stream study's carries its case filter (run_plan.cpp)
+  args.insert(args.end(), {"--out", d.out});
+  ProcessIo io;
+  io.relay = [&console](int fd, const std::string& line) { console.relay(fd, line); };
+  io.progress = [&console](const std::string& line) { console.progress_line(line); };
+  io.tick = [&console] { console.tick(); };
+  io.limit_s = limit_s;
+  io.timed_out = timed_out;
+  return run_process(args, io);
+}
+
+int do_run(const RunOptions& o, const std::string& command) {
+  if (o.list_devices) return print_devices();
+  check_pass_flags(o.pass);
+  install_forwarding();
+  const auto devices = run_devices(o);
+  const std::time_t t = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  std::vector<DevicePlan> plans;
+  try {
+    for (const auto& dev : devices)
+      plans.push_back(plan_device(o, dev, stamp, o.device.kind == DeviceChoice::Kind::all));
+  } catch (const RunStopped&) {
+    return stopped_by_signal({});
+  }
+  // The plan stands (nothing refused): now kvf says what it found and decided.
+  RunConsole console(::isatty(2) != 0);
+  for (const auto& d : plans) {
+    console.say("kvf run: " + (d.label.empty() ? "" : d.label + ": ") + d.backend_note);
+    for (const auto& n : d.notes) console.say(d.label.empty() ? n : "kvf run: " + d.label + ": " + n.substr(9));
+  }
   if (o.list) {
-    for (std::size_t i = 0; i < chosen.size(); ++i)
-      std::printf("study %-9s %4zu cases  ~%.0f s\n", chosen[i].c_str(), ncases[i], est[i]);
-    std::printf("total: %zu studies, estimated %.0f s on backend %s%s\n", chosen.size(), total, backend.c_str(),
-                o.quick ? " (--quick)" : "");
+    print_list(plans, o);
     return kExitOk;
   }
 
-  std::string out = o.out;
-  if (out.empty()) {
-    const std::time_t t = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
-    out = "results/runs/" + std::string(buf) + "-" + backend;
-  }
-  ResultsDir dir(out);
-  dir.update_meta([&](nlohmann::json& m) {
-    m["command"] = command;
-    m["kvf_run"] = {{"studies", chosen},     {"backend", backend},         {"quick", o.quick},
-                    {"estimated_s", total}, {"gpu_sweep", o.gpu_sweep}, {"time_limit_s", o.time_limit_s}};
-  });
-  std::fprintf(stderr, "kvf run: %zu studies, estimated %.0f s; results in %s\n", chosen.size(), total, out.c_str());
+  std::vector<PlannedStudy> planned;
+  std::vector<double> est;
+  for (const auto& d : plans)
+    for (const auto& s : d.studies) {
+      PlannedStudy p{d.label.empty() ? s.study : d.label + "/" + s.study, s.study, {}, s.runs, s.est_s};
+      for (const auto& c : s.cases) p.est_per_run[c.name] = c.est_per_run_s;
+      planned.push_back(std::move(p));
+      est.push_back(s.est_s);
+    }
+  console.plan(planned);
 
   int worst = kExitOk;
+  bool stop = false;
   const auto run_start = std::chrono::steady_clock::now();
-  std::vector<std::string> time_limited;
-  for (std::size_t i = 0; i < chosen.size(); ++i) {
-    const double share_s =
-        time_share(o, std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count(), est, i);
-    std::fprintf(stderr, "kvf run: [%zu/%zu] %s: %zu cases, ~%.0f s%s\n", i + 1, chosen.size(), chosen[i].c_str(),
-                 ncases[i], est[i], share_s > 0 ? (", stopped after " + std::to_string(int(share_s)) + " s").c_str() : "");
-    if (g_signal) return stopped_by_signal(out);
-    auto args = common(chosen[i]);
-    args.insert(args.end(), {"--out", out});
-    bool timed_out = false;
-    const int rc = run_process(args, nullptr, share_s, &timed_out);
-    if (g_signal) return stopped_by_signal(out);
-    if (timed_out) {
-      std::fprintf(stderr, "kvf run: %s reached its share of --time-limit (%.0f s) and was stopped; its finished rows are in %s\n",
-                   chosen[i].c_str(), share_s, out.c_str());
-      time_limited.push_back(chosen[i]);
-      dir.update_meta([&](nlohmann::json& m) { m["kvf_run"]["time_limited"] = time_limited; });
-      continue;
-    }
-    if (rc == kExitUsage) {
-      std::fprintf(stderr, "kvf run: %s stopped on bad input; results so far are in %s\n", chosen[i].c_str(), out.c_str());
-      return kExitUsage;
-    }
-    // A bench that could not write its results (full disk) said so in meta.json, or could not even do that and
-    // left "running": the next study would only fail the same way.
-    if (rc == kExitFailure) {
-      const std::string status = study_status(out, chosen[i]);
-      if (status.rfind("stopped: ", 0) == 0 || status == "running") {
-        std::fprintf(stderr, "kvf run: %s could not write its results; no further study is run; the finished rows are in %s\n",
-                     chosen[i].c_str(), out.c_str());
-        return kExitFailure;
+  std::vector<std::string> written;
+  std::size_t k = 0;
+  for (const auto& d : plans) {
+    if (stop) break;
+    ResultsDir dir(d.out);
+    written.push_back(d.out);
+    double device_est = 0;
+    std::vector<std::string> names;
+    for (const auto& s : d.studies) device_est += s.est_s, names.push_back(s.study);
+    dir.update_meta([&](nlohmann::json& m) {
+      m["command"] = command;
+      m["kvf_run"] = {{"studies", names},
+                      {"backend", d.backend},
+                      {"device", o.device_text.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.device_text)},
+                      {"quick", o.quick},
+                      {"estimated_s", device_est},
+                      {"gpu_sweep", o.gpu_sweep},
+                      {"time_limit_s", o.time_limit_s},
+                      {"study_flags", flags_json()},
+                      {"flags_every_study", o.pass},
+                      {"stream_case_filter", d.stream_filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.stream_filter)},
+                      {"plan_notes", d.notes}};
+    });
+    console.say("kvf run: " + std::to_string(d.studies.size()) + " studies, estimated " + clock_text(device_est) +
+                "; results in " + d.out);
+    std::vector<std::string> time_limited;
+    for (const auto& s : d.studies) {
+      const std::size_t i = k++;
+      const double share_s =
+          time_share(o, std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count(), est, i);
+      if (stop_signal()) return console.clear(), stopped_by_signal(d.out);
+      console.begin_study(i);
+      if (share_s > 0) console.say("kvf run: " + planned[i].label + " stops after " + std::to_string(int(share_s)) + " s (its share of --time-limit)");
+      bool timed_out = false;
+      const int rc = run_study(s, d, share_s, console, &timed_out);
+      console.end_study(rc, timed_out);
+      if (stop_signal()) return console.clear(), stopped_by_signal(d.out);
+      if (timed_out) {
+        console.say("kvf run: " + planned[i].label + " reached its share of --time-limit (" + std::to_string(int(share_s)) +
+                    " s) and was stopped; its finished rows are in " + d.out);
+        time_limited.push_back(s.study);
+        dir.update_meta([&](nlohmann::json& m) { m["kvf_run"]["time_limited"] = time_limited; });
+        continue;
+      }
+      if (rc == kExitUsage) {
+        console.say("kvf run: " + planned[i].label + " stopped on bad input; results so far are in " + d.out);
+        worst = kExitUsage;
+        stop = true;
+        break;
+      }
+      // A bench that could not write its results (full disk) said so in meta.json, or could not even do that
+      // and left "running": the next study would only fail the same way.
+      if (rc == kExitFailure) {
+        const std::string status = study_status(d.out, s.study);
+        if (status.rfind("stopped: ", 0) == 0 || status == "running") {
+          console.say("kvf run: " + planned[i].label + " could not write its results; no further study is run; the finished rows are in " + d.out);
+          worst = kExitFailure;
+          stop = true;
+          break;
+        }
+      }
+      if (rc != kExitOk) {
+        console.say("kvf run: " + planned[i].label + " exited with " + std::to_string(rc) + " (" +
+                    (rc == kExitVerify ? "verify failed" : "failures") + "); going on with the next study");
+        if (worst == kExitOk || rc == kExitVerify) worst = rc >= 128 ? kExitFailure : rc;
       }
     }
-    if (rc != kExitOk) {
-      std::fprintf(stderr, "kvf run: %s exited with %d (%s); going on with the next study\n", chosen[i].c_str(), rc,
-                   rc == kExitVerify ? "verify failed" : "failures");
-      if (worst == kExitOk || rc == kExitVerify) worst = rc >= 128 ? kExitFailure : rc;
-    }
   }
-  std::printf("results: %s\n", out.c_str());
+  console.clear();
+  for (const auto& l : console.summary_lines()) std::fprintf(stderr, "%s\n", l.c_str());
+  std::string report = "kvf report";
+  for (const auto& w : written) {
+    std::printf("results: %s\n", w.c_str());
+    if (std::filesystem::exists(std::filesystem::path(w) / "cases.csv")) report += " " + w;
+  }
+  if (report != "kvf report") std::printf("next: %s\n", report.c_str());
   return worst;
 }
 
@@ -405,6 +225,7 @@ void add_run(CLI::App& app) {
   std::string studies_help = "studies to run, comma-separated (default: all built). Known:";
   for (const auto& s : kStudies) studies_help += " " + std::string(s.name) + " (" + std::string(s.doc) + ");";
   auto* sub = app.add_subcommand("run", "run studies by launching their bench binaries into one results directory");
+  sub->footer(kStudyFlagsHelp);
   std::string allowed;
   for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   // An empty name (--study '', --study stream,) would otherwise be dropped and leave "all studies".
@@ -422,6 +243,11 @@ void add_run(CLI::App& app) {
                                                              : "'" + v + "' is not a backend; allowed: auto, cpu, cuda";
           },
           "auto|cpu|cuda"));
+  sub->add_option("--device", o->device_text,
+                  "cpu, a GPU ordinal (among those CUDA_VISIBLE_DEVICES leaves visible; default 0), or all: each "
+                  "visible GPU in turn, one results directory each (DIR/dev0, DIR/dev1, ...). Recorded in meta.json");
+  sub->add_flag("--list-devices", o->list_devices,
+                "print the CPU and each visible GPU (name, memory, compute capability) with its --device value, run nothing");
   sub->add_flag("--quick", o->quick, "the quick subset of every study (under 30 s on the CPU)");
   sub->add_option("--out", o->out, "results directory (default results/runs/<utc>-<backend>)")
       ->check(CLI::Validator(
@@ -448,10 +274,12 @@ void add_run(CLI::App& app) {
           "SECONDS"));
   sub->add_option("args", o->pass, "after --: flags given to every bench binary (e.g. -- --budget 1)");
   sub->positionals_at_end();
-  sub->callback([o, sub, &app] {
+  sub->callback([o, sub] {
     // Belt and braces for the validator above, which CLI11 may skip for an empty value.
     if (sub->count("--out") > 0 && o->out.empty())
       throw UsageError("--out '': empty; give a directory (leave the flag out for the default)");
+    if (sub->count("--device") > 0) o->device = parse_device(o->device_text);
+    o->pass.insert(o->pass.end(), flags_after_separator().begin(), flags_after_separator().end());
     if (o->gpu_sweep && o->backend == "cpu")
       throw UsageError("--gpu-sweep with --backend cpu: the sweep runs the GPU grids; leave --backend out or give cuda");
     if (o->gpu_sweep && o->quick)
@@ -460,10 +288,13 @@ void add_run(CLI::App& app) {
     std::string cmd = "kvf run";
     for (const auto& s : o->studies) cmd += " --study " + s;
     cmd += " --backend " + o->backend;
+    if (!o->device_text.empty()) cmd += " --device " + o->device_text;
     if (o->quick) cmd += " --quick";
     if (o->gpu_sweep) cmd += " --gpu-sweep";
     if (sub->count("--time-limit") > 0) cmd += " --time-limit " + std::to_string(o->time_limit_s);
     if (!o->out.empty()) cmd += " --out " + o->out;
+    for (const auto& f : study_flags()) cmd += " " + f.typed;
+    if (!o->pass.empty()) cmd += " --";
     for (const auto& p : o->pass) cmd += " " + p;
     exit_with(do_run(*o, cmd));
   });

@@ -7,8 +7,10 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "commands.hpp"
+#include "run_flags.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
 
@@ -48,7 +50,9 @@ int run(int argc, char** argv) {
   kvf::cli::add_report(app);
   kvf::cli::add_model(app);
   try {
-    app.parse(argc, argv);
+    // kvf run's --<study>.<flag> arguments are the benches', not CLI11's (run_flags.hpp).
+    std::vector<char*> args = kvf::cli::take_study_flags(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

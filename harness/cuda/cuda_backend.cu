@@ -610,39 +610,6 @@ const cudaDeviceProp& cuda_props(Backend& be) { return as_cuda(be).props(); }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
-CudaProbe probe_cuda_impl() {
-  CudaProbe p;
-  p.compiled = true;
-  try {
-    // Must precede the first CUDA call of the process to take effect; an explicit setting wins.
-    ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      p.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
-      return p;
-    }
-    if (n <= 0) {
-      p.error = "cudaGetDeviceCount found no CUDA device";
-      return p;
-    }
-    err = cudaSetDevice(0);
-    if (err == cudaSuccess) err = cudaFree(nullptr);  // creates the primary context
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      p.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
-      return p;
-    }
-    p.usable = true;
-  } catch (const std::exception& e) {
-    p.usable = false;
-    p.error = e.what();
-  } catch (...) {
-    p.usable = false;
-    p.error = "unknown error while probing CUDA";
-  }
-  return p;
-}
+// probe_cuda_impl and list_gpus_impl: cuda_devices.cpp.
 
 }  // namespace kvf

@@ -13,7 +13,11 @@ namespace kvf {
 // Unless the environment already names one, it sets CUDA_MODULE_LOADING=EAGER before CUDA starts,
 // so no kernel module is loaded while the blocking kernel holds the stream (lazy loading waits for
 // the device to go idle and deadlocks behind it; NVIDIA/nvbench#136). Call it before any other CUDA call.
-CudaProbe probe_cuda_impl();
+// Only `device` gets a context (a probe must not take memory on GPU 0 of a shared box when GPU 3 is asked for).
+// (cuda_devices.cpp)
+CudaProbe probe_cuda_impl(int device = 0);
+// The visible GPUs from their properties (no context); empty with *why_none set when there are none.
+std::vector<GpuListing> list_gpus_impl(std::string* why_none);
 
 // The CUDA backend on `device`. Throws UsageError when the device does not exist or cannot be used
 // (the message carries CUDA's error text), std::runtime_error for a CUDA failure during setup.
@@ -23,5 +27,6 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 
 // Also reachable unqualified from outside namespace kvf.
 using kvf::make_cuda_backend;
+using kvf::list_gpus_impl;
 using kvf::probe_cuda_impl;
 #endif

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/measure.hpp"
 #include "kvf/results.hpp"
 #include "kvf/study.hpp"
+#include "progress_fd.hpp"
 
 namespace CLI {
 class App;
@@ -21,6 +23,8 @@ namespace kvf::bench {
 struct Flags {
   std::string out_dir, backend_choice = "auto", case_filter, list_format;
   std::string plan_device;  // --plan-device FILE: list for the device it describes (with --list only)
+  std::string device_text;  // --device as typed
+  DeviceChoice device;      // parsed before the backend starts
   bool quick = false, no_cold = false, no_hot = false;
   bool listing = false;  // --list given (list_format says how)
   double noise_pct = 1.0;

@@ -146,6 +146,10 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
       ->check(non_empty("a directory (leave the flag out for the default)"));
   app.add_option("--backend", f.backend_choice, "auto | cpu | cuda (auto: CUDA when a usable GPU is present)")
       ->check(non_empty("auto, cpu or cuda"));
+  app.add_option("--device", f.device_text,
+                 "cpu, or a GPU ordinal among the visible GPUs (CUDA_VISIBLE_DEVICES applies; default 0 under cuda); "
+                 "recorded in meta.json. For every GPU in turn: kvf run --device all")
+      ->check(non_empty("cpu or a GPU ordinal (leave the flag out for the default)"));
   app.add_flag("--quick", f.quick, "the quick subset: a few cases, seconds (budget 0.1 s unless --budget is given)");
   app.add_option("--list", f.list_format, "print the cases (text or json) with estimated seconds and exit")
       ->expected(0, 1)
@@ -244,6 +248,18 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   if (!f.plan_device.empty() && !f.listing) {
     print_error(prog, "--plan-device " + f.plan_device + ": plans a run, it measures nothing; give --list too");
     return kExitUsage;
+  }
+  if (app.count("--device") > 0) {
+    try {
+      f.device = parse_device(f.device_text);
+    } catch (const UsageError& e) {
+      print_error(prog, e.what());
+      return kExitUsage;
+    }
+    if (!f.plan_device.empty()) {
+      print_error(prog, "--plan-device with --device " + f.device_text + ": the device is the one the file describes");
+      return kExitUsage;
+    }
   }
   if (!f.plan_device.empty() && app.count("--backend") > 0) {
     print_error(prog, "--plan-device with --backend " + f.backend_choice + ": the backend is the one the file describes");

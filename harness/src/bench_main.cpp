@@ -190,6 +190,16 @@ int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::strin
       nlohmann::json j = {{"study", study}, {"case", c->name}, {"est_seconds", c->est_seconds},
                           {"cold", c->cold}, {"hot", c->hot}, {"params", params}};
       if (sk) j["skipped"] = sk->reason;
+      // What the case is stated against and reads (kvf run keeps these ceilings under a case filter).
+      nlohmann::json ceilings = nlohmann::json::array();
+      auto add_ref = [&ceilings](const CeilingRef& r) {
+        nlohmann::json match = nlohmann::json::object();
+        for (const auto& p : r.match) match[p.name] = p.value;
+        ceilings.push_back({{"study", r.study}, {"match", match}, {"metric", r.metric}});
+      };
+      if (c->ceiling) add_ref(*c->ceiling);
+      for (const auto& u : c->uses) add_ref(u);
+      j["ceilings"] = ceilings;
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%-60s %8.2fs%s\n", (study + "/" + c->name).c_str(), c->est_seconds,
@@ -205,20 +215,35 @@ int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::strin
   return kExitOk;
 }
 
+// Which device was asked for and which one ran: the ordinal is among the GPUs CUDA_VISIBLE_DEVICES leaves
+// visible, so both are kept (ordinal 1 under CUDA_VISIBLE_DEVICES=2,3 is the machine's GPU 3).
+nlohmann::json device_selection_json(const Backend& be, const bench::Flags& f) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const auto& x = be.info().extra;
+  return {{"requested", f.device_text.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.device_text)},
+          {"backend", be.name()},
+          {"cuda_ordinal", x.contains("device_ordinal") ? x["device_ordinal"] : nlohmann::json(nullptr)},
+          {"pci_bus_id", x.contains("pci_bus_id") ? x["pci_bus_id"] : nlohmann::json(nullptr)},
+          {"CUDA_VISIBLE_DEVICES", visible ? nlohmann::json(visible) : nlohmann::json(nullptr)}};
+}
+
 // Creates (or reopens) the results directory and records this study's run in meta.json.
 std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::string& study, const Backend& be,
                                          const std::string& command, std::size_t n_cases, const bench::Flags& f,
                                          const std::string& prog) {
   const MeasureConfig& cfg = f.cfg;
+  const nlohmann::json selection = device_selection_json(be, f);
   auto dir = std::make_unique<ResultsDir>(out_dir);
   dir->update_meta([&](nlohmann::json& m) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     if (!m.contains("host")) m["host"] = {{"hostname", host}, {"os", os_name()}};
     if (!m.contains("device")) m["device"] = be.info().to_json();
+    if (!m.contains("device_selection")) m["device_selection"] = selection;
     if (!m.contains("created_utc")) m["created_utc"] = utc_now();
     m["studies"][study] = {{"backend", be.name()},
                            {"device", be.info().to_json()},
+                           {"device_selection", selection},
                            {"command", command},
                            {"started_utc", utc_now()},
                            {"status", "running"},
@@ -298,7 +323,7 @@ int run_study(int argc, char** argv, Study& study) {
   try {
     std::string note;
     if (f.plan_device.empty()) {
-      be = make_backend(f.backend_choice, &note);
+      be = make_backend(f.backend_choice, &note, f.device);
     } else {
       be = make_plan_backend(f.plan_device);
       note = "backend: " + be->name() + " (planned for " + be->info().name + " from " + f.plan_device + "; nothing runs)";

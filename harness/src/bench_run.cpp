@@ -369,6 +369,7 @@ class Runner {
         keep_unmeasured(*c, std::string("error: ") + e.what(), p, st);
       }
     }
+    progress_case_done(pending_[bname].rec);  // to `kvf run`, when it asked (progress_fd.hpp)
     if (--state_[i].runs_left <= 0 && state_[i].set_up) {
       c->teardown(be_);
       state_[i].set_up = false;

@@ -111,6 +111,9 @@ double prefill_verify_s(const md::ModelShape& m, int T, int N);
 std::vector<kvf::CeilingRef> idle_ceilings();
 kvf::CeilingRef gemm_ceiling_ref();
 kvf::CeilingRef read_ceiling_ref();
+// The stream study's read row, which the CPU figures take where it beats read_ceiling (cpu_after); declared in
+// a CPU case's `uses` so that kvf run keeps it under a case filter.
+kvf::CeilingRef stream_read_ref();
 // A ceiling measured earlier in this run (rows are written as each case ends), in FLOP/s or bytes/s; 0 if absent.
 double ceiling_value(const Env& env, const kvf::CeilingRef& ref, const std::string& mode);
 // CPU idleness of a measured case: the note text, and its rows appended to counters.csv. `once` runs one

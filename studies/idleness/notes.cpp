@@ -38,6 +38,7 @@ double prefill_verify_s(const md::ModelShape& m, int T, int N) {
 
 kvf::CeilingRef gemm_ceiling_ref() { return {"idleness", {{"arm", "gemm_ceiling"}}, "tflops"}; }
 kvf::CeilingRef read_ceiling_ref() { return {"idleness", {{"arm", "read_ceiling"}}, "gbps"}; }
+kvf::CeilingRef stream_read_ref() { return {"stream", {{"op", "read"}}, "gbps"}; }
 std::vector<kvf::CeilingRef> idle_ceilings() { return {gemm_ceiling_ref(), read_ceiling_ref()}; }
 
 double ceiling_value(const Env& env, const kvf::CeilingRef& ref, const std::string& mode) {
@@ -52,7 +53,7 @@ std::string cpu_after(Env& env, const kvf::Case& c, const kvf::Summary& s, const
   // row counts where the same results directory holds it.
   const double gemm = ceiling_value(env, gemm_ceiling_ref(), "hot");
   const double rd = std::max(ceiling_value(env, read_ceiling_ref(), "cold"),
-                             ceiling_value(env, {"stream", {{"op", "read"}}, "gbps"}, mode));
+                             ceiling_value(env, stream_read_ref(), mode));
   const auto x = dc::cpu_idleness(c.flops, c.bytes, s.median, gemm, rd);
   auto rows = cpu_rows("idleness", c.name, mode, env.device_name, x);
   std::string perf = "perf counters: absent (" + env.perf_reason + ")";

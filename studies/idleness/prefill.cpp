@@ -114,6 +114,7 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   c->bytes = dc::prefill_bytes(m, T, N, L, wb);
   c->ceiling = gemm_ceiling_ref();
   c->uses = idle_ceilings();
+  if (!env.gpu) c->uses.push_back(stream_read_ref());
   c->note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
   c->cold = false;  // weights exceed the LLC/L2; compute bound
   if (env.gpu) {

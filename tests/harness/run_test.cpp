@@ -1,6 +1,7 @@
 // End-to-end runs of the stream study with tiny sizes: results are complete, verified, and survive
 // an interrupted run.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvf/backend.hpp"
 #include "kvf/table.hpp"
 
 extern char** environ;
@@ -525,4 +528,297 @@ TEST(BadFlags, OneLineNamingFlagAndValueExit2) {
     for (const auto& s : b.says) EXPECT_NE(c.err.find(s), std::string::npos) << shown << " lacks " << s << ": " << c.err;
   }
   EXPECT_FALSE(fs::exists(out));
+}
+
+// ---- issue 16: per-study flags, the stream ceilings a case filter needs, devices, the console and its summary.
+namespace {
+struct Output {
+  int rc = -1;
+  std::string out, err;
+};
+// Runs a command to the end with stdout and stderr captured (read in turn: the outputs here are small) and
+// `env` ("NAME=value") added to the environment.
+Output run_both(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  const fs::path dir = fresh_dir("capture_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  fs::create_directories(dir);
+  const std::string o = (dir / "out").string(), e = (dir / "err").string();
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> envs;
+  for (char** p = environ; *p; ++p) envs.push_back(*p);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& s : envs) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, o.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, e.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  Output r;
+  if (rc != 0) return r;
+  r.rc = wait_exit(pid);
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  r.out = slurp(o);
+  r.err = slurp(e);
+  return r;
+}
+nlohmann::json read_meta(const fs::path& d) {
+  std::ifstream in(d / "meta.json");
+  return nlohmann::json::parse(in);
+}
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+}  // namespace
+
+// The brief's end-to-end check: a per-study flag reaches access only (stream would refuse --case-filter's
+// cases otherwise), stream runs only the read ceiling the kept cases are stated against, and the summary says
+// what ran. Not a terminal: plain lines, no carriage return.
+TEST(KvfRunIssue16, PerStudyFlagsNarrowStreamAndSummarize) {
+  const auto d = fresh_dir("per_study");
+  const Output r = run_both({KVF_CLI, "run", "--quick", "--backend", "cpu", "--study", "access", "--out", d.string(),
+                             "--access.case-filter", "^gather/", "--access.run-bytes", "1024", "--", "--budget", "0.01",
+                             "--warmup", "0"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "carriage return on a pipe";
+  EXPECT_TRUE(has(r.err, "stream runs only its cases that provide stream:op=read")) << r.err;
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  std::size_t access_rows = 0, stream_rows = 0, gathered_1k = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    if (t.at(i, "study") == "stream") {
+      ++stream_rows;
+      EXPECT_EQ(t.at(i, "op"), "read") << t.at(i, "case");
+    } else {
+      ++access_rows;
+      EXPECT_EQ(t.at(i, "study"), "access");
+      EXPECT_EQ(t.at(i, "case").rfind("gather/", 0), 0u) << t.at(i, "case");
+      gathered_1k += t.at(i, "case").rfind("gather/R1024/", 0) == 0;  // the default run length is 256
+    }
+  }
+  EXPECT_GT(gathered_1k, 0u) << "--access.run-bytes 1024 did not reach bench_access";
+  EXPECT_GT(stream_rows, 0u);
+  EXPECT_GT(access_rows, 0u);
+  const auto meta = read_meta(d);
+  EXPECT_EQ(meta["kvf_run"]["study_flags"]["access"][0], "--access.case-filter ^gather/");
+  EXPECT_TRUE(meta["kvf_run"]["stream_case_filter"].is_string());
+  // The summary counts every (case, mode) row this run wrote.
+  EXPECT_TRUE(has(r.err, "kvf run: finished in ")) << r.err;
+  EXPECT_TRUE(has(r.err, std::to_string(t.rows.size()) + " case runs (case x mode): " + std::to_string(t.rows.size()) +
+                             " measured, 0 failed, 0 skipped, 0 not run"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "] access/gather/")) << "a plain progress line per finished case: " << r.err;
+  EXPECT_TRUE(has(r.out, "results: " + d.string() + "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "next: kvf report " + d.string() + "\n")) << r.out;
+  // A bench's own [i/n] lines are for a bench run alone on a terminal: none here.
+  EXPECT_FALSE(has(r.err, "  ETA ")) << r.err;
+}
+
+// Without a case filter stream runs whole, and kvf says why; a flag for stream reaches stream only.
+TEST(KvfRunIssue16, UnfilteredStudiesKeepEveryCeilingAndSaySo) {
+  const Output r = run_both({KVF_CLI, "run", "--quick", "--backend", "cpu", "--study", "access", "--list",
+                             "--stream.size", "4MiB"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "stream runs whole")) << r.err;
+  EXPECT_TRUE(has(r.err, "access run(s) every case (no --<study>.case-filter)")) << r.err;
+  EXPECT_TRUE(has(r.out, "array_bytes") || has(r.out, "4MiB") || has(r.out, "4 MiB")) << r.out;
+}
+
+// A case filter whose cases state no stream ceiling: stream does not run at all.
+TEST(KvfRunIssue16, NoStreamWhenTheKeptCasesNeedNone) {
+  const Output r = run_both({KVF_CLI, "run", "--quick", "--backend", "cpu", "--study", "frontier", "--list",
+                             "--frontier.case-filter", "^gemm_ceiling"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "stream does not run: the cases the case filters keep state no stream ceiling")) << r.err;
+  EXPECT_FALSE(has(r.out, "study stream")) << r.out;
+}
+
+// A finished stream study in --out is kept (not run again): a --stream.* flag then has no study to go to.
+TEST(KvfRunIssue16, StreamFlagRefusedWhenItsDirectoryKeepsStream) {
+  const auto d = fresh_dir("stream_kept_flag");
+  ASSERT_EQ(wait_exit(spawn({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string(), "--",
+                             "--size", "2MiB", "--budget", "0.01", "--warmup", "0"})),
+            0);
+  const Output r = run_both({KVF_CLI, "run", "--study", "access", "--backend", "cpu", "--out", d.string(), "--list",
+                             "--stream.size", "4MiB"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_TRUE(has(r.err, "--stream.size: study stream does not run here: " + d.string() + " holds a finished stream study"))
+      << r.err;
+}
+
+// --device on a bench is recorded with CUDA_VISIBLE_DEVICES as it was (the ordinal counts the visible GPUs only).
+TEST(KvfRunIssue16, DeviceSelectionRecordedInMetaJson) {
+  const auto d = fresh_dir("device_meta");
+  const Output r = run_both({KVF_BENCH_STREAM, "--backend", "cpu", "--device", "cpu", "--size", "1MiB", "--budget",
+                             "0.01", "--warmup", "0", "--case-filter", "^read", "--out", d.string()},
+                            {"CUDA_VISIBLE_DEVICES=5,7"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto meta = read_meta(d);
+  for (const auto& sel : {meta["device_selection"], meta["studies"]["stream"]["device_selection"]}) {
+    EXPECT_EQ(sel["requested"], "cpu") << sel;
+    EXPECT_EQ(sel["backend"], "cpu") << sel;
+    EXPECT_TRUE(sel["cuda_ordinal"].is_null()) << sel;
+    EXPECT_EQ(sel["CUDA_VISIBLE_DEVICES"], "5,7") << sel;
+  }
+  // kvf run --device cpu passes it on and records what was asked for.
+  const auto k = fresh_dir("device_meta_kvf");
+  const Output kr = run_both({KVF_CLI, "run", "--study", "stream", "--device", "cpu", "--out", k.string(),
+                              "--stream.case-filter", "^read", "--", "--size", "1MiB", "--budget", "0.01", "--warmup", "0"});
+  ASSERT_EQ(kr.rc, 0) << kr.err;
+  const auto km = read_meta(k);
+  EXPECT_EQ(km["kvf_run"]["device"], "cpu");
+  EXPECT_EQ(km["studies"]["stream"]["device_selection"]["requested"], "cpu");
+  EXPECT_TRUE(km["studies"]["stream"]["device_selection"]["CUDA_VISIBLE_DEVICES"].is_null() ||
+              std::getenv("CUDA_VISIBLE_DEVICES"));
+}
+
+// --list-devices: the CPU always; each GPU, or (no GPU) one line saying so with the CUDA reason.
+TEST(KvfRunIssue16, ListDevices) {
+  const Output r = run_both({KVF_CLI, "run", "--list-devices"}, {"CUDA_VISIBLE_DEVICES=3"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("cpu ", 0), 0u) << r.out;
+  EXPECT_TRUE(has(r.out, "[--device cpu]")) << r.out;
+  EXPECT_TRUE(has(r.out, "CUDA_VISIBLE_DEVICES=3: the GPU ordinals count only the GPUs it leaves visible")) << r.out;
+  std::string why;
+  const auto gpus = kvf::list_gpus(&why);
+  if (gpus.empty()) {
+    EXPECT_TRUE(has(r.out, "no usable GPU: " + why)) << r.out;
+    EXPECT_FALSE(why.empty());
+    // --device all has nothing to run here: one line, exit 2.
+    const Output all = run_both({KVF_CLI, "run", "--device", "all", "--list"});
+    EXPECT_EQ(all.rc, 2) << all.err;
+    EXPECT_EQ(count_lines(all.err), 1u) << all.err;
+    EXPECT_TRUE(has(all.err, "--device all: no GPU visible (" + why + ")")) << all.err;
+  } else {
+    EXPECT_TRUE(has(r.out, "gpu 0    " + gpus[0].name)) << r.out;
+    EXPECT_TRUE(has(r.out, "compute capability " + gpus[0].compute_capability)) << r.out;
+  }
+}
+
+// The progress protocol: with KVF_PROGRESS_FD a bench writes one JSON line per finished (case, mode) run.
+TEST(KvfRunIssue16, ProgressFdGetsOneLinePerCaseAndMode) {
+  const auto d = fresh_dir("progress_fd");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string out = d.string();
+  std::vector<std::string> args = {KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.01",
+                                   "--warmup", "0", "--out", out};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> envs;
+  for (char** p = environ; *p; ++p) envs.push_back(*p);
+  envs.push_back("KVF_PROGRESS_FD=9");
+  std::vector<char*> envp;
+  for (auto& s : envs) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 9);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  ASSERT_EQ(wait_exit(pid), 0);
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  std::istringstream in(text);
+  std::string line;
+  std::size_t lines = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["study"], "stream");
+    EXPECT_EQ(j["status"], "ok") << line;
+    EXPECT_TRUE(j["mode"] == "cold" || j["mode"] == "hot") << line;
+    EXPECT_GE(j["seconds"].get<double>(), 0.0);
+    EXPECT_EQ(t.at(lines, "case"), j["case"]) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, t.rows.size());
+}
+
+// Skipped cases: the summary names each with its reason, as cases.csv does (frontier's gemm ceilings: the oneDNN
+// bf16 one is skipped on a CPU without bf16 matmuls; on one with them, none is skipped and the summary says 0).
+TEST(KvfRunIssue16, SummaryListsSkippedCasesAsCasesCsvDoes) {
+  const auto d = fresh_dir("skipped_summary");
+  const Output r = run_both({KVF_CLI, "run", "--quick", "--backend", "cpu", "--study", "frontier", "--out", d.string(),
+                             "--frontier.case-filter", "^gemm_ceiling", "--", "--budget", "0.01", "--warmup", "0"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
+  std::set<std::string> skipped_cases;
+  std::size_t skipped_rows = 0;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    EXPECT_NE(t.at(i, "study"), "stream") << "no stream ceiling is needed by the gemm ceilings";
+    if (t.at(i, "note").rfind("skipped: ", 0) != 0) continue;
+    ++skipped_rows;
+    skipped_cases.insert(t.at(i, "case"));
+    EXPECT_TRUE(has(r.err, t.at(i, "note").substr(9))) << "the reason: " << r.err;
+  }
+  EXPECT_TRUE(has(r.err, " measured, 0 failed, " + std::to_string(skipped_rows) + " skipped, 0 not run")) << r.err;
+  for (const auto& c : skipped_cases) EXPECT_TRUE(has(r.err, "frontier/" + c)) << r.err;
+  if (!skipped_cases.empty()) {
+    EXPECT_TRUE(has(r.err, "kvf run: skipped " + std::to_string(skipped_cases.size()) +
+                               (skipped_cases.size() == 1 ? " case: " : " cases: ")))
+        << r.err;
+  }
+}
+
+// On a terminal: the progress line is redrawn in place (carriage return, erase line), the bench's own [i/n] ETA
+// lines do not appear (its stderr is kvf's pipe), and the summary ends the run on a line of its own.
+TEST(KvfRunIssue16, ProgressLineInPlaceOnATerminal) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const std::string slave = ptsname(master);
+  const auto d = fresh_dir("tty");
+  std::vector<std::string> args = {KVF_CLI, "run", "--backend", "cpu", "--study", "stream", "--out", d.string(),
+                                   "--stream.case-filter", "^read/loop/huge", "--", "--size", "2MiB", "--budget", "0.01",
+                                   "--warmup", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, slave.c_str(), O_RDWR | O_NOCTTY, 0);
+  posix_spawn_file_actions_addclose(&fa, master);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  std::string text;
+  char buf[4096];
+  std::optional<int> rc;
+  // Read while it runs (a full pty would block it); after its exit, what is left.
+  while (true) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      const ssize_t n = read(master, buf, sizeof buf);
+      if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+      else if (rc) break;
+    } else if (rc) {
+      break;
+    }
+    if (!rc) rc = wait_exit_for(pid, 0);
+  }
+  close(master);
+  ASSERT_TRUE(rc);
+  EXPECT_EQ(*rc, 0) << text;
+  EXPECT_TRUE(has(text, "\r\033[Kkvf run [")) << text;
+  EXPECT_TRUE(has(text, " case runs, ")) << text;
+  EXPECT_TRUE(has(text, "\r\033[Kkvf run: finished in ")) << "the progress line is erased before the summary: " << text;
+  EXPECT_FALSE(has(text, "  ETA ")) << "a bench's own [i/n] line: " << text;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -122,15 +123,42 @@ class BufferHandle {
 // Result of probing for a usable CUDA device (no exception, no crash without a driver).
 struct CudaProbe {
   bool compiled = false;   // this build has the CUDA backend
-  bool usable = false;     // a device is present and a context could be created
+  bool usable = false;     // the device is present and a context could be created
+  int device_count = 0;    // GPUs the runtime sees (CUDA_VISIBLE_DEVICES applies); 0 when it cannot tell
   std::string error;       // CUDA's own error text when not usable
 };
-CudaProbe probe_cuda();
+// Probes GPU `device` (an ordinal among the visible GPUs); only that device gets a context.
+CudaProbe probe_cuda(int device = 0);
 
-// choice: "auto" | "cpu" | "cuda". Throws UsageError (exit 2) for an unknown choice or for "cuda"
-// when no usable GPU exists (message carries the CUDA error text and what to do).
-// `note` receives the one line that says what "auto" chose and why.
-std::unique_ptr<Backend> make_backend(std::string_view choice, std::string* note = nullptr);
+// --device, as kvf run and every bench take it: "cpu", a GPU ordinal among the visible GPUs (CUDA_VISIBLE_DEVICES
+// applies, as it does to every CUDA program), or "all" (kvf run: each visible GPU in turn). Unset: the
+// backend's default (GPU 0 under cuda).
+struct DeviceChoice {
+  enum class Kind { unset, cpu, gpu, all };
+  Kind kind = Kind::unset;
+  int ordinal = -1;  // Kind::gpu
+  std::string text;  // as typed, for meta.json and messages
+};
+inline constexpr int kMaxDeviceOrdinal = 1023;
+// Throws UsageError("--device <v>: ...allowed...") for anything else.
+DeviceChoice parse_device(std::string_view v);
+
+// One visible GPU, for `kvf run --list-devices`.
+struct GpuListing {
+  int ordinal = 0;
+  std::string name, compute_capability, pci_bus_id;
+  std::uint64_t memory_bytes = 0;
+};
+// The GPUs the CUDA runtime sees, without creating a context. Empty with `why_none` set when there are none
+// or the build has no CUDA.
+std::vector<GpuListing> list_gpus(std::string* why_none);
+
+// choice: "auto" | "cpu" | "cuda". Throws UsageError (exit 2) for an unknown choice, for "cuda" when no usable
+// GPU exists (message carries the CUDA error text and what to do), and for a device the choice cannot have
+// (a GPU ordinal with cpu or without a GPU, one past the visible GPUs, "all": one device per backend).
+// `note` receives the one line that says what was chosen and why.
+std::unique_ptr<Backend> make_backend(std::string_view choice, std::string* note = nullptr,
+                                      const DeviceChoice& device = {});
 std::unique_ptr<Backend> make_cpu_backend();
 // The compute capability of a CUDA device as a number (90 for arch "sm_90", 100 for "sm_100"); 0 when the
 // arch is not of that form (a CPU). Read from DeviceInfo, so a planned device (--plan-device) answers too.

@@ -1,0 +1,211 @@
+#include "run_plan.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "kvf/errors.hpp"
+#include "kvf/input.hpp"
+#include "kvf/studies.hpp"
+#include "run_flags.hpp"
+#include "run_plan_detail.hpp"
+#include "run_process.hpp"
+
+namespace kvf::cli {
+
+namespace {
+
+std::filesystem::path bin_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path(".") : exe.parent_path();
+}
+
+std::vector<std::string> split_commas(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const auto& s : in) {
+    std::stringstream ss(s);
+    std::string part;
+    while (std::getline(ss, part, ','))
+      if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// --gpu-sweep: every study's default GPU grid, each case verified before it is timed, into one directory,
+// within --time-limit (25 minutes unless given). Extra flags per study, sized from the H100 run of 2026-11-22
+// (results/gpu/H100-2026-11-22): its frontier default grid did not finish in 150 s (stopped inside the layers
+// arm after 505 planned x/xq cases), and its idleness sweep ran with --budget 0.2.
+std::vector<std::string> gpu_sweep_flags(const std::string& study) {
+  if (study == "frontier" || study == "idleness") return {"--budget", "0.2"};
+  return {};
+}
+
+struct Chosen {
+  std::vector<std::string> studies;
+  bool stream_added = false;  // stream runs because another study states its figures against it
+  bool stream_kept = false;   // the directory holds a finished stream study: its ceilings are used
+};
+
+// The studies to run, in the study list's order: those asked for (all built ones by default), stream first.
+Chosen choose_studies(const RunOptions& o, const std::string& out, std::vector<std::string>& notes) {
+  std::string allowed;
+  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
+  Chosen c;
+  const auto requested = split_commas(o.studies);
+  for (const auto& r : requested)
+    if (std::none_of(kStudies.begin(), kStudies.end(), [&](const auto& s) { return r == s.name; }))
+      throw UsageError("--study " + r + ": unknown study; allowed: " + allowed);
+  for (const auto& study : kStudies) {
+    const std::string name(study.name);
+    const bool want = requested.empty() || std::find(requested.begin(), requested.end(), name) != requested.end();
+    if (want && !std::filesystem::exists(bench_path(name))) {
+      if (!requested.empty())
+        throw UsageError("--study " + name + ": not available in this build (" + bench_path(name).string() +
+                         " is missing)");
+      notes.push_back("kvf run: study " + name + " is not built yet; skipping it");
+      continue;
+    }
+    if (want) c.studies.push_back(name);
+  }
+  if (c.studies.empty()) throw UsageError("no study to run");
+  // A run continued into a directory that holds a finished stream study (a sweep split over several calls)
+  // keeps that ceiling instead of measuring it twice under one case name.
+  if (c.studies.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
+    if (study_status(out, "stream") == "complete") {
+      c.stream_kept = true;
+      notes.push_back("kvf run: " + out + " already holds a finished stream study: its ceilings are used, not measured again");
+    } else {
+      c.studies.insert(c.studies.begin(), "stream");
+      c.stream_added = true;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+std::filesystem::path bench_path(const std::string& study) { return bin_dir() / ("bench_" + study); }
+
+std::string study_status(const std::string& out, const std::string& study) {
+  if (out.empty()) return {};
+  try {
+    const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
+    const auto s = m.at("studies").at(study).at("status");
+    return s.is_string() ? s.get<std::string>() : std::string{};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::vector<DeviceChoice> run_devices(const RunOptions& o) {
+  if (o.device.kind != DeviceChoice::Kind::all) return {o.device};
+  if (o.backend == "cpu")
+    throw UsageError("--device all with --backend cpu: the cpu backend has one device, the CPU; give --device cpu or "
+                     "leave --backend out");
+  std::string why;
+  const auto gpus = list_gpus(&why);
+  if (gpus.empty()) throw UsageError("--device all: no GPU visible (" + why + "); allowed here: --device cpu");
+  std::vector<DeviceChoice> out;
+  for (const auto& g : gpus) out.push_back({DeviceChoice::Kind::gpu, g.ordinal, std::to_string(g.ordinal)});
+  return out;
+}
+
+// The bench's --list json: its cases, or the one line of its refusal, said as kvf run's, naming the study.
+static StudyPlan list_study(const std::string& study, std::vector<std::string> args, const std::vector<std::string>& pass) {
+  StudyPlan p;
+  p.study = study;
+  p.args = args;
+  args.insert(args.end(), {"--list", "json"});
+  std::string out, err;
+  const int rc = run_process(args, {.out = &out, .err = &err});
+  if (stop_signal()) throw RunStopped{};
+  if (rc != 0) throw_bench_refusal(study, pass, rc, err);
+  const int reps = repetitions_in(p.args);
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    ListedCase c;
+    c.name = j.value("case", std::string());
+    c.est_s = j.value("est_seconds", 0.0);
+    const std::size_t modes =
+        static_cast<std::size_t>(j.value("cold", false)) + static_cast<std::size_t>(j.value("hot", false));
+    c.runs = modes * static_cast<std::size_t>(reps);
+    c.est_per_run_s = modes ? c.est_s / double(modes) : 0;
+    if (j.contains("skipped") && j["skipped"].is_string()) c.skipped = j["skipped"].get<std::string>();
+    c.params = j.value("params", nlohmann::json::object());
+    c.ceilings = j.value("ceilings", nlohmann::json::array());
+    p.est_s += c.est_s * reps;
+    p.runs += c.runs;
+    p.cases.push_back(std::move(c));
+  }
+  return p;
+}
+
+DevicePlan plan_device(const RunOptions& o, const DeviceChoice& device, const std::string& stamp, bool per_device_dir) {
+  DevicePlan d;
+  d.device = device;
+  auto be = make_backend(o.backend, &d.backend_note, device);
+  d.backend = be->name();
+  be.reset();
+  if (o.gpu_sweep && d.backend != "cuda")
+    throw UsageError("--gpu-sweep: no usable GPU here (" + d.backend_note + "); it runs the GPU grids only");
+  d.out = o.out.empty() ? "results/runs/" + stamp + "-" + d.backend : o.out;
+  if (per_device_dir) {
+    d.label = "dev" + std::to_string(device.ordinal);
+    d.out = (std::filesystem::path(d.out) / d.label).string();
+  }
+  const Chosen chosen = choose_studies(o, d.out, d.notes);
+  check_study_flags(chosen.studies, [&](const std::string& study) {
+    if (study == "stream" && chosen.stream_kept)
+      return d.out + " holds a finished stream study, whose ceilings are used (a new --out measures it again)";
+    return "not chosen (--study " + joined(split_commas(o.studies), ",") + "); add it to --study or drop the flag";
+  });
+
+  auto args_for = [&](const std::string& study) {
+    std::vector<std::string> a = {bench_path(study).string(), "--backend", d.backend};
+    if (device.kind != DeviceChoice::Kind::unset) a.insert(a.end(), {"--device", device.text});
+    if (o.quick) a.push_back("--quick");
+    if (o.gpu_sweep)
+      for (const auto& f : gpu_sweep_flags(study)) a.push_back(f);
+    a.insert(a.end(), o.pass.begin(), o.pass.end());
+    for (const auto& f : bench_args_for(study)) a.push_back(f);
+    return a;
+  };
+  // The other studies first: their kept cases say which stream ceilings they need.
+  for (const auto& s : chosen.studies)
+    if (s != "stream") d.studies.push_back(list_study(s, args_for(s), o.pass));
+  if (!chosen.studies.empty() && chosen.studies.front() == "stream") {
+    StudyPlan stream = list_study("stream", args_for("stream"), o.pass);
+    if (chosen.stream_added && study_flag_value("stream", "case-filter").empty()) {
+      const StreamNeed need = stream_need(d.studies, stream);
+      d.notes.push_back(need.note);
+      if (need.drop) {
+        stream.study.clear();
+      } else if (!need.filter.empty()) {
+        const std::size_t all = stream.cases.size();
+        d.stream_filter = need.filter;
+        auto args = args_for("stream");
+        args.insert(args.end(), {"--case-filter", need.filter});
+        stream = list_study("stream", args, o.pass);
+        d.notes.back() += ": " + std::to_string(stream.cases.size()) + " of its " + std::to_string(all) + " cases";
+      }
+    }
+    if (!stream.study.empty()) d.studies.insert(d.studies.begin(), std::move(stream));
+  }
+  return d;
+}
+
+}  // namespace kvf::cli
