@@ -25,6 +25,7 @@
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/install_paths.hpp"
 #include "kvf/results.hpp"
 #include "kvf/studies.hpp"
 
@@ -34,13 +35,7 @@ namespace kvf::cli {
 
 namespace {
 
-std::filesystem::path bin_dir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path(".") : exe.parent_path();
-}
-
-std::filesystem::path bench_path(const std::string& study) { return bin_dir() / ("bench_" + study); }
+std::filesystem::path bench_path(const std::string& study) { return kvf::bench_path(study); }
 
 // A signal to kvf is passed on to the bench it is running (the bench finishes the row it is writing and
 // dies of it); kvf then stops instead of starting the next study. Without this, a kill of kvf's own pid
