@@ -148,10 +148,10 @@ void add_model(CLI::App& app) {
       "model",
       "Analytic model: predicted time of every arm, recompute/transfer crossovers and the residency action table "
       "(docs/report.md)");
-  sub->add_option("--gpu", args->gpu, "GPU from data/gpus.json (H100 SXM, H100 PCIe, H200, A100 SXM 80GB, B200, GH200, L40S)")
+  sub->add_option("--gpu", args->gpu, "GPU from data/gpus.json, name or alias, case-blind (H100 SXM, H100 PCIe, H200, A100 SXM 80GB, B200, GH200, L40S)")
       ->required()
       ->check(non_empty("a GPU name"));
-  sub->add_option("--model", args->model, "Model from data/models.json (e.g. Llama-3.1-8B)")
+  sub->add_option("--model", args->model, "Model from data/models.json: name, alias or Hugging Face id, case-blind (e.g. Llama-3.1-8B, meta-llama/Llama-3.1-8B)")
       ->required()
       ->check(non_empty("a model name"));
   sub->add_option("--calibrate", args->calibrate,
@@ -180,9 +180,9 @@ void add_model(CLI::App& app) {
                                 "Price of 1 MiB resident in HBM, in us (default: the time to fetch 1 MiB over the host link)")
                     ->check(number_in(0, report::kMaxHbmPrice,
                                       "microseconds per MiB in [0, " + f(report::kMaxHbmPrice) + "]"));
-  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: <source>/data/gpus.json)")
+  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: gpus.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)")
       ->check(non_empty("a GPU spec file"));
-  sub->add_option("--models-file", args->models_path, "Model shape file (default: <source>/data/models.json)")
+  sub->add_option("--models-file", args->models_path, "Model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)")
       ->check(non_empty("a model shape file"));
   sub->callback([args, tokens, layers, reuse, price] {
     // A list flag given as '' parses to no values: that is not "use the default".

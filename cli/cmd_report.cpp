@@ -30,20 +30,23 @@ void add_report(CLI::App& app) {
   sub->add_option("--out", args->opts.out_dir, "Report directory (default: <first DIR>/report)");
   sub->add_flag("--no-charts", args->no_charts, "Write the .dat/.gp chart files but do not run gnuplot");
   sub->add_option("--gnuplot", args->opts.gnuplot, "gnuplot executable")->capture_default_str();
-  sub->add_option("--gpus", args->opts.gpus_path, "GPU spec file (default: <source>/data/gpus.json)");
-  sub->add_option("--models-file", args->opts.models_path, "Model shape file (default: <source>/data/models.json)");
-  sub->add_option("--model", args->opts.model, "Model of the frontier map and the predicted crossovers")
+  sub->add_option("--gpus", args->opts.gpus_path, "GPU spec file (default: gpus.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
+  sub->add_option("--models-file", args->opts.models_path, "Model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
+  sub->add_option("--model", args->opts.model, "Model of the frontier map and the predicted crossovers: name, alias or Hugging Face id from data/models.json, case-blind")
       ->capture_default_str();
-  sub->add_option("--spec-gpu", args->opts.spec_gpu, "GPU whose spec sheet the map predicts when no GPU results are given")
+  sub->add_option("--spec-gpu", args->opts.spec_gpu, "GPU whose spec sheet the map predicts when no GPU results are given: name or alias from data/gpus.json, case-blind")
       ->capture_default_str();
   auto limits = add_read_limit_flags(sub);
   sub->callback([args, limits] {
     limits->apply();
     args->opts.charts = !args->no_charts;
     // Flags naming a model or a GPU are checked up front: a typo is bad input (exit 2), not a quiet gap.
-    report::find_shape(report::load_shapes(args->opts.models_path), args->opts.model);
-    report::find_gpu(report::load_gpus(args->opts.gpus_path.empty() ? report::default_gpus_path() : args->opts.gpus_path),
-                     args->opts.spec_gpu);
+    // An alias (a Hugging Face id, "h200") is replaced by the canonical name the report then records.
+    args->opts.model = report::find_shape(report::load_shapes(args->opts.models_path), args->opts.model).name;
+    args->opts.spec_gpu =
+        report::find_gpu(report::load_gpus(args->opts.gpus_path.empty() ? report::default_gpus_path() : args->opts.gpus_path),
+                         args->opts.spec_gpu, "--spec-gpu")
+            .name;
     const auto sets = report::load_all(args->dirs);
     const auto res = report::write_report(sets, args->opts);
     for (const auto& s : sets)

@@ -12,18 +12,13 @@
 #include "kvf/input.hpp"
 #include "kvf/studies.hpp"
 #include "run_flags.hpp"
+#include "kvf/install_paths.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
 
 namespace kvf::cli {
 
 namespace {
-
-std::filesystem::path bin_dir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path(".") : exe.parent_path();
-}
 
 std::vector<std::string> split_commas(const std::vector<std::string>& in) {
   std::vector<std::string> out;
@@ -95,7 +90,8 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, std::vector<s
 
 }  // namespace
 
-std::filesystem::path bench_path(const std::string& study) { return bin_dir() / ("bench_" + study); }
+// Next to kvf in a build tree, ../libexec/kvfrontier when installed (kvf/install_paths.hpp).
+std::filesystem::path bench_path(const std::string& study) { return kvf::bench_path(study); }
 
 std::string study_status(const std::string& out, const std::string& study) {
   if (out.empty()) return {};

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "kvf/cpu_isa.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
@@ -59,18 +60,6 @@ double read_khz_as_mhz(const char* path) {
   return (in >> khz) ? khz / 1000.0 : 0.0;
 }
 
-std::string compiled_isa() {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-  return "avx512";
-#elif defined(__AVX2__)
-  return "avx2";
-#elif defined(__aarch64__)
-  return "neon";
-#else
-  return "generic";
-#endif
-}
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend() {
@@ -79,7 +68,8 @@ class CpuBackend final : public Backend {
     if (info_.name.empty()) info_.name = "unknown CPU";
     struct utsname u {};
     ::uname(&u);
-    info_.arch = std::string(u.machine) + " " + compiled_isa();
+    // The ISA the kernels run (run-time dispatch, kvf/cpu_isa.hpp), which a portable build's -march is not.
+    info_.arch = std::string(u.machine) + " " + dispatch_isa();
     info_.compute_units = omp_get_max_threads();
     info_.max_clock_mhz = read_khz_as_mhz("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
     info_.clock_mhz = read_khz_as_mhz("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq");
@@ -94,7 +84,8 @@ class CpuBackend final : public Backend {
     info_.extra = {{"thp", thp_mode()},
                    {"hardware_threads", std::thread::hardware_concurrency()},
                    {"omp_threads", omp_get_max_threads()},
-                   {"compiled_isa", compiled_isa()}};
+                   {"compiled_isa", compiled_isa()},
+                   {"dispatch_isa", dispatch_isa()}};
     flush_bytes_ = past_llc_bytes(info_.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes);
   }
   ~CpuBackend() override {

@@ -50,11 +50,12 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-#if defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "access.hpp"
+#include "kvf/cpu_isa.hpp"
 
 namespace kvf::access {
 namespace {
@@ -73,7 +74,43 @@ inline float to_f32(DType t, const void* p, std::uint64_t i) {
   return t == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
 
-#if defined(__AVX512F__)
+// One work item: the tokens [t0, t1) of the selection for nh kv heads of one batch. Heads whose rows
+// share pages (NHD, paged HND) are read together so a core walks each physical page once, in address
+// order: with pages of 16 tokens a page is one chunk, and the chunk's tasks (one per head) cover it.
+struct Item {
+  int nh = 1;
+  const void* kb[kMaxItemHeads];  // head bases (the layout's head_base)
+  const void* vb[kMaxItemHeads];
+  const std::uint32_t* list[kMaxItemHeads];
+  bool shared = false;
+  bool far_prefetch = true;  // the L2 distance of the software prefetch (the L1 one follows `prefetch`)  // one list for all nh heads: positions computed once
+  KvLayout kl;
+  SelGeom sg;
+  std::uint64_t t0 = 0, t1 = 0;
+  const float* q = nullptr;           // fp32 [nh][G][D]
+  const std::uint16_t* qb = nullptr;  // the same in bf16 (64-byte aligned)
+  float qscale = 1;                   // scale * log2e
+  float* m_out = nullptr;             // [nh][G] (log2 domain)
+  float* l_out = nullptr;             // [nh][G]
+  float* acc_out = nullptr;           // [nh][G][D]
+  float* state = nullptr;             // 64-byte aligned, item_state_floats(nh, G, D)
+  std::uint64_t* ring = nullptr;      // positions: [nh or 1][kRing][kChunk + 4]
+  bool prefetch = true;
+};
+constexpr std::size_t item_state_floats(int nh, int G, int D) { return std::size_t(nh) * G * (D + 32); }
+
+// AVX-512 paths, compiled whatever the -march baseline and run only where cpu_avx512() (kvf/cpu_isa.hpp):
+// pick_item hands them out, bf16_dot_available() gates vdpbf16ps. Item and the helpers above stay outside, so
+// the baseline code never calls a function compiled for AVX-512.
+#if KVF_AVX512_DISPATCH
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#endif
+#if KVF_AVX512_DISPATCH || defined(__AVX512F__)
+#define KVF_ATTN_AVX512 1
+#if KVF_AVX512_DISPATCH || defined(__AVX512BF16__)
+#define KVF_ATTN_AVX512_BF16 1
+#endif
 // Element type of K/V rows.
 template <DType T>
 using Elem = std::conditional_t<T == DType::fp8_e4m3, std::uint8_t, std::uint16_t>;
@@ -134,7 +171,7 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
                   const std::uint16_t* qb) {
   constexpr int HU = G >= 4 ? 4 : G;
   __m512 a[4];
-#if defined(__AVX512BF16__)
+#if defined(KVF_ATTN_AVX512_BF16)
   if constexpr (T == DType::bf16 && Dot) {
     // bf16 x bf16 products are exact in fp32: vdpbf16ps on the raw K row and the bf16 query.
     for (int x = 0; x < 4; ++x) {
@@ -162,34 +199,6 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
   return reduce4(a[0], a[1], a[2], a[3]);
 }
 
-#endif
-
-// One work item: the tokens [t0, t1) of the selection for nh kv heads of one batch. Heads whose rows
-// share pages (NHD, paged HND) are read together so a core walks each physical page once, in address
-// order: with pages of 16 tokens a page is one chunk, and the chunk's tasks (one per head) cover it.
-struct Item {
-  int nh = 1;
-  const void* kb[kMaxItemHeads];  // head bases (the layout's head_base)
-  const void* vb[kMaxItemHeads];
-  const std::uint32_t* list[kMaxItemHeads];
-  bool shared = false;
-  bool far_prefetch = true;  // the L2 distance of the software prefetch (the L1 one follows `prefetch`)  // one list for all nh heads: positions computed once
-  KvLayout kl;
-  SelGeom sg;
-  std::uint64_t t0 = 0, t1 = 0;
-  const float* q = nullptr;           // fp32 [nh][G][D]
-  const std::uint16_t* qb = nullptr;  // the same in bf16 (64-byte aligned)
-  float qscale = 1;                   // scale * log2e
-  float* m_out = nullptr;             // [nh][G] (log2 domain)
-  float* l_out = nullptr;             // [nh][G]
-  float* acc_out = nullptr;           // [nh][G][D]
-  float* state = nullptr;             // 64-byte aligned, item_state_floats(nh, G, D)
-  std::uint64_t* ring = nullptr;      // positions: [nh or 1][kRing][kChunk + 4]
-  bool prefetch = true;
-};
-constexpr std::size_t item_state_floats(int nh, int G, int D) { return std::size_t(nh) * G * (D + 32); }
-
-#if defined(__AVX512F__)
 // AVX-512 work item. Tasks run in (chunk, head) order; the QK of the next task runs inside the first
 // PV pass of the current one, so the FMA pipes have independent work while a softmax chain completes.
 template <int D, int G, DType T, bool Dot, bool One>
@@ -461,6 +470,9 @@ void item_avx512(const Item& it) {
   else item_avx512_impl<D, G, T, Dot, false>(it);
 }
 #endif
+#if KVF_AVX512_DISPATCH
+#pragma GCC pop_options
+#endif
 
 // Portable fallback (and the path for group sizes without an AVX-512 instantiation): the same
 // algorithm per head, token by token, in scalar code the compiler may vectorize.
@@ -513,7 +525,8 @@ using ItemFn = void (*)(const Item&);
 
 // dot: bf16 QK with vdpbf16ps (only where bf16_dot_available()); otherwise bf16 rows are widened to fp32.
 ItemFn pick_item(DType t, int d, int g, bool dot) {
-#if defined(__AVX512F__)
+#if defined(KVF_ATTN_AVX512)
+  if (!cpu_avx512()) return nullptr;
 #define KVF_ACCESS_PICK(D_, G_)                                                                        \
   if (d == D_ && g == G_)                                                                              \
     return t == DType::bf16   ? (dot ? &item_avx512<D_, G_, DType::bf16, true>                         \
@@ -573,9 +586,8 @@ void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws) {
 }
 
 bool bf16_dot_available() {
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-  static const bool ok = __builtin_cpu_supports("avx512bf16");
-  return ok;
+#if defined(KVF_ATTN_AVX512_BF16)
+  return cpu_avx512_bf16();
 #else
   return false;
 #endif

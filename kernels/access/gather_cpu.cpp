@@ -10,16 +10,15 @@
 // GCC 12 flags the deliberately undefined pass-through operand inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #include "access.hpp"
+#include "kvf/cpu_isa.hpp"
 
 namespace kvf::access {
 namespace {
@@ -33,44 +32,10 @@ inline void prefetch_range(const unsigned char* p, std::uint64_t n) {
   for (std::uint64_t x = 0; x < n; x += 64) __builtin_prefetch(p + x, 0, 0);
 }
 
-#if defined(__AVX512F__)
-// Wrapping sums of the lanes. GCC 12's _mm512_reduce_add_epi64 adds as signed 64-bit (undefined on
-// overflow, flagged by UBSan); these adds are the unsigned vector ones.
-inline std::uint64_t hsum_u64(__m256i a) {
-  const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(t)) + static_cast<std::uint64_t>(_mm_extract_epi64(t, 1));
-}
-inline std::uint64_t hsum_u64(__m512i a) {
-  return hsum_u64(_mm256_add_epi64(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
-}
-#endif
-
-// Sum of the 8-byte words of [p, p + n), n a multiple of 32.
-inline std::uint64_t sum_run(const unsigned char* p, std::uint64_t n, bool prefetch) {
-#if defined(__AVX512F__)
-  if (n >= 256) {
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    for (std::uint64_t x = 0; x < n; x += 256) {
-      if (prefetch && x + kAheadBytes < n) {
-        __builtin_prefetch(p + x + kAheadBytes, 0, 0);
-        __builtin_prefetch(p + x + kAheadBytes + 64, 0, 0);
-        __builtin_prefetch(p + x + kAheadBytes + 128, 0, 0);
-        __builtin_prefetch(p + x + kAheadBytes + 192, 0, 0);
-      }
-      a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + x));
-      a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + x + 64));
-      a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + x + 128));
-      a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + x + 192));
-    }
-    return hsum_u64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-  }
-  if (n >= 64) {
-    __m512i a = _mm512_setzero_si512();
-    for (std::uint64_t x = 0; x < n; x += 64) a = _mm512_add_epi64(a, _mm512_load_si512(p + x));
-    return hsum_u64(a);
-  }
-  return hsum_u64(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
-#elif defined(__AVX2__)
+// Sum of the 8-byte words of [p, p + n), n a multiple of 32: the path of the -march baseline (AVX2 for the
+// portable preset).
+inline std::uint64_t sum_run_base(const unsigned char* p, std::uint64_t n, bool prefetch) {
+#if defined(__AVX2__)
   __m256i a0 = _mm256_setzero_si256(), a1 = a0;
   std::uint64_t x = 0;
   for (; x + 64 <= n; x += 64) {
@@ -94,7 +59,83 @@ inline std::uint64_t sum_run(const unsigned char* p, std::uint64_t n, bool prefe
 #endif
 }
 
-#if defined(__AVX512F__)
+// Runs [r0, r1) with the one ~4 KiB-ahead prefetch ring (or none), each summed by SumRun. A macro-free
+// template would be compiled for the baseline and could not inline the AVX-512 sum, so each ISA region
+// below instantiates this body as its own function (gather_runs_base, gather_runs_avx512).
+#define KVF_GATHER_RING_BODY(SumRun)                                                                       \
+  const std::uint64_t R = g.run_bytes;                                                                     \
+  const std::uint32_t k = g.slot_bits();                                                                   \
+  std::uint64_t sum = 0;                                                                                   \
+  if (!prefetch) {                                                                                         \
+    for (std::uint64_t r = r0; r < r1; ++r) sum += SumRun(pool + g.run_offset(r, k), R, false);            \
+    return sum;                                                                                            \
+  }                                                                                                        \
+  /* Runs ahead so that about kAheadBytes are prefetched; long runs prefetch inside themselves. */         \
+  const std::uint64_t ahead = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kAheadBytes / R, kRing - 1)); \
+  const std::uint64_t head_bytes = std::min<std::uint64_t>(R, kAheadBytes);                                \
+  std::uint64_t ring[kRing];                                                                               \
+  for (std::uint64_t r = r0; r < std::min(r1, r0 + ahead); ++r) {                                          \
+    ring[r % kRing] = g.run_offset(r, k);                                                                  \
+    prefetch_range(pool + ring[r % kRing], head_bytes);                                                    \
+  }                                                                                                        \
+  for (std::uint64_t r = r0; r < r1; ++r) {                                                                \
+    const std::uint64_t rp = r + ahead;                                                                    \
+    if (rp < r1) {                                                                                         \
+      ring[rp % kRing] = g.run_offset(rp, k);                                                              \
+      prefetch_range(pool + ring[rp % kRing], head_bytes);                                                 \
+    }                                                                                                      \
+    sum += SumRun(pool + ring[r % kRing], R, true);                                                        \
+  }                                                                                                        \
+  return sum;
+
+std::uint64_t gather_runs_base(const unsigned char* pool, const GatherGeom& g, std::uint64_t r0, std::uint64_t r1,
+                               bool prefetch) {
+  KVF_GATHER_RING_BODY(sum_run_base)
+}
+
+// AVX-512 paths, compiled whatever the -march baseline and run only where cpu_avx512() (kvf/cpu_isa.hpp).
+#if KVF_AVX512_DISPATCH
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#endif
+#if KVF_AVX512_DISPATCH || defined(__AVX512F__)
+#define KVF_GATHER_AVX512 1
+// Wrapping sums of the lanes. GCC 12's _mm512_reduce_add_epi64 adds as signed 64-bit (undefined on
+// overflow, flagged by UBSan); these adds are the unsigned vector ones.
+inline std::uint64_t hsum_u64(__m256i a) {
+  const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(t)) + static_cast<std::uint64_t>(_mm_extract_epi64(t, 1));
+}
+inline std::uint64_t hsum_u64(__m512i a) {
+  return hsum_u64(_mm256_add_epi64(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)));
+}
+
+// Sum of the 8-byte words of [p, p + n), n a multiple of 32, with four independent 512-bit accumulators.
+inline std::uint64_t sum_run_avx512(const unsigned char* p, std::uint64_t n, bool prefetch) {
+  if (n >= 256) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (std::uint64_t x = 0; x < n; x += 256) {
+      if (prefetch && x + kAheadBytes < n) {
+        __builtin_prefetch(p + x + kAheadBytes, 0, 0);
+        __builtin_prefetch(p + x + kAheadBytes + 64, 0, 0);
+        __builtin_prefetch(p + x + kAheadBytes + 128, 0, 0);
+        __builtin_prefetch(p + x + kAheadBytes + 192, 0, 0);
+      }
+      a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + x));
+      a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + x + 64));
+      a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + x + 128));
+      a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + x + 192));
+    }
+    return hsum_u64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  }
+  if (n >= 64) {
+    __m512i a = _mm512_setzero_si512();
+    for (std::uint64_t x = 0; x < n; x += 64) a = _mm512_add_epi64(a, _mm512_load_si512(p + x));
+    return hsum_u64(a);
+  }
+  return hsum_u64(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // sum_run of a run of 256 B .. kNearBytes with software prefetch spread over its 256-B steps: the same
 // offsets of the run kFarBytes ahead into L2 (hardware prefetchers stop at 4 KiB page boundaries) and of
 // the run kNearBytes ahead into L1.
@@ -113,7 +154,36 @@ inline std::uint64_t sum_run_pf(const unsigned char* p, std::uint64_t n, const u
   }
   return hsum_u64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
 }
+
+std::uint64_t gather_runs_avx512(const unsigned char* pool, const GatherGeom& g, std::uint64_t r0, std::uint64_t r1,
+                                 bool prefetch) {
+  if (prefetch && g.run_bytes >= 1024 && g.run_bytes <= 4096) {
+    // Runs of 1-4 KiB: two distances, into L2 far ahead and into L1 near (the top of this file).
+    const std::uint64_t R = g.run_bytes;
+    const std::uint32_t k = g.slot_bits();
+    std::uint64_t ring[kRing];
+    std::uint64_t sum = 0;
+    const std::uint64_t af = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kFarBytes / R, kRing - 1));
+    const std::uint64_t an = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kNearBytes / R, af));
+    const std::uint64_t lf = std::min(R, kFarBytes), ln = std::min(R, kNearBytes);
+    for (std::uint64_t r = r0; r < std::min(r1, r0 + af + 1); ++r) ring[r % kRing] = g.run_offset(r, k);
+    for (std::uint64_t r = r0; r < std::min(r1, r0 + af); ++r)
+      for (std::uint64_t x = 0; x < lf; x += 64) _mm_prefetch(reinterpret_cast<const char*>(pool + ring[r % kRing] + x), _MM_HINT_T1);
+    for (std::uint64_t r = r0; r < r1; ++r) {
+      if (r + af + 1 < r1) ring[(r + af + 1) % kRing] = g.run_offset(r + af + 1, k);
+      const bool f = r + af < r1, nn = r + an < r1;
+      sum += sum_run_pf(pool + ring[r % kRing], R, f ? pool + ring[(r + af) % kRing] : pool, f ? lf : 0,
+                        nn ? pool + ring[(r + an) % kRing] : pool, nn ? ln : 0);
+    }
+    return sum;
+  }
+  KVF_GATHER_RING_BODY(sum_run_avx512)
+}
 #endif
+#if KVF_AVX512_DISPATCH
+#pragma GCC pop_options
+#endif
+#undef KVF_GATHER_RING_BODY
 
 }  // namespace
 
@@ -132,52 +202,18 @@ void validate_gather(const GatherGeom& g) {
 
 std::uint64_t gather_cpu(const void* pool_v, const GatherGeom& g, bool prefetch) {
   const unsigned char* pool = static_cast<const unsigned char*>(pool_v);
-  const std::uint64_t nruns = g.nruns(), R = g.run_bytes;
-  const std::uint32_t k = g.slot_bits();
-  // Runs ahead so that about kAheadBytes are prefetched; long runs prefetch inside themselves.
-  const std::uint64_t ahead = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kAheadBytes / R, kRing - 1));
-  const std::uint64_t head_bytes = std::min<std::uint64_t>(R, kAheadBytes);
+  const std::uint64_t nruns = g.nruns();
+  // The ISA chosen here is the one the CPU backend records as device.arch (kvf::dispatch_isa).
+  auto* runs = &gather_runs_base;
+#if defined(KVF_GATHER_AVX512)
+  if (cpu_avx512()) runs = &gather_runs_avx512;
+#endif
   std::uint64_t total = 0;
 #pragma omp parallel reduction(+ : total)
   {
     const std::uint64_t nt = static_cast<std::uint64_t>(omp_get_num_threads());
     const std::uint64_t t = static_cast<std::uint64_t>(omp_get_thread_num());
-    const std::uint64_t r0 = nruns * t / nt, r1 = nruns * (t + 1) / nt;
-    std::uint64_t ring[kRing];
-    std::uint64_t sum = 0;
-#if defined(__AVX512F__)
-    if (prefetch && R >= 1024 && R <= 4096) {
-      const std::uint64_t af = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kFarBytes / R, kRing - 1));
-      const std::uint64_t an = std::max<std::uint64_t>(1, std::min<std::uint64_t>(kNearBytes / R, af));
-      const std::uint64_t lf = std::min(R, kFarBytes), ln = std::min(R, kNearBytes);
-      for (std::uint64_t r = r0; r < std::min(r1, r0 + af + 1); ++r) ring[r % kRing] = g.run_offset(r, k);
-      for (std::uint64_t r = r0; r < std::min(r1, r0 + af); ++r)
-        for (std::uint64_t x = 0; x < lf; x += 64) _mm_prefetch(reinterpret_cast<const char*>(pool + ring[r % kRing] + x), _MM_HINT_T1);
-      for (std::uint64_t r = r0; r < r1; ++r) {
-        if (r + af + 1 < r1) ring[(r + af + 1) % kRing] = g.run_offset(r + af + 1, k);
-        const bool f = r + af < r1, nn = r + an < r1;
-        sum += sum_run_pf(pool + ring[r % kRing], R, f ? pool + ring[(r + af) % kRing] : pool, f ? lf : 0,
-                          nn ? pool + ring[(r + an) % kRing] : pool, nn ? ln : 0);
-      }
-    } else
-#endif
-    if (prefetch) {
-      for (std::uint64_t r = r0; r < std::min(r1, r0 + ahead); ++r) {
-        ring[r % kRing] = g.run_offset(r, k);
-        prefetch_range(pool + ring[r % kRing], head_bytes);
-      }
-      for (std::uint64_t r = r0; r < r1; ++r) {
-        const std::uint64_t rp = r + ahead;
-        if (rp < r1) {
-          ring[rp % kRing] = g.run_offset(rp, k);
-          prefetch_range(pool + ring[rp % kRing], head_bytes);
-        }
-        sum += sum_run(pool + ring[r % kRing], R, true);
-      }
-    } else {
-      for (std::uint64_t r = r0; r < r1; ++r) sum += sum_run(pool + g.run_offset(r, k), R, false);
-    }
-    total += sum;
+    total += runs(pool, g, nruns * t / nt, nruns * (t + 1) / nt, prefetch);
   }
   return total;
 }

@@ -23,6 +23,7 @@ struct MlaShape {
 
 struct ModelShape {
   std::string name, hf_id, source;
+  std::vector<std::string> aliases;  // other spellings of the name (find_model matches them case-blind, and hf_id)
   int hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, layers = 0, intermediate = 0;
   int vocab = 0, max_positions = 0;
   double rope_theta = 10000, rms_eps = 1e-5;

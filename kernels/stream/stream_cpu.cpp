@@ -1,5 +1,6 @@
 // CPU stream kernels. The loops are deliberately plain: with -O3 -march=native GCC turns each into
-// 512-bit (or 256-bit) loads/stores; OpenMP splits the buffer into one contiguous chunk per core so
+// 512-bit (or 256-bit) loads/stores (with the portable preset's x86-64-v3: 256-bit; only the prefetching read
+// has a hand-written AVX-512 path chosen at run time); OpenMP splits the buffer into one contiguous chunk per core so
 // each core streams sequentially and the hardware prefetchers run ahead.
 #include "stream.hpp"
 
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kvf/cpu_isa.hpp"
 #include "kvf/pattern.hpp"
 
 namespace kvf::stream {
@@ -32,27 +34,13 @@ std::uint64_t xor_words(const std::uint64_t* __restrict p, std::size_t n) {
   return a0 ^ a1 ^ a2 ^ a3;
 }
 
-std::uint64_t xor_words_prefetch(const std::uint64_t* __restrict p, std::size_t n) {
+// xor of n words with software prefetch kPrefetchBytes ahead: the path of the -march baseline (AVX2 for the
+// portable preset).
+std::uint64_t xor_words_prefetch_base(const std::uint64_t* __restrict p, std::size_t n) {
   constexpr std::size_t ahead = kPrefetchBytes / 8;  // in words
   std::size_t i = 0;
   std::uint64_t tail = 0;
-#if defined(__AVX512F__)
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-  for (; i + 32 <= n; i += 32) {  // four cache lines per step
-    const char* pf = reinterpret_cast<const char*>(p + i + ahead);
-    _mm_prefetch(pf, _MM_HINT_T0);
-    _mm_prefetch(pf + 64, _MM_HINT_T0);
-    _mm_prefetch(pf + 128, _MM_HINT_T0);
-    _mm_prefetch(pf + 192, _MM_HINT_T0);
-    a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
-    a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 8));
-    a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 16));
-    a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 24));
-  }
-  alignas(64) std::uint64_t lanes[8];
-  _mm512_store_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)));
-  for (auto l : lanes) tail ^= l;
-#elif defined(__AVX2__)
+#if defined(__AVX2__)
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (; i + 16 <= n; i += 16) {  // two cache lines per step
     const char* pf = reinterpret_cast<const char*>(p + i + ahead);
@@ -75,6 +63,40 @@ std::uint64_t xor_words_prefetch(const std::uint64_t* __restrict p, std::size_t 
   for (; i < n; ++i) tail ^= p[i];
   return tail;
 }
+
+// The AVX-512 path, compiled whatever the -march baseline and run only where cpu_avx512() (kvf/cpu_isa.hpp).
+#if KVF_AVX512_DISPATCH
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#endif
+#if KVF_AVX512_DISPATCH || defined(__AVX512F__)
+#define KVF_STREAM_AVX512 1
+std::uint64_t xor_words_prefetch_avx512(const std::uint64_t* __restrict p, std::size_t n) {
+  constexpr std::size_t ahead = kPrefetchBytes / 8;  // in words
+  std::size_t i = 0;
+  std::uint64_t tail = 0;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 32 <= n; i += 32) {  // four cache lines per step
+    const char* pf = reinterpret_cast<const char*>(p + i + ahead);
+    _mm_prefetch(pf, _MM_HINT_T0);
+    _mm_prefetch(pf + 64, _MM_HINT_T0);
+    _mm_prefetch(pf + 128, _MM_HINT_T0);
+    _mm_prefetch(pf + 192, _MM_HINT_T0);
+    a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
+    a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 8));
+    a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 16));
+    a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 24));
+  }
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)));
+  for (auto l : lanes) tail ^= l;
+  for (; i < n; ++i) tail ^= p[i];
+  return tail;
+}
+#endif
+#if KVF_AVX512_DISPATCH
+#pragma GCC pop_options
+#endif
 
 // [begin, end) word range of thread t of T, aligned to 8 words (one cache line).
 void chunk(std::size_t words, int t, int T, std::size_t& b, std::size_t& e) {
@@ -104,7 +126,10 @@ std::uint64_t xor_all_threads(const void* src, std::size_t bytes, Fold fold) {
 std::uint64_t cpu_read(const void* src, std::size_t bytes) { return xor_all_threads(src, bytes, xor_words); }
 
 std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes) {
-  return xor_all_threads(src, bytes, xor_words_prefetch);
+#if defined(KVF_STREAM_AVX512)
+  if (cpu_avx512()) return xor_all_threads(src, bytes, xor_words_prefetch_avx512);
+#endif
+  return xor_all_threads(src, bytes, xor_words_prefetch_base);
 }
 
 std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes) {

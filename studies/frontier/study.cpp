@@ -69,9 +69,9 @@ class FrontierStudy final : public kvf::Study {
 
   void add_options(CLI::App& app) override {
     app_ = &app;
-    app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B,DeepSeek-V3)")
+    app.add_option("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B,DeepSeek-V3)")
         ->delimiter(',');
-    app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
+    app.add_option("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
     app.add_option("--tokens", tokens_text_, "tokens per page T, 16..4096, multiple of 16 (default per arm)")
         ->delimiter(',');
     app.add_option("--pages", pages_text_, "pages per recompute call P, 1..64 (default per arm)")->delimiter(',');

@@ -98,8 +98,8 @@ void IdlenessStudy::add_options(CLI::App& app) {
                          kvf::join_names(ceilings) + " always run).";
   for (const auto& a : arms_.all())
     if (!always_runs(a)) arm_help += " " + a.name + ": " + a.doc + ".";
-  app.add_option("--models", models_, "model names from data/models.json (default Llama-3.1-8B)")->delimiter(',');
-  app.add_option("--models-file", models_file_, "model shape file (default: <source>/data/models.json)");
+  app.add_option("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B)")->delimiter(',');
+  app.add_option("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
   app.add_option("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
       ->delimiter(',');
   app.add_option("--contexts", contexts_text_,
@@ -180,7 +180,8 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
 void IdlenessStudy::resolve_models(const kvf::Target& t, const kvf::UserLists& given) {
   env_.shapes = md::load_models(models_file_.empty() ? md::default_models_path() : models_file_);
   model_names_ = models_.empty() ? model_axis().defaults(t) : models_;
-  for (const auto& n : model_names_) (void)env_.shape(n);  // an unknown model is bad input before anything runs
+  // An unknown model is bad input before anything runs; an alias becomes the canonical name rows record.
+  for (auto& n : model_names_) n = env_.shape(n).name;
   const auto layers = given.count("--layers") ? given.at("--layers") : layers_axis().defaults(t);
   env_.layers = std::stoi(layers.front());
   for (const auto& n : model_names_) {

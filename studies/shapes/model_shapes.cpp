@@ -1,6 +1,5 @@
 #include "kvf/model_shapes.hpp"
 
-#include <fstream>
 #include <optional>
 #include <set>
 
@@ -8,6 +7,8 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/names.hpp"
+#include "kvf/install_paths.hpp"
 
 namespace kvf::models {
 
@@ -50,6 +51,21 @@ class Entry {
       throw UsageError(src_ + ": key '" + key(k) + "': expected true or false, got " + it->type_name());
     return it->get<bool>();
   }
+  // An array of non-empty strings; absent or null as empty.
+  std::vector<std::string> strings(const char* k) const {
+    std::vector<std::string> out;
+    const auto it = obj_.find(k);
+    if (it == obj_.end() || it->is_null()) return out;
+    if (!it->is_array()) throw UsageError(src_ + ": key '" + key(k) + "': expected an array of strings, got " + it->type_name());
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const json& v = (*it)[i];
+      const std::string at = key(k) + "[" + std::to_string(i) + "]";
+      if (!v.is_string() || v.get_ref<const std::string&>().empty())
+        throw UsageError(src_ + ": key '" + at + "': expected a non-empty string, got " + (v.is_string() ? "''" : v.type_name()));
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  }
   // A member object, absent or null as nullptr.
   const json* object(const char* k) const {
     const auto it = obj_.find(k);
@@ -88,6 +104,7 @@ std::vector<ModelShape> load_models(const std::string& path) {
     if (!names.insert(s.name).second)
       throw UsageError(src + ": key '" + m.key("name") + "': '" + s.name + "' names two models");
     s.hf_id = m.str("hf_id").value_or("");
+    s.aliases = m.strings("aliases");
     s.source = m.str("source").value_or("");
     s.hidden = m.need_int("hidden_size", 1, kMaxDim);
     s.n_heads = m.need_int("num_attention_heads", 1, kMaxHeads);
@@ -143,27 +160,24 @@ std::vector<ModelShape> load_models(const std::string& path) {
     out.push_back(std::move(s));
   }
   if (out.empty()) throw UsageError(src + ": 'models' is empty");
+  if (const std::string c = name_conflict(name_table(out)); !c.empty()) throw UsageError(src + ": " + c);
   return out;
 }
 
-const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_view name) {
-  for (const auto& m : all)
-    if (m.name == name) return m;
-  std::string known;
-  for (const auto& m : all) known += (known.empty() ? "" : ", ") + m.name;
-  throw UsageError("--models " + (name.empty() ? std::string("''") : std::string(name)) + ": unknown model; known: " + known);
+std::vector<NamedEntry> name_table(const std::vector<ModelShape>& all) {
+  std::vector<NamedEntry> t;
+  for (const auto& m : all) {
+    NamedEntry e{m.name, m.aliases};
+    if (!m.hf_id.empty()) e.aliases.push_back(m.hf_id);
+    t.push_back(std::move(e));
+  }
+  return t;
 }
 
-std::string default_models_path() {
-  // The source tree baked in at build time, else data/models.json under the working directory.
-#if defined(KVF_SOURCE_DIR)
-  const std::string baked = std::string(KVF_SOURCE_DIR) + "/data/models.json";
-  if (std::ifstream(baked)) return baked;
-  if (std::ifstream("data/models.json")) return "data/models.json";
-  return baked;
-#else
-  return "data/models.json";
-#endif
+const ModelShape& find_model(const std::vector<ModelShape>& all, std::string_view name, const std::string& flag) {
+  return all[resolve_name(name_table(all), name, flag, "model")];
 }
+
+std::string default_models_path() { return data_file("models.json").string(); }
 
 }  // namespace kvf::models

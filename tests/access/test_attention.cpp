@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
 #include "access.hpp"
+#include "kvf/cpu_isa.hpp"
 
 using namespace kvf::access;
 
@@ -294,6 +296,24 @@ TEST(AttnTwin, LongContextManySplits) {
   plan_cpu(s, sel, ws);
   EXPECT_GE(ws.split.n_splits, 2u);
   EXPECT_LT(run_and_compare(data, sel), kAttnTolerance);
+}
+
+// The path that ran follows the run-time dispatch (kvf/cpu_isa.hpp), whatever -march built the kernel: AVX-512
+// where the CPU has it and KVF_CPU_ISA does not cap it, the portable loop otherwise; path_note says which.
+TEST(AttnTwin, PathFollowsRunTimeDispatch) {
+  AttnShape s;
+  s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = 1024;
+  Data data(s);
+  const Selection sel = select_dense(s, 256);
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  std::vector<float> out(s.q_elems());
+  attention_cpu(s, data.q.data(), data.k.data(), data.v.data(), sel, ws, out.data());
+  const std::string want = kvf::cpu_avx512() ? "cpu_attn=avx512" : "cpu_attn=portable";
+  EXPECT_EQ(ws.path_note.rfind(want, 0), 0u) << ws.path_note;
+  if (!kvf::cpu_avx512()) {
+    EXPECT_FALSE(bf16_dot_available());
+  }
 }
 
 TEST(AttnTwin, ErrorIsSmallInPractice) {

@@ -60,3 +60,42 @@ TEST(Models, MissingOrMalformedFileIsAUsageError) {
   EXPECT_THROW(load_models(p), kvf::UsageError);
   std::remove(p.c_str());
 }
+
+// Issue 16: the names a user types (case-blind, Hugging Face ids, older ids) resolve to the canonical entry.
+TEST(Models, AliasesAndHuggingFaceIdsCaseBlind) {
+  const auto all = load_models(default_models_path());
+  EXPECT_EQ(find_model(all, "llama-3.1-8b").name, "Llama-3.1-8B");
+  EXPECT_EQ(find_model(all, "meta-llama/Llama-3.1-8B").name, "Llama-3.1-8B");
+  EXPECT_EQ(find_model(all, "META-LLAMA/META-LLAMA-3.1-70B").name, "Llama-3.1-70B");
+  EXPECT_EQ(find_model(all, "mistralai/Mistral-7B-v0.3").name, "Mistral-7B");
+  EXPECT_EQ(find_model(all, "deepseek-ai/deepseek-v3").name, "DeepSeek-V3");
+  // Every entry has its Hugging Face id, so each model can be named the way its weights are.
+  for (const auto& m : all) EXPECT_EQ(&find_model(all, m.hf_id), &m) << m.name;
+}
+
+TEST(Models, SharedAliasIsRefusedAndConflictingNamesAreBadInput) {
+  const std::string p = testing::TempDir() + "kvf_alias_models.json";
+  const std::string shape = R"("hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, )"
+                            R"("num_hidden_layers": 2, "intermediate_size": 128)";
+  { std::ofstream(p) << R"({"models": [{"name": "Tiny-A", "aliases": ["tiny"], )" << shape << R"(},
+                                        {"name": "Tiny-B", "aliases": ["Tiny"], )" << shape << "}]}"; }
+  const auto all = load_models(p);
+  try {
+    find_model(all, "TINY", "--model");
+    FAIL();
+  } catch (const kvf::UsageError& e) {
+    EXPECT_STREQ(e.what(), "--model TINY: ambiguous model alias, names 2: Tiny-A, Tiny-B (give one of them)");
+  }
+  // An alias that is another model's name would make that name mean two things: the file is refused.
+  { std::ofstream(p) << R"({"models": [{"name": "Tiny-A", "aliases": ["tiny-b"], )" << shape << R"(},
+                                        {"name": "Tiny-B", )" << shape << "}]}"; }
+  try {
+    load_models(p);
+    FAIL();
+  } catch (const kvf::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("alias 'tiny-b' of 'Tiny-A' is the name of 'Tiny-B'"), std::string::npos) << e.what();
+  }
+  { std::ofstream(p) << R"({"models": [{"name": "Tiny-A", "aliases": "tiny", )" << shape << "}]}"; }
+  EXPECT_THROW(load_models(p), kvf::UsageError);
+  std::remove(p.c_str());
+}

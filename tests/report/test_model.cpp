@@ -252,6 +252,14 @@ TEST(Specs, EveryGpuHasEveryFieldAndASource) {
   EXPECT_EQ(find_gpu(gpus, "NVIDIA H100 80GB HBM3").name, "H100 SXM");  // CUDA device name -> spec
   EXPECT_EQ(find_gpu(gpus, "h200").name, "H200");
   EXPECT_THROW(find_gpu(gpus, "V100"), kvf::UsageError);
+  // A bare H100 is SXM or PCIe: refused with both, never silently the SXM part (issue 16).
+  EXPECT_THROW(find_gpu(gpus, "H100"), kvf::UsageError);
+  EXPECT_EQ(find_gpu(gpus, "h100-pcie").name, "H100 PCIe");
+  // Device names of results directories: exact aliases, else the longest contained name; a tie is no match.
+  EXPECT_EQ(gpu_for_device(gpus, "NVIDIA H100 80GB HBM3")->name, "H100 SXM");
+  EXPECT_EQ(gpu_for_device(gpus, "NVIDIA GH200 96GB HBM3")->name, "GH200");
+  EXPECT_EQ(gpu_for_device(gpus, "NVIDIA H100 NVL"), nullptr);
+  EXPECT_EQ(gpu_for_device(gpus, "Tesla V100-SXM2-32GB"), nullptr);
 }
 
 TEST(Specs, ModelShapesComeFromModelsJson) {

@@ -120,9 +120,9 @@ std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, cons
 GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, const std::vector<GpuSpec>& gpus) {
   GpuSpec g;
   if (rs.backend == "cuda") {
-    try {
-      g = find_gpu(gpus, rs.device);
-    } catch (const UsageError&) {
+    if (const GpuSpec* known = gpu_for_device(gpus, rs.device)) {
+      g = *known;
+    } else {
       g.name = rs.device;  // unknown GPU: only measured ceilings, plus the spec file's stated overheads
       if (!gpus.empty()) {
         g.launch_us = gpus.front().launch_us;

@@ -2,33 +2,26 @@
 // studies/shapes), and the generic terms the plug-ins build their models from: roofline kernels, copies over
 // a link, disk reads, a pipelined split and bandwidth sharing.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <filesystem>
 
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/install_paths.hpp"
+#include "kvf/names.hpp"
 #include "kvf/model_shapes.hpp"
 #include "kvf/report.hpp"
 #include "models.hpp"
 
 namespace kvf::report {
 
-namespace fs = std::filesystem;
-
-std::string default_gpus_path() {
-#if defined(KVF_SOURCE_DIR)
-  const std::string p = std::string(KVF_SOURCE_DIR) + "/data/gpus.json";
-  if (fs::exists(p)) return p;
-#endif
-  return "data/gpus.json";
-}
+std::string default_gpus_path() { return kvf::data_file("gpus.json").string(); }
 
 namespace {
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+std::vector<NamedEntry> gpu_names(const std::vector<GpuSpec>& all) {
+  std::vector<NamedEntry> t;
+  for (const auto& g : all) t.push_back({g.name, g.aliases});
+  return t;
 }
 
 // Peaks and overheads are physical quantities: finite, >= 0, and below what any device has (1e9 of the
@@ -90,37 +83,43 @@ std::vector<GpuSpec> load_gpus(const std::string& path) {
         const std::string key = at + ".aliases[" + std::to_string(k) + "]";
         if (!(*al)[k].is_string())
           throw UsageError(path + ": key '" + key + "': expected a string, got " + (*al)[k].type_name());
-        const std::string a = (*al)[k].get<std::string>();
-        s.source["alias:" + a] = a;
+        s.aliases.push_back((*al)[k].get<std::string>());
       }
     }
     out.push_back(std::move(s));
   }
+  if (const std::string c = name_conflict(gpu_names(out)); !c.empty()) throw UsageError(path + ": " + c);
   return out;
 }
 
-const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name) {
-  const std::string n = lower(name);
-  // exact name or alias first, then the longest name/alias contained in `name` (e.g. a CUDA device name)
+const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name, const std::string& flag) {
+  return all[resolve_name(gpu_names(all), name, flag, "GPU")];
+}
+
+const GpuSpec* gpu_for_device(const std::vector<GpuSpec>& all, const std::string& device) {
+  const auto names = gpu_names(all);
+  const std::string d = lower_ascii(device);
   const GpuSpec* best = nullptr;
   std::size_t best_len = 0;
-  for (const auto& g : all) {
-    std::vector<std::string> names = {g.name};
-    for (const auto& [k, v] : g.source)
-      if (k.rfind("alias:", 0) == 0) names.push_back(v);
-    for (const auto& a : names) {
-      const std::string la = lower(a);
-      if (la == n) return g;
-      if (la.size() > best_len && n.find(la) != std::string::npos) {
-        best = &g;
-        best_len = la.size();
+  bool tie = false;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    std::vector<std::string> spellings = names[i].aliases;
+    spellings.push_back(names[i].name);
+    for (const auto& a : spellings) {
+      const std::string la = lower_ascii(a);
+      if (la == d) return &all[i];
+      if (la.empty() || d.find(la) == std::string::npos || la.size() < best_len) continue;
+      if (la.size() == best_len) {
+        tie = tie || best != &all[i];
+        continue;
       }
+      best = &all[i];
+      best_len = la.size();
+      tie = false;
     }
   }
-  if (best) return *best;
-  std::string known;
-  for (const auto& g : all) known += (known.empty() ? "" : ", ") + g.name;
-  throw UsageError("--gpu " + name + ": unknown GPU; known: " + known);
+  // Two GPUs equally likely ("NVIDIA H100 NVL" holds only the "H100" both H100 parts declare): neither.
+  return tie ? nullptr : best;
 }
 
 std::vector<Shape> load_shapes(const std::string& path) {
@@ -157,6 +156,7 @@ std::vector<Shape> load_shapes(const std::string& path) {
     }
     Shape s;
     s.name = m.name;
+    s.aliases = kvf::models::name_table({m}).front().aliases;
     s.hidden = m.hidden;
     s.n_heads = m.n_heads;
     s.n_kv_heads = m.n_kv_heads;
@@ -182,11 +182,9 @@ std::vector<Shape> load_shapes(const std::string& path) {
 }
 
 const Shape& find_shape(const std::vector<Shape>& all, const std::string& name) {
-  for (const auto& s : all)
-    if (s.name == name) return s;
-  std::string known;
-  for (const auto& s : all) known += (known.empty() ? "" : ", ") + s.name;
-  throw UsageError("--model " + name + ": unknown model; known: " + known);
+  std::vector<NamedEntry> t;
+  for (const auto& s : all) t.push_back({s.name, s.aliases});
+  return all[resolve_name(t, name, "--model", "model")];
 }
 
 // ------------------------------------------------------------------------------------------ terms

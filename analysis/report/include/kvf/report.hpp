@@ -85,6 +85,7 @@ std::vector<ResultSet> load_all(const std::vector<std::string>& dirs);
 // ------------------------------------------------------------------------------------------ model
 struct GpuSpec {
   std::string name;
+  std::vector<std::string> aliases;  // other spellings, CUDA device names among them (data/gpus.json)
   double hbm_tbps = 0, l2_mib = 0, host_link_gbps = 0, nvlink_gbps = 0, bf16_tflops = 0;
   int sms = 0;
   double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
@@ -94,15 +95,21 @@ struct GpuSpec {
   std::map<std::string, std::string> source;  // field -> where the number comes from
   std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
 };
-std::string default_gpus_path();  // <source>/data/gpus.json
+std::string default_gpus_path();  // gpus.json where kvf::data_file finds it (kvf/install_paths.hpp)
 // Throws UsageError naming the file/field when the file is missing or a GPU lacks a field or a source.
 std::vector<GpuSpec> load_gpus(const std::string& path);
-const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name);  // UsageError lists known
+// The GPU a user-typed name (--gpu, --spec-gpu) names: canonical name or alias, case-blind; an alias two GPUs
+// declare ("H100") is refused with both (kvf/names.hpp). UsageError names `flag`.
+const GpuSpec& find_gpu(const std::vector<GpuSpec>& all, const std::string& name, const std::string& flag = "--gpu");
+// The GPU a CUDA device name of a results directory names: as find_gpu, else the entry with the longest name or
+// alias contained in it ("NVIDIA H100 80GB HBM3 (MIG 1g)"); nullptr when none does or two tie.
+const GpuSpec* gpu_for_device(const std::vector<GpuSpec>& all, const std::string& device);
 
 // Model shape: the subset of data/models.json (loaded through studies/shapes, kvf/model_shapes.hpp) the
 // model terms need. Beside the GPU specs: the two spec files every prediction reads.
 struct Shape {
   std::string name;
+  std::vector<std::string> aliases;  // the model's aliases and Hugging Face id (find_shape matches them)
   double hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, layers = 0, intermediate = 0;
   double kv_values_per_token = 0;  // per layer: 2*Hkv*D (GQA), kv_lora_rank + rope dim (MLA)
   bool mla = false, moe = false;
