@@ -10,9 +10,9 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/install_paths.hpp"
 #include "kvf/studies.hpp"
 #include "run_flags.hpp"
-#include "kvf/install_paths.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
 

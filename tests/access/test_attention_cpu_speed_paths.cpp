@@ -5,6 +5,8 @@
 // or fp32 QK, far prefetch on, off or calibrated) on the same data.
 #include <gtest/gtest.h>
 
+#include "kvf/cpu_isa.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -133,6 +135,7 @@ PathRun run_path(const AttnShape& s, const Selection& sel, const std::vector<std
 // fp32-FMA QK agree with the reference and with each other up to fp32 summation order; the far
 // prefetch changes no bit of the output; every call says in path_note which path ran.
 TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
+  bool portable_only = false;
   for (std::uint32_t hq : {8u, 32u, 64u}) {
     AttnShape s;
     s.batch = 1; s.hq = hq; s.hkv = 8; s.d = 128; s.ctx = 2048; s.dtype = DType::bf16; s.page = 16;
@@ -146,6 +149,13 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_LT(attention_rel_error(fma.out.data(), ref.data(), ref.size()), 1e-5) << "hq " << hq;
     const PathRun fma_far = run_path(s, sel, q, k, v, CpuChoice::off, CpuChoice::on);
     EXPECT_EQ(fma.out, fma_far.out) << "hq " << hq;  // prefetching changes no arithmetic
+    if (!kvf::cpu_avx512()) {
+      // No AVX-512 here (an AVX2-only host): one portable path, no QK or prefetch choice to compare.
+      EXPECT_EQ(fma.note.rfind("cpu_attn=portable", 0), 0u) << fma.note;
+      EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off), std::invalid_argument);
+      portable_only = true;
+      continue;
+    }
     EXPECT_NE(fma_far.note.find("far_prefetch=on (forced)"), std::string::npos) << fma_far.note;
     const PathRun aut = run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::automatic);
     EXPECT_NE(aut.note.find("(calibrated: on "), std::string::npos) << aut.note;
@@ -161,6 +171,7 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_LT(attention_rel_error(dot.out.data(), fma.out.data(), ref.size()), 1e-5) << "hq " << hq;
     EXPECT_EQ(aut.out, dot.out);
   }
+  if (portable_only) GTEST_SKIP() << "this CPU has no AVX-512: only the portable path ran (checked against the reference)";
 }
 
 // fp16 K/V have no dot path: forcing it is an error, automatic runs the fp32 path.

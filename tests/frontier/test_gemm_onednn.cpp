@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "frontier_math.hpp"
@@ -39,15 +40,25 @@ void expect_matches_reference(int M, int N, int K) {
   EXPECT_EQ(bad, 0);
 }
 
+// oneDNN 2.6 has a bf16 matmul only from AVX-512 up: on an AVX2-only host the study skips its oneDNN rows (with
+// this reason) and these tests say so instead of failing.
+#define SKIP_WITHOUT_ONEDNN_BF16()                                                      \
+  do {                                                                                  \
+    std::string why;                                                                    \
+    if (!fr::onednn_bf16_available(&why)) GTEST_SKIP() << "no oneDNN bf16 matmul here: " << why; \
+  } while (0)
+
 }  // namespace
 
 TEST(OnednnGemm, MatchesTheReferenceAtOddAndRecomputeShapes) {
+  SKIP_WITHOUT_ONEDNN_BF16();
   expect_matches_reference(1, 37, 64);     // one row (decode-like)
   expect_matches_reference(13, 29, 70);    // odd sizes, K not a multiple of the bf16 pair
   expect_matches_reference(128, 256, 512); // a recompute page's shape, scaled down
 }
 
 TEST(OnednnGemm, RunsAgainWithTheSamePackedWeights) {
+  SKIP_WITHOUT_ONEDNN_BF16();
   const int M = 8, N = 16, K = 32;
   std::vector<std::uint16_t> x(M * K), w(N * K);
   fr::fill_bf16_uniform(x.data(), x.size(), 3, 1.f);
@@ -83,6 +94,7 @@ TEST(OnednnIsa, UnknownNameIsRefusedAndALateCapIsAnError) {
   EXPECT_THROW(fr::set_onednn_max_isa("sse9"), std::invalid_argument);
   EXPECT_THROW(fr::set_onednn_max_isa(""), std::invalid_argument);
   EXPECT_EQ(fr::onednn_isa_names().front(), "all");
+  SKIP_WITHOUT_ONEDNN_BF16();
   const std::uint16_t w = 0;
   (void)fr::OnednnGemm(1, 1, 1, &w);
   EXPECT_THROW(fr::set_onednn_max_isa("avx2"), std::runtime_error);

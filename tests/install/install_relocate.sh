@@ -17,7 +17,7 @@ done
 cd "$work"   # no source or build tree below the working directory
 unset KVF_DATA_DIR
 # kvf finds its bench in libexec/; one short stream case keeps this quick.
-"$P/bin/kvf" run --quick --backend cpu --study stream --out "$work/res" -- --case-filter '^read/' >"$work/run.log" 2>&1 ||
+"$P/bin/kvf" run --quick --backend cpu --study stream --out "$work/res" --stream.case-filter '^read/' >"$work/run.log" 2>&1 ||
   fail "kvf run failed: $(tail -5 "$work/run.log")"
 [ -s "$work/res/cases.csv" ] || fail "kvf run wrote no cases.csv"
 # kvf report reads share/kvfrontier/{gpus,models}.json (model and GPU flags are checked against them up front).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The case list of a bench (--list json) against a golden file: the same case names with the same parameter
 columns and values, whatever the order, and the same skipped reasons. Values that depend on the machine
-(its LLC, its memory) are left out, and est_seconds is not compared; the golden runs pass explicit sizes
+(its LLC, its memory; on CPU lists, a gather's hot mode and whether oneDNN has a bf16 matmul) are left out, and est_seconds is not compared; the golden runs pass explicit sizes
 (--pool-mib, --size) where a case name would depend on the LLC.
 
   list_golden.py BENCH GOLDEN [--update] -- ARGS...   (ARGS go to BENCH after --list json --backend cpu, or
@@ -14,15 +14,33 @@ import sys
 MACHINE_DEPENDENT = {"llc_bytes", "working_set_vs_llc"}
 
 
-def normalized(lines):
+def machine_dependent_flags(j):
+    """The flags of a listed case that follow the CPU it is listed on, not the code: whether oneDNN has a bf16
+    matmul here (from AVX-512 up; skipped on an AVX2-only host), and whether a gather's working set leaves a hot
+    mode (it must fit the LLC). They are left out of the comparison for those cases."""
+    params = j.get("params", {})
+    if params.get("gemm_lib") == "onednn_bf16":
+        return {"cold", "hot", "skipped"}
+    if params.get("part") == "gather":
+        return {"hot"}
+    return set()
+
+
+def normalized(lines, drop_machine_dependent):
     out = []
     for line in lines:
         if not line.strip():
             continue
         j = json.loads(line)
         params = {k: v for k, v in j.get("params", {}).items() if k not in MACHINE_DEPENDENT}
-        out.append(json.dumps({"study": j["study"], "case": j["case"], "cold": j["cold"], "hot": j["hot"],
-                               "params": params, "skipped": "skipped" in j}, sort_keys=True))
+        # A bench line has "skipped" only when skipped (its reason); a golden line has it as true or false.
+        skipped = j["skipped"] is True if isinstance(j.get("skipped"), bool) else "skipped" in j
+        row = {"study": j["study"], "case": j["case"], "cold": j["cold"], "hot": j["hot"], "params": params,
+               "skipped": skipped}
+        if drop_machine_dependent:
+            for flag in machine_dependent_flags(j):
+                row.pop(flag, None)
+        out.append(json.dumps(row, sort_keys=True))
     return sorted(out)
 
 
@@ -41,14 +59,16 @@ def main():
     if run.returncode != 0:
         print(f"{bench} exited {run.returncode}: {run.stderr.strip()}", file=sys.stderr)
         return 1
-    got = normalized(run.stdout.splitlines())
+    # CPU lists leave out what follows the CPU they are listed on; GPU lists are planned for a described device.
+    drop = "--plan-device" not in args
+    got = normalized(run.stdout.splitlines(), drop)
     if update:
         with open(golden, "w") as f:
-            f.write("\n".join(got) + "\n")
+            f.write("\n".join(normalized(run.stdout.splitlines(), False)) + "\n")
         print(f"wrote {len(got)} cases to {golden}")
         return 0
     with open(golden) as f:
-        want = [l for l in f.read().splitlines() if l.strip()]
+        want = normalized(f.read().splitlines(), drop)
     if got == want:
         print(f"{len(got)} cases as in {golden}")
         return 0
