@@ -49,6 +49,5 @@ kvf_build() {
   # KVF_CUDA_ARCHS (e.g. 90, or 90-virtual for PTX only) builds one device architecture instead of sm_80/90/100
   # (CI, which has no GPU).
   cmake --preset "$preset" ${KVF_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$KVF_CUDA_ARCHS} >/dev/null
-  # One job more than cores: a compile waiting on its files or a link leaves a core idle otherwise (2-core CI).
-  cmake --build --preset "$preset" -j "$(( $(nproc) + 1 ))"
+  cmake --build --preset "$preset" -j "$(nproc)"
 }
