@@ -35,10 +35,22 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(d);
   return d;
 }
+// argv / envp for posix_spawn: pointers into `strings`, which must outlive the call.
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+// This process's environment plus `extra` ("NAME=value").
+std::vector<std::string> environ_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> envs;
+  for (char** p = environ; *p; ++p) envs.push_back(*p);
+  envs.insert(envs.end(), extra.begin(), extra.end());
+  return envs;
+}
 pid_t spawn(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = c_strings(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -72,9 +84,7 @@ struct Captured {
 };
 // Runs a command to the end with stdout to `out` and stderr captured.
 Captured run_capture(std::vector<std::string> args, const char* out = "/dev/null") {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = c_strings(args);
   int fds[2];
   if (pipe(fds) != 0) return {};
   posix_spawn_file_actions_t fa;
@@ -542,15 +552,9 @@ Output run_both(std::vector<std::string> args, const std::vector<std::string>& e
   const fs::path dir = fresh_dir("capture_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   fs::create_directories(dir);
   const std::string o = (dir / "out").string(), e = (dir / "err").string();
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> envs;
-  for (char** p = environ; *p; ++p) envs.push_back(*p);
-  envs.insert(envs.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<char*> argv = c_strings(args);
+  std::vector<std::string> envs = environ_with(env);
+  std::vector<char*> envp = c_strings(envs);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -709,15 +713,9 @@ TEST(KvfRunIssue16, ProgressFdGetsOneLinePerCaseAndMode) {
   const std::string out = d.string();
   std::vector<std::string> args = {KVF_BENCH_STREAM, "--backend", "cpu", "--size", "1MiB", "--budget", "0.01",
                                    "--warmup", "0", "--out", out};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> envs;
-  for (char** p = environ; *p; ++p) envs.push_back(*p);
-  envs.push_back("KVF_PROGRESS_FD=9");
-  std::vector<char*> envp;
-  for (auto& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<char*> argv = c_strings(args);
+  std::vector<std::string> envs = environ_with({"KVF_PROGRESS_FD=9"});
+  std::vector<char*> envp = c_strings(envs);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -788,9 +786,7 @@ TEST(KvfRunIssue16, ProgressLineInPlaceOnATerminal) {
   std::vector<std::string> args = {KVF_CLI, "run", "--backend", "cpu", "--study", "stream", "--out", d.string(),
                                    "--stream.case-filter", "^read/loop/huge", "--", "--size", "2MiB", "--budget", "0.01",
                                    "--warmup", "0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = c_strings(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
