@@ -1,9 +1,10 @@
 #include "progress_fd.hpp"
 
+#include "kvf/csv.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -57,18 +58,7 @@ void progress_case_done(const CaseRecord& rec) {
   g_last = now;
   if (std::strcmp(progress_status(rec), "ok") != 0) j["note"] = rec.note;
   const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::size_t off = 0;
-  while (off < line.size()) {
-    const ssize_t w = ::write(fd, line.data() + off, line.size() - off);
-    if (w > 0) {
-      off += static_cast<std::size_t>(w);
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
-      fd = -1;  // kvf went away or the fd was something else: no more lines
-      return;
-    }
-  }
+  if (write_all(fd, line) != 0) fd = -1;  // kvf went away or the fd was something else: no more lines
 }
 
 }  // namespace kvf::bench
