@@ -250,16 +250,50 @@ KVF_HD SplitGeom make_splits(std::uint64_t n_tokens, std::uint64_t items_without
   return g;
 }
 
-// GPU split policy: `waves` CTAs per SM when the work allows (the kernel's launch bounds guarantee that
-// many resident, so a full grid runs in one wave), splits as short as one unrolled step of a CTA
-// (`quantum` tokens: the merge is fused into the split kernel, so a short split costs a partial record,
-// not a kernel boundary), and at most kAttnMaxSplits splits per item, because the one CTA that merges an
-// item reads every split's partial (kAttnMaxSplits x heads x d floats from L2).
+// GPU split policy, by wave quantization: a grid of items x n_splits CTAs on `units` SMs holding
+// `ctas_per_sm` each (the kernel's launch bounds guarantee that many resident) runs in
+// ceil(CTAs / slots) waves, each as long as one CTA: its split's serial steps (`quantum` tokens = one
+// unrolled step) plus kAttnCtaOverheadSteps for its prologue and epilogue (query and first list loads,
+// the partial record, the ticket). The policy takes the split count with the least waves x CTA length,
+// ties to fewer splits (less merge work), at most kAttnMaxSplits per item, because the one CTA that
+// merges an item reads every split's partial (kAttnMaxSplits x heads x d floats from L2). The policy it
+// replaced asked for ceil(slots / items) splits and rounded the chunk up afterwards, which can exceed the
+// slots by up to one item's splits: on the H100 (results/gpu/H100-2026-11-26) bf16 d128 hkv8 batch 1 got
+// 400 CTAs on 396 slots from 64K up, 4 CTAs in a second wave, and dense 64K took 148 us against 61 us at
+// 32K (392 CTAs, one wave). The overhead is read off the same run's batch-1 sparse rows: CTAs of 1, 4 and
+// 7 steps took 10.9, 16.2 and 21.1 us, ~1.7 us per step over a ~9 us per-launch floor; a CTA's own
+// prologue and epilogue (a few dependent memory round trips) is taken as 3 steps.
 inline constexpr std::uint32_t kAttnMaxSplits = 64;
-KVF_HD SplitGeom gpu_attn_splits(std::uint64_t n_tokens, std::uint64_t items, std::uint32_t units, std::uint32_t waves,
-                                 std::uint64_t quantum) {
-  SplitGeom g = make_splits(n_tokens, items, units, waves, quantum, quantum);
-  if (g.n_splits > kAttnMaxSplits) g = make_splits(n_tokens, 1, kAttnMaxSplits, 1, quantum, quantum);
+inline constexpr std::uint64_t kAttnCtaOverheadSteps = 3;
+// waves x (steps per split + overhead): the cost gpu_attn_splits minimises over the split count.
+KVF_HD std::uint64_t gpu_attn_makespan_steps(std::uint64_t steps, std::uint64_t n_splits, std::uint64_t items,
+                                             std::uint64_t slots) {
+  const std::uint64_t per_split = steps == 0 ? 1 : (steps + n_splits - 1) / n_splits;
+  const std::uint64_t used = steps == 0 ? 1 : (steps + per_split - 1) / per_split;  // splits after rounding
+  return (items * used + slots - 1) / slots * (per_split + kAttnCtaOverheadSteps);
+}
+KVF_HD SplitGeom gpu_attn_splits(std::uint64_t n_tokens, std::uint64_t items, std::uint32_t units,
+                                 std::uint32_t ctas_per_sm, std::uint64_t quantum) {
+  if (quantum == 0) quantum = 1;
+  if (items == 0) items = 1;
+  std::uint64_t slots = std::uint64_t{units} * ctas_per_sm;
+  if (slots == 0) slots = 1;
+  const std::uint64_t steps = (n_tokens + quantum - 1) / quantum;
+  const std::uint64_t most = steps < kAttnMaxSplits ? (steps == 0 ? 1 : steps) : kAttnMaxSplits;
+  std::uint64_t least = gpu_attn_makespan_steps(steps, 1, items, slots);
+  for (std::uint64_t ns = 2; ns <= most; ++ns) {
+    const std::uint64_t t = gpu_attn_makespan_steps(steps, ns, items, slots);
+    if (t < least) least = t;
+  }
+  // The fewest splits within 3% of the least cost: the model does not resolve finer than that.
+  std::uint64_t best_ns = 1;
+  while (best_ns < most && gpu_attn_makespan_steps(steps, best_ns, items, slots) * 100 > least * 103) ++best_ns;
+  SplitGeom g;
+  g.n_tokens = n_tokens;
+  const std::uint64_t per_split = steps == 0 ? 1 : (steps + best_ns - 1) / best_ns;
+  g.chunk = per_split * quantum;
+  g.n_splits = static_cast<std::uint32_t>((n_tokens + g.chunk - 1) / g.chunk);
+  if (g.n_splits == 0) g.n_splits = 1;
   return g;
 }
 

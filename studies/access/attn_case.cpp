@@ -220,6 +220,13 @@ class AttnCase final : public kvf::Case {
       }
     }
     if (!gpu_ && !ws_.path_note.empty()) n += "; " + ws_.path_note;  // the CPU path chosen at run time
+#if defined(KVF_HAVE_CUDA)
+    // The grid the split policy chose (ka::gpu_attn_splits), so a row's time can be read against it.
+    if (gpu_)
+      n += "; grid=" + std::to_string(plan_.split.n_splits) + " splits x " +
+           std::to_string(std::uint64_t{sp.s.batch} * sp.s.hkv * plan_.head_groups) + " items, " +
+           std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs";
+#endif
     if (sp.routing != Routing::none) return n;
     if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
     if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
