@@ -474,6 +474,158 @@ void item_avx512(const Item& it) {
 #pragma GCC pop_options
 #endif
 
+// AVX2 + FMA + F16C path (x86-64-v3: every x86 server of the last decade; compiled when the -march baseline
+// has them, run where AVX-512 is absent or capped by KVF_CPU_ISA=avx2). Per 8-token step and head: QK as
+// fp32 FMAs on widened rows, four dots per horizontal reduction; one softmax step per 8 tokens (the max,
+// exp2 and rescale of the scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7
+// GB/s on a Zen 3 core); V rows of the step widened once into L1 and applied to the query heads four at
+// a time, the accumulators of 8 dims in registers over the step's tokens.
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KVF_ATTN_AVX2 1
+template <DType T>
+using Elem8 = std::conditional_t<T == DType::fp8_e4m3, std::uint8_t, std::uint16_t>;
+// 8 elements -> fp32 (e4m3 as in load16 above: normal -> sign | (e + 120) << 23 | m << 20, e = 0 -> m * 2^-9).
+template <DType T>
+inline __m256 load8(const Elem8<T>* p) {
+  if constexpr (T == DType::fp8_e4m3) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+    const __m256i em = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
+    const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(em, 20), _mm256_set1_epi32(120 << 23)));
+    const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), em));
+    const __m256 subv = _mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(0.001953125f));
+    const __m256 mag = _mm256_blendv_ps(normal, subv, sub);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+  }
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (T == DType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else return _mm256_cvtph_ps(h);
+}
+// 2^x for x <= 0 (clamped at -126): the polynomial of exp2_ps, 2^n built in the exponent field.
+inline __m256 exp2_8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.5252734e-05f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530e-04f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504109e-02f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022651e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+inline float hmax8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_permute2f128_ps(x, x, 1));
+  x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+  x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm256_cvtss_f32(x);
+}
+inline float hsum8(__m256 x) {
+  const __m128 y = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  const __m128 z = _mm_add_ps(y, _mm_movehl_ps(y, y));
+  return _mm_cvtss_f32(_mm_add_ss(z, _mm_movehdup_ps(z)));
+}
+// [sum a, sum b, sum c, sum d]
+inline __m128 reduce4_8(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+template <int D, int G, DType T>
+void item_avx2(const Item& it) {
+  using E = Elem8<T>;
+  constexpr int C = 8;                 // tokens per softmax step: one vector of scores per query head
+  constexpr int HU = G < 4 ? G : 4;    // query heads per QK reduction and per PV pass
+  constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
+  const int nh = it.nh;
+  const int npos = it.shared ? 1 : nh;
+  float ms[kMaxItemQHeads], ls[kMaxItemQHeads];
+  alignas(32) float s[G][C];
+  alignas(32) float vf[C][D];
+  std::uint64_t pos[kMaxItemHeads][C];
+  auto acc_of = [&](int h) { return it.state + std::size_t(h) * G * (D + 32); };
+  for (int h = 0; h < nh; ++h) {
+    std::fill(acc_of(h), acc_of(h) + G * D, 0.0f);
+    for (int g = 0; g < G; ++g) ms[h * G + g] = kNegBig, ls[h * G + g] = 0.0f;
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (std::uint64_t t = it.t0; t < it.t1; t += C) {
+    const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - t));
+    for (int hp = 0; hp < npos; ++hp)
+      for (int i = 0; i < C; ++i)  // past a short last step: its last token again (weight 0 below)
+        pos[hp][i] = it.kl.token_off(it.sg.token(it.list[hp], t + static_cast<std::uint64_t>(i < n ? i : n - 1)));
+    if (it.prefetch)  // the rows two steps ahead, into L1 (the hardware prefetchers stop at page boundaries)
+      for (int hp = 0; hp < nh; ++hp)
+        for (std::uint64_t tt = t + 2 * C; tt < std::min<std::uint64_t>(t + 3 * C, it.t1); ++tt) {
+          const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[hp], tt)) * sizeof(E);
+          for (int x = 0; x < kRowBytes; x += 64) {
+            _mm_prefetch(static_cast<const char*>(it.kb[hp]) + off + x, _MM_HINT_T0);
+            _mm_prefetch(static_cast<const char*>(it.vb[hp]) + off + x, _MM_HINT_T0);
+          }
+        }
+    const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+    for (int h = 0; h < nh; ++h) {
+      const std::uint64_t* p = pos[it.shared ? 0 : h];
+      const E* kb = static_cast<const E*>(it.kb[h]);
+      const E* vb = static_cast<const E*>(it.vb[h]);
+      const float* q = it.q + std::size_t(h) * G * D;
+      float* acc = acc_of(h);
+      for (int i = 0; i < n; ++i) {
+        const E* kr = kb + p[i];
+        for (int g0 = 0; g0 < G; g0 += HU) {
+          __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+          for (int j = 0; j < D; j += 8) {
+            const __m256 k = load8<T>(kr + j);
+            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + (g0 + x) * D + j), a[x]);
+          }
+          alignas(16) float r[4];
+          _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
+          for (int x = 0; x < HU; ++x) s[g0 + x][i] = r[x];
+        }
+      }
+      float alpha[G];
+      bool rescale = false;
+      for (int g = 0; g < G; ++g) {
+        const __m256 sv = _mm256_blendv_ps(_mm256_set1_ps(kNegBig),
+                                           _mm256_mul_ps(_mm256_load_ps(s[g]), _mm256_set1_ps(it.qscale)), valid);
+        const float mo = ms[h * G + g], mn = std::max(mo, hmax8(sv));
+        const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv, _mm256_set1_ps(mn))), valid);
+        _mm256_store_ps(s[g], pv);
+        alpha[g] = mn > mo ? std::exp2(mo - mn) : 1.0f;
+        rescale |= mn > mo;
+        ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
+        ms[h * G + g] = mn;
+      }
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < D; j += 8) _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
+      for (int g0 = 0; g0 < G; g0 += HU)
+        for (int j = 0; j < D; j += 8) {
+          __m256 a[HU];
+          for (int x = 0; x < HU; ++x) {
+            a[x] = _mm256_loadu_ps(acc + (g0 + x) * D + j);
+            if (rescale) a[x] = _mm256_mul_ps(a[x], _mm256_set1_ps(alpha[g0 + x]));
+          }
+          for (int i = 0; i < n; ++i) {
+            const __m256 v = _mm256_load_ps(&vf[i][j]);
+            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s[g0 + x][i]), v, a[x]);
+          }
+          for (int x = 0; x < HU; ++x) _mm256_storeu_ps(acc + (g0 + x) * D + j, a[x]);
+        }
+    }
+  }
+  for (int h = 0; h < nh; ++h)
+    for (int g = 0; g < G; ++g) {
+      const int x = h * G + g;
+      it.m_out[x] = ms[x];
+      it.l_out[x] = ls[x];
+      std::memcpy(it.acc_out + std::size_t(x) * D, acc_of(h) + std::size_t(g) * D, sizeof(float) * D);
+    }
+}
+#endif
+
 // Portable fallback (and the path for group sizes without an AVX-512 instantiation): the same
 // algorithm per head, token by token, in scalar code the compiler may vectorize.
 void item_portable(DType T, int D, int G, const Item& it) {
@@ -524,19 +676,32 @@ void item_portable(DType T, int D, int G, const Item& it) {
 using ItemFn = void (*)(const Item&);
 
 // dot: bf16 QK with vdpbf16ps (only where bf16_dot_available()); otherwise bf16 rows are widened to fp32.
+#define KVF_ACCESS_SHAPES(PICK)                                                                        \
+  PICK(64, 1) PICK(64, 2) PICK(64, 4) PICK(64, 8) PICK(64, 16) PICK(128, 1) PICK(128, 2) PICK(128, 4) PICK(128, 8) \
+  PICK(128, 16)
 ItemFn pick_item(DType t, int d, int g, bool dot) {
 #if defined(KVF_ATTN_AVX512)
-  if (!cpu_avx512()) return nullptr;
+  if (cpu_avx512()) {
 #define KVF_ACCESS_PICK(D_, G_)                                                                        \
   if (d == D_ && g == G_)                                                                              \
     return t == DType::bf16   ? (dot ? &item_avx512<D_, G_, DType::bf16, true>                         \
                                      : &item_avx512<D_, G_, DType::bf16, false>)                       \
            : t == DType::fp16 ? &item_avx512<D_, G_, DType::fp16, false>                               \
                               : &item_avx512<D_, G_, DType::fp8_e4m3, false>;
-  KVF_ACCESS_PICK(64, 1) KVF_ACCESS_PICK(64, 2) KVF_ACCESS_PICK(64, 4) KVF_ACCESS_PICK(64, 8)
-  KVF_ACCESS_PICK(64, 16) KVF_ACCESS_PICK(128, 1) KVF_ACCESS_PICK(128, 2) KVF_ACCESS_PICK(128, 4)
-  KVF_ACCESS_PICK(128, 8) KVF_ACCESS_PICK(128, 16)
+    KVF_ACCESS_SHAPES(KVF_ACCESS_PICK)
 #undef KVF_ACCESS_PICK
+    return nullptr;
+  }
+#endif
+#if defined(KVF_ATTN_AVX2)
+  if (!dot) {
+#define KVF_ACCESS_PICK(D_, G_)                                                                        \
+  if (d == D_ && g == G_)                                                                              \
+    return t == DType::bf16 ? &item_avx2<D_, G_, DType::bf16>                                          \
+           : t == DType::fp16 ? &item_avx2<D_, G_, DType::fp16> : &item_avx2<D_, G_, DType::fp8_e4m3>;
+    KVF_ACCESS_SHAPES(KVF_ACCESS_PICK)
+#undef KVF_ACCESS_PICK
+  }
 #endif
   (void)t; (void)d; (void)g; (void)dot;
   return nullptr;
@@ -720,13 +885,15 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
   if (ws.bf16_dot == CpuChoice::on && !dot)
     throw std::invalid_argument("attention_cpu: bf16_dot on, but K/V are not bf16 or this CPU or build has no AVX512_BF16");
   const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot);
+  const bool avx512 = fn && cpu_avx512();
   std::string note = !fn ? "cpu_attn=portable"
+                     : !avx512 ? "cpu_attn=avx2 (fp32 fma, 8-token softmax steps)"
                      : dot ? "cpu_attn=avx512 qk=vdpbf16ps (cpuid avx512_bf16)"
                      : s.dtype == DType::bf16 ? (bf16_dot_available() ? "cpu_attn=avx512 qk=fp32 fma (vdpbf16ps off)"
                                                                       : "cpu_attn=avx512 qk=fp32 fma (no avx512_bf16)")
                                               : "cpu_attn=avx512";
   bool far = false;
-  if (!fn || !prefetch) {
+  if (!avx512 || !prefetch) {  // the far (L2) prefetch distance is the AVX-512 loop's
     note += prefetch ? "" : "; prefetch=off";
   } else if (ws.far_prefetch != CpuChoice::automatic) {
     far = ws.far_prefetch == CpuChoice::on;

@@ -299,7 +299,8 @@ TEST(AttnTwin, LongContextManySplits) {
 }
 
 // The path that ran follows the run-time dispatch (kvf/cpu_isa.hpp), whatever -march built the kernel: AVX-512
-// where the CPU has it and KVF_CPU_ISA does not cap it, the portable loop otherwise; path_note says which.
+// where the CPU has it and KVF_CPU_ISA does not cap it, else the AVX2 loop where the baseline has AVX2, FMA and
+// F16C (the kernels are built with the same -march as this test), the portable loop otherwise; path_note says which.
 TEST(AttnTwin, PathFollowsRunTimeDispatch) {
   AttnShape s;
   s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 128; s.ctx = 1024;
@@ -309,7 +310,12 @@ TEST(AttnTwin, PathFollowsRunTimeDispatch) {
   plan_cpu(s, sel, ws);
   std::vector<float> out(s.q_elems());
   attention_cpu(s, data.q.data(), data.k.data(), data.v.data(), sel, ws, out.data());
-  const std::string want = kvf::cpu_avx512() ? "cpu_attn=avx512" : "cpu_attn=portable";
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  const std::string fallback = "cpu_attn=avx2";
+#else
+  const std::string fallback = "cpu_attn=portable";
+#endif
+  const std::string want = kvf::cpu_avx512() ? "cpu_attn=avx512" : fallback;
   EXPECT_EQ(ws.path_note.rfind(want, 0), 0u) << ws.path_note;
   if (!kvf::cpu_avx512()) {
     EXPECT_FALSE(bf16_dot_available());

@@ -150,8 +150,12 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     const PathRun fma_far = run_path(s, sel, q, k, v, CpuChoice::off, CpuChoice::on);
     EXPECT_EQ(fma.out, fma_far.out) << "hq " << hq;  // prefetching changes no arithmetic
     if (!kvf::cpu_avx512()) {
-      // No AVX-512 here (an AVX2-only host): one portable path, no QK or prefetch choice to compare.
+      // No AVX-512 here: one path (AVX2 where the baseline has it, else portable), no QK or prefetch choice.
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+      EXPECT_EQ(fma.note.rfind("cpu_attn=avx2", 0), 0u) << fma.note;
+#else
       EXPECT_EQ(fma.note.rfind("cpu_attn=portable", 0), 0u) << fma.note;
+#endif
       EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off), std::invalid_argument);
       portable_only = true;
       continue;
@@ -171,7 +175,7 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_LT(attention_rel_error(dot.out.data(), fma.out.data(), ref.size()), 1e-5) << "hq " << hq;
     EXPECT_EQ(aut.out, dot.out);
   }
-  if (portable_only) GTEST_SKIP() << "this CPU has no AVX-512: only the portable path ran (checked against the reference)";
+  if (portable_only) GTEST_SKIP() << "this CPU has no AVX-512: only its one non-AVX-512 path ran (checked against the reference)";
 }
 
 // fp16 K/V have no dot path: forcing it is an error, automatic runs the fp32 path.
