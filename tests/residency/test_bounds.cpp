@@ -55,7 +55,8 @@ std::size_t best_hits(const IndexedTrace& t, std::size_t capacity, std::size_t r
   const int evict = total > capacity ? static_cast<int>(total - capacity) : 0;
   std::size_t best = 0;
   for (std::uint64_t gone = others;; gone = (gone - 1) & others) {  // every subset of `others`
-    if (std::popcount(gone) == evict) best = std::max(best, best_hits(t, capacity, r + 1, (others & ~gone) | mine, memo));
+    if (std::popcount(gone) == evict)
+      best = std::max(best, best_hits(t, capacity, r + 1, (others & ~gone) | mine, memo));
     if (gone == 0) break;
   }
   return memo[key] = h + best;

@@ -136,7 +136,9 @@ struct NaiveTiers {
   std::size_t hits_hbm = 0, hits_host = 0, demoted = 0, promoted = 0;
   std::vector<std::int64_t> reused;
 
-  static bool in(const std::vector<std::uint64_t>& v, std::uint64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+  static bool in(const std::vector<std::uint64_t>& v, std::uint64_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  }
   void request(const std::vector<std::uint64_t>& ids, const Capacity& cap, int bt) {
     std::size_t h = 0;
     while (h < ids.size() && (in(hbm, ids[h]) || in(host, ids[h]))) {
@@ -146,7 +148,8 @@ struct NaiveTiers {
     }
     reused.push_back(static_cast<std::int64_t>(h) * bt);
     std::vector<std::uint64_t> new_hbm = ids;
-    for (auto x : hbm) if (!in(ids, x)) new_hbm.push_back(x);
+    for (auto x : hbm)
+      if (!in(ids, x)) new_hbm.push_back(x);
     std::vector<std::uint64_t> new_host;
     if (new_hbm.size() > cap.hbm_blocks) {
       new_host.assign(new_hbm.begin() + static_cast<std::ptrdiff_t>(cap.hbm_blocks), new_hbm.end());
@@ -154,7 +157,8 @@ struct NaiveTiers {
     }
     if (cap.host_blocks == 0) new_host.clear();
     demoted += new_host.size();
-    for (auto x : host) if (!in(ids, x)) new_host.push_back(x);
+    for (auto x : host)
+      if (!in(ids, x)) new_host.push_back(x);
     if (new_host.size() > cap.host_blocks) new_host.resize(cap.host_blocks);
     hbm = std::move(new_hbm);
     host = std::move(new_host);

@@ -125,12 +125,11 @@ IndexedTrace index_trace(const Trace& trace, int block_tokens) {
         out.original_ids.push_back(r.hash_ids[j]);
         parent.push_back(prev);
       } else if (parent[it->second] != prev) {
+        const auto name = [&](BlockId b) { return b == kNoParent ? "nothing" : std::to_string(out.original_ids[b]); };
         if (out.prefix_violations++ == 0)
-          out.first_prefix_violation =
-              "request " + std::to_string(ri) + ": block id " + std::to_string(r.hash_ids[j]) + " at position " +
-              std::to_string(j) + " follows " + (prev == kNoParent ? "nothing" : std::to_string(out.original_ids[prev])) +
-              ", where it first followed " +
-              (parent[it->second] == kNoParent ? "nothing" : std::to_string(out.original_ids[parent[it->second]]));
+          out.first_prefix_violation = "request " + std::to_string(ri) + ": block id " + std::to_string(r.hash_ids[j]) +
+                                       " at position " + std::to_string(j) + " follows " + name(prev) +
+                                       ", where it first followed " + name(parent[it->second]);
       }
       out.blocks.push_back(it->second);
       prev = it->second;
