@@ -92,6 +92,28 @@ TEST(ResidencyPolicies, RunningRequestsBlocksAreNotEvictedForItsOwnMisses) {
   EXPECT_EQ(r.request_reused_tokens, (std::vector<std::int64_t>{0, 0, 4, 4, 4}));
 }
 
+TEST(ResidencyPolicies, RequestLargerThanHbmKeepsItsFirstBlocks) {
+  for (const char* p : {"lru", "lru-host", "oracle"}) {
+    const Result r = run({{1, 2, 3}, {1, 2, 3}}, p, {2, 0});
+    EXPECT_EQ(r.hits_hbm, 2u) << p;
+    EXPECT_EQ(r.request_missed_tokens, (std::vector<std::int64_t>{12, 4})) << p;
+  }
+  // With a host tier the tail that does not fit is demoted, and reused from host.
+  const Result h = run({{1, 2, 3}, {1, 2, 3}}, "lru-host", {2, 1});
+  EXPECT_EQ(h.hits_hbm, 2u);
+  EXPECT_EQ(h.hits_host, 1u);
+}
+
+TEST(ResidencyPolicies, IdRepeatedWithinARequest) {
+  // Not a prefix hash, but well defined: the repeat is not reused the first time (nothing was resident before
+  // the request), and the block takes one slot.
+  for (const char* p : {"lru", "lru-host", "oracle"}) {
+    const Result r = run({{5, 5}, {5, 5}, {6}, {5}}, p, {1, 0});
+    EXPECT_EQ(r.hits_hbm, 2u) << p;
+    EXPECT_EQ(r.misses, 4u) << p;
+  }
+}
+
 TEST(ResidencyPolicies, LastPartialBlockCountsItsRealTokens) {
   const Result r = run({{1, 2, 3}, {1, 2, 3}, {1, 2, 4}}, "lru", {10, 0}, 4, {10, 10, 9});
   EXPECT_EQ(r.input_tokens, 29);
