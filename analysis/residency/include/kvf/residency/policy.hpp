@@ -1,0 +1,61 @@
+// Residency policies (issue 17): one small class each behind one interface, all listed in one registry that a
+// user extends by appending a PolicyInfo. The simulator (simulate.hpp) owns the prefix rule and the counting;
+// a policy only says where a block lives and what a finished request leaves resident.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvf/residency/trace.hpp"
+
+namespace kvf::residency {
+
+enum class Tier : std::uint8_t { none = 0, hbm = 1, host = 2 };
+
+// Capacities in blocks. host_blocks 0: no host tier.
+struct Capacity {
+  std::size_t hbm_blocks = 0;
+  std::size_t host_blocks = 0;
+};
+
+// Blocks a policy moved between tiers while admitting one request.
+struct Moves {
+  std::size_t demoted = 0;   // HBM -> host
+  std::size_t promoted = 0;  // host -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // Before a replay: the trace (an offline policy may read ahead; an online one must only use requests it was
+  // given through admit) and the capacities (hbm_blocks >= 1). Drops any state of an earlier replay.
+  virtual void reset(const IndexedTrace& trace, const Capacity& capacity) = 0;
+  // Where `block` lives now: Tier::none when it is in no tier.
+  virtual Tier where(BlockId block) const = 0;
+  // Request r has run: `blocks` is trace.request(r), of which the first `hit_prefix` were reused (each in some
+  // tier). The built-in policies make every block of the request resident in HBM (the first capacity.hbm_blocks
+  // distinct ones when it has more), and evict or demote only blocks of other requests to make room.
+  virtual void admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) = 0;
+  // Blocks now in `tier`; the simulator checks them against the capacities after every request.
+  virtual std::size_t resident(Tier tier) const = 0;
+};
+
+struct PolicyInfo {
+  std::string name;     // as --policies spells it
+  std::string summary;  // one line for --help and the README
+  bool host_tier = false;  // false: the policy has only HBM and refuses a host capacity
+  bool offline = false;    // reads the future: a bound, not something a server can run
+  std::function<std::unique_ptr<Policy>()> make;
+};
+
+// Every policy: the built-ins (lru, lru-host, oracle) first. Append a PolicyInfo to add one.
+std::vector<PolicyInfo>& policy_registry();
+// The registry entry named `name`; UsageError("policy <name>: expected one of lru, lru-host, oracle") otherwise.
+const PolicyInfo& find_policy(std::string_view name);
+
+}  // namespace kvf::residency

@@ -1,0 +1,46 @@
+// Replaying a trace against one policy at one capacity (issue 17). Pure counting: no cost model here; the
+// per-request arrays are what a cost model turns into added latency (mean, p50, p99).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvf/residency/policy.hpp"
+#include "kvf/residency/trace.hpp"
+
+namespace kvf::residency {
+
+struct Result {
+  std::string policy;
+  Capacity capacity;
+  int block_tokens = 0;
+  std::size_t requests = 0;
+  std::size_t references = 0;  // block references: every hash id of every request
+  std::size_t hits_hbm = 0;    // references reused from HBM
+  std::size_t hits_host = 0;   // references reused from the host tier (fetched, then promoted)
+  std::size_t misses = 0;      // references - hits_hbm - hits_host
+  std::int64_t input_tokens = 0;
+  std::int64_t reused_tokens = 0;
+  std::int64_t prefill_tokens = 0;  // input_tokens - reused_tokens: what must be prefilled
+  std::size_t demoted = 0;
+  std::size_t promoted = 0;
+  // Per request, in trace order.
+  std::vector<std::int64_t> request_reused_tokens;
+  std::vector<std::uint32_t> request_host_blocks;  // blocks fetched from the host tier
+  std::vector<std::int64_t> request_missed_tokens;
+
+  double hit_rate() const { return references ? double(hits_hbm + hits_host) / double(references) : 0.0; }
+};
+
+// Replays `trace` through `policy`. Per request: the reused prefix is the longest run of leading blocks that
+// policy.where() finds in some tier; its tokens are reused, the rest of input_length is prefilled (the last
+// partial block counts its real tokens, block_tokens_of). Then policy.admit(). UsageError when
+// capacity.hbm_blocks is 0, or capacity.host_blocks > 0 for a policy without a host tier; std::logic_error when
+// a policy holds more blocks in a tier than its capacity (a bug in that policy).
+Result simulate(const IndexedTrace& trace, const PolicyInfo& policy, const Capacity& capacity);
+// By registry name (find_policy).
+Result simulate(const IndexedTrace& trace, std::string_view policy, const Capacity& capacity);
+
+}  // namespace kvf::residency

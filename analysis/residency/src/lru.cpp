@@ -1,0 +1,109 @@
+// `lru` (vLLM's prefix cache: HBM only, evict-only) and `lru-host` (LMCache-style: HBM evictions demote to a
+// host tier, host evictions drop). Both admit a request in two passes: first its resident blocks leave the
+// recency lists, so making room for its misses can only evict other requests' blocks (vLLM holds a running
+// request's blocks by reference count); then its blocks enter HBM last to first, so its first block is the most
+// recent and its tail goes first (vLLM frees a finished sequence's blocks in reverse order).
+#include <vector>
+
+#include "builtin_policies.hpp"
+#include "lru_list.hpp"
+
+namespace kvf::residency {
+namespace {
+
+class Lru final : public Policy {
+ public:
+  void reset(const IndexedTrace& trace, const Capacity& capacity) override {
+    in_.assign(trace.distinct, 0);
+    list_.reset(trace.distinct);
+    capacity_ = capacity.hbm_blocks;
+  }
+  Tier where(BlockId b) const override { return in_[b] ? Tier::hbm : Tier::none; }
+  void admit(std::size_t, std::span<const BlockId> blocks, std::size_t, Moves&) override {
+    for (const BlockId b : blocks)
+      if (in_[b]) {
+        list_.unlink(b);
+        in_[b] = 0;
+      }
+    for (std::size_t j = blocks.size(); j-- > 0;) {
+      const BlockId b = blocks[j];
+      if (in_[b]) list_.unlink(b);  // an id repeated within the request
+      in_[b] = 1;
+      list_.push_front(b);
+      if (list_.size() > capacity_) {
+        const BlockId victim = list_.least_recent();
+        list_.unlink(victim);
+        in_[victim] = 0;
+      }
+    }
+  }
+  std::size_t resident(Tier t) const override { return t == Tier::hbm ? list_.size() : 0; }
+
+ private:
+  std::vector<std::uint8_t> in_;
+  LruList list_;
+  std::size_t capacity_ = 0;
+};
+
+class LruHost final : public Policy {
+ public:
+  void reset(const IndexedTrace& trace, const Capacity& capacity) override {
+    tier_.assign(trace.distinct, Tier::none);
+    hbm_.reset(trace.distinct);
+    host_.reset(trace.distinct);
+    capacity_ = capacity;
+  }
+  Tier where(BlockId b) const override { return tier_[b]; }
+  void admit(std::size_t, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) override {
+    for (std::size_t j = 0; j < blocks.size(); ++j) {
+      const BlockId b = blocks[j];
+      if (tier_[b] == Tier::none) continue;
+      // A host block beyond the reused prefix is prefilled again, not fetched: its host copy just goes.
+      if (tier_[b] == Tier::host && j < hit_prefix) ++moves.promoted;
+      take_out(b);
+    }
+    for (std::size_t j = blocks.size(); j-- > 0;) {
+      const BlockId b = blocks[j];
+      take_out(b);  // an id repeated within the request
+      tier_[b] = Tier::hbm;
+      hbm_.push_front(b);
+      if (hbm_.size() > capacity_.hbm_blocks) demote(hbm_.least_recent(), moves);
+    }
+  }
+  std::size_t resident(Tier t) const override {
+    return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : 0;
+  }
+
+ private:
+  void take_out(BlockId b) {
+    if (tier_[b] == Tier::hbm) hbm_.unlink(b);
+    else if (tier_[b] == Tier::host) host_.unlink(b);
+    tier_[b] = Tier::none;
+  }
+  void demote(BlockId b, Moves& moves) {
+    hbm_.unlink(b);
+    if (capacity_.host_blocks == 0) {
+      tier_[b] = Tier::none;
+      return;
+    }
+    tier_[b] = Tier::host;
+    host_.push_front(b);
+    ++moves.demoted;
+    if (host_.size() > capacity_.host_blocks) {
+      const BlockId dropped = host_.least_recent();
+      host_.unlink(dropped);
+      tier_[dropped] = Tier::none;
+    }
+  }
+
+  std::vector<Tier> tier_;
+  LruList hbm_, host_;
+  Capacity capacity_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_lru() { return std::make_unique<Lru>(); }
+std::unique_ptr<Policy> make_lru_host() { return std::make_unique<LruHost>(); }
+
+}  // namespace kvf::residency
