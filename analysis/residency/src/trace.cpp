@@ -1,10 +1,19 @@
 #include "kvf/residency/trace.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 
+#include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/table.hpp"
 
 namespace kvf::residency {
 namespace {
@@ -63,6 +72,96 @@ bool blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
+// Appends r, with a warning when its id count differs from ceil(input_length / block_tokens).
+void add_request(Trace& trace, Request r, const std::string& where, int block_tokens) {
+  // ceil without overflow: input_length is at most 2^63 - 1.
+  const std::int64_t expected = r.input_length / block_tokens + (r.input_length % block_tokens != 0 ? 1 : 0);
+  if (static_cast<std::uint64_t>(expected) != r.hash_ids.size())
+    trace.warnings.push_back(where + ": request " + std::to_string(trace.requests.size()) + " has " +
+                             std::to_string(r.hash_ids.size()) + " hash_ids, but input_length " +
+                             std::to_string(r.input_length) + " at " + std::to_string(block_tokens) +
+                             " tokens per block needs " + std::to_string(expected));
+  trace.requests.push_back(std::move(r));
+}
+
+// "12 0 7": ids separated by runs of spaces (or tabs); each in [0, 2^63).
+std::vector<std::uint64_t> block_ids_of(std::string_view field, const std::string& where) {
+  std::vector<std::uint64_t> ids;
+  std::size_t i = 0;
+  while (true) {
+    i = field.find_first_not_of(" \t", i);
+    if (i == std::string_view::npos) break;
+    std::size_t end = field.find_first_of(" \t", i);
+    if (end == std::string_view::npos) end = field.size();
+    const std::string_view tok = field.substr(i, end - i);
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+    if (ec != std::errc{} || p != tok.data() + tok.size() || v > static_cast<std::uint64_t>(kMaxInt))
+      throw UsageError(where + ": column 'block_ids': id " + std::to_string(ids.size()) + " '" + shown_value(tok) + "'" +
+                       " is not a whole number in [0, " + std::to_string(kMaxInt) + "]");
+    ids.push_back(v);
+    i = end;
+  }
+  return ids;
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back equal
+  return std::string(buf, p);
+}
+
+// The text both writers share per request, checked so that what is written reads back.
+void check_writable(const Trace& trace, std::size_t i) {
+  const Request& r = trace.requests[i];
+  const std::string what = trace.source + ": request " + std::to_string(i);
+  if (!std::isfinite(r.timestamp_ms) || r.timestamp_ms < 0)
+    throw UsageError(what + ": timestamp " + number_text(r.timestamp_ms) + " ms: expected a finite number >= 0");
+  if (r.input_length < 0 || r.output_length < 0)
+    throw UsageError(what + ": negative input_length or output_length");
+  for (const std::uint64_t id : r.hash_ids)
+    if (id > static_cast<std::uint64_t>(kMaxInt))
+      throw UsageError(what + ": id " + std::to_string(id) + " is not in [0, " + std::to_string(kMaxInt) + "]");
+}
+
+// The whole text to "<path>.tmp", fsync, rename over path: a reader (or a replay) sees the old file or the new
+// one, never half a trace. The harness's own helper (results.cpp) is private to the results writer.
+void write_atomically(const std::filesystem::path& path, const std::string& content) {
+  const std::string tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS) throw WriteError(path.string(), err);
+    throw UsageError(tmp + ": cannot write: " + std::strerror(err));
+  }
+  const auto fail = [&](int err, const std::string& more) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err, more);
+  };
+  if (const int err = write_all(fd, content)) fail(err, {});
+  if (::fsync(fd) != 0 && errno != EINVAL) fail(errno, {});
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw WriteError(path.string(), err, " (renaming " + tmp + " over it)");
+  }
+}
+
+std::string joined_ids(const std::vector<std::uint64_t>& ids, const char* sep) {
+  std::string s;
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    if (j) s += sep;
+    s += std::to_string(ids[j]);
+  }
+  return s;
+}
+
 }  // namespace
 
 std::int64_t block_tokens_of(std::int64_t input_length, std::size_t index, int block_tokens) {
@@ -83,21 +182,72 @@ Trace parse_mooncake_jsonl(std::string_view text, const std::string& source, int
     ++line_no;
     if (blank(line)) continue;
     const std::string where = source + ":" + std::to_string(line_no);
-    Request r = parse_line(line, where);
-    // ceil without overflow: input_length is at most 2^63 - 1.
-    const std::int64_t expected = r.input_length / block_tokens + (r.input_length % block_tokens != 0 ? 1 : 0);
-    if (static_cast<std::uint64_t>(expected) != r.hash_ids.size())
-      trace.warnings.push_back(where + ": request " + std::to_string(trace.requests.size()) + " has " +
-                               std::to_string(r.hash_ids.size()) + " hash_ids, but input_length " +
-                               std::to_string(r.input_length) + " at " + std::to_string(block_tokens) +
-                               " tokens per block needs " + std::to_string(expected));
-    trace.requests.push_back(std::move(r));
+    add_request(trace, parse_line(line, where), where, block_tokens);
   }
   return trace;
 }
 
 Trace read_mooncake_jsonl(const std::filesystem::path& path, int block_tokens) {
   return parse_mooncake_jsonl(read_input_file(path), path.string(), block_tokens);
+}
+
+Trace parse_trace_csv(std::string_view text, const std::string& source, int block_tokens) {
+  check_block_tokens(block_tokens);
+  const CsvTable t = parse_csv_text(text, source);
+  for (const char* c : {"timestamp_ms", "input_length", "output_length", "block_ids"}) t.require_column(c);
+  Trace trace;
+  trace.source = source;
+  for (std::size_t row = 0; row < t.rows.size(); ++row) {
+    const std::string where = t.where(row);
+    const auto required = [&](const char* column) -> const std::string& {
+      const std::string& v = t.at(row, column);
+      if (v.empty()) throw UsageError(where + ": column '" + column + "' is empty");
+      return v;
+    };
+    Request r;
+    required("timestamp_ms");
+    r.timestamp_ms = *parse_number(t, row, "timestamp_ms");
+    if (r.timestamp_ms < 0)
+      throw UsageError(where + ": column 'timestamp_ms': '" + t.at(row, "timestamp_ms") + "' is below 0");
+    required("input_length");
+    r.input_length = *parse_integer(t, row, "input_length", 0, kMaxInt);
+    required("output_length");
+    r.output_length = *parse_integer(t, row, "output_length", 0, kMaxInt);
+    r.hash_ids = block_ids_of(t.at(row, "block_ids"), where);
+    add_request(trace, std::move(r), where, block_tokens);
+  }
+  if (t.torn) trace.warnings.push_back(*t.torn);
+  return trace;
+}
+
+Trace read_trace(const std::filesystem::path& path, int block_tokens) {
+  const std::string text = read_input_file(path);
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return parse_mooncake_jsonl(text, path.string(), block_tokens);
+  return parse_trace_csv(text, path.string(), block_tokens);
+}
+
+void write_mooncake_jsonl(const Trace& trace, const std::filesystem::path& path) {
+  std::string out;
+  for (std::size_t i = 0; i < trace.requests.size(); ++i) {
+    check_writable(trace, i);
+    const Request& r = trace.requests[i];
+    out += "{\"timestamp\": " + number_text(r.timestamp_ms) + ", \"input_length\": " + std::to_string(r.input_length) +
+           ", \"output_length\": " + std::to_string(r.output_length) + ", \"hash_ids\": [" +
+           joined_ids(r.hash_ids, ", ") + "]}\n";
+  }
+  write_atomically(path, out);
+}
+
+void write_trace_csv(const Trace& trace, const std::filesystem::path& path) {
+  std::string out = "timestamp_ms,input_length,output_length,block_ids\n";
+  for (std::size_t i = 0; i < trace.requests.size(); ++i) {
+    check_writable(trace, i);
+    const Request& r = trace.requests[i];
+    out += number_text(r.timestamp_ms) + "," + std::to_string(r.input_length) + "," +
+           std::to_string(r.output_length) + "," + joined_ids(r.hash_ids, " ") + "\n";
+  }
+  write_atomically(path, out);
 }
 
 IndexedTrace index_trace(const Trace& trace, int block_tokens) {

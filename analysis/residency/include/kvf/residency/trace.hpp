@@ -37,6 +37,23 @@ Trace parse_mooncake_jsonl(std::string_view text, const std::string& source, int
 // The same from a file, read through the harness's input limits (kvf/input.hpp: regular files, size cap).
 Trace read_mooncake_jsonl(const std::filesystem::path& path, int block_tokens);
 
+// The suite's own trace format for users' traces: CSV with the header
+// `timestamp_ms,input_length,output_length,block_ids`, block_ids a space-separated list of ids in [0, 2^63) with
+// the same meaning as Mooncake's hash_ids (README "Traces"). Other columns are ignored. Read through the
+// harness's CSV reader (kvf/table.hpp: RFC 4180, file:line errors, input limits); a malformed row throws
+// UsageError("<source>:<line>: column '<name>': ..."); a torn last row and an ids/length mismatch are warnings.
+Trace parse_trace_csv(std::string_view text, const std::string& source, int block_tokens);
+
+// Either format from a file, chosen by content: a first non-blank character '{' is Mooncake JSONL, anything else
+// the suite's CSV (whose header then must name the four columns).
+Trace read_trace(const std::filesystem::path& path, int block_tokens);
+
+// Writers, each atomic (the whole text to "<path>.tmp", fsync, rename over path; on failure the .tmp is removed
+// and kvf::WriteError thrown), so a generated trace can be saved and replayed. A request with a negative or
+// non-finite timestamp, a negative length, or an id of 2^63 or more is UsageError: the readers would refuse it.
+void write_mooncake_jsonl(const Trace& trace, const std::filesystem::path& path);
+void write_trace_csv(const Trace& trace, const std::filesystem::path& path);
+
 // Tokens of block `index` of a prompt of `input_length` tokens: block_tokens for full blocks, the remainder for
 // the last partial one, 0 for ids beyond the prompt (a trace with more ids than its length needs).
 std::int64_t block_tokens_of(std::int64_t input_length, std::size_t index, int block_tokens);
