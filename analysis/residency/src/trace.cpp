@@ -97,8 +97,8 @@ std::vector<std::uint64_t> block_ids_of(std::string_view field, const std::strin
     std::uint64_t v = 0;
     const auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
     if (ec != std::errc{} || p != tok.data() + tok.size() || v > static_cast<std::uint64_t>(kMaxInt))
-      throw UsageError(where + ": column 'block_ids': id " + std::to_string(ids.size()) + " '" + shown_value(tok) + "'" +
-                       " is not a whole number in [0, " + std::to_string(kMaxInt) + "]");
+      throw UsageError(where + ": column 'block_ids': id " + std::to_string(ids.size()) + " '" + shown_value(tok) +
+                       "' is not a whole number in [0, " + std::to_string(kMaxInt) + "]");
     ids.push_back(v);
     i = end;
   }
