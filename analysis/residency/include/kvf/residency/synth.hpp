@@ -53,9 +53,9 @@ struct SynthSpec {
   LogNormalTokens output{300, 0.8};  // generated tokens per request (also what the next turn carries)
 };
 
-// The trace for `spec` (source "synthetic(seed=N)"), identical for the same spec and seed on every platform with
-// IEEE doubles and a libm whose log, exp, cos and sqrt agree (the random numbers come from std::mt19937_64, whose
-// output the standard fixes; the distributions are this file's own: std:: distributions differ between standard
+// The trace for `spec` (source "synthetic(seed=N)"), the same for the same spec and seed wherever doubles are IEEE
+// and libm's log, log1p, exp, pow, cos and sqrt round alike: the random numbers come from std::mt19937_64, whose
+// output the standard fixes, through this file's own distributions (std:: distributions differ between standard
 // libraries). Ids: a block's id is interned from (parent id, content id), numbered 0, 1, ... in order of first
 // appearance, so equal prefixes give equal ids and index_trace finds no prefix violation. Every request has
 // exactly ceil(input_length / block_tokens) ids. A value outside its range is UsageError naming the field.
