@@ -14,6 +14,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "model_inputs.hpp"
 
 namespace kvf::cli {
 
@@ -115,25 +116,6 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   }
 }
 
-// Flag values are checked where CLI11 parses them, so a bad one is one line naming the flag and the value
-// (ValidationError -> exit 2) before any file is read. Written as !(in range): "nan" is refused too.
-CLI::Validator number_in(double lo, double hi, const std::string& allowed, bool whole = false) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number (allowed: " + allowed + ")";
-        if (!(v >= lo && v <= hi) || (whole && v != std::floor(v)))
-          return "'" + text + "' is out of range (allowed: " + allowed + ")";
-        return "";
-      },
-      allowed);
-}
-
-CLI::Validator non_empty(const std::string& what) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string { return text.empty() ? "empty (expected " + what + ")" : ""; }, what);
-}
-
 }  // namespace
 
 void add_model(CLI::App& app) {
@@ -190,26 +172,16 @@ void add_model(CLI::App& app) {
                                       std::pair{reuse, &args->reuse}})
       if (opt->count() > 0 && values->empty())
         throw UsageError(opt->get_name() + ": empty (expected a comma-separated list: " + opt->get_description() + ")");
-    const auto gpus = report::load_gpus(args->gpus_path.empty() ? report::default_gpus_path() : args->gpus_path);
-    report::GpuSpec g = report::find_gpu(gpus, args->gpu);
-    const auto shapes = report::load_shapes(args->models_path);
-    const report::Shape& m = report::find_shape(shapes, args->model);
-    report::ResultSet rs;
-    if (!args->calibrate.empty()) {
-      rs = report::load_results(args->calibrate);
-      std::size_t ceilings = 0;
-      for (const auto& d : report::calibrate(g, rs))
-        if (d.rfind("l2_mib", 0) != 0) ++ceilings;  // the L2 size alone is not a ceiling
-      if (ceilings == 0)
-        throw UsageError("--calibrate " + args->calibrate + ": no stream read, GEMM ceiling or host copy rows to calibrate from");
-    }
+    const ModelInputs in = load_model_inputs(args->gpus_path, args->gpu, args->models_path, args->model, args->calibrate);
+    const report::GpuSpec& g = in.gpu;
+    const report::Shape& m = in.shape();
     report::ActionOptions ao;
     if (!args->tokens.empty()) ao.tokens = args->tokens;
     if (!args->layers.empty()) ao.layers = args->layers;
     if (!args->reuse.empty()) ao.reuse = args->reuse;
     ao.prefill_pages = args->prefill_pages;
     if (price->count() > 0) ao.hbm_price_us_per_mib = args->hbm_price;
-    if (!args->calibrate.empty()) ao.measured = &rs;  // measured arm times replace the model's where present
+    if (!args->calibrate.empty()) ao.measured = &in.calibration;  // measured arm times replace the model's where present
     const auto table = report::action_table(g, m, ao);
     const auto j = report::action_table_json(g, m, ao, table);
     if (args->json == "-") {

@@ -12,6 +12,7 @@ void add_metrics(CLI::App& app);  // cmd_metrics.cpp  (CUPTI metric sets, host A
 void add_counters(CLI::App& app); // cmd_counters.cpp (re-evaluate saved counter images)
 void add_report(CLI::App& app);   // cmd_report.cpp   (report from results)
 void add_model(CLI::App& app);    // cmd_model.cpp    (analytic model)
+void add_residency(CLI::App& app); // cmd_residency.cpp (trace-driven KV residency, issue 17)
 
 // Subcommand callbacks set the process exit code through this (CLI11 callbacks return void).
 void exit_with(int code);

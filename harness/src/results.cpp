@@ -106,6 +106,8 @@ void write_atomically(const fs::path& path, const std::string& content) {
 
 }  // namespace
 
+void write_file_atomically(const fs::path& path, const std::string& content) { write_atomically(path, content); }
+
 std::string CeilingRef::label() const {
   std::string s = study;
   for (const auto& p : match) s += ":" + p.name + "=" + p.value;

@@ -1,9 +1,5 @@
 #include "kvf/residency/trace.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -13,6 +9,7 @@
 #include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
+#include "kvf/results.hpp"
 #include "kvf/table.hpp"
 
 namespace kvf::residency {
@@ -124,35 +121,6 @@ void check_writable(const Trace& trace, std::size_t i) {
       throw UsageError(what + ": id " + std::to_string(id) + " is not in [0, " + std::to_string(kMaxInt) + "]");
 }
 
-// The whole text to "<path>.tmp", fsync, rename over path: a reader (or a replay) sees the old file or the new
-// one, never half a trace. The harness's own helper (results.cpp) is private to the results writer.
-void write_atomically(const std::filesystem::path& path, const std::string& content) {
-  const std::string tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS) throw WriteError(path.string(), err);
-    throw UsageError(tmp + ": cannot write: " + std::strerror(err));
-  }
-  const auto fail = [&](int err, const std::string& more) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw WriteError(path.string(), err, more);
-  };
-  if (const int err = write_all(fd, content)) fail(err, {});
-  if (::fsync(fd) != 0 && errno != EINVAL) fail(errno, {});
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw WriteError(path.string(), err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw WriteError(path.string(), err, " (renaming " + tmp + " over it)");
-  }
-}
-
 std::string joined_ids(const std::vector<std::uint64_t>& ids, const char* sep) {
   std::string s;
   for (std::size_t j = 0; j < ids.size(); ++j) {
@@ -236,7 +204,7 @@ void write_mooncake_jsonl(const Trace& trace, const std::filesystem::path& path)
            ", \"output_length\": " + std::to_string(r.output_length) + ", \"hash_ids\": [" +
            joined_ids(r.hash_ids, ", ") + "]}\n";
   }
-  write_atomically(path, out);
+  write_file_atomically(path, out);
 }
 
 void write_trace_csv(const Trace& trace, const std::filesystem::path& path) {
@@ -247,7 +215,7 @@ void write_trace_csv(const Trace& trace, const std::filesystem::path& path) {
     out += number_text(r.timestamp_ms) + "," + std::to_string(r.input_length) + "," +
            std::to_string(r.output_length) + "," + joined_ids(r.hash_ids, " ") + "\n";
   }
-  write_atomically(path, out);
+  write_file_atomically(path, out);
 }
 
 IndexedTrace index_trace(const Trace& trace, int block_tokens) {

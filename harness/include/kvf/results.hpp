@@ -92,6 +92,12 @@ struct CeilingRef {
 std::optional<double> find_ceiling(const std::filesystem::path& dir, const CeilingRef& ref,
                                    const std::string& mode);
 
+// Any other output file written whole or not at all (kvf residency's CSV and JSON): `content` to `path`.tmp,
+// fsync, rename(2) over `path`, termination signals held off meanwhile; a reader never sees a torn file.
+// WriteError on a failed write (the .tmp removed); UsageError when the .tmp cannot be created (a directory in
+// the way, permissions).
+void write_file_atomically(const std::filesystem::path& path, const std::string& content);
+
 // For a bench: blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread, and so in every thread
 // it starts later, and starts one thread that takes them. That thread waits for a results write in
 // progress to finish, then ends the process by the same signal. Call it first, before any other thread

@@ -1,0 +1,74 @@
+// What a replay costs (issue 17): bytes per block and capacities from the model shape, and per-request added
+// latency from the simulator's per-request arrays, priced by the frontier study's analytic model
+// (kvf/frontier_model.hpp) on a GPU spec, whose peaks `kvf residency --calibrate DIR` may have replaced with
+// measured ceilings (kvf/report.hpp calibrate). Formulas: analysis/residency/README.md "Costs".
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvf/frontier_model.hpp"
+#include "kvf/report.hpp"
+#include "kvf/residency/simulate.hpp"
+
+namespace kvf::residency {
+
+inline constexpr double kGiB = 1073741824.0;  // 2^30 bytes: budgets are in GiB
+
+// Bytes of one block in the resident form: bf16 K/V of every layer, block_tokens tokens
+// (kv_bytes_per_layer(m, block_tokens) x layers; for MLA the latent plus the RoPE key, as kv_bytes_per_layer has it).
+double block_bytes(const report::Shape& m, int block_tokens);
+// floor(budget_gib x 2^30 / bytes_per_block). A budget that is not finite or not positive gives 0.
+std::size_t capacity_blocks(double budget_gib, double bytes_per_block);
+
+// Prices of the two things a request waits for. Build with make_cost_model; g and m must outlive it.
+struct CostModel {
+  const report::GpuSpec* gpu = nullptr;
+  const report::Shape* model = nullptr;
+  int block_tokens = 0;
+  double block_bytes = 0;
+  // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
+  std::string prefill_source, fetch_source;
+};
+CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens);
+
+// Prefill of `missing` prompt tokens after `prefix` reused ones: recompute_layers(missing tokens, one call, all
+// layers) (attention projections, causal attention of the missing tokens over themselves, MLP: 2 x active layer
+// parameters x tokens FLOPs, roofline per kernel at bf16_tflops / hbm_tbps, plus launches), plus per layer the
+// missing tokens' attention over the prefix: 2 x missing x prefix x (qk width + v width) FLOPs against reading
+// the prefix's K/V, fused into the attention kernel (no launch). 0 when missing is 0.
+double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix);
+// Fetching `blocks` host-tier blocks to HBM: transfer(blocks x block_bytes, one copy per block per layer, as
+// the paged cache keeps one tensor per layer) over host_link_gbps. 0 when blocks is 0.
+double fetch_s(const CostModel& c, std::size_t blocks);
+
+// mean, p50, p99 (kvf::quantile_sorted: linear interpolation, type 7) and the sum of per-request seconds.
+struct LatencySummary {
+  double total_s = 0, mean_s = 0, p50_s = 0, p99_s = 0;
+};
+LatencySummary summarize_latency(std::span<const double> per_request_s);
+
+// The no-cache baseline: every request prefills its whole prompt.
+struct Baseline {
+  std::vector<double> request_s;
+  LatencySummary latency;
+};
+Baseline baseline(const CostModel& c, const IndexedTrace& trace);
+
+// One policy at one budget, priced.
+struct CostedResult {
+  Result sim;
+  double hbm_gib = 0, host_gib = 0;  // the budgets asked for (host 0: no host tier)
+  double hit_rate_hbm = 0, hit_rate_host = 0;  // of block references
+  double prefill_avoided = 0;        // reused tokens / input tokens (no cache prefills every input token)
+  double host_bytes = 0;             // over the host link: host-tier hits x block bytes
+  std::vector<double> request_s;     // added latency per request: prefill_s(missed, reused) + fetch_s(host blocks)
+  double prefill_s_total = 0, fetch_s_total = 0;  // their parts, summed over requests
+  LatencySummary added;
+  double prefill_avoided_s = 0;      // baseline total - prefill_s_total: the prefill the cache saved, in time
+};
+CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib);
+
+}  // namespace kvf::residency

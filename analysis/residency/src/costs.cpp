@@ -1,0 +1,121 @@
+#include "kvf/residency/costs.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "kvf/errors.hpp"
+#include "kvf/stats.hpp"
+
+namespace kvf::residency {
+namespace {
+
+// A cost is "model" unless a GPU figure it reads was replaced by a measured ceiling; then it names each.
+std::string source_of(const report::GpuSpec& g, std::initializer_list<const char*> fields) {
+  std::string measured;
+  for (const char* f : fields) {
+    const auto it = g.source.find(f);
+    if (it == g.source.end() || it->second.rfind("measured: ", 0) != 0) continue;
+    measured += (measured.empty() ? "" : "; ") + std::string(f) + " <- " + it->second.substr(10);
+  }
+  return measured.empty() ? "model" : "measured: " + measured;
+}
+
+}  // namespace
+
+double block_bytes(const report::Shape& m, int block_tokens) {
+  return report::kv_bytes_per_layer(m, block_tokens) * m.layers;
+}
+
+std::size_t capacity_blocks(double budget_gib, double bytes_per_block) {
+  if (!(budget_gib > 0) || !std::isfinite(budget_gib) || !(bytes_per_block > 0)) return 0;
+  const double n = std::floor(budget_gib * kGiB / bytes_per_block);
+  // Beyond what a block id can name (2^32) no trace can fill it: the cap changes nothing.
+  return n >= 4294967296.0 ? std::size_t{4294967296} : static_cast<std::size_t>(n);
+}
+
+CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens) {
+  if (block_tokens < 1) throw UsageError("block tokens " + std::to_string(block_tokens) + ": at least 1");
+  CostModel c;
+  c.gpu = &g;
+  c.model = &m;
+  c.block_tokens = block_tokens;
+  c.block_bytes = block_bytes(m, block_tokens);
+  c.prefill_source = source_of(g, {"bf16_tflops", "hbm_tbps", "launch_us"});
+  c.fetch_source = source_of(g, {"host_link_gbps", "copy_fixed_us"});
+  return c;
+}
+
+double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) {
+  if (missing <= 0) return 0;
+  const report::Shape& m = *c.model;
+  const auto M = static_cast<double>(missing), P = static_cast<double>(prefix);
+  double s = report::recompute_layers(*c.gpu, m, M, 1, m.layers).seconds;
+  if (prefix > 0) {
+    // recompute_layers counts attention over the tokens themselves only; the prefix part is QK^T and PV of
+    // every missing token against every prefix token, reading the prefix's K/V once per layer.
+    const double qk = m.mla ? m.n_heads * (m.qk_nope + m.qk_rope) : m.n_heads * m.head_dim;
+    const double v = m.mla ? m.n_heads * m.v_head : m.n_heads * m.head_dim;
+    s += m.layers * report::roofline_s(*c.gpu, 2 * M * P * (qk + v), report::kv_bytes_per_layer(m, P));
+  }
+  return s;
+}
+
+double fetch_s(const CostModel& c, std::size_t blocks) {
+  if (blocks == 0) return 0;
+  const double copies = static_cast<double>(blocks) * c.model->layers;
+  if (copies > INT_MAX) throw UsageError("a host fetch of " + std::to_string(blocks) + " blocks x " +
+                                         report::fmt(c.model->layers) + " layers: more copies than modelled (2^31)");
+  return report::transfer(*c.gpu, static_cast<double>(blocks) * c.block_bytes, static_cast<int>(copies),
+                          c.gpu->host_link_gbps)
+      .seconds;
+}
+
+LatencySummary summarize_latency(std::span<const double> per_request_s) {
+  LatencySummary s;
+  if (per_request_s.empty()) return s;
+  std::vector<double> sorted(per_request_s.begin(), per_request_s.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (double x : sorted) s.total_s += x;
+  s.mean_s = s.total_s / static_cast<double>(sorted.size());
+  s.p50_s = quantile_sorted(sorted, 0.5);
+  s.p99_s = quantile_sorted(sorted, 0.99);
+  return s;
+}
+
+Baseline baseline(const CostModel& c, const IndexedTrace& trace) {
+  Baseline b;
+  b.request_s.reserve(trace.requests());
+  for (std::size_t r = 0; r < trace.requests(); ++r) b.request_s.push_back(prefill_s(c, trace.input_length[r], 0));
+  b.latency = summarize_latency(b.request_s);
+  return b;
+}
+
+CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib) {
+  if (base.request_s.size() != sim.requests)
+    throw std::logic_error("price: a baseline of " + std::to_string(base.request_s.size()) + " requests for a replay of " +
+                           std::to_string(sim.requests));
+  CostedResult out;
+  out.sim = sim;
+  out.hbm_gib = hbm_gib;
+  out.host_gib = host_gib;
+  if (sim.references) {
+    out.hit_rate_hbm = double(sim.hits_hbm) / double(sim.references);
+    out.hit_rate_host = double(sim.hits_host) / double(sim.references);
+  }
+  out.prefill_avoided = sim.input_tokens ? double(sim.reused_tokens) / double(sim.input_tokens) : 0;
+  out.host_bytes = double(sim.hits_host) * c.block_bytes;
+  out.request_s.resize(sim.requests);
+  for (std::size_t r = 0; r < sim.requests; ++r) {
+    const double p = prefill_s(c, sim.request_missed_tokens[r], sim.request_reused_tokens[r]);
+    const double f = fetch_s(c, sim.request_host_blocks[r]);
+    out.prefill_s_total += p;
+    out.fetch_s_total += f;
+    out.request_s[r] = p + f;
+  }
+  out.added = summarize_latency(out.request_s);
+  out.prefill_avoided_s = base.latency.total_s - out.prefill_s_total;
+  return out;
+}
+
+}  // namespace kvf::residency

@@ -1,0 +1,358 @@
+// `kvf residency --trace FILE --model NAME --gpu NAME --hbm-gib X | --sweep-hbm A:B:STEPS ...`: replays a request
+// trace against a prefix cache per policy and HBM budget (analysis/residency) and prices each replay with the
+// frontier study's analytic model, calibrated by a results directory when --calibrate is given
+// (kvf/residency/costs.hpp). analysis/residency/README.md states the semantics and every formula.
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kvf/csv.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/residency/costs.hpp"
+#include "kvf/residency/policy.hpp"
+#include "kvf/residency/simulate.hpp"
+#include "kvf/residency/synth.hpp"
+#include "kvf/residency/trace.hpp"
+#include "kvf/results.hpp"
+#include "model_inputs.hpp"
+
+namespace kvf::cli {
+
+namespace {
+
+namespace rs = kvf::residency;
+using ojson = nlohmann::ordered_json;
+
+inline constexpr double kMaxGib = 1e9;      // beyond any machine: a typo, not a budget
+inline constexpr int kMaxSweepSteps = 1000;
+inline constexpr int kMaxBlockTokens = 1 << 20;
+
+struct Args {
+  std::string trace, model, gpu, calibrate, policies = "lru,lru-host,oracle", sweep, out, gpus_path, models_path,
+      save_trace;
+  bool synthetic = false;
+  std::uint64_t seed = 1;
+  std::int64_t synthetic_requests = 4000;
+  double hbm_gib = 0, host_gib = 0;
+  int block_tokens = rs::kMooncakeBlockTokens;
+};
+
+std::string policy_names() {
+  std::string s;
+  for (const auto& p : rs::policy_registry()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+// --policies a,b,c: registry names, each once.
+std::vector<const rs::PolicyInfo*> parse_policies(const std::string& text) {
+  std::vector<const rs::PolicyInfo*> out;
+  std::set<std::string> seen;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const rs::PolicyInfo* found = nullptr;
+    for (const auto& p : rs::policy_registry())
+      if (p.name == name) found = &p;
+    if (!found) bad_flag("--policies", text, "unknown policy " + shown_value(name) + " (allowed: " + policy_names() + ")");
+    if (!seen.insert(name).second) bad_flag("--policies", text, "policy " + name + " given twice");
+    out.push_back(found);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// --sweep-hbm A:B:STEPS: STEPS budgets from A to B GiB, both included, evenly spaced.
+std::vector<double> parse_sweep(const std::string& text) {
+  const std::string allowed = "expected A:B:STEPS, 0 < A < B <= " + report::fmt(kMaxGib) +
+                              " GiB and STEPS a whole number in 2.." + std::to_string(kMaxSweepSteps);
+  double v[3] = {0, 0, 0};
+  std::size_t start = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t colon = text.find(':', start);
+    if ((i < 2) == (colon == std::string::npos)) bad_flag("--sweep-hbm", text, allowed);
+    const std::string part = text.substr(start, i < 2 ? colon - start : std::string::npos);
+    const auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v[i]);
+    if (part.empty() || ec != std::errc{} || p != part.data() + part.size()) bad_flag("--sweep-hbm", text, allowed);
+    start = colon + 1;
+  }
+  if (!(v[0] > 0 && v[0] < v[1] && v[1] <= kMaxGib && v[2] >= 2 && v[2] <= kMaxSweepSteps && v[2] == std::floor(v[2])))
+    bad_flag("--sweep-hbm", text, allowed);
+  std::vector<double> out;
+  const int n = static_cast<int>(v[2]);
+  for (int i = 0; i < n; ++i) out.push_back(i == n - 1 ? v[1] : v[0] + (v[1] - v[0]) * i / (n - 1));
+  return out;
+}
+
+CLI::Validator gib_value() {
+  const std::string allowed = "GiB > 0, fractional allowed, at most " + report::fmt(kMaxGib);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number (allowed: " + allowed + ")";
+        if (!(v > 0 && v <= kMaxGib)) return "'" + text + "' is out of range (allowed: " + allowed + ")";
+        return "";
+      },
+      allowed);
+}
+
+// Blocks in `gib`; a budget holding no block is refused, naming the flag, the value and the least budget.
+std::size_t blocks_in(double gib, const rs::CostModel& c, const std::string& flag, const std::string& value) {
+  const std::size_t n = rs::capacity_blocks(gib, c.block_bytes);
+  if (n == 0)
+    bad_flag(flag, value,
+             report::fmt(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
+                 ", " + std::to_string(c.block_tokens) + " tokens, bf16 K/V of " + report::fmt(c.model->layers) +
+                 " layers; allowed: at least " + report::fmt(c.block_bytes / rs::kGiB) + " GiB)");
+  return n;
+}
+
+double us(double s) { return s * 1e6; }
+
+// Every figure of one policy at one budget: the CSV row and the JSON row are both this object.
+ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Baseline& base, const rs::CostModel& c) {
+  const auto& s = r.sim;
+  ojson j;
+  j["policy"] = s.policy;
+  j["offline"] = p.offline;
+  j["hbm_gib"] = r.hbm_gib;
+  j["host_gib"] = r.host_gib;
+  j["hbm_blocks"] = s.capacity.hbm_blocks;
+  j["host_blocks"] = s.capacity.host_blocks;
+  j["requests"] = s.requests;
+  j["references"] = s.references;
+  j["hits_hbm"] = s.hits_hbm;
+  j["hits_host"] = s.hits_host;
+  j["misses"] = s.misses;
+  j["hit_rate_hbm"] = r.hit_rate_hbm;
+  j["hit_rate_host"] = r.hit_rate_host;
+  j["hit_rate"] = s.hit_rate();
+  j["input_tokens"] = s.input_tokens;
+  j["reused_tokens"] = s.reused_tokens;
+  j["prefill_tokens"] = s.prefill_tokens;
+  j["prefill_avoided"] = r.prefill_avoided;
+  j["demoted_blocks"] = s.demoted;
+  j["promoted_blocks"] = s.promoted;
+  j["host_link_bytes"] = r.host_bytes;
+  j["added_mean_us"] = us(r.added.mean_s);
+  j["added_p50_us"] = us(r.added.p50_s);
+  j["added_p99_us"] = us(r.added.p99_s);
+  j["added_total_s"] = r.added.total_s;
+  j["prefill_total_s"] = r.prefill_s_total;
+  j["fetch_total_s"] = r.fetch_s_total;
+  j["nocache_mean_us"] = us(base.latency.mean_s);
+  j["nocache_p50_us"] = us(base.latency.p50_s);
+  j["nocache_p99_us"] = us(base.latency.p99_s);
+  j["nocache_total_s"] = base.latency.total_s;
+  j["prefill_avoided_s"] = r.prefill_avoided_s;
+  j["prefill_source"] = c.prefill_source;
+  j["fetch_source"] = c.fetch_source;
+  return j;
+}
+
+std::string csv_text(const std::vector<ojson>& rows) {
+  std::vector<std::string> header;
+  for (const auto& [k, v] : rows.front().items()) header.push_back(k);
+  std::string out = csv_line(header);
+  for (const auto& row : rows) {
+    std::vector<std::string> f;
+    for (const auto& [k, v] : row.items())
+      f.push_back(v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "true" : "false")
+                                                                         : csv_number(v.get<double>()));
+    out += csv_line(f);
+  }
+  return out;
+}
+
+void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
+  const auto& first = rows.front();
+  std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
+              std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
+  std::printf("  %-10s %8s %9s %9s %8s %10s %12s %12s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host", "avoided",
+              "avoided_s", "added_p50_ms", "added_p99_ms", "host_GB");
+  for (const auto& r : rows)
+    std::printf("  %-10s %8s %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %10.4g\n",
+                (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
+                report::fmt(r["host_gib"].get<double>()).c_str(), r["hit_rate_hbm"].get<double>(),
+                r["hit_rate_host"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
+                r["prefill_avoided_s"].get<double>(), r["added_p50_us"].get<double>() / 1e3,
+                r["added_p99_us"].get<double>() / 1e3, r["host_link_bytes"].get<double>() / 1e9);
+  std::printf("  %-10s %8s %9s %9s %7.2f%% %10s %12.4g %12.4g %10s\n", "no cache", "-", "-", "-", 0.0, "0",
+              base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, "-");
+}
+
+void write_outputs(const std::string& dir, const std::vector<ojson>& rows, const ojson& inputs) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw UsageError("--out " + dir + ": cannot create the directory" + (ec ? ": " + ec.message() : std::string{}));
+  write_file_atomically(std::filesystem::path(dir) / "residency.csv", csv_text(rows));
+  ojson j = inputs;
+  j["rows"] = rows;
+  write_file_atomically(std::filesystem::path(dir) / "residency.json", j.dump(2) + "\n");
+}
+
+void run_residency(const Args& a) {
+  // Every flag is checked before any file is read: a bad value is one line, nothing written.
+  if (a.sweep.empty() && a.hbm_gib == 0)
+    throw UsageError("--hbm-gib or --sweep-hbm: one is needed (an HBM budget in GiB, or A:B:STEPS)");
+  if (!a.sweep.empty() && a.hbm_gib > 0)
+    throw UsageError("--hbm-gib with --sweep-hbm " + shown_value(a.sweep) + ": give one (the sweep sets the HBM budgets)");
+  const auto policies = parse_policies(a.policies);
+  const std::vector<double> budgets = a.sweep.empty() ? std::vector<double>{a.hbm_gib} : parse_sweep(a.sweep);
+  if (a.synthetic == !a.trace.empty())
+    throw UsageError(a.synthetic ? "--trace " + shown_value(a.trace) + " with --synthetic: give one (a trace file, or a generated trace)"
+                                 : "--trace FILE or --synthetic: one is needed");
+  if (!a.synthetic && !a.save_trace.empty())
+    throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
+
+  const ModelInputs in = load_model_inputs(a.gpus_path, a.gpu, a.models_path, a.model, a.calibrate);
+  const rs::CostModel cost = rs::make_cost_model(in.gpu, in.shape(), a.block_tokens);
+  std::vector<std::size_t> hbm_blocks;
+  for (double b : budgets)
+    hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
+                                   a.sweep.empty() ? report::fmt(b) : a.sweep));
+  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", report::fmt(a.host_gib)) : 0;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const rs::Trace trace = [&] {
+    if (a.synthetic) {
+      rs::SynthSpec spec;
+      spec.seed = a.seed;
+      spec.requests = a.synthetic_requests;
+      spec.block_tokens = a.block_tokens;
+      rs::Trace t = rs::generate_trace(spec);
+      if (!a.save_trace.empty()) rs::write_mooncake_jsonl(t, a.save_trace);
+      return t;
+    }
+    try {
+      return rs::read_trace(a.trace, a.block_tokens);  // Mooncake JSONL or the suite's CSV, by content
+    } catch (const UsageError& e) {  // the reader names the file (and line); the user also sees the flag
+      throw UsageError("--trace " + std::string(e.what()));
+    }
+  }();
+  const std::string trace_name = a.synthetic ? trace.source : a.trace;
+  const rs::IndexedTrace it = rs::index_trace(trace, a.block_tokens);
+  std::printf("trace %s: %zu requests, %zu block references, %zu distinct blocks, %zu warnings%s\n", trace_name.c_str(),
+              it.requests(), it.references(), it.distinct, trace.warnings.size(),
+              trace.warnings.empty() ? "" : (" (first: " + trace.warnings.front() + ")").c_str());
+  if (it.prefix_violations)
+    std::printf("trace: %zu prefix violations (first: %s): the oracle's bound does not hold\n", it.prefix_violations,
+                it.first_prefix_violation.c_str());
+  std::printf("model %s, GPU %s, %d tokens per block, %s bytes per block (bf16 K/V, %s layers)\n",
+              in.shape().name.c_str(), in.gpu.name.c_str(), a.block_tokens, report::fmt(cost.block_bytes).c_str(),
+              report::fmt(in.shape().layers).c_str());
+  std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
+  for (const auto* p : policies)
+    if (host_blocks > 0 && !p->host_tier)
+      std::printf("note: %s has no host tier: --host-gib %s not applied to it (HBM only)\n", p->name.c_str(),
+                  report::fmt(a.host_gib).c_str());
+
+  const rs::Baseline base = rs::baseline(cost, it);
+  std::vector<ojson> rows;
+  for (std::size_t b = 0; b < budgets.size(); ++b) {
+    std::vector<ojson> at_budget;
+    for (const auto* p : policies) {
+      const std::size_t host = p->host_tier ? host_blocks : 0;
+      const rs::Result sim = rs::simulate(it, *p, rs::Capacity{hbm_blocks[b], host});
+      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0);
+      at_budget.push_back(row_of(priced, *p, base, cost));
+    }
+    print_table(at_budget, base);
+    rows.insert(rows.end(), at_budget.begin(), at_budget.end());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\n* offline: reads the future (a bound, README \"The oracle's bound\"). avoided: reused / input tokens; "
+              "avoided_s: no-cache prefill time - the policy's, summed over requests; added latency: prefill of the missed "
+              "tokens + host fetches, per request.\n");
+  std::printf("%zu replays in %.3g s (trace read included)\n", rows.size(), secs);
+
+  if (a.out.empty()) return;
+  ojson inputs;
+  inputs["trace"] = {{"path", trace_name},          {"requests", it.requests()},
+                     {"references", it.references()}, {"distinct_blocks", it.distinct},
+                     {"warnings", trace.warnings.size()}, {"prefix_violations", it.prefix_violations}};
+  inputs["model"] = in.shape().name;
+  inputs["gpu"] = in.gpu.name;
+  inputs["calibrate"] = a.calibrate;
+  inputs["calibration"] = in.calibrated;
+  inputs["block_tokens"] = a.block_tokens;
+  inputs["block_bytes"] = cost.block_bytes;
+  inputs["block_form"] = "bf16 K/V, all layers";
+  inputs["policies"] = a.policies;
+  inputs["hbm_gib"] = budgets;
+  inputs["host_gib"] = a.host_gib;
+  inputs["prefill_source"] = cost.prefill_source;
+  inputs["fetch_source"] = cost.fetch_source;
+  write_outputs(a.out, rows, inputs);
+  std::printf("wrote %s/residency.csv and %s/residency.json\n", a.out.c_str(), a.out.c_str());
+}
+
+}  // namespace
+
+void add_residency(CLI::App& app) {
+  auto args = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "residency",
+      "Replay a request trace (Mooncake JSONL, the suite's CSV, or --synthetic) against a KV prefix cache per policy and HBM budget: hit rates by "
+      "tier, prefill avoided, host link bytes, added latency per request (analysis/residency/README.md)");
+  sub->add_option("--trace", args->trace,
+                  "Request trace: Mooncake JSONL (timestamp, input_length, output_length, hash_ids) or the suite's CSV "
+                  "(timestamp_ms, input_length, output_length, block_ids), told apart by content. Or --synthetic")
+      ->check(non_empty("a trace file"));
+  sub->add_flag("--synthetic", args->synthetic,
+                "Replay a generated trace instead (shared system prompts, multi-turn sessions, RAG over a document "
+                "pool; analysis/residency/README.md states the model and its defaults)");
+  sub->add_option("--seed", args->seed, "Seed of --synthetic (the same seed, the same trace)")->capture_default_str();
+  sub->add_option("--synthetic-requests", args->synthetic_requests, "Requests of --synthetic")
+      ->capture_default_str()
+      ->check(number_in(1, 10000000, "whole requests in [1, 10000000]", true));
+  sub->add_option("--save-trace", args->save_trace, "With --synthetic: also write the generated trace as Mooncake JSONL to FILE")
+      ->check(non_empty("a file"));
+  sub->add_option("--model", args->model, "Model from data/models.json: name, alias or Hugging Face id, case-blind")
+      ->required()
+      ->check(non_empty("a model name"));
+  sub->add_option("--gpu", args->gpu, "GPU from data/gpus.json, name or alias, case-blind")
+      ->required()
+      ->check(non_empty("a GPU name"));
+  sub->add_option("--calibrate", args->calibrate,
+                  "Results directory whose measured ceilings (GEMM, stream read, host copy fit) replace the spec peaks")
+      ->check(non_empty("a results directory"));
+  sub->add_option("--hbm-gib", args->hbm_gib, "HBM budget for KV blocks in GiB (2^30 bytes), fractional allowed; "
+                                              "capacity = floor(budget / bytes per block). Or --sweep-hbm")
+      ->check(gib_value());
+  sub->add_option("--host-gib", args->host_gib, "Host-tier budget in GiB, for policies with a host tier (lru-host); "
+                                                "policies without one run HBM only, with a note")
+      ->check(gib_value());
+  sub->add_option("--block-tokens", args->block_tokens, "Tokens per block, as the trace's hash ids were made")
+      ->capture_default_str()
+      ->check(number_in(1, kMaxBlockTokens, "whole tokens in [1, " + std::to_string(kMaxBlockTokens) + "]", true));
+  sub->add_option("--policies", args->policies, "Comma-separated policies (" + policy_names() + ")")
+      ->capture_default_str()
+      ->check(non_empty("a comma-separated policy list"));
+  sub->add_option("--sweep-hbm", args->sweep, "HBM budgets A:B:STEPS: STEPS budgets from A to B GiB, both included, "
+                                              "evenly spaced (instead of --hbm-gib)")
+      ->check(non_empty("A:B:STEPS"));
+  sub->add_option("--out", args->out, "Write residency.csv and residency.json (each whole or not at all) to DIR")
+      ->check(non_empty("a directory"));
+  sub->add_option("--gpus", args->gpus_path, "GPU spec file (default: gpus.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)")
+      ->check(non_empty("a GPU spec file"));
+  sub->add_option("--models-file", args->models_path, "Model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)")
+      ->check(non_empty("a model shape file"));
+  sub->callback([args] {
+    run_residency(*args);
+    exit_with(kExitOk);
+  });
+}
+
+}  // namespace kvf::cli

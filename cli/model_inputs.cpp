@@ -1,0 +1,45 @@
+#include "model_inputs.hpp"
+
+#include <cmath>
+
+#include "kvf/errors.hpp"
+
+namespace kvf::cli {
+
+ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& gpu, const std::string& models_path,
+                              const std::string& model, const std::string& calibrate_dir) {
+  ModelInputs in;
+  const auto gpus = report::load_gpus(gpus_path.empty() ? report::default_gpus_path() : gpus_path);
+  in.gpu = report::find_gpu(gpus, gpu);
+  in.shapes = report::load_shapes(models_path);
+  in.model = static_cast<std::size_t>(&report::find_shape(in.shapes, model) - in.shapes.data());
+  if (!calibrate_dir.empty()) {
+    in.calibration = report::load_results(calibrate_dir);
+    in.calibrated = report::calibrate(in.gpu, in.calibration);
+    std::size_t ceilings = 0;
+    for (const auto& d : in.calibrated)
+      if (d.rfind("l2_mib", 0) != 0) ++ceilings;  // the L2 size alone is not a ceiling
+    if (ceilings == 0)
+      throw UsageError("--calibrate " + calibrate_dir + ": no stream read, GEMM ceiling or host copy rows to calibrate from");
+  }
+  return in;
+}
+
+CLI::Validator number_in(double lo, double hi, const std::string& allowed, bool whole) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number (allowed: " + allowed + ")";
+        if (!(v >= lo && v <= hi) || (whole && v != std::floor(v)))
+          return "'" + text + "' is out of range (allowed: " + allowed + ")";
+        return "";
+      },
+      allowed);
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string { return text.empty() ? "empty (expected " + what + ")" : ""; }, what);
+}
+
+}  // namespace kvf::cli

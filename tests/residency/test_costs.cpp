@@ -1,0 +1,160 @@
+// Costs of a replay (issue 17): bytes per block, capacity floors, the prefill and fetch terms against
+// hand-computed figures, latency percentiles, and totals that add up.
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvf/residency/costs.hpp"
+#include "residency_test_util.hpp"
+
+namespace kvf::residency {
+namespace {
+
+const report::Shape& llama8b() {
+  static const auto shapes = report::load_shapes();
+  return report::find_shape(shapes, "Llama-3.1-8B");
+}
+
+// A GPU whose memory and launches cost nothing: every kernel is compute-bound at 1000 TFLOP/s, so prefill time
+// is FLOPs / 1e15 exactly.
+report::GpuSpec compute_only() {
+  report::GpuSpec g;
+  g.name = "test";
+  g.bf16_tflops = 1000;
+  g.hbm_tbps = 1e12;
+  g.host_link_gbps = 50;
+  g.copy_fixed_us = 10;
+  return g;
+}
+
+TEST(ResidencyCosts, BytesPerBlockOfLlama8bBf16) {
+  // 2 (K and V) x 8 KV heads x 128 head dim x 2 bytes x 32 layers x block tokens
+  EXPECT_EQ(block_bytes(llama8b(), 512), 2.0 * 8 * 128 * 2 * 32 * 512);
+  EXPECT_EQ(block_bytes(llama8b(), 512), 67108864.0);
+  EXPECT_EQ(block_bytes(llama8b(), 16), 2.0 * 8 * 128 * 2 * 32 * 16);
+}
+
+TEST(ResidencyCosts, BytesPerBlockOfMlaIsTheLatentPlusRopeKey) {
+  static const auto shapes = report::load_shapes();
+  const auto& ds = report::find_shape(shapes, "DeepSeek-V3");
+  ASSERT_TRUE(ds.mla);
+  // (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes x 61 layers x 512 tokens
+  EXPECT_EQ(block_bytes(ds, 512), (512.0 + 64) * 2 * 61 * 512);
+}
+
+TEST(ResidencyCosts, CapacityIsTheFloorOfBudgetOverBlockBytes) {
+  const double b = 67108864;  // 1/16 GiB
+  EXPECT_EQ(capacity_blocks(8, b), 128u);
+  EXPECT_EQ(capacity_blocks(0.0625, b), 1u);
+  EXPECT_EQ(capacity_blocks(0.0624, b), 0u);
+  EXPECT_EQ(capacity_blocks(0.1, b), 1u);  // 1.6 blocks
+  EXPECT_EQ(capacity_blocks(312.5, b), 5000u);
+  EXPECT_EQ(capacity_blocks(1, 3 * 1024.0 * 1024 * 1024 / 7), 2u);  // 2.33 blocks
+  EXPECT_EQ(capacity_blocks(0, b), 0u);
+  EXPECT_EQ(capacity_blocks(-1, b), 0u);
+  EXPECT_EQ(capacity_blocks(std::nan(""), b), 0u);
+}
+
+TEST(ResidencyCosts, PrefillIsTwiceActiveParametersPerTokenPlusAttention) {
+  const auto g = compute_only();
+  const CostModel c = make_cost_model(g, llama8b(), 512);
+  // Llama-3.1-8B per layer: attention projections 4096 x (4096 + 2 x 1024) + 4096 x 4096, MLP 3 x 4096 x 14336.
+  const double params = 4096.0 * (4096 + 2048) + 4096.0 * 4096 + 3.0 * 4096 * 14336;
+  const double M = 1000, P = 3000, qdim = 32 * 128;
+  // per layer: 2 x params x M, causal attention over the M tokens (2 x M x M x qdim), M over the prefix
+  // (QK^T and PV: 2 x M x P x (qdim + qdim))
+  const double flops = 32 * (2 * params * M + 2 * M * M * qdim + 2 * M * P * (qdim + qdim));
+  EXPECT_NEAR(prefill_s(c, 1000, 3000), flops / 1e15, 1e-12);
+  EXPECT_NEAR(prefill_s(c, 1000, 0), 32 * (2 * params * M + 2 * M * M * qdim) / 1e15, 1e-12);
+  EXPECT_EQ(prefill_s(c, 0, 3000), 0.0);
+}
+
+TEST(ResidencyCosts, FetchIsOneCopyPerBlockPerLayerOverTheHostLink) {
+  const auto g = compute_only();
+  const CostModel c = make_cost_model(g, llama8b(), 512);
+  EXPECT_NEAR(fetch_s(c, 3), 3 * 32 * 10e-6 + 3 * 67108864.0 / 50e9, 1e-15);
+  EXPECT_EQ(fetch_s(c, 0), 0.0);
+}
+
+TEST(ResidencyCosts, SourcesNameMeasuredFields) {
+  auto g = compute_only();
+  EXPECT_EQ(make_cost_model(g, llama8b(), 512).prefill_source, "model");
+  EXPECT_EQ(make_cost_model(g, llama8b(), 512).fetch_source, "model");
+  g.source["bf16_tflops"] = "measured: 700 TFLOP/s, frontier arm=gemm_ceiling (cold) in r";
+  g.source["hbm_tbps"] = "spec sheet";
+  g.source["host_link_gbps"] = "measured: 25 GB/s, fit over 3 rows";
+  const CostModel c = make_cost_model(g, llama8b(), 512);
+  EXPECT_EQ(c.prefill_source, "measured: bf16_tflops <- 700 TFLOP/s, frontier arm=gemm_ceiling (cold) in r");
+  EXPECT_EQ(c.fetch_source, "measured: host_link_gbps <- 25 GB/s, fit over 3 rows");
+}
+
+TEST(ResidencyCosts, LatencyPercentilesOnAHandMadeArray) {
+  const std::vector<double> xs = {4, 1, 3, 2, 10};
+  const auto s = summarize_latency(xs);
+  EXPECT_EQ(s.total_s, 20);
+  EXPECT_EQ(s.mean_s, 4);
+  EXPECT_EQ(s.p50_s, 3);
+  EXPECT_NEAR(s.p99_s, 4 + 0.96 * 6, 1e-12);  // type 7: rank 0.99 x 4 = 3.96 between 4 and 10
+  const auto one = summarize_latency(std::vector<double>{7});
+  EXPECT_EQ(one.p50_s, 7);
+  EXPECT_EQ(one.p99_s, 7);
+  EXPECT_EQ(summarize_latency(std::vector<double>{}).total_s, 0);
+}
+
+TEST(ResidencyCosts, TotalsAddUpAndAHostHitCostsItsFetch) {
+  const auto g = compute_only();
+  const int bt = 4;
+  const CostModel c = make_cost_model(g, llama8b(), bt);
+  // HBM 1 block, host 4: request 3 finds block 1 on the host (demoted by request 2): fetched, nothing prefilled.
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {1}, {1, 3}, {5, 6}}, bt, {4, 4, 4, 6, 8}), bt);
+  const Baseline base = baseline(c, trace);
+  for (const char* policy : {"lru", "lru-host"}) {
+    const Capacity cap{1, std::string(policy) == "lru" ? 0u : 4u};
+    const Result sim = simulate(trace, policy, cap);
+    const CostedResult r = price(c, sim, base, 1, 1);
+    double sum = 0;
+    for (std::size_t i = 0; i < sim.requests; ++i) {
+      EXPECT_DOUBLE_EQ(r.request_s[i], prefill_s(c, sim.request_missed_tokens[i], sim.request_reused_tokens[i]) +
+                                           fetch_s(c, sim.request_host_blocks[i]));
+      sum += r.request_s[i];
+    }
+    EXPECT_DOUBLE_EQ(r.added.total_s, sum) << policy;
+    EXPECT_DOUBLE_EQ(r.added.mean_s * double(sim.requests), sum) << policy;
+    EXPECT_DOUBLE_EQ(r.prefill_s_total + r.fetch_s_total, sum) << policy;
+    EXPECT_DOUBLE_EQ(r.prefill_avoided_s, base.latency.total_s - r.prefill_s_total) << policy;
+    EXPECT_EQ(r.host_bytes, double(sim.hits_host) * c.block_bytes) << policy;
+    EXPECT_DOUBLE_EQ(r.prefill_avoided, double(sim.reused_tokens) / double(sim.input_tokens)) << policy;
+    EXPECT_DOUBLE_EQ(r.hit_rate_hbm + r.hit_rate_host, sim.hit_rate()) << policy;
+  }
+  const Result host = simulate(trace, "lru-host", Capacity{1, 4});
+  ASSERT_EQ(host.request_host_blocks[2], 1u);
+  EXPECT_EQ(price(c, host, base, 1, 1).request_s[2], fetch_s(c, 1));
+  // No cache: every request prefills its whole prompt from an empty prefix.
+  EXPECT_EQ(base.request_s[3], prefill_s(c, 6, 0));
+  EXPECT_DOUBLE_EQ(base.latency.total_s, prefill_s(c, 4, 0) * 3 + prefill_s(c, 6, 0) + prefill_s(c, 8, 0));
+}
+
+TEST(ResidencyCosts, TheCommittedTraceCostsLessWithACacheThanWithout) {
+  const auto shapes = report::load_shapes();
+  const auto gpus = report::load_gpus(report::default_gpus_path());
+  const auto& g = report::find_gpu(gpus, "H100 SXM");
+  const CostModel c = make_cost_model(g, report::find_shape(shapes, "Llama-3.1-8B"), kMooncakeBlockTokens);
+  Trace t;
+  try {
+    t = read_mooncake_jsonl(KVF_RESIDENCY_TRACE, kMooncakeBlockTokens);
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "trace " << KVF_RESIDENCY_TRACE << " not readable: " << e.what();
+  }
+  const auto it = index_trace(t, kMooncakeBlockTokens);
+  const Baseline base = baseline(c, it);
+  const auto lru = price(c, simulate(it, "lru", Capacity{4000, 0}), base, 250, 0);
+  const auto oracle = price(c, simulate(it, "oracle", Capacity{4000, 0}), base, 250, 0);
+  EXPECT_GT(lru.prefill_avoided_s, 0);
+  EXPECT_LT(lru.added.total_s, base.latency.total_s);
+  EXPECT_GE(oracle.sim.hits_hbm, lru.sim.hits_hbm);
+  EXPECT_NEAR(lru.added.mean_s * double(it.requests()), lru.added.total_s, 1e-9 * lru.added.total_s);
+}
+
+}  // namespace
+}  // namespace kvf::residency
