@@ -67,6 +67,9 @@ constexpr int kMaxItemHeads = 16;   // kv heads per work item at most
 constexpr int kMaxItemQHeads = 64;  // query heads per work item at most (their q and state stay in L1/L2)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1.0e30f;  // "minus infinity" that keeps exp2 arithmetic finite
+// 2^f for |f| <= 1/2: its degree-7 Taylor polynomial, highest power first (relative error < 1e-8).
+constexpr float kExp2Taylor[8] = {1.5252734e-05f, 1.5403530e-04f, 1.3333558e-03f, 9.6181291e-03f,
+                                  5.5504109e-02f, 2.4022651e-01f, 6.9314718e-01f, 1.0f};
 
 inline float to_f32(DType t, const void* p, std::uint64_t i) {
   if (t == DType::fp8_e4m3) return e4m3_to_f32(static_cast<const std::uint8_t*>(p)[i]);
@@ -142,14 +145,8 @@ inline __m512 exp2_ps(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5252734e-05f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530e-04f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Taylor[0]);
+  for (int c = 1; c < 8; ++c) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Taylor[c]));
   return _mm512_scalef_ps(p, n);
 }
 // Horizontal sums of four vectors -> [sum a, sum b, sum c, sum d].
@@ -506,14 +503,8 @@ inline __m256 exp2_8(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.5252734e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530e-04f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504109e-02f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022651e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Taylor[0]);
+  for (int c = 1; c < 8; ++c) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Taylor[c]));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
