@@ -259,12 +259,13 @@ void run_residency(const Args& a) {
                   report::fmt(a.host_gib).c_str());
 
   const rs::Baseline base = rs::baseline(cost, it);
+  const rs::RestoreCosts restore = rs::restore_costs(cost);  // what `cost` prices its choices with
   std::vector<ojson> rows;
   for (std::size_t b = 0; b < budgets.size(); ++b) {
     std::vector<ojson> at_budget;
     for (const auto* p : policies) {
       const std::size_t host = p->host_tier ? host_blocks : 0;
-      const rs::Result sim = rs::simulate(it, *p, rs::Capacity{hbm_blocks[b], host});
+      const rs::Result sim = rs::simulate(it, *p, rs::Capacity{hbm_blocks[b], host}, &restore);
       const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0);
       at_budget.push_back(row_of(priced, *p, base, cost));
     }
@@ -331,7 +332,7 @@ void add_residency(CLI::App& app) {
   sub->add_option("--hbm-gib", args->hbm_gib, "HBM budget for KV blocks in GiB (2^30 bytes), fractional allowed; "
                                               "capacity = floor(budget / bytes per block). Or --sweep-hbm")
       ->check(gib_value());
-  sub->add_option("--host-gib", args->host_gib, "Host-tier budget in GiB, for policies with a host tier (lru-host); "
+  sub->add_option("--host-gib", args->host_gib, "Host-tier budget in GiB, for policies with a host tier (lru-host, cost); "
                                                 "policies without one run HBM only, with a note")
       ->check(gib_value());
   sub->add_option("--block-tokens", args->block_tokens, "Tokens per block, as the trace's hash ids were made")

@@ -1,6 +1,7 @@
 // Costs of a replay (issue 17): bytes per block, capacity floors, the prefill and fetch terms against
 // hand-computed figures, latency percentiles, and totals that add up.
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -154,6 +155,41 @@ TEST(ResidencyCosts, TheCommittedTraceCostsLessWithACacheThanWithout) {
   EXPECT_LT(lru.added.total_s, base.latency.total_s);
   EXPECT_GE(oracle.sim.hits_hbm, lru.sim.hits_hbm);
   EXPECT_NEAR(lru.added.mean_s * double(it.requests()), lru.added.total_s, 1e-9 * lru.added.total_s);
+}
+
+// What the `cost` policy is told is the cost model's own figures; with bf16 K/V of Llama-3.1-8B on H100 SXM even
+// a one-token prefill (all layer weights read) outweighs one block's fetch, so that policy always demotes there.
+TEST(ResidencyCosts, RestoreCostsAreTheModelsAndPrefillOutweighsAFetchForLlama8b) {
+  const auto gpus = report::load_gpus(report::default_gpus_path());
+  const CostModel c = make_cost_model(report::find_gpu(gpus, "H100 SXM"), llama8b(), 512);
+  const RestoreCosts r = restore_costs(c);
+  EXPECT_EQ(r.fetch_block_s, fetch_s(c, 1));
+  EXPECT_EQ(r.prefill_s(512, 1024), prefill_s(c, 512, 1024));
+  EXPECT_GT(r.prefill_s(1, 0), r.fetch_block_s);
+  EXPECT_GT(r.prefill_s(512, 1024), r.prefill_s(512, 0));  // attention over the prefix is priced
+  std::printf("H100 SXM, Llama-3.1-8B: prefill of 1 token %.3g ms, of a 512-token block at depth 0 %.3g ms, at "
+              "depth 100 %.3g ms; fetch of one block %.3g ms\n",
+              1e3 * r.prefill_s(1, 0), 1e3 * r.prefill_s(512, 0), 1e3 * r.prefill_s(512, 51200),
+              1e3 * r.fetch_block_s);
+}
+
+// `kvf residency` on the committed trace with the real costs: the oracle's bound at HBM + host holds for `cost`.
+TEST(ResidencyCosts, CostPolicyOnTheCommittedTraceStaysUnderTheOracle) {
+  const auto gpus = report::load_gpus(report::default_gpus_path());
+  const CostModel c = make_cost_model(report::find_gpu(gpus, "H100 SXM"), llama8b(), kMooncakeBlockTokens);
+  Trace t;
+  try {
+    t = read_mooncake_jsonl(KVF_RESIDENCY_TRACE, kMooncakeBlockTokens);
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "trace " << KVF_RESIDENCY_TRACE << " not readable: " << e.what();
+  }
+  const auto it = index_trace(t, kMooncakeBlockTokens);
+  const RestoreCosts r = restore_costs(c);
+  for (std::size_t hbm : {1000u, 4000u}) {
+    const Result cost = simulate(it, "cost", Capacity{hbm, 8000}, &r);
+    EXPECT_GE(test::hits(simulate(it, "oracle", Capacity{hbm + 8000, 0})), test::hits(cost)) << hbm;
+    EXPECT_EQ(cost.hits_hbm + cost.hits_host + cost.misses, cost.references);
+  }
 }
 
 }  // namespace

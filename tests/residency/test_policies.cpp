@@ -23,7 +23,7 @@ TEST(ResidencyPolicies, RegistryListsBuiltinsAndRefusesUnknownNames) {
     find_policy("lfu");
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "policy lfu: expected one of lru, lru-host, oracle");
+    EXPECT_STREQ(e.what(), "policy lfu: expected one of lru, lru-host, oracle, cost");
   }
 }
 

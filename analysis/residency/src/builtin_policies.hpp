@@ -9,5 +9,6 @@ namespace kvf::residency {
 std::unique_ptr<Policy> make_lru();
 std::unique_ptr<Policy> make_lru_host();
 std::unique_ptr<Policy> make_oracle();
+std::unique_ptr<Policy> make_cost();
 
 }  // namespace kvf::residency

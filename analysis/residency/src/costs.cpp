@@ -71,6 +71,13 @@ double fetch_s(const CostModel& c, std::size_t blocks) {
       .seconds;
 }
 
+RestoreCosts restore_costs(const CostModel& c) {
+  RestoreCosts r;
+  r.fetch_block_s = fetch_s(c, 1);
+  r.prefill_s = [&c](std::int64_t tokens, std::int64_t prefix) { return prefill_s(c, tokens, prefix); };
+  return r;
+}
+
 LatencySummary summarize_latency(std::span<const double> per_request_s) {
   LatencySummary s;
   if (per_request_s.empty()) return s;

@@ -14,6 +14,9 @@ std::vector<PolicyInfo>& policy_registry() {
       {"oracle", "offline Belady on HBM alone: evicts the block whose next use is farthest ahead (a bound, see "
                  "analysis/residency/README.md)",
        false, true, make_oracle},
+      {"cost", "cost-aware GreedyDual-Size-Frequency over HBM and host: priority = L + references x prefill cost, "
+               "lowest demoted to host when prefill costs more than a fetch, else dropped (needs the cost model)",
+       true, false, make_cost},
   };
   return registry;
 }

@@ -25,9 +25,11 @@ void check_occupancy(const Policy& policy, const PolicyInfo& info, const Capacit
 
 }  // namespace
 
-Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacity& capacity) {
+Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacity& capacity,
+                const RestoreCosts* costs) {
   check_capacity(info, capacity);
   const std::unique_ptr<Policy> policy = info.make();
+  policy->set_costs(costs);
   policy->reset(trace, capacity);
   Result res;
   res.policy = info.name;
@@ -68,8 +70,9 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   return res;
 }
 
-Result simulate(const IndexedTrace& trace, std::string_view policy, const Capacity& capacity) {
-  return simulate(trace, find_policy(policy), capacity);
+Result simulate(const IndexedTrace& trace, std::string_view policy, const Capacity& capacity,
+                const RestoreCosts* costs) {
+  return simulate(trace, find_policy(policy), capacity, costs);
 }
 
 }  // namespace kvf::residency

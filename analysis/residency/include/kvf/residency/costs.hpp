@@ -44,6 +44,10 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix);
 // the paged cache keeps one tensor per layer) over host_link_gbps. 0 when blocks is 0.
 double fetch_s(const CostModel& c, std::size_t blocks);
 
+// What the `cost` policy is told (policy.hpp RestoreCosts): fetch_s(c, 1) and prefill_s(c, ...). Holds `c` by
+// reference: c must outlive it.
+RestoreCosts restore_costs(const CostModel& c);
+
 // mean, p50, p99 (kvf::quantile_sorted: linear interpolation, type 7) and the sum of per-request seconds.
 struct LatencySummary {
   double total_s = 0, mean_s = 0, p50_s = 0, p99_s = 0;

@@ -29,9 +29,20 @@ struct Moves {
   std::size_t promoted = 0;  // host -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
 };
 
+// What a cost-aware policy is told of the costs, in seconds (costs.hpp's restore_costs builds it from a CostModel;
+// the core library prices nothing itself, so a test can hand a policy costs it computes by hand).
+struct RestoreCosts {
+  double fetch_block_s = 0;  // one block from the host tier to HBM: fetch_s(model, 1)
+  // Prefilling `tokens` tokens after `prefix` reused ones: prefill_s(model, tokens, prefix).
+  std::function<double(std::int64_t tokens, std::int64_t prefix)> prefill_s;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
+  // Called before reset with the costs simulate() was given (null: none). A policy that prices its choices
+  // (`cost`) throws UsageError in reset when it has none; the others ignore them.
+  virtual void set_costs(const RestoreCosts* /*costs*/) {}
   // Before a replay: the trace (an offline policy may read ahead; an online one must only use requests it was
   // given through admit) and the capacities (hbm_blocks >= 1). Drops any state of an earlier replay.
   virtual void reset(const IndexedTrace& trace, const Capacity& capacity) = 0;
@@ -53,9 +64,9 @@ struct PolicyInfo {
   std::function<std::unique_ptr<Policy>()> make;
 };
 
-// Every policy: the built-ins (lru, lru-host, oracle) first. Append a PolicyInfo to add one.
+// Every policy: the built-ins (lru, lru-host, oracle, cost) first. Append a PolicyInfo to add one.
 std::vector<PolicyInfo>& policy_registry();
-// The registry entry named `name`; UsageError("policy <name>: expected one of lru, lru-host, oracle") otherwise.
+// The registry entry named `name`; UsageError("policy <name>: expected one of lru, lru-host, oracle, cost") otherwise.
 const PolicyInfo& find_policy(std::string_view name);
 
 }  // namespace kvf::residency

@@ -38,9 +38,12 @@ struct Result {
 // policy.where() finds in some tier; its tokens are reused, the rest of input_length is prefilled (the last
 // partial block counts its real tokens, block_tokens_of). Then policy.admit(). UsageError when
 // capacity.hbm_blocks is 0, or capacity.host_blocks > 0 for a policy without a host tier; std::logic_error when
-// a policy holds more blocks in a tier than its capacity (a bug in that policy).
-Result simulate(const IndexedTrace& trace, const PolicyInfo& policy, const Capacity& capacity);
+// a policy holds more blocks in a tier than its capacity (a bug in that policy). `costs` (may be null) is handed to
+// the policy (Policy::set_costs); `cost` refuses to run without it. It must outlive the call.
+Result simulate(const IndexedTrace& trace, const PolicyInfo& policy, const Capacity& capacity,
+                const RestoreCosts* costs = nullptr);
 // By registry name (find_policy).
-Result simulate(const IndexedTrace& trace, std::string_view policy, const Capacity& capacity);
+Result simulate(const IndexedTrace& trace, std::string_view policy, const Capacity& capacity,
+                const RestoreCosts* costs = nullptr);
 
 }  // namespace kvf::residency

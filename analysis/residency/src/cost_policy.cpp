@@ -1,0 +1,201 @@
+// `cost`: an online, cost-aware two-tier policy of the GreedyDual-Size-Frequency family (Cherkasova 1998). Each
+// block carries a priority H = L + f x c: f the number of requests that referenced it so far, c what losing it
+// costs (prefilling its tokens with attention over its prefix, restore_costs), L the inflation value, the
+// priority of the last block pushed out of HBM, so blocks not referenced for a while age out without a clock.
+// One priority orders both tiers: the fetch cost is the same for every block, so within HBM it would rank
+// nothing, and with one key HBM holds the most valuable blocks and host the next most valuable.
+// Prefix handling (README "The `cost` policy"): a block's priority is clamped to its parent's, victims are taken
+// deepest-first among equal priorities, and dropping a block drops its resident descendants, so the resident set
+// stays closed under prefixes and no tier holds a block the prefix rule could never reuse.
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "builtin_policies.hpp"
+#include "kvf/errors.hpp"
+
+namespace kvf::residency {
+namespace {
+
+constexpr BlockId kNone = std::numeric_limits<BlockId>::max();
+constexpr std::uint32_t kNever = std::numeric_limits<std::uint32_t>::max();
+
+class CostPolicy final : public Policy {
+ public:
+  void set_costs(const RestoreCosts* costs) override { costs_ = costs; }
+
+  void reset(const IndexedTrace& trace, const Capacity& capacity) override {
+    if (costs_ == nullptr || !costs_->prefill_s)
+      throw UsageError("policy cost: needs a cost model (prefill and host fetch times) and was given none");
+    trace_ = &trace;
+    capacity_ = capacity;
+    const std::size_t n = trace.distinct;
+    tier_.assign(n, Tier::none);
+    key_.assign(n, Key{});
+    cost_.assign(n, 0.0);
+    freq_.assign(n, 0);
+    seen_in_.assign(n, kNever);
+    parent_.assign(n, kNone);
+    first_child_.assign(n, kNone);
+    next_sibling_.assign(n, kNone);
+    prev_sibling_.assign(n, kNone);
+    hbm_.clear();
+    host_.clear();
+    full_block_cost_.clear();
+    inflation_ = 0;
+  }
+
+  Tier where(BlockId b) const override { return tier_[b]; }
+
+  void admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) override;
+
+  std::size_t resident(Tier t) const override {
+    return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : 0;
+  }
+
+ private:
+  // (priority, depth flipped so deeper sorts first, block): the set's first element is the next victim.
+  using Key = std::tuple<double, std::uint32_t, BlockId>;
+
+  // Restore-from-nothing cost of block `j` of request r: prefill of its tokens after j full blocks of prefix.
+  double restore_cost(std::size_t r, std::size_t j) {
+    const std::int64_t tokens = block_tokens_of(trace_->input_length[r], j, trace_->block_tokens);
+    const std::int64_t prefix = static_cast<std::int64_t>(j) * trace_->block_tokens;
+    if (tokens != trace_->block_tokens) return tokens > 0 ? costs_->prefill_s(tokens, prefix) : 0.0;
+    while (full_block_cost_.size() <= j)  // the common case, cached per depth
+      full_block_cost_.push_back(costs_->prefill_s(
+          trace_->block_tokens, static_cast<std::int64_t>(full_block_cost_.size()) * trace_->block_tokens));
+    return full_block_cost_[j];
+  }
+  std::set<Key>& set_of(Tier t) { return t == Tier::hbm ? hbm_ : host_; }
+  void take_out(BlockId b) {
+    if (tier_[b] != Tier::none) set_of(tier_[b]).erase(key_[b]);
+  }
+  void link(BlockId b, BlockId parent);
+  void unlink(BlockId b);
+  void drop(BlockId b);
+  void evict_from_hbm();
+
+  const RestoreCosts* costs_ = nullptr;
+  const IndexedTrace* trace_ = nullptr;
+  Capacity capacity_;
+  std::vector<Tier> tier_;
+  std::vector<Key> key_;
+  std::vector<double> cost_;
+  std::vector<std::uint32_t> freq_, seen_in_;
+  // The resident-children lists (intrusive): a drop walks only resident descendants.
+  std::vector<BlockId> parent_, first_child_, next_sibling_, prev_sibling_;
+  std::set<Key> hbm_, host_;
+  std::vector<double> full_block_cost_;
+  std::vector<BlockId> kept_, cut_, stack_;
+  double inflation_ = 0;
+  std::size_t moves_demoted_ = 0;
+  std::size_t current_ = 0;  // the running request: its blocks are held
+};
+
+void CostPolicy::link(BlockId b, BlockId parent) {
+  parent_[b] = parent;
+  if (parent == kNone) return;
+  prev_sibling_[b] = kNone;
+  next_sibling_[b] = first_child_[parent];
+  if (first_child_[parent] != kNone) prev_sibling_[first_child_[parent]] = b;
+  first_child_[parent] = b;
+}
+
+void CostPolicy::unlink(BlockId b) {
+  const BlockId p = parent_[b];
+  if (p == kNone) return;
+  if (prev_sibling_[b] != kNone) next_sibling_[prev_sibling_[b]] = next_sibling_[b];
+  else first_child_[p] = next_sibling_[b];
+  if (next_sibling_[b] != kNone) prev_sibling_[next_sibling_[b]] = prev_sibling_[b];
+  parent_[b] = prev_sibling_[b] = next_sibling_[b] = kNone;
+}
+
+// `b` leaves every tier, and with it its resident descendants: under the prefix rule none of them could be reused
+// before `b` is prefilled again, which re-admits them anyway. A descendant the running request holds (only on a
+// trace with prefix violations, where a block's parent changes) stays and is cut loose instead.
+void CostPolicy::drop(BlockId b) {
+  stack_.assign(1, b);
+  while (!stack_.empty()) {
+    const BlockId x = stack_.back();
+    stack_.pop_back();
+    for (BlockId c = first_child_[x]; c != kNone;) {
+      const BlockId next = next_sibling_[c];
+      if (seen_in_[c] == current_) unlink(c);
+      else stack_.push_back(c);
+      c = next;
+    }
+    unlink(x);
+    take_out(x);
+    tier_[x] = Tier::none;
+  }
+}
+
+// The lowest-priority HBM block leaves: demoted when restoring it from nothing costs more than fetching it and
+// there is a host tier, else dropped. A full host drops its lowest-priority block first: every host block was a
+// victim when it left HBM, so its priority is at most L, and this victim's is at least L: never worth less.
+void CostPolicy::evict_from_hbm() {
+  const Key victim_key = *hbm_.begin();
+  const BlockId v = std::get<2>(victim_key);
+  inflation_ = std::max(inflation_, std::get<0>(victim_key));
+  hbm_.erase(hbm_.begin());
+  if (capacity_.host_blocks == 0 || cost_[v] <= costs_->fetch_block_s) {
+    drop(v);  // takes its resident descendants with it
+    return;
+  }
+  if (host_.size() >= capacity_.host_blocks) drop(std::get<2>(*host_.begin()));
+  // Only at equal priorities (blocks that cost nothing) can that block be v's ancestor: then v went with it.
+  if (tier_[v] == Tier::none) return;
+  tier_[v] = Tier::host;
+  host_.insert(victim_key);
+  ++moves_demoted_;
+}
+
+void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) {
+  current_ = r;
+  moves_demoted_ = 0;
+  // Pass 1: the request's distinct blocks leave their tier sets (held: only other requests' blocks can go), get
+  // their new priority, clamped to the parent's, and hang under their parent in this request.
+  kept_.clear();
+  cut_.clear();
+  double parent_priority = std::numeric_limits<double>::infinity();
+  BlockId parent = kNone;
+  for (std::size_t j = 0; j < blocks.size(); ++j) {
+    const BlockId b = blocks[j];
+    if (seen_in_[b] == r) continue;  // an id repeated within the request
+    seen_in_[b] = static_cast<std::uint32_t>(r);
+    if (tier_[b] == Tier::host && j < hit_prefix) ++moves.promoted;
+    take_out(b);
+    unlink(b);
+    tier_[b] = Tier::none;  // held until pass 2
+    if (kept_.size() >= capacity_.hbm_blocks) {  // a request larger than HBM keeps its first hbm_blocks
+      cut_.push_back(b);
+      continue;
+    }
+    ++freq_[b];
+    cost_[b] = restore_cost(r, j);
+    const double h = std::min(inflation_ + double(freq_[b]) * cost_[b], parent_priority);
+    key_[b] = Key{h, kNever - static_cast<std::uint32_t>(j), b};
+    parent_priority = h;
+    link(b, parent);
+    parent = b;
+    kept_.push_back(b);
+  }
+  // The tail past HBM's capacity left above; its resident descendants (not in this request) go with it.
+  for (const BlockId b : cut_) drop(b);
+  // Pass 2: room for the kept blocks, then they enter HBM.
+  while (!hbm_.empty() && hbm_.size() + kept_.size() > capacity_.hbm_blocks) evict_from_hbm();
+  for (const BlockId b : kept_) {
+    tier_[b] = Tier::hbm;
+    hbm_.insert(key_[b]);
+  }
+  moves.demoted += moves_demoted_;
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> make_cost() { return std::make_unique<CostPolicy>(); }
+
+}  // namespace kvf::residency
