@@ -475,8 +475,8 @@ void item_avx512(const Item& it) {
 // has them, run where AVX-512 is absent or capped by KVF_CPU_ISA=avx2). Per 8-token step and head: QK as
 // fp32 FMAs on widened rows, four dots per horizontal reduction; one softmax step per 8 tokens (the max,
 // exp2 and rescale of the scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7
-// GB/s on a Zen 3 core); QK two tokens per query-vector load, PV 16 dims of V widened from the row and
-// applied to the query heads four at a time (load ports, not the FMA pipes, bound the first version).
+// GB/s on a Zen 3 core); V rows of the step widened once into L1 and applied to the query heads four at
+// a time, the accumulators of 8 dims in registers over the step's tokens.
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
 template <DType T>
@@ -535,6 +535,7 @@ void item_avx2(const Item& it) {
   const int npos = it.shared ? 1 : nh;
   float ms[kMaxItemQHeads], ls[kMaxItemQHeads];
   alignas(32) float s[G][C];
+  alignas(32) float vf[C][D];
   std::uint64_t pos[kMaxItemHeads][C];
   auto acc_of = [&](int h) { return it.state + std::size_t(h) * G * (D + 32); };
   for (int h = 0; h < nh; ++h) {
@@ -563,28 +564,17 @@ void item_avx2(const Item& it) {
       const E* vb = static_cast<const E*>(it.vb[h]);
       const float* q = it.q + std::size_t(h) * G * D;
       float* acc = acc_of(h);
-      // QK two tokens at a time: each query vector loaded once for both (loads, not FMAs, bound this loop).
-      for (int i = 0; i < n; i += 2) {
-        const E* ka = kb + p[i];
-        const E* kc = kb + p[i + 1 < n ? i + 1 : i];
+      for (int i = 0; i < n; ++i) {
+        const E* kr = kb + p[i];
         for (int g0 = 0; g0 < G; g0 += HU) {
-          __m256 a[4], c[4];
-          for (int x = 0; x < 4; ++x) a[x] = c[x] = _mm256_setzero_ps();
+          __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
           for (int j = 0; j < D; j += 8) {
-            const __m256 k0 = load8<T>(ka + j), k1 = load8<T>(kc + j);
-            for (int x = 0; x < HU; ++x) {
-              const __m256 qv = _mm256_loadu_ps(q + (g0 + x) * D + j);
-              a[x] = _mm256_fmadd_ps(k0, qv, a[x]);
-              c[x] = _mm256_fmadd_ps(k1, qv, c[x]);
-            }
+            const __m256 k = load8<T>(kr + j);
+            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + (g0 + x) * D + j), a[x]);
           }
-          alignas(16) float r[8];
+          alignas(16) float r[4];
           _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
-          _mm_store_ps(r + 4, reduce4_8(c[0], c[1], c[2], c[3]));
-          for (int x = 0; x < HU; ++x) {
-            s[g0 + x][i] = r[x];
-            if (i + 1 < n) s[g0 + x][i + 1] = r[4 + x];
-          }
+          for (int x = 0; x < HU; ++x) s[g0 + x][i] = r[x];
         }
       }
       float alpha[G];
@@ -600,26 +590,20 @@ void item_avx2(const Item& it) {
         ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
         ms[h * G + g] = mn;
       }
-      // PV in blocks of 16 dims: 2 V vectors widened straight from the row, applied to HU heads (2 x HU
-      // accumulators in registers over the step's tokens).
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < D; j += 8) _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
       for (int g0 = 0; g0 < G; g0 += HU)
-        for (int j = 0; j < D; j += 16) {
-          __m256 a[HU][2];
-          for (int x = 0; x < HU; ++x)
-            for (int y = 0; y < 2; ++y) {
-              a[x][y] = _mm256_loadu_ps(acc + (g0 + x) * D + j + 8 * y);
-              if (rescale) a[x][y] = _mm256_mul_ps(a[x][y], _mm256_set1_ps(alpha[g0 + x]));
-            }
-          for (int i = 0; i < n; ++i) {
-            const __m256 v0 = load8<T>(vb + p[i] + j), v1 = load8<T>(vb + p[i] + j + 8);
-            for (int x = 0; x < HU; ++x) {
-              const __m256 pb = _mm256_broadcast_ss(&s[g0 + x][i]);
-              a[x][0] = _mm256_fmadd_ps(pb, v0, a[x][0]);
-              a[x][1] = _mm256_fmadd_ps(pb, v1, a[x][1]);
-            }
+        for (int j = 0; j < D; j += 8) {
+          __m256 a[HU];
+          for (int x = 0; x < HU; ++x) {
+            a[x] = _mm256_loadu_ps(acc + (g0 + x) * D + j);
+            if (rescale) a[x] = _mm256_mul_ps(a[x], _mm256_set1_ps(alpha[g0 + x]));
           }
-          for (int x = 0; x < HU; ++x)
-            for (int y = 0; y < 2; ++y) _mm256_storeu_ps(acc + (g0 + x) * D + j + 8 * y, a[x][y]);
+          for (int i = 0; i < n; ++i) {
+            const __m256 v = _mm256_load_ps(&vf[i][j]);
+            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s[g0 + x][i]), v, a[x]);
+          }
+          for (int x = 0; x < HU; ++x) _mm256_storeu_ps(acc + (g0 + x) * D + j, a[x]);
         }
     }
   }
