@@ -38,7 +38,7 @@ inline constexpr int kMaxBlockTokens = 1 << 20;
 
 struct Args {
   std::string trace, model, gpu, calibrate, policies = "lru,lru-host,oracle", sweep, out, gpus_path, models_path,
-      save_trace;
+      save_trace, form = "kv", compress_to = "auto";
   bool synthetic = false;
   std::uint64_t seed = 1;
   std::int64_t synthetic_requests = 4000;
@@ -112,7 +112,8 @@ std::size_t blocks_in(double gib, const rs::CostModel& c, const std::string& fla
   if (n == 0)
     bad_flag(flag, value,
              report::fmt(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
-                 ", " + std::to_string(c.block_tokens) + " tokens, bf16 K/V of " + report::fmt(c.model->layers) +
+                 ", " + std::to_string(c.block_tokens) + " tokens, " + rs::form_description(c.form) + " of " +
+                 report::fmt(c.model->layers) +
                  " layers; allowed: at least " + report::fmt(c.block_bytes / rs::kGiB) + " GiB)");
   return n;
 }
@@ -150,11 +151,23 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["added_total_s"] = r.added.total_s;
   j["prefill_total_s"] = r.prefill_s_total;
   j["fetch_total_s"] = r.fetch_s_total;
+  j["restore_total_s"] = r.restore_s_total;
+  j["x_restored_blocks"] = r.x_restored_blocks;
+  j["recomputed_tokens"] = r.recomputed_tokens;
+  std::size_t compressed = 0;
+  for (const std::size_t n : s.compressed) compressed += n;
+  j["compressed_blocks"] = compressed;
+  j["compress_total_s"] = r.compress_s_total;
+  for (const rs::Form f : rs::kAllForms) j["hbm_share_" + rs::form_column(f)] = r.hbm_share[static_cast<std::size_t>(f)];
   j["nocache_mean_us"] = us(base.latency.mean_s);
   j["nocache_p50_us"] = us(base.latency.p50_s);
   j["nocache_p99_us"] = us(base.latency.p99_s);
   j["nocache_total_s"] = base.latency.total_s;
   j["prefill_avoided_s"] = r.prefill_avoided_s;
+  j["form"] = rs::form_name(s.capacity.form);
+  std::string to;
+  for (const rs::Form f : s.capacity.compress_to) to += (to.empty() ? "" : " ") + std::string(rs::form_name(f));
+  j["compress_to"] = to.empty() ? "none" : to;
   j["prefill_source"] = c.prefill_source;
   j["fetch_source"] = c.fetch_source;
   return j;
@@ -189,6 +202,35 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
                 r["added_p99_us"].get<double>() / 1e3, r["host_link_bytes"].get<double>() / 1e9);
   std::printf("  %-10s %8s %9s %9s %7.2f%% %10s %12.4g %12.4g %10s\n", "no cache", "-", "-", "-", 0.0, "0",
               base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, "-");
+  // A policy that held blocks in several forms: how the HBM budget was shared, and what the forms cost.
+  for (const auto& r : rows) {
+    std::string shares;
+    int forms = 0;
+    for (const rs::Form f : rs::kAllForms) {
+      const double share = r["hbm_share_" + rs::form_column(f)].get<double>();
+      if (share <= 0) continue;
+      ++forms;
+      shares += (shares.empty() ? "" : ", ") + std::string(rs::form_name(f)) + " " + report::fmt(100 * share) + "%";
+    }
+    if (forms > 1)
+      std::printf("  %s: HBM held as %s (mean over requests); %s blocks compressed; restores %.4g s, compress passes "
+                  "%.4g s\n",
+                  r["policy"].get<std::string>().c_str(), shares.c_str(),
+                  std::to_string(r["compressed_blocks"].get<std::size_t>()).c_str(), r["restore_total_s"].get<double>(),
+                  r["compress_total_s"].get<double>());
+  }
+}
+
+// --compress-to: "auto" is the 8-bit form of the entry form's family when it is 16-bit, else none.
+std::vector<rs::Form> compress_forms(const std::string& text, rs::Form form) {
+  if (text != "auto") {
+    std::vector<rs::Form> out = rs::parse_forms(text, "--compress-to");
+    rs::check_compress_to(form, out, "--compress-to");
+    return out;
+  }
+  if (form == rs::Form::kv) return {rs::Form::kv_int8};
+  if (form == rs::Form::x) return {rs::Form::x_int8};
+  return {};
 }
 
 void write_outputs(const std::string& dir, const std::vector<ojson>& rows, const ojson& inputs) {
@@ -216,8 +258,17 @@ void run_residency(const Args& a) {
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
 
+  const rs::Form form = rs::parse_form(a.form, "--form");
+  const std::vector<rs::Form> compress_to = compress_forms(a.compress_to, form);
+
   const ModelInputs in = load_model_inputs(a.gpus_path, a.gpu, a.models_path, a.model, a.calibrate);
-  const rs::CostModel cost = rs::make_cost_model(in.gpu, in.shape(), a.block_tokens);
+  const rs::CostModel cost = [&] {
+    try {
+      return rs::make_cost_model(in.gpu, in.shape(), a.block_tokens, form);
+    } catch (const UsageError& e) {  // "form x: <model> is an MLA model ...": the user gave it as --form
+      throw UsageError("--" + std::string(e.what()));
+    }
+  }();
   std::vector<std::size_t> hbm_blocks;
   for (double b : budgets)
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
@@ -249,9 +300,17 @@ void run_residency(const Args& a) {
   if (it.prefix_violations)
     std::printf("trace: %zu prefix violations (first: %s): the oracle's bound does not hold\n", it.prefix_violations,
                 it.first_prefix_violation.c_str());
-  std::printf("model %s, GPU %s, %d tokens per block, %s bytes per block (bf16 K/V, %s layers)\n",
+  std::printf("model %s, GPU %s, %d tokens per block, %s bytes per block (%s, %s layers)\n",
               in.shape().name.c_str(), in.gpu.name.c_str(), a.block_tokens, report::fmt(cost.block_bytes).c_str(),
-              report::fmt(in.shape().layers).c_str());
+              rs::form_description(form).c_str(), report::fmt(in.shape().layers).c_str());
+  std::string to_text;
+  for (const rs::Form f : compress_to)
+    to_text += (to_text.empty() ? "" : ", ") + std::string(rs::form_name(f)) + " (" + rs::form_description(f) + ", " +
+               report::fmt(cost.form_bytes[static_cast<std::size_t>(f)]) + " bytes)";
+  for (const auto* p : policies)
+    if (p->name == "cost")
+      std::printf("cost may compress HBM blocks to: %s%s\n", to_text.empty() ? "none" : to_text.c_str(),
+                  to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
   for (const auto* p : policies)
     if (host_blocks > 0 && !p->host_tier)
@@ -265,7 +324,8 @@ void run_residency(const Args& a) {
     std::vector<ojson> at_budget;
     for (const auto* p : policies) {
       const std::size_t host = p->host_tier ? host_blocks : 0;
-      const rs::Result sim = rs::simulate(it, *p, rs::Capacity{hbm_blocks[b], host}, &restore);
+      // Only a multi-form policy (`cost`) reads compress_to; the others keep every block in `form`.
+      const rs::Result sim = rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, compress_to), &restore);
       const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0);
       at_budget.push_back(row_of(priced, *p, base, cost));
     }
@@ -275,7 +335,7 @@ void run_residency(const Args& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n* offline: reads the future (a bound, README \"The oracle's bound\"). avoided: reused / input tokens; "
               "avoided_s: no-cache prefill time - the policy's, summed over requests; added latency: prefill of the missed "
-              "tokens + host fetches, per request.\n");
+              "tokens + host fetches + restores of blocks not kept as bf16 K/V (dequantize, recompute from X), per request.\n");
   std::printf("%zu replays in %.3g s (trace read included)\n", rows.size(), secs);
 
   if (a.out.empty()) return;
@@ -289,7 +349,13 @@ void run_residency(const Args& a) {
   inputs["calibration"] = in.calibrated;
   inputs["block_tokens"] = a.block_tokens;
   inputs["block_bytes"] = cost.block_bytes;
-  inputs["block_form"] = "bf16 K/V, all layers";
+  inputs["block_form"] = rs::form_description(form) + ", all layers";
+  inputs["form"] = rs::form_name(form);
+  inputs["compress_to"] = [&] {
+    std::vector<std::string> v;
+    for (const rs::Form f : compress_to) v.emplace_back(rs::form_name(f));
+    return v;
+  }();
   inputs["policies"] = a.policies;
   inputs["hbm_gib"] = budgets;
   inputs["host_gib"] = a.host_gib;
@@ -338,6 +404,18 @@ void add_residency(CLI::App& app) {
   sub->add_option("--block-tokens", args->block_tokens, "Tokens per block, as the trace's hash ids were made")
       ->capture_default_str()
       ->check(number_in(1, kMaxBlockTokens, "whole tokens in [1, " + std::to_string(kMaxBlockTokens) + "]", true));
+  sub->add_option("--form", args->form,
+                  "Form blocks enter HBM and the host tier in: kv (bf16 K/V), kv-int8, kv-int4 (fp32 scale per 128 "
+                  "values; a dequantize pass per use), x, x-int8, x-int4 (the layer inputs; K/V recomputed per use). "
+                  "Capacity = budget / bytes per block of this form")
+      ->capture_default_str()
+      ->check(non_empty("a form"));
+  sub->add_option("--compress-to", args->compress_to,
+                  "Forms the cost policy may turn an HBM block into under pressure (the entry form's family, fewer "
+                  "bits), comma-separated, or none; auto: the 8-bit form when --form is 16-bit, else none. The model "
+                  "prices the restore passes, not the quality lost")
+      ->capture_default_str()
+      ->check(non_empty("forms or none"));
   sub->add_option("--policies", args->policies, "Comma-separated policies (" + policy_names() + ")")
       ->capture_default_str()
       ->check(non_empty("a comma-separated policy list"));

@@ -27,4 +27,19 @@ grep -q '"requests": 3993' "$json" || fail "json lacks the trace's request count
 grep -q '"distinct_blocks": 43924' "$json" || fail "json lacks the distinct count"
 grep -q '"block_bytes": 67108864' "$json" || fail "json lacks the block bytes"
 [ "$(grep -c '"policy": "lru' "$json")" = 6 ] || fail "json rows"
+# Forms: blocks entering as int8 K/V (half the bytes and a scale per 128 values) and `cost` compressing to int4:
+# the rows name both, lru holds everything as kv-int8, cost reports compressed blocks and their passes.
+rm -rf "$dir"
+out=$("$kvf" residency --trace "$trace" --model Llama-3.1-8B --gpu "H100 SXM" --policies lru,cost --form kv-int8 \
+      --compress-to kv-int4 --hbm-gib 3 --host-gib 16 --out "$dir" 2>&1) || fail "exit $?: $out"
+grep -qF "34603008 bytes per block (int8 K/V, 32 layers)" <<<"$out" || fail "form line: $out"
+grep -qF "cost may compress HBM blocks to: kv-int4 (int4 K/V, 17825792 bytes)" <<<"$out" || fail "compress line: $out"
+col() { head -1 "$csv" | tr ',' '\n' | grep -nx "$1" | cut -d: -f1; }
+row() { grep "^$1," "$csv" | cut -d, -f"$(col "$2")"; }
+[ "$(row lru form)" = kv-int8 ] && [ "$(row cost form)" = kv-int8 ] || fail "form column"
+[ "$(row lru hbm_blocks)" = 93 ] || fail "lru blocks at 3 GiB of int8: $(row lru hbm_blocks)"
+[ "$(row cost compress_to)" = kv-int4 ] || fail "compress_to column: $(row cost compress_to)"
+[ "$(row lru hbm_share_kv_int4)" = 0 ] && [ "$(row lru compressed_blocks)" = 0 ] || fail "lru compressed"
+awk "BEGIN{exit !($(row cost compressed_blocks) > 0 && $(row cost compress_total_s) > 0)}" || fail "cost compressed nothing"
+awk "BEGIN{exit !($(row lru restore_total_s) > 0)}" || fail "int8 hits cost no dequantize"
 exit 0

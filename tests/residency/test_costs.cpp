@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kvf/errors.hpp"
 #include "kvf/residency/costs.hpp"
 #include "residency_test_util.hpp"
 
@@ -190,6 +191,81 @@ TEST(ResidencyCosts, CostPolicyOnTheCommittedTraceStaysUnderTheOracle) {
     EXPECT_GE(test::hits(simulate(it, "oracle", Capacity{hbm + 8000, 0})), test::hits(cost)) << hbm;
     EXPECT_EQ(cost.hits_hbm + cost.hits_host + cost.misses, cost.references);
   }
+}
+
+// Forms (README "Forms"): bytes per block, restores, fetches and compress passes against hand-computed figures.
+TEST(ResidencyCosts, BytesPerBlockOfEveryFormOfLlama8b) {
+  const auto& m = llama8b();  // 2048 K/V values and 4096 hidden values per token and layer, 32 layers
+  EXPECT_EQ(block_bytes(m, 512, Form::kv_int8), 512.0 * (2048 + 16 * 4) * 32);
+  EXPECT_EQ(block_bytes(m, 512, Form::kv_int4), 512.0 * (1024 + 16 * 4) * 32);
+  EXPECT_EQ(block_bytes(m, 512, Form::x), 512.0 * 4096 * 2 * 32);
+  EXPECT_EQ(block_bytes(m, 512, Form::x_int8), 512.0 * (4096 + 32 * 4) * 32);
+  EXPECT_EQ(block_bytes(m, 512, Form::x_int4), 512.0 * (2048 + 32 * 4) * 32);
+  const auto g = compute_only();
+  const CostModel c = make_cost_model(g, m, 512, Form::kv_int8);
+  EXPECT_EQ(c.block_bytes, 512.0 * (2048 + 16 * 4) * 32);
+  EXPECT_EQ(c.form_bytes[0], 67108864.0);
+  const Capacity cap = capacity(c, 3, 5, {Form::kv_int4});
+  EXPECT_EQ(cap.hbm_units(), 3 * 34603008);
+  EXPECT_EQ(cap.host_units(), 5 * 34603008);
+  EXPECT_EQ(cap.unit(Form::kv_int4), 17825792);
+  static const auto shapes = report::load_shapes();
+  try {
+    make_cost_model(g, report::find_shape(shapes, "DeepSeek-V3"), 512, Form::x_int8);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "form x-int8: DeepSeek-V3 is an MLA model, whose cache is the latent; X forms are "
+                           "modelled for GQA models only");
+  }
+}
+
+TEST(ResidencyCosts, RestoresFetchesAndCompressPassesByForm) {
+  auto g = compute_only();
+  g.hbm_tbps = 2;  // memory-bound passes: bytes / 2 TB/s, plus a launch per layer
+  g.launch_us = 3;
+  const auto& m = llama8b();
+  const CostModel c = make_cost_model(g, m, 512);
+  const double kv = 67108864, q8 = 34603008, q4 = 17825792;
+  EXPECT_EQ(restore_s(c, Form::kv, 7), 0.0);
+  EXPECT_EQ(restore_s(c, Form::kv_int8, 0), 0.0);
+  // One dequantize pass per layer over all 3 blocks: read int8, write bf16.
+  EXPECT_NEAR(restore_s(c, Form::kv_int8, 3), 32 * (3 * (q8 + kv) / 32 / 2e12 + 3e-6), 1e-12);
+  // X: recompute_x per layer, the blocks as the pages of one call.
+  EXPECT_NEAR(restore_s(c, Form::x_int8, 2), 32 * 2 * report::recompute_x(g, m, 512, 2, 8).seconds, 1e-12);
+  EXPECT_NEAR(fetch_s(c, Form::kv_int4, 2), 2 * 32 * 10e-6 + 2 * q4 / 50e9, 1e-15);
+  EXPECT_EQ(fetch_s(c, Form::kv, 2), fetch_s(c, 2));
+  EXPECT_NEAR(compress_s(c, Form::kv_int4), 32 * ((kv + q4) / 32 / 2e12 + 3e-6), 1e-12);
+  EXPECT_EQ(compress_s(c, Form::kv), 0.0);
+  const RestoreCosts r = restore_costs(c);
+  EXPECT_EQ(r.restore_form_s[1], restore_s(c, Form::kv_int8, 1));
+  EXPECT_EQ(r.fetch_form_s[2], fetch_s(c, Form::kv_int4, 1));
+}
+
+TEST(ResidencyCosts, ARestoreAddsToItsRequestAndTotalsStillAddUp) {
+  auto g = compute_only();
+  g.hbm_tbps = 2;
+  const int bt = 4;
+  const CostModel c = make_cost_model(g, llama8b(), bt);
+  // HBM 3 kv blocks; a dequantize is far cheaper than a prefill, so `cost` compresses instead of dropping. An int8
+  // block is a little over half a kv block (its scales): [4] compresses 1, 2 and 3 (3 x 0.516 + 1 <= 3); [1]
+  // reuses 1 from HBM as kv-int8 and re-enters whole, which compresses 4.
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {4}, {1}}, bt), bt);
+  const RestoreCosts rc = restore_costs(c);
+  ASSERT_LT(rc.restore_form_s[1] / (c.form_bytes[0] - c.form_bytes[1]), prefill_s(c, bt, 0) / c.form_bytes[0]);
+  const Result sim = simulate(trace, "cost", capacity(c, 3, 0, {Form::kv_int8}), &rc);
+  ASSERT_EQ(sim.hits_hbm_form[1], 1u);
+  ASSERT_EQ(sim.compressed[1], 4u);
+  const CostedResult r = price(c, sim, baseline(c, trace), 1, 0);
+  EXPECT_DOUBLE_EQ(r.request_s[4], restore_s(c, Form::kv_int8, 1));
+  EXPECT_DOUBLE_EQ(r.restore_s_total, restore_s(c, Form::kv_int8, 1));
+  EXPECT_DOUBLE_EQ(r.prefill_s_total + r.fetch_s_total + r.restore_s_total, r.added.total_s);
+  EXPECT_DOUBLE_EQ(r.compress_s_total, 4 * compress_s(c, Form::kv_int8));
+  EXPECT_EQ(r.x_restored_blocks, 0u);
+  EXPECT_DOUBLE_EQ(r.recomputed_tokens, double(sim.prefill_tokens));
+  // Held after each request, in kv blocks: 1, 2, 3, 1 + 3 int8, 1 + 3 int8: shares of the 3-block budget.
+  const double q = c.form_bytes[1] / c.form_bytes[0];
+  EXPECT_NEAR(r.hbm_share[0], (1 + 2 + 3 + 1 + 1) / 5.0 / 3, 1e-12);
+  EXPECT_NEAR(r.hbm_share[1], (3 * q + 3 * q) / 5.0 / 3, 1e-12);
 }
 
 }  // namespace

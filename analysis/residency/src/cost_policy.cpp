@@ -4,11 +4,18 @@
 // priority of the last block pushed out of HBM, so blocks not referenced for a while age out without a clock.
 // One priority orders both tiers: the fetch cost is the same for every block, so within HBM it would rank
 // nothing, and with one key HBM holds the most valuable blocks and host the next most valuable.
+// Forms (Capacity::compress_to): budgets are bytes, a block's priority is per byte of its form
+// (L + f x c x bytes of the entry form / bytes of its form), and the lowest block takes the action that adds
+// the least expected restore cost per byte freed: compress (quantized K/V: a dequantize before use; X: a
+// recompute of K/V before use), demote to host (a fetch), or drop (a prefill). With no compress_to every
+// block has one size and the policy is the two-tier one above.
 // Prefix handling (README "The `cost` policy"): a block's priority is clamped to its parent's, victims are taken
 // deepest-first among equal priorities, and dropping a block drops its resident descendants, so the resident set
 // stays closed under prefixes and no tier holds a block the prefix rule could never reuse.
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -33,6 +40,10 @@ class CostPolicy final : public Policy {
     capacity_ = capacity;
     const std::size_t n = trace.distinct;
     tier_.assign(n, Tier::none);
+    form_.assign(n, capacity.form);
+    hbm_units_ = host_units_ = 0;
+    hbm_count_.fill(0);
+    host_count_.fill(0);
     key_.assign(n, Key{});
     cost_.assign(n, 0.0);
     freq_.assign(n, 0);
@@ -54,6 +65,12 @@ class CostPolicy final : public Policy {
   std::size_t resident(Tier t) const override {
     return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : 0;
   }
+  std::optional<Form> form(BlockId b) const override { return form_[b]; }
+  bool blocks_by_form(Tier t, std::array<std::size_t, kForms>& blocks) const override {
+    if (t == Tier::hbm) blocks = hbm_count_;
+    else if (t == Tier::host) blocks = host_count_;
+    return true;
+  }
 
  private:
   // (priority, depth flipped so deeper sorts first, block): the set's first element is the next victim.
@@ -70,18 +87,45 @@ class CostPolicy final : public Policy {
     return full_block_cost_[j];
   }
   std::set<Key>& set_of(Tier t) { return t == Tier::hbm ? hbm_ : host_; }
+  // Out of its tier's set and budget (tier_ unchanged: the caller says where it goes); no-op when not in it.
   void take_out(BlockId b) {
-    if (tier_[b] != Tier::none) set_of(tier_[b]).erase(key_[b]);
+    if (tier_[b] == Tier::none || set_of(tier_[b]).erase(key_[b]) == 0) return;
+    const auto f = static_cast<std::size_t>(form_[b]);
+    (tier_[b] == Tier::hbm ? hbm_units_ : host_units_) -= capacity_.unit(form_[b]);
+    --(tier_[b] == Tier::hbm ? hbm_count_ : host_count_)[f];
   }
+  void put(BlockId b, Tier t) {
+    tier_[b] = t;
+    set_of(t).insert(key_[b]);
+    (t == Tier::hbm ? hbm_units_ : host_units_) += capacity_.unit(form_[b]);
+    ++(t == Tier::hbm ? hbm_count_ : host_count_)[static_cast<std::size_t>(form_[b])];
+  }
+  double restore_s(Form f) const { return costs_->restore_form_s[static_cast<std::size_t>(f)]; }
+  double fetch_s(Form f) const {
+    const double s = costs_->fetch_form_s[static_cast<std::size_t>(f)];
+    return s > 0 ? s : costs_->fetch_block_s;
+  }
+  // L + f x c per byte of the block's form (in units of the entry form), clamped to its resident parent's.
+  double priority(BlockId b) const {
+    double h = inflation_ + double(freq_[b]) * cost_[b] * double(capacity_.unit(capacity_.form)) /
+                                double(capacity_.unit(form_[b]));
+    if (parent_[b] != kNone && tier_[parent_[b]] != Tier::none) h = std::min(h, std::get<0>(key_[parent_[b]]));
+    return h;
+  }
+  void compress(BlockId v, Form to, Moves& moves);
+  void demote(BlockId v);
   void link(BlockId b, BlockId parent);
   void unlink(BlockId b);
   void drop(BlockId b);
-  void evict_from_hbm();
+  void evict_from_hbm(Moves& moves);
 
   const RestoreCosts* costs_ = nullptr;
   const IndexedTrace* trace_ = nullptr;
   Capacity capacity_;
   std::vector<Tier> tier_;
+  std::vector<Form> form_;
+  std::int64_t hbm_units_ = 0, host_units_ = 0;
+  std::array<std::size_t, kForms> hbm_count_{}, host_count_{};
   std::vector<Key> key_;
   std::vector<double> cost_;
   std::vector<std::uint32_t> freq_, seen_in_;
@@ -133,24 +177,54 @@ void CostPolicy::drop(BlockId b) {
   }
 }
 
-// The lowest-priority HBM block leaves: demoted when restoring it from nothing costs more than fetching it and
-// there is a host tier, else dropped. A full host drops its lowest-priority block first: every host block was a
-// victim when it left HBM, so its priority is at most L, and this victim's is at least L: never worth less.
-void CostPolicy::evict_from_hbm() {
+// The lowest-priority HBM block makes room: of compress (to each smaller form of compress_to), demote (with a
+// host tier) and drop, the action whose added restore cost per unit freed is least; ties go to the earlier of
+// drop, demote, compress. With one form this is: demoted when restoring it from nothing costs more than
+// fetching it, else dropped.
+void CostPolicy::evict_from_hbm(Moves& moves) {
   const Key victim_key = *hbm_.begin();
   const BlockId v = std::get<2>(victim_key);
   inflation_ = std::max(inflation_, std::get<0>(victim_key));
-  hbm_.erase(hbm_.begin());
-  if (capacity_.host_blocks == 0 || cost_[v] <= costs_->fetch_block_s) {
-    drop(v);  // takes its resident descendants with it
-    return;
+  take_out(v);
+  const Form fv = form_[v];
+  const double uv = double(capacity_.unit(fv)), now = restore_s(fv);
+  double best = (cost_[v] - now) / uv;
+  enum class Action { drop, demote, compress } action = Action::drop;
+  Form to = fv;
+  if (capacity_.host_units() >= capacity_.unit(fv) && fetch_s(fv) / uv < best) {
+    best = fetch_s(fv) / uv;
+    action = Action::demote;
   }
-  if (host_.size() >= capacity_.host_blocks) drop(std::get<2>(*host_.begin()));
-  // Only at equal priorities (blocks that cost nothing) can that block be v's ancestor: then v went with it.
+  for (const Form k : capacity_.compress_to) {
+    const double uk = double(capacity_.unit(k));
+    if (uk >= uv || !((restore_s(k) - now) / (uv - uk) < best)) continue;
+    best = (restore_s(k) - now) / (uv - uk);
+    action = Action::compress;
+    to = k;
+  }
+  if (action == Action::drop) drop(v);  // takes its resident descendants with it
+  else if (action == Action::demote) demote(v);
+  else compress(v, to, moves);
+}
+
+// A full host drops its lowest-priority blocks first: every host block was a victim when it left HBM, so its
+// priority is at most L, and this victim's is at least L: never worth less.
+void CostPolicy::demote(BlockId v) {
+  const std::int64_t uv = capacity_.unit(form_[v]);
+  while (!host_.empty() && host_units_ + uv > capacity_.host_units()) drop(std::get<2>(*host_.begin()));
+  // Only at equal priorities (blocks that cost nothing) can a dropped block be v's ancestor: then v went with it.
   if (tier_[v] == Tier::none) return;
-  tier_[v] = Tier::host;
-  host_.insert(victim_key);
+  put(v, Tier::host);
   ++moves_demoted_;
+}
+
+// Stays in HBM in a smaller form, priced per byte of it (so it now ranks above blocks its value per byte
+// passes), after the new inflation value.
+void CostPolicy::compress(BlockId v, Form to, Moves& moves) {
+  form_[v] = to;
+  key_[v] = Key{priority(v), std::get<1>(key_[v]), v};
+  put(v, Tier::hbm);
+  ++moves.compressed[static_cast<std::size_t>(to)];
 }
 
 void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) {
@@ -170,6 +244,7 @@ void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size
     take_out(b);
     unlink(b);
     tier_[b] = Tier::none;  // held until pass 2
+    form_[b] = capacity_.form;  // restored (dequantized, recomputed, fetched) for this request: it re-enters whole
     if (kept_.size() >= capacity_.hbm_blocks) {  // a request larger than HBM keeps its first hbm_blocks
       cut_.push_back(b);
       continue;
@@ -186,11 +261,9 @@ void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size
   // The tail past HBM's capacity left above; its resident descendants (not in this request) go with it.
   for (const BlockId b : cut_) drop(b);
   // Pass 2: room for the kept blocks, then they enter HBM.
-  while (!hbm_.empty() && hbm_.size() + kept_.size() > capacity_.hbm_blocks) evict_from_hbm();
-  for (const BlockId b : kept_) {
-    tier_[b] = Tier::hbm;
-    hbm_.insert(key_[b]);
-  }
+  const std::int64_t incoming = static_cast<std::int64_t>(kept_.size()) * capacity_.unit(capacity_.form);
+  while (!hbm_.empty() && hbm_units_ + incoming > capacity_.hbm_units()) evict_from_hbm(moves);
+  for (const BlockId b : kept_) put(b, Tier::hbm);
   moves.demoted += moves_demoted_;
 }
 

@@ -23,8 +23,13 @@ std::string source_of(const report::GpuSpec& g, std::initializer_list<const char
 
 }  // namespace
 
-double block_bytes(const report::Shape& m, int block_tokens) {
-  return report::kv_bytes_per_layer(m, block_tokens) * m.layers;
+double block_bytes(const report::Shape& m, int block_tokens, Form form) {
+  if (form == Form::kv) return report::kv_bytes_per_layer(m, block_tokens) * m.layers;
+  if (!is_x_form(form)) return report::kv_quant_bytes_per_layer(m, block_tokens, form_bits(form)) * m.layers;
+  if (m.mla)
+    throw UsageError("form " + std::string(form_name(form)) + ": " + m.name +
+                     " is an MLA model, whose cache is the latent; X forms are modelled for GQA models only");
+  return report::x_bytes_per_layer(m, block_tokens, form_bits(form)) * m.layers;
 }
 
 std::size_t capacity_blocks(double budget_gib, double bytes_per_block) {
@@ -34,13 +39,16 @@ std::size_t capacity_blocks(double budget_gib, double bytes_per_block) {
   return n >= 4294967296.0 ? std::size_t{4294967296} : static_cast<std::size_t>(n);
 }
 
-CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens) {
+CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens, Form form) {
   if (block_tokens < 1) throw UsageError("block tokens " + std::to_string(block_tokens) + ": at least 1");
   CostModel c;
   c.gpu = &g;
   c.model = &m;
   c.block_tokens = block_tokens;
-  c.block_bytes = block_bytes(m, block_tokens);
+  c.form = form;
+  c.block_bytes = block_bytes(m, block_tokens, form);
+  for (const Form f : kAllForms)
+    c.form_bytes[static_cast<std::size_t>(f)] = m.mla && is_x_form(f) ? 0 : block_bytes(m, block_tokens, f);
   c.prefill_source = source_of(g, {"bf16_tflops", "hbm_tbps", "launch_us"});
   c.fetch_source = source_of(g, {"host_link_gbps", "copy_fixed_us"});
   return c;
@@ -61,19 +69,58 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) 
   return s;
 }
 
-double fetch_s(const CostModel& c, std::size_t blocks) {
+Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
+                  const std::vector<Form>& compress_to) {
+  Capacity cap{hbm_blocks, host_blocks, c.form};
+  for (const Form f : kAllForms)
+    cap.form_bytes[static_cast<std::size_t>(f)] = static_cast<std::int64_t>(std::llround(c.form_bytes[static_cast<std::size_t>(f)]));
+  cap.compress_to = compress_to;
+  return cap;
+}
+
+double fetch_s(const CostModel& c, std::size_t blocks) { return fetch_s(c, c.form, blocks); }
+
+double fetch_s(const CostModel& c, Form form, std::size_t blocks) {
   if (blocks == 0) return 0;
   const double copies = static_cast<double>(blocks) * c.model->layers;
   if (copies > INT_MAX) throw UsageError("a host fetch of " + std::to_string(blocks) + " blocks x " +
                                          report::fmt(c.model->layers) + " layers: more copies than modelled (2^31)");
-  return report::transfer(*c.gpu, static_cast<double>(blocks) * c.block_bytes, static_cast<int>(copies),
-                          c.gpu->host_link_gbps)
+  return report::transfer(*c.gpu, static_cast<double>(blocks) * c.form_bytes[static_cast<std::size_t>(form)],
+                          static_cast<int>(copies), c.gpu->host_link_gbps)
       .seconds;
+}
+
+namespace {
+
+// One pass per layer reading `from_bytes` and writing `to_bytes` (the whole model's, split over its layers).
+double pass_s(const CostModel& c, double from_bytes, double to_bytes) {
+  const double L = c.model->layers;
+  return L * (report::roofline_s(*c.gpu, 0, (from_bytes + to_bytes) / L) + c.gpu->launch_us * 1e-6);
+}
+
+}  // namespace
+
+double restore_s(const CostModel& c, Form form, std::size_t blocks) {
+  if (blocks == 0 || form == Form::kv) return 0;
+  const double n = static_cast<double>(blocks);
+  if (!is_x_form(form)) return pass_s(c, n * c.form_bytes[static_cast<std::size_t>(form)], n * c.form_bytes[0]);
+  return c.model->layers * n * report::recompute_x(*c.gpu, *c.model, c.block_tokens, n, form_bits(form)).seconds;
+}
+
+double compress_s(const CostModel& c, Form to) {
+  if (to == c.form) return 0;
+  return pass_s(c, c.block_bytes, c.form_bytes[static_cast<std::size_t>(to)]);
 }
 
 RestoreCosts restore_costs(const CostModel& c) {
   RestoreCosts r;
   r.fetch_block_s = fetch_s(c, 1);
+  for (const Form f : kAllForms) {
+    const auto i = static_cast<std::size_t>(f);
+    if (c.form_bytes[i] <= 0) continue;
+    r.fetch_form_s[i] = fetch_s(c, f, 1);
+    r.restore_form_s[i] = restore_s(c, f, 1);
+  }
   r.prefill_s = [&c](std::int64_t tokens, std::int64_t prefix) { return prefill_s(c, tokens, prefix); };
   return r;
 }
@@ -111,15 +158,29 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     out.hit_rate_host = double(sim.hits_host) / double(sim.references);
   }
   out.prefill_avoided = sim.input_tokens ? double(sim.reused_tokens) / double(sim.input_tokens) : 0;
-  out.host_bytes = double(sim.hits_host) * c.block_bytes;
+  for (const Form f : kAllForms) {
+    const auto i = static_cast<std::size_t>(f);
+    out.host_bytes += double(sim.hits_host_form[i]) * c.form_bytes[i];
+    out.compress_s_total += double(sim.compressed[i]) * compress_s(c, f);
+    if (sim.capacity.hbm_units() > 0) out.hbm_share[i] = sim.mean_hbm_units_form[i] / double(sim.capacity.hbm_units());
+  }
   out.request_s.resize(sim.requests);
+  std::size_t next = 0;  // sim.restores is in trace order
   for (std::size_t r = 0; r < sim.requests; ++r) {
     const double p = prefill_s(c, sim.request_missed_tokens[r], sim.request_reused_tokens[r]);
-    const double f = fetch_s(c, sim.request_host_blocks[r]);
+    double f = 0, restore = 0;
+    for (; next < sim.restores.size() && sim.restores[next].request == r; ++next) {
+      const Result::Restore& x = sim.restores[next];
+      if (x.tier == Tier::host) f += fetch_s(c, x.form, x.blocks);
+      restore += restore_s(c, x.form, x.blocks);
+      if (is_x_form(x.form)) out.x_restored_blocks += x.blocks;
+    }
     out.prefill_s_total += p;
     out.fetch_s_total += f;
-    out.request_s[r] = p + f;
+    out.restore_s_total += restore;
+    out.request_s[r] = p + f + restore;
   }
+  out.recomputed_tokens = double(sim.prefill_tokens) + double(out.x_restored_blocks) * c.block_tokens;
   out.added = summarize_latency(out.request_s);
   out.prefill_avoided_s = base.latency.total_s - out.prefill_s_total;
   return out;

@@ -4,6 +4,7 @@
 // measured ceilings (kvf/report.hpp calibrate). Formulas: analysis/residency/README.md "Costs".
 #pragma once
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -11,15 +12,18 @@
 
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "kvf/residency/forms.hpp"
 #include "kvf/residency/simulate.hpp"
 
 namespace kvf::residency {
 
 inline constexpr double kGiB = 1073741824.0;  // 2^30 bytes: budgets are in GiB
 
-// Bytes of one block in the resident form: bf16 K/V of every layer, block_tokens tokens
-// (kv_bytes_per_layer(m, block_tokens) x layers; for MLA the latent plus the RoPE key, as kv_bytes_per_layer has it).
-double block_bytes(const report::Shape& m, int block_tokens);
+// Bytes of one block of block_tokens tokens, every layer: bf16 K/V (kv_bytes_per_layer x layers; for MLA the
+// latent plus the RoPE key), or another form: int8/int4 K/V with an fp32 scale per 128 values
+// (kv_quant_bytes_per_layer), X in bf16/int8/int4 (x_bytes_per_layer: hidden values per token and layer).
+// UsageError for an X form of an MLA model (its cache is the latent; X forms are modelled for GQA models).
+double block_bytes(const report::Shape& m, int block_tokens, Form form = Form::kv);
 // floor(budget_gib x 2^30 / bytes_per_block). A budget that is not finite or not positive gives 0.
 std::size_t capacity_blocks(double budget_gib, double bytes_per_block);
 
@@ -28,11 +32,17 @@ struct CostModel {
   const report::GpuSpec* gpu = nullptr;
   const report::Shape* model = nullptr;
   int block_tokens = 0;
-  double block_bytes = 0;
+  Form form = Form::kv;                     // the form blocks enter HBM in (--form)
+  double block_bytes = 0;                   // of `form`: capacities are budgets over it
+  std::array<double, kForms> form_bytes{};  // every form's; 0 where the model has none (X of an MLA model)
   // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
   std::string prefill_source, fetch_source;
 };
-CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens);
+CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens, Form form = Form::kv);
+// Capacity of `hbm_blocks` and `host_blocks` blocks of c.form, with every form's bytes and the forms `cost` may
+// compress to (check_compress_to first).
+Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
+                  const std::vector<Form>& compress_to = {});
 
 // Prefill of `missing` prompt tokens after `prefix` reused ones: recompute_layers(missing tokens, one call, all
 // layers) (attention projections, causal attention of the missing tokens over themselves, MLP: 2 x active layer
@@ -43,9 +53,17 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix);
 // Fetching `blocks` host-tier blocks to HBM: transfer(blocks x block_bytes, one copy per block per layer, as
 // the paged cache keeps one tensor per layer) over host_link_gbps. 0 when blocks is 0.
 double fetch_s(const CostModel& c, std::size_t blocks);
+double fetch_s(const CostModel& c, Form form, std::size_t blocks);  // blocks of `form` (its bytes)
+// Making `blocks` blocks of `form` readable by attention, once they are in HBM: 0 for kv; for quantized K/V one
+// dequantize pass per layer over all of them (read the quantized bytes, write bf16); for X, recompute_x per
+// layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write).
+double restore_s(const CostModel& c, Form form, std::size_t blocks);
+// Turning one block of the entry form into `to` (a quantize pass per layer: read one form, write the other):
+// GPU work off the request path, reported beside it. 0 when `to` is the entry form.
+double compress_s(const CostModel& c, Form to);
 
-// What the `cost` policy is told (policy.hpp RestoreCosts): fetch_s(c, 1) and prefill_s(c, ...). Holds `c` by
-// reference: c must outlive it.
+// What the `cost` policy is told (policy.hpp RestoreCosts): fetch_s(c, 1), per form fetch_s(c, f, 1) and
+// restore_s(c, f, 1), and prefill_s(c, ...). Holds `c` by reference: c must outlive it.
 RestoreCosts restore_costs(const CostModel& c);
 
 // mean, p50, p99 (kvf::quantile_sorted: linear interpolation, type 7) and the sum of per-request seconds.
@@ -67,9 +85,15 @@ struct CostedResult {
   double hbm_gib = 0, host_gib = 0;  // the budgets asked for (host 0: no host tier)
   double hit_rate_hbm = 0, hit_rate_host = 0;  // of block references
   double prefill_avoided = 0;        // reused tokens / input tokens (no cache prefills every input token)
-  double host_bytes = 0;             // over the host link: host-tier hits x block bytes
-  std::vector<double> request_s;     // added latency per request: prefill_s(missed, reused) + fetch_s(host blocks)
-  double prefill_s_total = 0, fetch_s_total = 0;  // their parts, summed over requests
+  double host_bytes = 0;             // over the host link: host-tier hits x their form's bytes
+  // Added latency per request: prefill_s(missed, reused) + per form fetch_s(host blocks) + restore_s(blocks
+  // reused in a form other than kv, from either tier).
+  std::vector<double> request_s;
+  double prefill_s_total = 0, fetch_s_total = 0, restore_s_total = 0;  // their parts, summed over requests
+  std::size_t x_restored_blocks = 0;  // reused blocks whose K/V were recomputed from X
+  double recomputed_tokens = 0;       // prefilled tokens + tokens of the blocks recomputed from X (full blocks)
+  double compress_s_total = 0;        // GPU time of the compress passes (off the request path)
+  std::array<double, kForms> hbm_share{};  // mean share of the HBM budget held in each form
   LatencySummary added;
   double prefill_avoided_s = 0;      // baseline total - prefill_s_total: the prefill the cache saved, in time
 };

@@ -4,35 +4,57 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvf/residency/forms.hpp"
 #include "kvf/residency/trace.hpp"
 
 namespace kvf::residency {
 
 enum class Tier : std::uint8_t { none = 0, hbm = 1, host = 2 };
 
-// Capacities in blocks. host_blocks 0: no host tier.
+// Capacities in blocks of the form blocks enter HBM in (`form`). host_blocks 0: no host tier.
 struct Capacity {
   std::size_t hbm_blocks = 0;
   std::size_t host_blocks = 0;
+  Form form = Form::kv;
+  // Bytes of one block in each form (costs.hpp form_bytes). A policy that keeps blocks in several forms (`cost`
+  // with compress_to) budgets bytes: hbm_blocks x form_bytes[form] in HBM, host_blocks x form_bytes[form] on
+  // host. All 0 (hand-made capacities in tests): every block is one unit and compress_to must be empty.
+  std::array<std::int64_t, kForms> form_bytes{};
+  // The forms a multi-form policy may turn an HBM block into when it needs room (compress: quantized K/V;
+  // recompute: X). Only `cost` reads it; the others keep every block in `form`.
+  std::vector<Form> compress_to;
+
+  // Size of one block of form f in the units budgets are counted in (bytes, or 1 with no form_bytes).
+  std::int64_t unit(Form f) const {
+    return form_bytes[static_cast<std::size_t>(form)] > 0 ? form_bytes[static_cast<std::size_t>(f)] : 1;
+  }
+  std::int64_t hbm_units() const { return static_cast<std::int64_t>(hbm_blocks) * unit(form); }
+  std::int64_t host_units() const { return static_cast<std::int64_t>(host_blocks) * unit(form); }
 };
 
 // Blocks a policy moved between tiers while admitting one request.
 struct Moves {
   std::size_t demoted = 0;   // HBM -> host
   std::size_t promoted = 0;  // host -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
+  std::array<std::size_t, kForms> compressed{};  // HBM blocks turned into each form (compress or keep-as-X)
 };
 
 // What a cost-aware policy is told of the costs, in seconds (costs.hpp's restore_costs builds it from a CostModel;
 // the core library prices nothing itself, so a test can hand a policy costs it computes by hand).
 struct RestoreCosts {
   double fetch_block_s = 0;  // one block from the host tier to HBM: fetch_s(model, 1)
+  // Per form: one block fetched from host (0: fetch_block_s), and made usable once in HBM (0 for kv: the
+  // dequantize pass of quantized K/V, the recompute of K/V from X).
+  std::array<double, kForms> fetch_form_s{}, restore_form_s{};
   // Prefilling `tokens` tokens after `prefix` reused ones: prefill_s(model, tokens, prefix).
   std::function<double(std::int64_t tokens, std::int64_t prefix)> prefill_s;
 };
@@ -54,6 +76,10 @@ class Policy {
   virtual void admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) = 0;
   // Blocks now in `tier`; the simulator checks them against the capacities after every request.
   virtual std::size_t resident(Tier tier) const = 0;
+  // A policy that keeps blocks in several forms says which (the simulator counts hits and occupancy by form);
+  // nullopt / false: every block is in capacity.form.
+  virtual std::optional<Form> form(BlockId /*block*/) const { return std::nullopt; }
+  virtual bool blocks_by_form(Tier /*tier*/, std::array<std::size_t, kForms>& /*blocks*/) const { return false; }
 };
 
 struct PolicyInfo {

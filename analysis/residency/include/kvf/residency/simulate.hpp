@@ -2,6 +2,7 @@
 // per-request arrays are what a cost model turns into added latency (mean, p50, p99).
 #pragma once
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,6 +27,22 @@ struct Result {
   std::int64_t prefill_tokens = 0;  // input_tokens - reused_tokens: what must be prefilled
   std::size_t demoted = 0;
   std::size_t promoted = 0;
+  // By the form the block was in when reused (Capacity::form for a single-form policy).
+  std::array<std::size_t, kForms> hits_hbm_form{}, hits_host_form{};
+  std::array<std::size_t, kForms> compressed{};  // Moves::compressed, summed
+  // HBM occupancy by form: the units (bytes, Capacity::unit) held in each form after each request, averaged
+  // over requests; divided by capacity.hbm_units() it is the share of the budget.
+  std::array<double, kForms> mean_hbm_units_form{};
+  // Reused blocks that cost something before attention can read them: every host hit (a fetch, plus a restore
+  // when its form is not kv) and every HBM hit in a form other than kv (a dequantize or a recompute from X).
+  // One entry per (request, tier, form) with blocks > 0, in trace order.
+  struct Restore {
+    std::uint32_t request = 0;
+    Tier tier = Tier::hbm;
+    Form form = Form::kv;
+    std::uint32_t blocks = 0;
+  };
+  std::vector<Restore> restores;
   // Per request, in trace order.
   std::vector<std::int64_t> request_reused_tokens;
   std::vector<std::uint32_t> request_host_blocks;  // blocks fetched from the host tier
@@ -37,8 +54,9 @@ struct Result {
 // Replays `trace` through `policy`. Per request: the reused prefix is the longest run of leading blocks that
 // policy.where() finds in some tier; its tokens are reused, the rest of input_length is prefilled (the last
 // partial block counts its real tokens, block_tokens_of). Then policy.admit(). UsageError when
-// capacity.hbm_blocks is 0, or capacity.host_blocks > 0 for a policy without a host tier; std::logic_error when
-// a policy holds more blocks in a tier than its capacity (a bug in that policy). `costs` (may be null) is handed to
+// capacity.hbm_blocks is 0, capacity.host_blocks > 0 for a policy without a host tier, or capacity.compress_to
+// naming a form without bytes; std::logic_error when a policy holds more than a tier's capacity (in units:
+// Capacity::unit; a bug in that policy). `costs` (may be null) is handed to
 // the policy (Policy::set_costs); `cost` refuses to run without it. It must outlive the call.
 Result simulate(const IndexedTrace& trace, const PolicyInfo& policy, const Capacity& capacity,
                 const RestoreCosts* costs = nullptr);
