@@ -42,7 +42,7 @@ struct Args {
   bool synthetic = false;
   std::uint64_t seed = 1;
   std::int64_t synthetic_requests = 4000;
-  double hbm_gib = 0, host_gib = 0;
+  double hbm_gib = 0, host_gib = 0, disk_gib = 0;
   int block_tokens = rs::kMooncakeBlockTokens;
 };
 
@@ -128,15 +128,19 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["offline"] = p.offline;
   j["hbm_gib"] = r.hbm_gib;
   j["host_gib"] = r.host_gib;
+  j["disk_gib"] = r.disk_gib;
   j["hbm_blocks"] = s.capacity.hbm_blocks;
   j["host_blocks"] = s.capacity.host_blocks;
+  j["disk_blocks"] = s.capacity.disk_blocks;
   j["requests"] = s.requests;
   j["references"] = s.references;
   j["hits_hbm"] = s.hits_hbm;
   j["hits_host"] = s.hits_host;
+  j["hits_disk"] = s.hits_disk;
   j["misses"] = s.misses;
   j["hit_rate_hbm"] = r.hit_rate_hbm;
   j["hit_rate_host"] = r.hit_rate_host;
+  j["hit_rate_disk"] = r.hit_rate_disk;
   j["hit_rate"] = s.hit_rate();
   j["input_tokens"] = s.input_tokens;
   j["reused_tokens"] = s.reused_tokens;
@@ -144,7 +148,9 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["prefill_avoided"] = r.prefill_avoided;
   j["demoted_blocks"] = s.demoted;
   j["promoted_blocks"] = s.promoted;
+  j["to_disk_blocks"] = s.to_disk;
   j["host_link_bytes"] = r.host_bytes;
+  j["disk_read_bytes"] = r.disk_bytes;
   j["added_mean_us"] = us(r.added.mean_s);
   j["added_p50_us"] = us(r.added.p50_s);
   j["added_p99_us"] = us(r.added.p99_s);
@@ -170,6 +176,7 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["compress_to"] = to.empty() ? "none" : to;
   j["prefill_source"] = c.prefill_source;
   j["fetch_source"] = c.fetch_source;
+  j["disk_source"] = c.disk_source;
   return j;
 }
 
@@ -191,16 +198,16 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
   const auto& first = rows.front();
   std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
               std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
-  std::printf("  %-10s %8s %9s %9s %8s %10s %12s %12s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host", "avoided",
-              "avoided_s", "added_p50_ms", "added_p99_ms", "host_GB");
+  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
+              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "host_GB");
   for (const auto& r : rows)
-    std::printf("  %-10s %8s %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %10.4g\n",
+    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %10.4g\n",
                 (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
                 report::fmt(r["host_gib"].get<double>()).c_str(), r["hit_rate_hbm"].get<double>(),
-                r["hit_rate_host"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
+                r["hit_rate_host"].get<double>(), r["hit_rate_disk"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
                 r["prefill_avoided_s"].get<double>(), r["added_p50_us"].get<double>() / 1e3,
                 r["added_p99_us"].get<double>() / 1e3, r["host_link_bytes"].get<double>() / 1e9);
-  std::printf("  %-10s %8s %9s %9s %7.2f%% %10s %12.4g %12.4g %10s\n", "no cache", "-", "-", "-", 0.0, "0",
+  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %10s\n", "no cache", "-", "-", "-", "-", 0.0, "0",
               base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, "-");
   // A policy that held blocks in several forms: how the HBM budget was shared, and what the forms cost.
   for (const auto& r : rows) {
@@ -255,6 +262,9 @@ void run_residency(const Args& a) {
   if (a.synthetic == !a.trace.empty())
     throw UsageError(a.synthetic ? "--trace " + shown_value(a.trace) + " with --synthetic: give one (a trace file, or a generated trace)"
                                  : "--trace FILE or --synthetic: one is needed");
+  if (a.disk_gib > 0 && a.host_gib == 0)
+    throw UsageError("--disk-gib " + report::fmt(a.disk_gib) +
+                     " without --host-gib: the disk tier takes the host tier's evictions; give a host budget too");
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
 
@@ -274,6 +284,11 @@ void run_residency(const Args& a) {
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
                                    a.sweep.empty() ? report::fmt(b) : a.sweep));
   const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", report::fmt(a.host_gib)) : 0;
+  if (a.disk_gib > 0 && !(in.gpu.disk_gbps > 0))
+    throw UsageError("--disk-gib " + report::fmt(a.disk_gib) + ": " + in.gpu.name +
+                     " has no disk figure (no spec sheet gives one): give --calibrate DIR, a results directory with the "
+                     "frontier study's file-tier rows");
+  const std::size_t disk_blocks = a.disk_gib > 0 ? blocks_in(a.disk_gib, cost, "--disk-gib", report::fmt(a.disk_gib)) : 0;
 
   const auto t0 = std::chrono::steady_clock::now();
   const rs::Trace trace = [&] {
@@ -312,10 +327,15 @@ void run_residency(const Args& a) {
       std::printf("cost may compress HBM blocks to: %s%s\n", to_text.empty() ? "none" : to_text.c_str(),
                   to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
-  for (const auto* p : policies)
+  if (disk_blocks > 0) std::printf("disk read cost: %s\n", cost.disk_source.c_str());
+  for (const auto* p : policies) {
     if (host_blocks > 0 && !p->host_tier)
       std::printf("note: %s has no host tier: --host-gib %s not applied to it (HBM only)\n", p->name.c_str(),
                   report::fmt(a.host_gib).c_str());
+    else if (disk_blocks > 0 && !p->disk_tier)
+      std::printf("note: %s has no disk tier: --disk-gib %s not applied to it\n", p->name.c_str(),
+                  report::fmt(a.disk_gib).c_str());
+  }
 
   const rs::Baseline base = rs::baseline(cost, it);
   const rs::RestoreCosts restore = rs::restore_costs(cost);  // what `cost` prices its choices with
@@ -323,10 +343,11 @@ void run_residency(const Args& a) {
   for (std::size_t b = 0; b < budgets.size(); ++b) {
     std::vector<ojson> at_budget;
     for (const auto* p : policies) {
-      const std::size_t host = p->host_tier ? host_blocks : 0;
+      const std::size_t host = p->host_tier ? host_blocks : 0, disk = p->disk_tier ? disk_blocks : 0;
       // Only a multi-form policy (`cost`) reads compress_to; the others keep every block in `form`.
-      const rs::Result sim = rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, compress_to), &restore);
-      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0);
+      const rs::Result sim =
+          rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, compress_to, disk), &restore);
+      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? a.disk_gib : 0);
       at_budget.push_back(row_of(priced, *p, base, cost));
     }
     print_table(at_budget, base);
@@ -359,6 +380,8 @@ void run_residency(const Args& a) {
   inputs["policies"] = a.policies;
   inputs["hbm_gib"] = budgets;
   inputs["host_gib"] = a.host_gib;
+  inputs["disk_gib"] = a.disk_gib;
+  inputs["disk_source"] = cost.disk_source;
   inputs["prefill_source"] = cost.prefill_source;
   inputs["fetch_source"] = cost.fetch_source;
   write_outputs(a.out, rows, inputs);
@@ -400,6 +423,10 @@ void add_residency(CLI::App& app) {
       ->check(gib_value());
   sub->add_option("--host-gib", args->host_gib, "Host-tier budget in GiB, for policies with a host tier (lru-host, cost); "
                                                 "policies without one run HBM only, with a note")
+      ->check(gib_value());
+  sub->add_option("--disk-gib", args->disk_gib,
+                  "Disk-tier budget in GiB behind the host tier (needs --host-gib, and a disk figure from --calibrate: "
+                  "the frontier study's file-tier rows), for policies with a disk tier (lru-host, cost)")
       ->check(gib_value());
   sub->add_option("--block-tokens", args->block_tokens, "Tokens per block, as the trace's hash ids were made")
       ->capture_default_str()

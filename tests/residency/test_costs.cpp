@@ -268,5 +268,34 @@ TEST(ResidencyCosts, ARestoreAddsToItsRequestAndTotalsStillAddUp) {
   EXPECT_NEAR(r.hbm_share[1], (3 * q + 3 * q) / 5.0 / 3, 1e-12);
 }
 
+TEST(ResidencyCosts, ADiskHitCostsItsReadPlusItsFetch) {
+  auto g = compute_only();
+  const int bt = 4;
+  {
+    const CostModel none = make_cost_model(g, llama8b(), bt);
+    EXPECT_EQ(none.disk_source, "none");
+    EXPECT_THROW(disk_fetch_s(none, Form::kv, 1), UsageError);  // no disk figure
+    EXPECT_EQ(restore_costs(none).disk_fetch_form_s[0], 0.0);
+  }
+  g.disk_gbps = 2;
+  g.disk_latency_us = 50;
+  const CostModel c = make_cost_model(g, llama8b(), bt);
+  const double b = c.block_bytes;
+  // Three reads of one block each (latency + bytes / bandwidth), then the host link's copies.
+  EXPECT_NEAR(disk_fetch_s(c, Form::kv, 3), 3 * 50e-6 + 3 * b / 2e9 + fetch_s(c, 3), 1e-15);
+  EXPECT_EQ(restore_costs(c).disk_fetch_form_s[0], disk_fetch_s(c, Form::kv, 1));
+  // lru-host with a disk: [1] reuses 1 from disk (ResidencyDisk.LruHostDemotesHostEvictionsToDiskAndFetchesThemBack).
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {1}}, bt), bt);
+  const Result sim = simulate(trace, "lru-host", capacity(c, 1, 1, {}, 1));
+  ASSERT_EQ(sim.hits_disk, 1u);
+  const CostedResult r = price(c, sim, baseline(c, trace), 1, 1, 1);
+  EXPECT_DOUBLE_EQ(r.request_s[3], disk_fetch_s(c, Form::kv, 1));
+  EXPECT_DOUBLE_EQ(r.fetch_s_total, disk_fetch_s(c, Form::kv, 1));
+  EXPECT_EQ(r.disk_bytes, b);
+  EXPECT_EQ(r.host_bytes, b);  // a disk read crosses the host link too
+  EXPECT_DOUBLE_EQ(r.hit_rate_disk, 0.25);
+  EXPECT_EQ(r.disk_gib, 1);
+}
+
 }  // namespace
 }  // namespace kvf::residency

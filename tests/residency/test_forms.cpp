@@ -48,7 +48,7 @@ TEST(ResidencyForms, NamesParseAndReachableTargets) {
 
 // Sizes: kv 4 units, kv-int8 2, kv-int4 1; prefill = tokens seconds, dequantize 0.5 s (int8) and 0.75 s (int4).
 Capacity units(std::size_t hbm, std::size_t host, std::vector<Form> to) {
-  Capacity c{hbm, host, Form::kv};
+  Capacity c{hbm, host, 0, Form::kv};
   c.form_bytes = {4, 2, 1, 0, 0, 0};
   c.compress_to = std::move(to);
   return c;

@@ -152,10 +152,11 @@ TEST(ResidencyPolicies, OracleKeepsTheBlockUsedSoonest) {
 }
 
 // The reference: the recency order written out whole. After a request, HBM is the request's blocks in order
-// followed by the rest of HBM, cut at the capacity; what is cut goes to the front of host, cut at its capacity.
+// followed by the rest of HBM, cut at the capacity; what is cut goes to the front of host, cut at its capacity;
+// what host cuts goes to the front of disk (when there is one), cut at its capacity.
 struct NaiveTiers {
-  std::vector<std::uint64_t> hbm, host;
-  std::size_t hits_hbm = 0, hits_host = 0, demoted = 0, promoted = 0;
+  std::vector<std::uint64_t> hbm, host, disk;
+  std::size_t hits_hbm = 0, hits_host = 0, hits_disk = 0, demoted = 0, promoted = 0, to_disk = 0;
   std::vector<std::int64_t> reused;
 
   static bool in(const std::vector<std::uint64_t>& v, std::uint64_t x) {
@@ -163,8 +164,9 @@ struct NaiveTiers {
   }
   void request(const std::vector<std::uint64_t>& ids, const Capacity& cap, int bt) {
     std::size_t h = 0;
-    while (h < ids.size() && (in(hbm, ids[h]) || in(host, ids[h]))) {
+    while (h < ids.size() && (in(hbm, ids[h]) || in(host, ids[h]) || in(disk, ids[h]))) {
       if (in(host, ids[h])) ++hits_host, ++promoted;
+      else if (in(disk, ids[h])) ++hits_disk, ++promoted;
       else ++hits_hbm;
       ++h;
     }
@@ -181,9 +183,18 @@ struct NaiveTiers {
     demoted += new_host.size();
     for (auto x : host)
       if (!in(ids, x)) new_host.push_back(x);
-    if (new_host.size() > cap.host_blocks) new_host.resize(cap.host_blocks);
+    std::vector<std::uint64_t> new_disk;
+    if (new_host.size() > cap.host_blocks) {
+      if (cap.disk_blocks > 0) new_disk.assign(new_host.begin() + static_cast<std::ptrdiff_t>(cap.host_blocks), new_host.end());
+      new_host.resize(cap.host_blocks);
+    }
+    to_disk += new_disk.size();
+    for (auto x : disk)
+      if (!in(ids, x)) new_disk.push_back(x);
+    if (new_disk.size() > cap.disk_blocks) new_disk.resize(cap.disk_blocks);
     hbm = std::move(new_hbm);
     host = std::move(new_host);
+    disk = std::move(new_disk);
   }
 };
 
@@ -204,12 +215,15 @@ TEST(ResidencyPolicies, LruAndLruHostEqualANaiveReferenceOnRandomTraces) {
   std::mt19937_64 rng(17);
   for (int round = 0; round < 300; ++round) {
     const auto reqs = random_requests(rng, 60, 14, 6);
-    const Capacity cap{1 + rng() % 10, round % 3 == 0 ? 0 : rng() % 8};
+    Capacity cap{1 + rng() % 10, round % 3 == 0 ? 0 : rng() % 8};
+    if (cap.host_blocks > 0 && round % 2) cap.disk_blocks = 1 + rng() % 8;
     NaiveTiers naive;
     for (const auto& r : reqs) naive.request(r, cap, 4);
     const Result host = run(reqs, "lru-host", cap);
     EXPECT_EQ(host.hits_hbm, naive.hits_hbm) << round;
     EXPECT_EQ(host.hits_host, naive.hits_host) << round;
+    EXPECT_EQ(host.hits_disk, naive.hits_disk) << round;
+    EXPECT_EQ(host.to_disk, naive.to_disk) << round;
     EXPECT_EQ(host.demoted, naive.demoted) << round;
     EXPECT_EQ(host.promoted, naive.promoted) << round;
     EXPECT_EQ(host.request_reused_tokens, naive.reused) << round;

@@ -9,6 +9,8 @@
 // the least expected restore cost per byte freed: compress (quantized K/V: a dequantize before use; X: a
 // recompute of K/V before use), demote to host (a fetch), or drop (a prefill). With no compress_to every
 // block has one size and the policy is the two-tier one above.
+// A disk tier (Capacity::disk_blocks) takes the host's lowest-priority blocks when reading one back costs less
+// than its prefill; the same key orders it.
 // Prefix handling (README "The `cost` policy"): a block's priority is clamped to its parent's, victims are taken
 // deepest-first among equal priorities, and dropping a block drops its resident descendants, so the resident set
 // stays closed under prefixes and no tier holds a block the prefix rule could never reuse.
@@ -41,9 +43,8 @@ class CostPolicy final : public Policy {
     const std::size_t n = trace.distinct;
     tier_.assign(n, Tier::none);
     form_.assign(n, capacity.form);
-    hbm_units_ = host_units_ = 0;
-    hbm_count_.fill(0);
-    host_count_.fill(0);
+    units_.fill(0);
+    for (auto& c : count_) c.fill(0);
     key_.assign(n, Key{});
     cost_.assign(n, 0.0);
     freq_.assign(n, 0);
@@ -52,8 +53,7 @@ class CostPolicy final : public Policy {
     first_child_.assign(n, kNone);
     next_sibling_.assign(n, kNone);
     prev_sibling_.assign(n, kNone);
-    hbm_.clear();
-    host_.clear();
+    for (auto& set : sets_) set.clear();
     full_block_cost_.clear();
     inflation_ = 0;
   }
@@ -63,12 +63,11 @@ class CostPolicy final : public Policy {
   void admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) override;
 
   std::size_t resident(Tier t) const override {
-    return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : 0;
+    return t == Tier::none ? 0 : sets_[index(t)].size();
   }
   std::optional<Form> form(BlockId b) const override { return form_[b]; }
   bool blocks_by_form(Tier t, std::array<std::size_t, kForms>& blocks) const override {
-    if (t == Tier::hbm) blocks = hbm_count_;
-    else if (t == Tier::host) blocks = host_count_;
+    if (t != Tier::none) blocks = count_[index(t)];
     return true;
   }
 
@@ -86,21 +85,22 @@ class CostPolicy final : public Policy {
           trace_->block_tokens, static_cast<std::int64_t>(full_block_cost_.size()) * trace_->block_tokens));
     return full_block_cost_[j];
   }
-  std::set<Key>& set_of(Tier t) { return t == Tier::hbm ? hbm_ : host_; }
+  static std::size_t index(Tier t) { return static_cast<std::size_t>(t); }
   // Out of its tier's set and budget (tier_ unchanged: the caller says where it goes); no-op when not in it.
   void take_out(BlockId b) {
-    if (tier_[b] == Tier::none || set_of(tier_[b]).erase(key_[b]) == 0) return;
-    const auto f = static_cast<std::size_t>(form_[b]);
-    (tier_[b] == Tier::hbm ? hbm_units_ : host_units_) -= capacity_.unit(form_[b]);
-    --(tier_[b] == Tier::hbm ? hbm_count_ : host_count_)[f];
+    if (tier_[b] == Tier::none || sets_[index(tier_[b])].erase(key_[b]) == 0) return;
+    units_[index(tier_[b])] -= capacity_.unit(form_[b]);
+    --count_[index(tier_[b])][static_cast<std::size_t>(form_[b])];
   }
   void put(BlockId b, Tier t) {
     tier_[b] = t;
-    set_of(t).insert(key_[b]);
-    (t == Tier::hbm ? hbm_units_ : host_units_) += capacity_.unit(form_[b]);
-    ++(t == Tier::hbm ? hbm_count_ : host_count_)[static_cast<std::size_t>(form_[b])];
+    sets_[index(t)].insert(key_[b]);
+    units_[index(t)] += capacity_.unit(form_[b]);
+    ++count_[index(t)][static_cast<std::size_t>(form_[b])];
   }
+  BlockId lowest(Tier t) const { return std::get<2>(*sets_[index(t)].begin()); }
   double restore_s(Form f) const { return costs_->restore_form_s[static_cast<std::size_t>(f)]; }
+  double disk_fetch_s(Form f) const { return costs_->disk_fetch_form_s[static_cast<std::size_t>(f)]; }
   double fetch_s(Form f) const {
     const double s = costs_->fetch_form_s[static_cast<std::size_t>(f)];
     return s > 0 ? s : costs_->fetch_block_s;
@@ -112,30 +112,32 @@ class CostPolicy final : public Policy {
     if (parent_[b] != kNone && tier_[parent_[b]] != Tier::none) h = std::min(h, std::get<0>(key_[parent_[b]]));
     return h;
   }
-  void compress(BlockId v, Form to, Moves& moves);
+  void compress(BlockId v, Form to);
   void demote(BlockId v);
+  void evict_from_host();
   void link(BlockId b, BlockId parent);
   void unlink(BlockId b);
   void drop(BlockId b);
-  void evict_from_hbm(Moves& moves);
+  void evict_from_hbm();
 
   const RestoreCosts* costs_ = nullptr;
   const IndexedTrace* trace_ = nullptr;
   Capacity capacity_;
   std::vector<Tier> tier_;
   std::vector<Form> form_;
-  std::int64_t hbm_units_ = 0, host_units_ = 0;
-  std::array<std::size_t, kForms> hbm_count_{}, host_count_{};
+  // Per tier (indexed by Tier; none unused): the blocks by priority, their units and their count per form.
+  std::array<std::set<Key>, 4> sets_;
+  std::array<std::int64_t, 4> units_{};
+  std::array<std::array<std::size_t, kForms>, 4> count_{};
   std::vector<Key> key_;
   std::vector<double> cost_;
   std::vector<std::uint32_t> freq_, seen_in_;
   // The resident-children lists (intrusive): a drop walks only resident descendants.
   std::vector<BlockId> parent_, first_child_, next_sibling_, prev_sibling_;
-  std::set<Key> hbm_, host_;
   std::vector<double> full_block_cost_;
   std::vector<BlockId> kept_, cut_, stack_;
   double inflation_ = 0;
-  std::size_t moves_demoted_ = 0;
+  Moves* moves_ = nullptr;  // the admit in progress's
   std::size_t current_ = 0;  // the running request: its blocks are held
 };
 
@@ -181,8 +183,8 @@ void CostPolicy::drop(BlockId b) {
 // host tier) and drop, the action whose added restore cost per unit freed is least; ties go to the earlier of
 // drop, demote, compress. With one form this is: demoted when restoring it from nothing costs more than
 // fetching it, else dropped.
-void CostPolicy::evict_from_hbm(Moves& moves) {
-  const Key victim_key = *hbm_.begin();
+void CostPolicy::evict_from_hbm() {
+  const Key victim_key = *sets_[index(Tier::hbm)].begin();
   const BlockId v = std::get<2>(victim_key);
   inflation_ = std::max(inflation_, std::get<0>(victim_key));
   take_out(v);
@@ -204,32 +206,51 @@ void CostPolicy::evict_from_hbm(Moves& moves) {
   }
   if (action == Action::drop) drop(v);  // takes its resident descendants with it
   else if (action == Action::demote) demote(v);
-  else compress(v, to, moves);
+  else compress(v, to);
 }
 
-// A full host drops its lowest-priority blocks first: every host block was a victim when it left HBM, so its
-// priority is at most L, and this victim's is at least L: never worth less.
+// A full host first makes room from its lowest-priority blocks: every host block was a victim when it left HBM,
+// so its priority is at most L, and this victim's is at least L: never worth less.
 void CostPolicy::demote(BlockId v) {
   const std::int64_t uv = capacity_.unit(form_[v]);
-  while (!host_.empty() && host_units_ + uv > capacity_.host_units()) drop(std::get<2>(*host_.begin()));
+  while (!sets_[index(Tier::host)].empty() && units_[index(Tier::host)] + uv > capacity_.host_units())
+    evict_from_host();
   // Only at equal priorities (blocks that cost nothing) can a dropped block be v's ancestor: then v went with it.
   if (tier_[v] == Tier::none) return;
   put(v, Tier::host);
-  ++moves_demoted_;
+  ++moves_->demoted;
+}
+
+// The lowest-priority host block goes to disk when reading it back (disk read + host link) costs less than what
+// losing it adds (its prefill less the restore it pays anyway), else it is dropped; a full disk drops its lowest
+// first (its priority is at most this block's, by the same argument as the host's).
+void CostPolicy::evict_from_host() {
+  const BlockId h = lowest(Tier::host);
+  take_out(h);
+  const std::int64_t uh = capacity_.unit(form_[h]);
+  if (capacity_.disk_units() < uh || !(disk_fetch_s(form_[h]) < cost_[h] - restore_s(form_[h]))) {
+    drop(h);
+    return;
+  }
+  while (!sets_[index(Tier::disk)].empty() && units_[index(Tier::disk)] + uh > capacity_.disk_units())
+    drop(lowest(Tier::disk));
+  if (tier_[h] == Tier::none) return;  // it went with an ancestor of equal priority
+  put(h, Tier::disk);
+  ++moves_->to_disk;
 }
 
 // Stays in HBM in a smaller form, priced per byte of it (so it now ranks above blocks its value per byte
 // passes), after the new inflation value.
-void CostPolicy::compress(BlockId v, Form to, Moves& moves) {
+void CostPolicy::compress(BlockId v, Form to) {
   form_[v] = to;
   key_[v] = Key{priority(v), std::get<1>(key_[v]), v};
   put(v, Tier::hbm);
-  ++moves.compressed[static_cast<std::size_t>(to)];
+  ++moves_->compressed[static_cast<std::size_t>(to)];
 }
 
 void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size_t hit_prefix, Moves& moves) {
   current_ = r;
-  moves_demoted_ = 0;
+  moves_ = &moves;
   // Pass 1: the request's distinct blocks leave their tier sets (held: only other requests' blocks can go), get
   // their new priority, clamped to the parent's, and hang under their parent in this request.
   kept_.clear();
@@ -240,7 +261,7 @@ void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size
     const BlockId b = blocks[j];
     if (seen_in_[b] == r) continue;  // an id repeated within the request
     seen_in_[b] = static_cast<std::uint32_t>(r);
-    if (tier_[b] == Tier::host && j < hit_prefix) ++moves.promoted;
+    if ((tier_[b] == Tier::host || tier_[b] == Tier::disk) && j < hit_prefix) ++moves.promoted;
     take_out(b);
     unlink(b);
     tier_[b] = Tier::none;  // held until pass 2
@@ -262,9 +283,9 @@ void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size
   for (const BlockId b : cut_) drop(b);
   // Pass 2: room for the kept blocks, then they enter HBM.
   const std::int64_t incoming = static_cast<std::int64_t>(kept_.size()) * capacity_.unit(capacity_.form);
-  while (!hbm_.empty() && hbm_units_ + incoming > capacity_.hbm_units()) evict_from_hbm(moves);
+  while (!sets_[index(Tier::hbm)].empty() && units_[index(Tier::hbm)] + incoming > capacity_.hbm_units())
+    evict_from_hbm();
   for (const BlockId b : kept_) put(b, Tier::hbm);
-  moves.demoted += moves_demoted_;
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int 
     c.form_bytes[static_cast<std::size_t>(f)] = m.mla && is_x_form(f) ? 0 : block_bytes(m, block_tokens, f);
   c.prefill_source = source_of(g, {"bf16_tflops", "hbm_tbps", "launch_us"});
   c.fetch_source = source_of(g, {"host_link_gbps", "copy_fixed_us"});
+  c.disk_source = g.disk_gbps > 0 ? source_of(g, {"disk_gbps", "disk_latency_us"}) : "none";
   return c;
 }
 
@@ -70,8 +71,8 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) 
 }
 
 Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
-                  const std::vector<Form>& compress_to) {
-  Capacity cap{hbm_blocks, host_blocks, c.form};
+                  const std::vector<Form>& compress_to, std::size_t disk_blocks) {
+  Capacity cap{hbm_blocks, host_blocks, disk_blocks, c.form};
   for (const Form f : kAllForms)
     cap.form_bytes[static_cast<std::size_t>(f)] = static_cast<std::int64_t>(std::llround(c.form_bytes[static_cast<std::size_t>(f)]));
   cap.compress_to = compress_to;
@@ -88,6 +89,12 @@ double fetch_s(const CostModel& c, Form form, std::size_t blocks) {
   return report::transfer(*c.gpu, static_cast<double>(blocks) * c.form_bytes[static_cast<std::size_t>(form)],
                           static_cast<int>(copies), c.gpu->host_link_gbps)
       .seconds;
+}
+
+double disk_fetch_s(const CostModel& c, Form form, std::size_t blocks) {
+  if (blocks == 0) return 0;
+  const double n = static_cast<double>(blocks);
+  return report::disk_s(*c.gpu, n * c.form_bytes[static_cast<std::size_t>(form)], n) + fetch_s(c, form, blocks);
 }
 
 namespace {
@@ -119,6 +126,7 @@ RestoreCosts restore_costs(const CostModel& c) {
     const auto i = static_cast<std::size_t>(f);
     if (c.form_bytes[i] <= 0) continue;
     r.fetch_form_s[i] = fetch_s(c, f, 1);
+    if (c.gpu->disk_gbps > 0) r.disk_fetch_form_s[i] = disk_fetch_s(c, f, 1);
     r.restore_form_s[i] = restore_s(c, f, 1);
   }
   r.prefill_s = [&c](std::int64_t tokens, std::int64_t prefix) { return prefill_s(c, tokens, prefix); };
@@ -145,7 +153,8 @@ Baseline baseline(const CostModel& c, const IndexedTrace& trace) {
   return b;
 }
 
-CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib) {
+CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib,
+                   double disk_gib) {
   if (base.request_s.size() != sim.requests)
     throw std::logic_error("price: a baseline of " + std::to_string(base.request_s.size()) + " requests for a replay of " +
                            std::to_string(sim.requests));
@@ -153,14 +162,17 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
   out.sim = sim;
   out.hbm_gib = hbm_gib;
   out.host_gib = host_gib;
+  out.disk_gib = disk_gib;
   if (sim.references) {
     out.hit_rate_hbm = double(sim.hits_hbm) / double(sim.references);
     out.hit_rate_host = double(sim.hits_host) / double(sim.references);
+    out.hit_rate_disk = double(sim.hits_disk) / double(sim.references);
   }
   out.prefill_avoided = sim.input_tokens ? double(sim.reused_tokens) / double(sim.input_tokens) : 0;
   for (const Form f : kAllForms) {
     const auto i = static_cast<std::size_t>(f);
-    out.host_bytes += double(sim.hits_host_form[i]) * c.form_bytes[i];
+    out.host_bytes += double(sim.hits_host_form[i] + sim.hits_disk_form[i]) * c.form_bytes[i];
+    out.disk_bytes += double(sim.hits_disk_form[i]) * c.form_bytes[i];
     out.compress_s_total += double(sim.compressed[i]) * compress_s(c, f);
     if (sim.capacity.hbm_units() > 0) out.hbm_share[i] = sim.mean_hbm_units_form[i] / double(sim.capacity.hbm_units());
   }
@@ -172,6 +184,7 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     for (; next < sim.restores.size() && sim.restores[next].request == r; ++next) {
       const Result::Restore& x = sim.restores[next];
       if (x.tier == Tier::host) f += fetch_s(c, x.form, x.blocks);
+      if (x.tier == Tier::disk) f += disk_fetch_s(c, x.form, x.blocks);
       restore += restore_s(c, x.form, x.blocks);
       if (is_x_form(x.form)) out.x_restored_blocks += x.blocks;
     }

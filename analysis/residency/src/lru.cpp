@@ -1,5 +1,5 @@
 // `lru` (vLLM's prefix cache: HBM only, evict-only) and `lru-host` (LMCache-style: HBM evictions demote to a
-// host tier, host evictions drop). Both admit a request in two passes: first its resident blocks leave the
+// host tier, host evictions to a disk tier when there is one, else drop; disk evictions drop). Both admit a request in two passes: first its resident blocks leave the
 // recency lists, so making room for its misses can only evict other requests' blocks (vLLM holds a running
 // request's blocks by reference count); then its blocks enter HBM last to first, so its first block is the most
 // recent and its tail goes first (vLLM frees a finished sequence's blocks in reverse order).
@@ -51,6 +51,7 @@ class LruHost final : public Policy {
     tier_.assign(trace.distinct, Tier::none);
     hbm_.reset(trace.distinct);
     host_.reset(trace.distinct);
+    disk_.reset(trace.distinct);
     capacity_ = capacity;
   }
   Tier where(BlockId b) const override { return tier_[b]; }
@@ -58,8 +59,8 @@ class LruHost final : public Policy {
     for (std::size_t j = 0; j < blocks.size(); ++j) {
       const BlockId b = blocks[j];
       if (tier_[b] == Tier::none) continue;
-      // A host block beyond the reused prefix is prefilled again, not fetched: its host copy just goes.
-      if (tier_[b] == Tier::host && j < hit_prefix) ++moves.promoted;
+      // A host or disk block beyond the reused prefix is prefilled again, not fetched: its copy just goes.
+      if (tier_[b] != Tier::hbm && j < hit_prefix) ++moves.promoted;
       take_out(b);
     }
     for (std::size_t j = blocks.size(); j-- > 0;) {
@@ -71,13 +72,14 @@ class LruHost final : public Policy {
     }
   }
   std::size_t resident(Tier t) const override {
-    return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : 0;
+    return t == Tier::hbm ? hbm_.size() : t == Tier::host ? host_.size() : t == Tier::disk ? disk_.size() : 0;
   }
 
  private:
   void take_out(BlockId b) {
     if (tier_[b] == Tier::hbm) hbm_.unlink(b);
     else if (tier_[b] == Tier::host) host_.unlink(b);
+    else if (tier_[b] == Tier::disk) disk_.unlink(b);
     tier_[b] = Tier::none;
   }
   void demote(BlockId b, Moves& moves) {
@@ -89,15 +91,25 @@ class LruHost final : public Policy {
     tier_[b] = Tier::host;
     host_.push_front(b);
     ++moves.demoted;
-    if (host_.size() > capacity_.host_blocks) {
-      const BlockId dropped = host_.least_recent();
-      host_.unlink(dropped);
+    if (host_.size() <= capacity_.host_blocks) return;
+    const BlockId down = host_.least_recent();
+    host_.unlink(down);
+    if (capacity_.disk_blocks == 0) {
+      tier_[down] = Tier::none;
+      return;
+    }
+    tier_[down] = Tier::disk;
+    disk_.push_front(down);
+    ++moves.to_disk;
+    if (disk_.size() > capacity_.disk_blocks) {
+      const BlockId dropped = disk_.least_recent();
+      disk_.unlink(dropped);
       tier_[dropped] = Tier::none;
     }
   }
 
   std::vector<Tier> tier_;
-  LruList hbm_, host_;
+  LruList hbm_, host_, disk_;
   Capacity capacity_;
 };
 

@@ -8,15 +8,17 @@ namespace kvf::residency {
 std::vector<PolicyInfo>& policy_registry() {
   static std::vector<PolicyInfo> registry = {
       {"lru", "HBM only, least recently used block evicted (vLLM's prefix cache)", false, false, make_lru},
-      {"lru-host", "LRU in HBM and in a host tier: HBM evictions demote to host, host evictions drop, a host hit "
-                   "is fetched back to HBM (LMCache-style)",
-       true, false, make_lru_host},
+      {"lru-host", "LRU in HBM, in a host tier and in an optional disk tier: HBM evictions demote to host, host "
+                   "evictions to disk (or drop without one), disk evictions drop, a hit in a lower tier is fetched "
+                   "back to HBM (LMCache-style)",
+       true, false, make_lru_host, true},
       {"oracle", "offline Belady on HBM alone: evicts the block whose next use is farthest ahead (a bound, see "
                  "analysis/residency/README.md)",
        false, true, make_oracle},
-      {"cost", "cost-aware GreedyDual-Size-Frequency over HBM and host: priority = L + references x prefill cost, "
-               "lowest demoted to host when prefill costs more than a fetch, else dropped (needs the cost model)",
-       true, false, make_cost},
+      {"cost", "cost-aware GreedyDual-Size-Frequency over HBM, host and disk: priority = L + references x prefill "
+               "cost per byte; the lowest is compressed, demoted or dropped, whichever adds the least restore cost "
+               "per byte freed (needs the cost model)",
+       true, false, make_cost, true},
   };
   return registry;
 }

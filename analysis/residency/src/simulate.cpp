@@ -12,6 +12,12 @@ void check_capacity(const PolicyInfo& info, const Capacity& capacity) {
   if (capacity.host_blocks > 0 && !info.host_tier)
     throw UsageError("policy " + info.name + " has no host tier: host capacity must be 0 blocks, got " +
                      std::to_string(capacity.host_blocks));
+  if (capacity.disk_blocks > 0 && !info.disk_tier)
+    throw UsageError("policy " + info.name + " has no disk tier: disk capacity must be 0 blocks, got " +
+                     std::to_string(capacity.disk_blocks));
+  if (capacity.disk_blocks > 0 && capacity.host_blocks == 0)
+    throw UsageError("a disk tier of " + std::to_string(capacity.disk_blocks) +
+                     " blocks without a host tier: the disk tier takes the host tier's evictions, give it a host capacity");
   for (const Form f : capacity.compress_to)
     if (capacity.form_bytes[static_cast<std::size_t>(capacity.form)] <= 0 || capacity.unit(f) <= 0)
       throw UsageError("compress to " + std::string(form_name(f)) + ": no bytes per block given for it");
@@ -30,15 +36,17 @@ std::int64_t held(const Policy& policy, const Capacity& capacity, Tier tier, std
 void check_occupancy(const Policy& policy, const PolicyInfo& info, const Capacity& capacity, std::size_t r,
                      std::array<double, kForms>& sum) {
   std::array<std::size_t, kForms> blocks{};
+  const std::int64_t disk = held(policy, capacity, Tier::disk, blocks);
   const std::int64_t host = held(policy, capacity, Tier::host, blocks);
   const std::int64_t hbm = held(policy, capacity, Tier::hbm, blocks);
   for (const Form f : kAllForms)
     sum[static_cast<std::size_t>(f)] += double(blocks[static_cast<std::size_t>(f)]) * double(capacity.unit(f));
-  if (hbm > capacity.hbm_units() || host > capacity.host_units())
-    throw std::logic_error("policy " + info.name + " holds " + std::to_string(hbm) + " HBM and " +
-                           std::to_string(host) + " host units after request " + std::to_string(r) +
-                           ", over its capacity of " + std::to_string(capacity.hbm_units()) + " and " +
-                           std::to_string(capacity.host_units()) + " (a unit: a byte, or a block without form sizes)");
+  if (hbm > capacity.hbm_units() || host > capacity.host_units() || disk > capacity.disk_units())
+    throw std::logic_error("policy " + info.name + " holds " + std::to_string(hbm) + " HBM, " + std::to_string(host) +
+                           " host and " + std::to_string(disk) + " disk units after request " + std::to_string(r) +
+                           ", over its capacity of " + std::to_string(capacity.hbm_units()) + ", " +
+                           std::to_string(capacity.host_units()) + " and " + std::to_string(capacity.disk_units()) +
+                           " (a unit: a byte, or a block without form sizes)");
 }
 
 }  // namespace
@@ -59,34 +67,39 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   res.request_host_blocks.resize(res.requests);
   res.request_missed_tokens.resize(res.requests);
   Moves moves;
-  std::array<std::size_t, kForms> from_hbm_form{}, from_host_form{};
+  std::array<std::size_t, kForms> from_hbm_form{}, from_host_form{}, from_disk_form{};
   for (std::size_t r = 0; r < res.requests; ++r) {
     const std::span<const BlockId> blocks = trace.request(r);
     const std::int64_t input = trace.input_length[r];
-    std::size_t hits = 0, from_host = 0;
+    std::size_t hits = 0, from_host = 0, from_disk = 0;
     std::int64_t reused = 0;
     // The prefix rule: a block is reused only if every block before it was.
     from_hbm_form.fill(0);
     from_host_form.fill(0);
+    from_disk_form.fill(0);
     for (; hits < blocks.size(); ++hits) {
       const Tier t = policy->where(blocks[hits]);
       if (t == Tier::none) break;
       from_host += t == Tier::host;
+      from_disk += t == Tier::disk;
       const auto f = static_cast<std::size_t>(policy->form(blocks[hits]).value_or(capacity.form));
-      ++(t == Tier::host ? from_host_form : from_hbm_form)[f];
+      ++(t == Tier::host ? from_host_form : t == Tier::disk ? from_disk_form : from_hbm_form)[f];
       reused += block_tokens_of(input, hits, trace.block_tokens);
     }
     for (const Form f : kAllForms) {
       const auto i = static_cast<std::size_t>(f);
       res.hits_hbm_form[i] += from_hbm_form[i];
       res.hits_host_form[i] += from_host_form[i];
+      res.hits_disk_form[i] += from_disk_form[i];
       const auto req = static_cast<std::uint32_t>(r);
       if (from_hbm_form[i] > 0 && f != Form::kv)
         res.restores.push_back({req, Tier::hbm, f, static_cast<std::uint32_t>(from_hbm_form[i])});
       if (from_host_form[i] > 0) res.restores.push_back({req, Tier::host, f, static_cast<std::uint32_t>(from_host_form[i])});
+      if (from_disk_form[i] > 0) res.restores.push_back({req, Tier::disk, f, static_cast<std::uint32_t>(from_disk_form[i])});
     }
-    res.hits_hbm += hits - from_host;
+    res.hits_hbm += hits - from_host - from_disk;
     res.hits_host += from_host;
+    res.hits_disk += from_disk;
     res.input_tokens += input;
     res.reused_tokens += reused;
     res.request_reused_tokens[r] = reused;
@@ -98,10 +111,11 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   if (res.requests > 0)
     for (double& u : res.mean_hbm_units_form) u /= double(res.requests);
   res.compressed = moves.compressed;
-  res.misses = res.references - res.hits_hbm - res.hits_host;
+  res.misses = res.references - res.hits_hbm - res.hits_host - res.hits_disk;
   res.prefill_tokens = res.input_tokens - res.reused_tokens;
   res.demoted = moves.demoted;
   res.promoted = moves.promoted;
+  res.to_disk = moves.to_disk;
   return res;
 }
 

@@ -36,13 +36,14 @@ struct CostModel {
   double block_bytes = 0;                   // of `form`: capacities are budgets over it
   std::array<double, kForms> form_bytes{};  // every form's; 0 where the model has none (X of an MLA model)
   // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
-  std::string prefill_source, fetch_source;
+  // disk_source: "none" when the spec has no disk figure (only a results directory measures one).
+  std::string prefill_source, fetch_source, disk_source;
 };
 CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens, Form form = Form::kv);
 // Capacity of `hbm_blocks` and `host_blocks` blocks of c.form, with every form's bytes and the forms `cost` may
 // compress to (check_compress_to first).
 Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
-                  const std::vector<Form>& compress_to = {});
+                  const std::vector<Form>& compress_to = {}, std::size_t disk_blocks = 0);
 
 // Prefill of `missing` prompt tokens after `prefix` reused ones: recompute_layers(missing tokens, one call, all
 // layers) (attention projections, causal attention of the missing tokens over themselves, MLP: 2 x active layer
@@ -54,6 +55,10 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix);
 // the paged cache keeps one tensor per layer) over host_link_gbps. 0 when blocks is 0.
 double fetch_s(const CostModel& c, std::size_t blocks);
 double fetch_s(const CostModel& c, Form form, std::size_t blocks);  // blocks of `form` (its bytes)
+// Reading `blocks` blocks of `form` from the disk tier, one read each (disk_s: latency + bytes / disk_gbps), then
+// fetching them over the host link (fetch_s): a bounce through host memory, not overlapped. UsageError when the
+// GPU spec has no disk figure.
+double disk_fetch_s(const CostModel& c, Form form, std::size_t blocks);
 // Making `blocks` blocks of `form` readable by attention, once they are in HBM: 0 for kv; for quantized K/V one
 // dequantize pass per layer over all of them (read the quantized bytes, write bf16); for X, recompute_x per
 // layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write).
@@ -82,12 +87,13 @@ Baseline baseline(const CostModel& c, const IndexedTrace& trace);
 // One policy at one budget, priced.
 struct CostedResult {
   Result sim;
-  double hbm_gib = 0, host_gib = 0;  // the budgets asked for (host 0: no host tier)
-  double hit_rate_hbm = 0, hit_rate_host = 0;  // of block references
+  double hbm_gib = 0, host_gib = 0, disk_gib = 0;  // the budgets asked for (0: no such tier)
+  double hit_rate_hbm = 0, hit_rate_host = 0, hit_rate_disk = 0;  // of block references
+  double disk_bytes = 0;             // read from disk: disk-tier hits x their form's bytes (they also cross the host link)
   double prefill_avoided = 0;        // reused tokens / input tokens (no cache prefills every input token)
-  double host_bytes = 0;             // over the host link: host-tier hits x their form's bytes
-  // Added latency per request: prefill_s(missed, reused) + per form fetch_s(host blocks) + restore_s(blocks
-  // reused in a form other than kv, from either tier).
+  double host_bytes = 0;             // over the host link: host- and disk-tier hits x their form's bytes
+  // Added latency per request: prefill_s(missed, reused) + per form fetch_s(host blocks) + disk_fetch_s(disk
+  // blocks) + restore_s(blocks reused in a form other than kv, from any tier). fetch_s_total has the disk reads.
   std::vector<double> request_s;
   double prefill_s_total = 0, fetch_s_total = 0, restore_s_total = 0;  // their parts, summed over requests
   std::size_t x_restored_blocks = 0;  // reused blocks whose K/V were recomputed from X
@@ -97,6 +103,7 @@ struct CostedResult {
   LatencySummary added;
   double prefill_avoided_s = 0;      // baseline total - prefill_s_total: the prefill the cache saved, in time
 };
-CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib);
+CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib,
+                   double disk_gib = 0);
 
 }  // namespace kvf::residency

@@ -18,12 +18,14 @@
 
 namespace kvf::residency {
 
-enum class Tier : std::uint8_t { none = 0, hbm = 1, host = 2 };
+enum class Tier : std::uint8_t { none = 0, hbm = 1, host = 2, disk = 3 };
 
-// Capacities in blocks of the form blocks enter HBM in (`form`). host_blocks 0: no host tier.
+// Capacities in blocks of the form blocks enter HBM in (`form`). host_blocks 0: no host tier; disk_blocks 0: no
+// disk tier (a disk tier sits behind the host tier: host evictions go to it).
 struct Capacity {
   std::size_t hbm_blocks = 0;
   std::size_t host_blocks = 0;
+  std::size_t disk_blocks = 0;
   Form form = Form::kv;
   // Bytes of one block in each form (costs.hpp form_bytes). A policy that keeps blocks in several forms (`cost`
   // with compress_to) budgets bytes: hbm_blocks x form_bytes[form] in HBM, host_blocks x form_bytes[form] on
@@ -39,12 +41,14 @@ struct Capacity {
   }
   std::int64_t hbm_units() const { return static_cast<std::int64_t>(hbm_blocks) * unit(form); }
   std::int64_t host_units() const { return static_cast<std::int64_t>(host_blocks) * unit(form); }
+  std::int64_t disk_units() const { return static_cast<std::int64_t>(disk_blocks) * unit(form); }
 };
 
 // Blocks a policy moved between tiers while admitting one request.
 struct Moves {
   std::size_t demoted = 0;   // HBM -> host
-  std::size_t promoted = 0;  // host -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
+  std::size_t promoted = 0;  // host or disk -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
+  std::size_t to_disk = 0;   // host -> disk
   std::array<std::size_t, kForms> compressed{};  // HBM blocks turned into each form (compress or keep-as-X)
 };
 
@@ -55,6 +59,8 @@ struct RestoreCosts {
   // Per form: one block fetched from host (0: fetch_block_s), and made usable once in HBM (0 for kv: the
   // dequantize pass of quantized K/V, the recompute of K/V from X).
   std::array<double, kForms> fetch_form_s{}, restore_form_s{};
+  // Per form: one block read from the disk tier and brought to HBM through host memory (a disk tier only).
+  std::array<double, kForms> disk_fetch_form_s{};
   // Prefilling `tokens` tokens after `prefix` reused ones: prefill_s(model, tokens, prefix).
   std::function<double(std::int64_t tokens, std::int64_t prefix)> prefill_s;
 };
@@ -88,6 +94,7 @@ struct PolicyInfo {
   bool host_tier = false;  // false: the policy has only HBM and refuses a host capacity
   bool offline = false;    // reads the future: a bound, not something a server can run
   std::function<std::unique_ptr<Policy>()> make;
+  bool disk_tier = false;  // false: the policy refuses a disk capacity (last: older initializers stay valid)
 };
 
 // Every policy: the built-ins (lru, lru-host, oracle, cost) first. Append a PolicyInfo to add one.

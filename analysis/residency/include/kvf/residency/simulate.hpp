@@ -21,20 +21,23 @@ struct Result {
   std::size_t references = 0;  // block references: every hash id of every request
   std::size_t hits_hbm = 0;    // references reused from HBM
   std::size_t hits_host = 0;   // references reused from the host tier (fetched, then promoted)
-  std::size_t misses = 0;      // references - hits_hbm - hits_host
+  std::size_t hits_disk = 0;   // references reused from the disk tier (read, fetched, then promoted)
+  std::size_t misses = 0;      // references - hits_hbm - hits_host - hits_disk
   std::int64_t input_tokens = 0;
   std::int64_t reused_tokens = 0;
   std::int64_t prefill_tokens = 0;  // input_tokens - reused_tokens: what must be prefilled
   std::size_t demoted = 0;
   std::size_t promoted = 0;
+  std::size_t to_disk = 0;
   // By the form the block was in when reused (Capacity::form for a single-form policy).
-  std::array<std::size_t, kForms> hits_hbm_form{}, hits_host_form{};
+  std::array<std::size_t, kForms> hits_hbm_form{}, hits_host_form{}, hits_disk_form{};
   std::array<std::size_t, kForms> compressed{};  // Moves::compressed, summed
   // HBM occupancy by form: the units (bytes, Capacity::unit) held in each form after each request, averaged
   // over requests; divided by capacity.hbm_units() it is the share of the budget.
   std::array<double, kForms> mean_hbm_units_form{};
-  // Reused blocks that cost something before attention can read them: every host hit (a fetch, plus a restore
-  // when its form is not kv) and every HBM hit in a form other than kv (a dequantize or a recompute from X).
+  // Reused blocks that cost something before attention can read them: every host or disk hit (a fetch, plus a
+  // restore when its form is not kv) and every HBM hit in a form other than kv (a dequantize or a recompute
+  // from X).
   // One entry per (request, tier, form) with blocks > 0, in trace order.
   struct Restore {
     std::uint32_t request = 0;
@@ -48,13 +51,16 @@ struct Result {
   std::vector<std::uint32_t> request_host_blocks;  // blocks fetched from the host tier
   std::vector<std::int64_t> request_missed_tokens;
 
-  double hit_rate() const { return references ? double(hits_hbm + hits_host) / double(references) : 0.0; }
+  double hit_rate() const {
+    return references ? double(hits_hbm + hits_host + hits_disk) / double(references) : 0.0;
+  }
 };
 
 // Replays `trace` through `policy`. Per request: the reused prefix is the longest run of leading blocks that
 // policy.where() finds in some tier; its tokens are reused, the rest of input_length is prefilled (the last
 // partial block counts its real tokens, block_tokens_of). Then policy.admit(). UsageError when
-// capacity.hbm_blocks is 0, capacity.host_blocks > 0 for a policy without a host tier, or capacity.compress_to
+// capacity.hbm_blocks is 0, capacity.host_blocks > 0 for a policy without a host tier, capacity.disk_blocks > 0
+// for a policy without a disk tier or without a host tier in front of it, or capacity.compress_to
 // naming a form without bytes; std::logic_error when a policy holds more than a tier's capacity (in units:
 // Capacity::unit; a bug in that policy). `costs` (may be null) is handed to
 // the policy (Policy::set_costs); `cost` refuses to run without it. It must outlive the call.
