@@ -38,7 +38,7 @@ inline constexpr int kMaxBlockTokens = 1 << 20;
 
 struct Args {
   std::string trace, model, gpu, calibrate, policies = "lru,lru-host,oracle", sweep, out, gpus_path, models_path,
-      save_trace, form = "kv", compress_to = "auto";
+      save_trace, form = "kv", compress_to = "auto", prefill_cost = "auto";
   bool synthetic = false;
   std::uint64_t seed = 1;
   std::int64_t synthetic_requests = 4000;
@@ -155,6 +155,9 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["added_p50_us"] = us(r.added.p50_s);
   j["added_p99_us"] = us(r.added.p99_s);
   j["added_total_s"] = r.added.total_s;
+  j["added_pipelined_mean_us"] = us(r.added_pipelined.mean_s);
+  j["added_pipelined_p50_us"] = us(r.added_pipelined.p50_s);
+  j["added_pipelined_p99_us"] = us(r.added_pipelined.p99_s);
   j["prefill_total_s"] = r.prefill_s_total;
   j["fetch_total_s"] = r.fetch_s_total;
   j["restore_total_s"] = r.restore_s_total;
@@ -198,17 +201,18 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
   const auto& first = rows.front();
   std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
               std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
-  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
-              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "host_GB");
+  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
+              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "host_GB");
   for (const auto& r : rows)
-    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %10.4g\n",
+    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g\n",
                 (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
                 report::fmt(r["host_gib"].get<double>()).c_str(), r["hit_rate_hbm"].get<double>(),
                 r["hit_rate_host"].get<double>(), r["hit_rate_disk"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
                 r["prefill_avoided_s"].get<double>(), r["added_p50_us"].get<double>() / 1e3,
-                r["added_p99_us"].get<double>() / 1e3, r["host_link_bytes"].get<double>() / 1e9);
-  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %10s\n", "no cache", "-", "-", "-", "-", 0.0, "0",
-              base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, "-");
+                r["added_p99_us"].get<double>() / 1e3, r["added_pipelined_p50_us"].get<double>() / 1e3,
+                r["host_link_bytes"].get<double>() / 1e9);
+  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %11.4g %10s\n", "no cache", "-", "-", "-", "-", 0.0,
+              "0", base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, base.latency.p50_s * 1e3, "-");
   // A policy that held blocks in several forms: how the HBM budget was shared, and what the forms cost.
   for (const auto& r : rows) {
     std::string shares;
@@ -268,17 +272,29 @@ void run_residency(const Args& a) {
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
 
+  if (a.prefill_cost != "auto" && a.prefill_cost != "model" && a.prefill_cost != "measured")
+    throw UsageError("--prefill-cost " + shown_value(a.prefill_cost) + ": expected auto, model or measured");
+  if (a.prefill_cost == "measured" && a.calibrate.empty())
+    throw UsageError("--prefill-cost measured without --calibrate: the measured prefill comes from a results directory");
   const rs::Form form = rs::parse_form(a.form, "--form");
   const std::vector<rs::Form> compress_to = compress_forms(a.compress_to, form);
 
   const ModelInputs in = load_model_inputs(a.gpus_path, a.gpu, a.models_path, a.model, a.calibrate);
-  const rs::CostModel cost = [&] {
+  rs::CostModel cost = [&] {
     try {
       return rs::make_cost_model(in.gpu, in.shape(), a.block_tokens, form);
     } catch (const UsageError& e) {  // "form x: <model> is an MLA model ...": the user gave it as --form
       throw UsageError("--" + std::string(e.what()));
     }
   }();
+  if (a.prefill_cost != "model" && !a.calibrate.empty()) {
+    const auto measured = rs::measured_prefill(cost, in.calibration);
+    if (measured) rs::use_measured_prefill(cost, *measured);
+    else if (a.prefill_cost == "measured")
+      throw UsageError("--prefill-cost measured: " + a.calibrate + " has no frontier `layers` row of " +
+                       in.shape().name + " through its " + report::fmt(in.shape().layers) +
+                       " layers (kvf run --study frontier --frontier.arms layers)");
+  }
   std::vector<std::size_t> hbm_blocks;
   for (double b : budgets)
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
@@ -356,7 +372,8 @@ void run_residency(const Args& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n* offline: reads the future (a bound, README \"The oracle's bound\"). avoided: reused / input tokens; "
               "avoided_s: no-cache prefill time - the policy's, summed over requests; added latency: prefill of the missed "
-              "tokens + host fetches + restores of blocks not kept as bf16 K/V (dequantize, recompute from X), per request.\n");
+              "tokens + host fetches + restores of blocks not kept as bf16 K/V (dequantize, recompute from X), per request, "
+              "serial; pipe: the fetch pipelined by layer against the compute (a lower bound).\n");
   std::printf("%zu replays in %.3g s (trace read included)\n", rows.size(), secs);
 
   if (a.out.empty()) return;
@@ -424,6 +441,12 @@ void add_residency(CLI::App& app) {
   sub->add_option("--host-gib", args->host_gib, "Host-tier budget in GiB, for policies with a host tier (lru-host, cost); "
                                                 "policies without one run HBM only, with a note")
       ->check(gib_value());
+  sub->add_option("--prefill-cost", args->prefill_cost,
+                  "Prefill priced by the model (roofline at the GPU's peaks, or the --calibrate ceilings) or measured: "
+                  "scaled by the --calibrate directory's frontier `layers` rows of the model through all its layers "
+                  "(measured / model, median); auto: measured when those rows exist, else the model")
+      ->capture_default_str()
+      ->check(non_empty("auto, model or measured"));
   sub->add_option("--disk-gib", args->disk_gib,
                   "Disk-tier budget in GiB behind the host tier (needs --host-gib, and a disk figure from --calibrate: "
                   "the frontier study's file-tier rows), for policies with a disk tier (lru-host, cost)")

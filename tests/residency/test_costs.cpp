@@ -297,5 +297,62 @@ TEST(ResidencyCosts, ADiskHitCostsItsReadPlusItsFetch) {
   EXPECT_EQ(r.disk_gib, 1);
 }
 
+report::CaseRow layers_row(const std::string& mode, double tokens, double layers, double prefix, double median_s,
+                           const std::string& launch = "eager") {
+  report::CaseRow r;
+  r.study = "frontier";
+  r.case_name = "layers/Llama-3.1-8B/T" + report::fmt(tokens) + "/L" + report::fmt(layers);
+  r.mode = mode;
+  r.samples = 5;
+  r.median_s = median_s;
+  r.params = {{"arm", "layers"}, {"model", "Llama-3.1-8B"}, {"tokens", report::fmt(tokens)},
+              {"layers", report::fmt(layers)}, {"prefix", report::fmt(prefix)}, {"pages", "1"}, {"launch", launch}};
+  return r;
+}
+
+TEST(ResidencyCosts, MeasuredPrefillIsTheMedianRatioOfFullDepthLayersRows) {
+  const auto g = compute_only();
+  CostModel c = make_cost_model(g, llama8b(), 512);
+  const double m128 = prefill_s(c, 128, 1024), m256 = prefill_s(c, 256, 0);
+  report::ResultSet rs;
+  rs.dir = "run";
+  EXPECT_FALSE(measured_prefill(c, rs).has_value());
+  rs.cases.push_back(layers_row("cold", 128, 4, 1024, 1.0));            // not the model's depth
+  rs.cases.push_back(layers_row("cold", 128, 32, 1024, 9.0, "graph"));  // CUDA graph: left out
+  rs.cases.push_back(layers_row("hot", 128, 32, 1024, 5 * m128));       // cold rows come first
+  EXPECT_EQ(measured_prefill(c, rs)->scale, 5);
+  rs.cases.push_back(layers_row("cold", 128, 32, 1024, 2 * m128));
+  rs.cases.push_back(layers_row("cold", 256, 32, 0, 3 * m256));
+  rs.cases.push_back(layers_row("cold", 256, 32, 0, 4 * m256));
+  const auto p = measured_prefill(c, rs);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NEAR(p->scale, 3, 1e-12);  // median of 2, 3, 4
+  EXPECT_NE(p->source.find("(cold): every prefill x3 (median of 3) in run"), std::string::npos) << p->source;
+  use_measured_prefill(c, *p);
+  EXPECT_NEAR(prefill_s(c, 128, 1024), 3 * m128, 1e-15);
+  EXPECT_EQ(c.prefill_source, p->source);
+  EXPECT_EQ(fetch_s(c, 1), fetch_s(make_cost_model(g, llama8b(), 512), 1));  // only the prefill moves
+}
+
+TEST(ResidencyCosts, PipelinedFetchLiesBetweenTheLongerPartAndTheSum) {
+  const auto g = compute_only();
+  const int bt = 4;
+  const CostModel c = make_cost_model(g, llama8b(), bt);
+  // Request 2 reuses 1 from host; request 3 reuses 2 from host and prefills 2 tokens: F and C overlap by layer.
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {1}, {2, 3}}, bt, {4, 4, 4, 6}), bt);
+  const Result sim = simulate(trace, "lru-host", Capacity{1, 4});
+  const CostedResult r = price(c, sim, baseline(c, trace), 1, 1);
+  for (std::size_t i = 0; i < sim.requests; ++i) {
+    EXPECT_LE(r.request_pipelined_s[i], r.request_s[i] * (1 + 1e-12)) << i;
+    EXPECT_GE(r.request_pipelined_s[i], 0.5 * r.request_s[i] * (1 - 1e-12)) << i;
+  }
+  ASSERT_EQ(sim.request_host_blocks[2], 1u);
+  EXPECT_DOUBLE_EQ(r.request_pipelined_s[2], fetch_s(c, 1));  // nothing to overlap with
+  const double F = fetch_s(c, sim.request_host_blocks[3]), C = prefill_s(c, 2, 4), L = 32;
+  ASSERT_GT(F, 0);
+  EXPECT_DOUBLE_EQ(r.request_pipelined_s[3], ((L - 1) * std::max(F, C) + F + C) / L);
+  EXPECT_DOUBLE_EQ(r.request_pipelined_s[0], r.request_s[0]);  // a miss: prefill only
+}
+
 }  // namespace
 }  // namespace kvf::residency

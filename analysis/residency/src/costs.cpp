@@ -6,6 +6,7 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/stats.hpp"
+#include "kvf/study_report.hpp"
 
 namespace kvf::residency {
 namespace {
@@ -55,7 +56,9 @@ CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int 
   return c;
 }
 
-double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) {
+namespace {
+
+double model_prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) {
   if (missing <= 0) return 0;
   const report::Shape& m = *c.model;
   const auto M = static_cast<double>(missing), P = static_cast<double>(prefix);
@@ -68,6 +71,45 @@ double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) 
     s += m.layers * report::roofline_s(*c.gpu, 2 * M * P * (qk + v), report::kv_bytes_per_layer(m, P));
   }
   return s;
+}
+
+}  // namespace
+
+double prefill_s(const CostModel& c, std::int64_t missing, std::int64_t prefix) {
+  return c.prefill_scale * model_prefill_s(c, missing, prefix);
+}
+
+std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const report::ResultSet& rs) {
+  const report::Shape& m = *c.model;
+  for (const char* mode : {"cold", "hot"}) {
+    std::vector<double> ratios;
+    std::string rows;
+    for (const report::CaseRow& r : rs.cases) {
+      if (r.study != "frontier" || r.mode != mode || !r.measured() || !r.invalid.empty() || r.param("arm") != "layers" ||
+          r.param("model") != m.name || r.param("launch") == "graph")
+        continue;
+      const auto tokens = r.num("tokens"), layers = r.num("layers"), prefix = r.num("prefix"), pages = r.num("pages");
+      if (!tokens || !layers || *layers != m.layers || *tokens < 1 || (pages && *pages != 1)) continue;
+      const double model = model_prefill_s(c, std::llround(*tokens), prefix ? std::llround(*prefix) : 0);
+      if (!(model > 0) || !(*r.median_s > 0)) continue;
+      ratios.push_back(*r.median_s / model);
+      rows += (rows.empty() ? "" : ", ") + r.case_name + " " + report::us_text(*r.median_s) + " against the model's " +
+              report::us_text(model);
+    }
+    if (ratios.empty()) continue;
+    std::sort(ratios.begin(), ratios.end());
+    PrefillCalibration p;
+    p.scale = quantile_sorted(ratios, 0.5);
+    p.source = "measured: frontier " + rows + " (" + mode + "): every prefill x" + report::fmt(p.scale) +
+               (ratios.size() > 1 ? " (median of " + std::to_string(ratios.size()) + ")" : "") + " in " + rs.dir;
+    return p;
+  }
+  return std::nullopt;
+}
+
+void use_measured_prefill(CostModel& c, const PrefillCalibration& p) {
+  c.prefill_scale = p.scale;
+  c.prefill_source = p.source;
 }
 
 Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
@@ -177,6 +219,8 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     if (sim.capacity.hbm_units() > 0) out.hbm_share[i] = sim.mean_hbm_units_form[i] / double(sim.capacity.hbm_units());
   }
   out.request_s.resize(sim.requests);
+  out.request_pipelined_s.resize(sim.requests);
+  const double L = c.model->layers;
   std::size_t next = 0;  // sim.restores is in trace order
   for (std::size_t r = 0; r < sim.requests; ++r) {
     const double p = prefill_s(c, sim.request_missed_tokens[r], sim.request_reused_tokens[r]);
@@ -192,7 +236,9 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     out.fetch_s_total += f;
     out.restore_s_total += restore;
     out.request_s[r] = p + f + restore;
+    out.request_pipelined_s[r] = ((L - 1) * std::max(f, p + restore) + f + p + restore) / L;
   }
+  out.added_pipelined = summarize_latency(out.request_pipelined_s);
   out.recomputed_tokens = double(sim.prefill_tokens) + double(out.x_restored_blocks) * c.block_tokens;
   out.added = summarize_latency(out.request_s);
   out.prefill_avoided_s = base.latency.total_s - out.prefill_s_total;

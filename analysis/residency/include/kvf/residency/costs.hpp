@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct CostModel {
   Form form = Form::kv;                     // the form blocks enter HBM in (--form)
   double block_bytes = 0;                   // of `form`: capacities are budgets over it
   std::array<double, kForms> form_bytes{};  // every form's; 0 where the model has none (X of an MLA model)
+  // Every prefill_s is the model's times this (measured_prefill: measured / modelled on this GPU; 1: the model).
+  double prefill_scale = 1;
   // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
   // disk_source: "none" when the spec has no disk figure (only a results directory measures one).
   std::string prefill_source, fetch_source, disk_source;
@@ -44,6 +47,17 @@ CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int 
 // compress to (check_compress_to first).
 Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_blocks,
                   const std::vector<Form>& compress_to = {}, std::size_t disk_blocks = 0);
+
+// A prefill measured in a results directory: the frontier study's `layers` rows of this model through all of its
+// layers (a page of T tokens after N prefix tokens, one page, eager launches; cold rows, else hot), each against
+// prefill_s(T, N) of the model; the median of their ratios. nullopt when the directory has no such row.
+struct PrefillCalibration {
+  double scale = 1;
+  std::string source;  // "measured: <rows> (mode) <seconds> against the model's <seconds>: x<scale> in <dir>"
+};
+std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const report::ResultSet& rs);
+// Every prefill_s of c is scaled by p.scale from now on, and its source says so.
+void use_measured_prefill(CostModel& c, const PrefillCalibration& p);
 
 // Prefill of `missing` prompt tokens after `prefix` reused ones: recompute_layers(missing tokens, one call, all
 // layers) (attention projections, causal attention of the missing tokens over themselves, MLP: 2 x active layer
@@ -101,6 +115,11 @@ struct CostedResult {
   double compress_s_total = 0;        // GPU time of the compress passes (off the request path)
   std::array<double, kForms> hbm_share{};  // mean share of the HBM budget held in each form
   LatencySummary added;
+  // The same requests with the fetch pipelined by layer against the compute (copy engines beside the SMs, as
+  // LMCache's layerwise transfer does): F fetch, C = prefill + restore, L layers: ((L - 1) max(F, C) + F + C) / L.
+  // A lower bound on a pipelined engine's added latency, as `added` is an upper one.
+  std::vector<double> request_pipelined_s;
+  LatencySummary added_pipelined;
   double prefill_avoided_s = 0;      // baseline total - prefill_s_total: the prefill the cache saved, in time
 };
 CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, double hbm_gib, double host_gib,
