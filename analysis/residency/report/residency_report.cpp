@@ -240,10 +240,14 @@ std::string inputs_of(const rd::Replay& r) {
   };
   s += "Costs (residency.csv's prefill_source and fetch_source): prefill " + said(prefill) + "; host fetch " +
        said(fetch) + ".";
-  if (!r.calibration.empty()) s += " Measured figures from " + (r.calibrate.empty() ? "-" : txt(r.calibrate)) + ": " + join_txt(r.calibration) + ".";
-  return s + " A model cost is the frontier study's analytic model on the GPU's spec sheet (analysis/residency/README.md "
-             "\"Costs\"): a price, not a measurement of this trace on this GPU. Added latency = prefill of the missed "
-             "tokens + host fetches, per request, not overlapped.\n\n";
+  if (!r.calibrate.empty())
+    s += " Calibrated from " + txt(r.calibrate) + " (" + std::to_string(r.calibration.size()) +
+         " figures, residency.json's calibration).";
+  // Either way the price comes from the model: "measured" is its peaks replaced by measured ceilings.
+  return s + " Every cost is the frontier study's analytic model (analysis/residency/README.md \"Costs\"), on the "
+             "spec sheet's peaks (model) or on ceilings measured in a results directory (measured): a price of this "
+             "trace, not a timing of it on a GPU. Added latency = prefill of the missed tokens + host fetches, per "
+             "request, not overlapped.\n\n";
 }
 
 std::string section_residency(ReportContext& cx) {
