@@ -167,24 +167,26 @@ std::string answer_table(const rd::Replay& r, double b) {
   return t + "\n";
 }
 
-// Where `cost` beats `base` over the sweep, by one figure (lower is better): "lower at 34 GiB (-1.2), ...".
+// Where `cost` beats `base` over the sweep, by one figure (lower is better): "lower at 34 GiB (-1.2 s), ...".
 std::string where_beats(const rd::Replay& r, const std::string& base, const std::string& what, double (*f)(const rd::Row&),
                         const char* unit) {
+  std::map<std::pair<std::string, double>, const rd::Row*> at;  // one pass: a sweep may have 1,000 budgets
+  for (const auto& w : r.rows) at.emplace(std::make_pair(w.policy, w.hbm_gib), &w);
   std::string lower, higher, equal;
   std::size_t n = 0, wins = 0;
   for (double b : r.budgets()) {
-    const rd::Row *c = row_at(r, "cost", b), *o = row_at(r, base, b);
-    if (!c || !o) continue;
+    const auto c = at.find({"cost", b}), o = at.find({base, b});
+    if (c == at.end() || o == at.end()) continue;
     ++n;
-    const double d = f(*c) - f(*o);
-    const std::string at = gib(b) + " (" + (d > 0 ? "+" : "") + fmt(d) + unit + ")";
+    const double d = f(*c->second) - f(*o->second);
     std::string& list = d < 0 ? lower : d > 0 ? higher : equal;
-    list += (list.empty() ? "" : ", ") + (d == 0 ? gib(b) : at);
+    list += (list.empty() ? "" : ", ") + gib(b) + (d == 0 ? "" : " (" + std::string(d > 0 ? "+" : "") + fmt(d) + unit + ")");
     wins += d < 0;
   }
   if (!n) return "";
-  const std::string verdict = wins == n ? "beats " + base + " at every budget" : wins == 0 ? "does not beat " + base + " at any budget"
-                                                                                          : "beats " + base + " at " + std::to_string(wins) + " of " + std::to_string(n) + " budgets";
+  const std::string verdict = wins == n   ? "beats " + base + " at every budget"
+                              : wins == 0 ? "does not beat " + base + " at any budget"
+                                          : "beats " + base + " at " + std::to_string(wins) + " of " + std::to_string(n) + " budgets";
   std::string s = "- " + what + ": cost **" + verdict + "**";
   if (!lower.empty()) s += "; lower at " + lower;
   if (!higher.empty()) s += "; higher at " + higher;
