@@ -1,8 +1,10 @@
 // `kvf report DIR...`: reads one or more results directories (cases.csv, samples.csv, counters.csv,
-// meta.json) and writes <first DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp,
-// SVG and PNG). The logic lives in analysis/report (kvf/report.hpp); this file is flags and output.
+// meta.json; a `kvf residency` replay in DIR/residency/) or a replay's own directory, and writes <first
+// DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp, SVG and PNG). The logic lives in
+// analysis/report (kvf/report.hpp); this file is flags and output.
 //   exit 0: report written (a partial directory is reported with what is missing), 2: bad input.
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "commands.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "model_inputs.hpp"
 #include "read_limits.hpp"
 
 namespace kvf::cli {
@@ -19,6 +22,7 @@ void add_report(CLI::App& app) {
     std::vector<std::string> dirs;
     report::ReportOptions opts;
     bool no_charts = false;
+    double residency_hbm_gib = 0;  // 0: not given (the value is checked > 0)
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -36,10 +40,15 @@ void add_report(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--spec-gpu", args->opts.spec_gpu, "GPU whose spec sheet the map predicts when no GPU results are given: name or alias from data/gpus.json, case-blind")
       ->capture_default_str();
+  sub->add_option("--residency-hbm-gib", args->residency_hbm_gib,
+                  "HBM budget (GiB) of the Residency section's answer table: the nearest budget the replay swept "
+                  "(default: the middle of the sweep)")
+      ->check(number_in(std::numeric_limits<double>::denorm_min(), 1e9, "an HBM budget in GiB, > 0 and <= 1e9"));
   auto limits = add_read_limit_flags(sub);
   sub->callback([args, limits] {
     limits->apply();
     args->opts.charts = !args->no_charts;
+    if (args->residency_hbm_gib > 0) args->opts.residency_hbm_gib = args->residency_hbm_gib;
     // Flags naming a model or a GPU are checked up front: a typo is bad input (exit 2), not a quiet gap.
     // An alias (a Hugging Face id, "h200") is replaced by the canonical name the report then records.
     args->opts.model = report::find_shape(report::load_shapes(args->opts.models_path), args->opts.model).name;
@@ -47,7 +56,7 @@ void add_report(CLI::App& app) {
         report::find_gpu(report::load_gpus(args->opts.gpus_path.empty() ? report::default_gpus_path() : args->opts.gpus_path),
                          args->opts.spec_gpu, "--spec-gpu")
             .name;
-    const auto sets = report::load_all(args->dirs);
+    const auto sets = report::load_report_inputs(args->dirs);  // a replay's own directory too
     const auto res = report::write_report(sets, args->opts);
     for (const auto& s : sets)
       for (const auto& w : s.warnings) std::fprintf(stderr, "kvf report: warning: %s\n", w.c_str());

@@ -14,7 +14,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MAX_SEED = 16 * 1024  # bytes per seed sliced from a real file
 
-corpus = {t: {} for t in ("fuzz_cases_csv", "fuzz_samples_csv", "fuzz_counters_csv", "fuzz_meta_json", "fuzz_gbench_json")}
+corpus = {t: {} for t in ("fuzz_cases_csv", "fuzz_samples_csv", "fuzz_counters_csv", "fuzz_meta_json", "fuzz_gbench_json",
+                          "fuzz_residency_csv")}
 
 
 MAX_LEN = 64 * 1024  # run.sh fuzzes with -max_len=65536: a longer seed would be cut
@@ -290,6 +291,43 @@ hostile_gbench = [
 ]
 for s in hostile_gbench:
     add("fuzz_gbench_json", s)
+
+# ----------------------------------------------------------------------------------------- residency.csv
+# The committed replay (its residency.json is the target's companion: requests must agree), then hostile edits.
+REPLAY_CSV = open(os.path.join(ROOT, "tests/report/fixtures/gpu_residency/residency/residency.csv")).read()
+add("fuzz_residency_csv", REPLAY_CSV)
+_lines = REPLAY_CSV.splitlines(keepends=True)
+_head = _lines[0].rstrip("\n").split(",")
+
+
+def replay_with(column, value, row=1):
+    rows = [l.rstrip("\n").split(",") for l in _lines]
+    rows[row][_head.index(column)] = value
+    return "".join(",".join(r) + "\n" for r in rows)
+
+
+hostile_replay = [
+    _lines[0],  # header only: no rows
+    "".join(_lines[:3]) + _lines[2],  # a (policy, budget) twice
+    REPLAY_CSV[:-9],  # torn last row
+    "extra," + _lines[0] + "".join("x," + l for l in _lines[1:]),  # an unknown column first
+    replay_with("added_p99_us", "fast"),
+    replay_with("added_p99_us", "1e400"),
+    replay_with("hit_rate_hbm", "nan"),
+    replay_with("hit_rate_host", "-0.5"),
+    replay_with("hbm_gib", "0"),
+    replay_with("hbm_gib", "1e300"),
+    replay_with("requests", "7"),
+    replay_with("requests", "1e30"),
+    replay_with("offline", "maybe"),
+    replay_with("policy", ""),
+    replay_with("policy", quote("`touch /tmp/kvf_fuzz_pwned`\nsystem('id')")),
+    replay_with("prefill_source", quote("<script>x</script>")),
+    "policy,hbm_gib\nlru,4\n",  # required columns missing
+    _lines[0] + "".join(replay_with("policy", f"p{i}", 1).splitlines(keepends=True)[1] for i in range(70)),
+]
+for s in hostile_replay:
+    add("fuzz_residency_csv", s)
 
 # ----------------------------------------------------------------------------------------- write
 total = 0

@@ -8,7 +8,7 @@
 # kept under ARTIFACTS/<target>/ and its path printed), 2 for bad usage.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ALL=(fuzz_cases_csv fuzz_samples_csv fuzz_counters_csv fuzz_meta_json fuzz_gbench_json)
+ALL=(fuzz_cases_csv fuzz_samples_csv fuzz_counters_csv fuzz_meta_json fuzz_gbench_json fuzz_residency_csv)
 
 dict_of() {
   case "$1" in

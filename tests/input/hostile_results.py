@@ -250,6 +250,87 @@ check("quoted_newline_gate", ["gate", "--baseline", BASE, "--current", d, "--min
 check("limit_flag_zero", ["report", BASE, "--max-file-mib", "0"], 2, "--max-file-mib")
 check("limit_flag_text", ["gate", "--baseline", BASE, "--current", BASE, "--max-line-kib", "lots"], 2, "--max-line-kib")
 
+# 9. A kvf residency replay beside the results (issue 17): residency/residency.csv and residency.json are read
+# bounded, by column name; a bad one is said in the report (a warning naming file:line, the Residency section
+# "Not available") and the rest of the report stands (exit 0). The same files as a replay's own directory are the
+# whole input: bad is exit 2, one line. Payloads in a policy name stay text.
+REPLAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report", "fixtures", "gpu_residency", "residency")
+
+
+def with_replay(name):
+    d = fresh(name)
+    shutil.copytree(REPLAY, os.path.join(d, "residency"))
+    return d, os.path.join(d, "residency")
+
+
+def set_replay_cell(rd, column, value, row=1):
+    import csv
+    import io
+    p = os.path.join(rd, "residency.csv")
+    with open(p, newline="") as f:
+        rows = list(csv.reader(f))
+    rows[row][rows[0].index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    with open(p, "w", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def replay_unreadable(name, d, needle):
+    """kvf report exits 0, warns naming `needle`, and report.md says the section is not available."""
+    rc, out, err = check(name, ["report", d, "--no-charts"], 0)
+    if needle not in err:
+        failures.append(f"{name}: no warning naming {needle!r}: {err[-400:]}")
+    md = os.path.join(d, "report", "report.md")
+    if rc == 0 and "Not available: " not in open(md, errors="replace").read():
+        failures.append(f"{name}: report.md does not say the Residency section is not available")
+
+
+d, rd = with_replay("replay_bad_number")
+set_replay_cell(rd, "added_p99_us", "12ms", row=3)
+replay_unreadable("replay_bad_number", d, "residency.csv:4: column 'added_p99_us'")
+check("replay_bad_number_own_dir", ["report", rd, "--no-charts", "--out", os.path.join(WORK, "r_replay")], 2,
+      "residency.csv:4: column 'added_p99_us'")
+d, rd = with_replay("replay_nan_rate")
+set_replay_cell(rd, "hit_rate_hbm", "nan")
+replay_unreadable("replay_nan_rate", d, "residency.csv:2: column 'hit_rate_hbm'")
+d, rd = with_replay("replay_missing_column")
+open(os.path.join(rd, "residency.csv"), "w").write("policy,hbm_gib\nlru,4\n")
+replay_unreadable("replay_missing_column", d, "missing column 'host_gib'")
+d, rd = with_replay("replay_bad_json")
+open(os.path.join(rd, "residency.json"), "w").write('{"model": "m", "gpu": ')
+replay_unreadable("replay_bad_json", d, "residency.json")
+d, rd = with_replay("replay_deep_json")
+open(os.path.join(rd, "residency.json"), "w").write("[" * 100000 + "]" * 100000)
+replay_unreadable("replay_deep_json", d, "residency.json")
+d, rd = with_replay("replay_huge_field")
+set_replay_cell(rd, "policy", "p" * (2 << 20))
+replay_unreadable("replay_huge_field", d, "--max-field-kib")
+d, rd = with_replay("replay_fifo")
+os.remove(os.path.join(rd, "residency.csv"))
+os.mkfifo(os.path.join(rd, "residency.csv"))
+replay_unreadable("replay_fifo", d, "FIFO")
+d, rd = with_replay("replay_symlink_out")
+os.remove(os.path.join(rd, "residency.json"))
+os.symlink("/etc/passwd", os.path.join(rd, "residency.json"))
+replay_unreadable("replay_symlink_out", d, "--follow-symlinks")
+d, rd = with_replay("replay_torn")
+p = os.path.join(rd, "residency.csv")
+data = open(p, "rb").read()
+open(p, "wb").write(data[: len(data) - 7])
+rc, out, err = check("replay_torn", ["report", d, "--no-charts"], 0)
+if "torn last row" not in err:
+    failures.append(f"replay_torn: no warning naming the torn row: {err[-300:]}")
+for pname, make in payloads.items():
+    name = f"replay_policy_{pname}"
+    d, rd = with_replay(name)
+    mark = os.path.join(WORK, name + ".pwned")
+    for row in range(1, 4):
+        set_replay_cell(rd, "policy", make(mark) + str(row), row=row)
+    check(name, ["report", d], 0, marks=[mark])
+    gp_strings_clean(name, d)
+check("replay_flag_zero", ["report", BASE, "--no-charts", "--residency-hbm-gib", "0"], 2, "--residency-hbm-gib")
+
 print(f"{checks} checks, {len(failures)} failed")
 for f in failures:
     print("FAIL", f)

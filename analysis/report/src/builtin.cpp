@@ -1,5 +1,8 @@
 // The entry points of kvf/report.hpp that use this build's plug-ins (study_reports(), generated from the
 // study list): what `kvf report`, `kvf model` and the tests call.
+#include <filesystem>
+
+#include "kvf/input.hpp"
 #include "kvf/study_report.hpp"
 
 namespace kvf::report {
@@ -23,6 +26,16 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
 }
 
 std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets) { return verdicts(study_reports(), sets); }
+
+std::vector<ResultSet> load_report_inputs(const std::vector<std::string>& dirs) {
+  return load_all(dirs, [](const std::string& dir) {
+    if (!input_exists(std::filesystem::path(dir) / "cases.csv"))
+      for (const auto& st : study_reports())
+        if (st.own_directory)
+          if (auto rs = st.own_directory(dir)) return std::move(*rs);
+    return load_results(dir);
+  });
+}
 
 std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
                             const std::vector<std::string>& chart_notes) {

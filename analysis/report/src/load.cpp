@@ -305,10 +305,11 @@ ResultSet load_results(const std::string& dir) {
   return rs;
 }
 
-std::vector<ResultSet> load_all(const std::vector<std::string>& dirs) {
+std::vector<ResultSet> load_all(const std::vector<std::string>& dirs,
+                                const std::function<ResultSet(const std::string&)>& load) {
   if (dirs.empty()) throw UsageError("kvf report: no results directory given");
   std::vector<ResultSet> sets;
-  for (const auto& d : dirs) sets.push_back(load_results(d));
+  for (const auto& d : dirs) sets.push_back(load ? load(d) : load_results(d));
   const ResultSet* first = nullptr;
   for (const auto& s : sets) {
     if (!s.has_meta) continue;

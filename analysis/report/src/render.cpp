@@ -32,6 +32,10 @@ std::string ReportContext::chart(Plot p) {
   return "![" + name + "](" + name + ".svg)\n\n" + (fixed.empty() ? "" : "Every series: " + md::txt(fixed) + ".\n\n");
 }
 
+void ReportContext::warn(const std::string& w) {
+  if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+}
+
 namespace {
 
 using Ctx = ReportContext;
@@ -257,7 +261,7 @@ std::string section_graphs(Ctx& cx, int number) {
 }
 
 Ctx make_ctx(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o) {
-  Ctx cx{studies, sets, o, {}, {}, {}, {}, {}};
+  Ctx cx{studies, sets, o, {}, {}, {}, {}, {}, {}};
   try {
     cx.gpus = load_gpus(o.gpus_path.empty() ? default_gpus_path() : o.gpus_path);
   } catch (const UsageError& e) {
@@ -280,7 +284,8 @@ std::string render(Ctx& cx, const std::vector<std::string>& chart_notes) {
   s += section_inputs(cx);
   int number = 0;
   for (const auto& st : cx.studies)
-    for (const auto& sec : st.sections) s += "## " + std::to_string(++number) + ". " + sec.title + "\n\n" + sec.body(cx);
+    for (const auto& sec : st.sections)
+      if (!sec.present || sec.present(cx)) s += "## " + std::to_string(++number) + ". " + sec.title + "\n\n" + sec.body(cx);
   const std::string graphs = section_graphs(cx, number + 1);
   if (!graphs.empty()) ++number;
   s += graphs;
@@ -352,6 +357,7 @@ ReportResult write_report(const StudyReports& studies, const std::vector<ResultS
   }
   Ctx cx2 = make_ctx(studies, sets, o);
   const std::string md = render(cx2, notes);
+  res.warnings.insert(res.warnings.end(), cx2.warnings.begin(), cx2.warnings.end());
   detail::write_new_file(dir / "report.md", md);
   res.files.push_back((dir / "report.md").string());
   detail::write_new_file(dir / "report.html", markdown_to_html(md, dir.string(), drawn));

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -79,8 +80,10 @@ struct ResultSet {
 // number (file:line), a samples.csv/counters.csv row naming no case. Missing samples.csv, meta.json,
 // counters.csv or studies are recorded in `missing`.
 ResultSet load_results(const std::string& dir);
-// Loads each and checks they agree on the suite version (UsageError naming both meta.json files).
-std::vector<ResultSet> load_all(const std::vector<std::string>& dirs);
+// Loads each (with `load`; empty: load_results) and checks they agree on the suite version (UsageError naming
+// both meta.json files).
+std::vector<ResultSet> load_all(const std::vector<std::string>& dirs,
+                                const std::function<ResultSet(const std::string&)>& load = {});
 
 // ------------------------------------------------------------------------------------------ model
 struct GpuSpec {
@@ -255,10 +258,12 @@ struct ReportOptions {
   std::string gpus_path, models_path;
   std::string model = "Llama-3.1-8B";   // model shape the plug-ins predict with (the frontier map, section 4)
   std::string spec_gpu = "H100 SXM";    // spec-sheet GPU predicted when no GPU results are given
+  // HBM budget (GiB) of the residency section's table (the nearest swept budget); unset: the sweep's middle.
+  std::optional<double> residency_hbm_gib;
 };
 struct ReportResult {
   std::string dir;  // files are written fresh: an existing file (or a symlink planted in its place) is replaced
-  std::vector<std::string> files, warnings;
+  std::vector<std::string> files, warnings;  // warnings: chart problems and inputs the plug-ins read around
   bool gnuplot_ran = false;
 };
 std::string render_markdown(const StudyReports& studies, const std::vector<ResultSet>& sets, const ReportOptions& o,
@@ -277,6 +282,9 @@ std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::strin
 std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why, const RunIndex& run,
                                   const std::vector<Shape>* shapes);
 std::vector<Verdict> verdicts(const std::vector<ResultSet>& sets);
+// load_all for `kvf report`: a directory without cases.csv that a plug-in claims (StudyReport::own_directory: a
+// `kvf residency --out` directory) is that plug-in's set; any other is load_results'.
+std::vector<ResultSet> load_report_inputs(const std::vector<std::string>& dirs);
 std::string render_markdown(const std::vector<ResultSet>& sets, const ReportOptions& o,
                             const std::vector<std::string>& chart_notes);
 ReportResult write_report(const std::vector<ResultSet>& sets, const ReportOptions& o);

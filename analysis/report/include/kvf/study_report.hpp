@@ -107,6 +107,10 @@ struct ReportContext {
   std::vector<Shape> shapes;  // data/models.json (or --models-file); empty with shapes_error
   std::string gpus_error, shapes_error;
   std::vector<Plot> plots;
+  // Problems with an input a plug-in reads itself (a file beside the results, read around: the section says it
+  // is not available); `kvf report` prints each as a warning. Kept once per text.
+  std::vector<std::string> warnings;
+  void warn(const std::string& w);
 
   // The spec of a directory's device with its measured ceilings (spec_from_results with these plug-ins).
   GpuSpec spec_of(const ResultSet& rs) const;
@@ -120,6 +124,10 @@ struct ReportContext {
 struct Section {
   std::string title;                                  // the core writes "## <n>. <title>"
   std::function<std::string(ReportContext&)> body;    // markdown after the heading
+  // Whether the section is in this report at all (unset: always). A section of an optional input (a replay
+  // beside the results) is left out, heading and number, where no directory has it: those reports stay as
+  // they were.
+  std::function<bool(const ReportContext&)> present;
 };
 
 // ------------------------------------------------------------------------------------------ verdicts
@@ -213,6 +221,10 @@ struct StudyReport {
   std::vector<CalibrationTerm> calibration;
   // A sentence on what the terms model, said above the measured-vs-predicted chart ("" for none).
   std::string model_note;
+  // A directory of the plug-in's own files and no cases.csv (a replay's --out directory), given to `kvf report`:
+  // the set the report shows for it (no case rows, what it lacks in `missing`), or nullopt when it is not one.
+  // UsageError for its own files that cannot be read. Unset: the plug-in reads results directories only.
+  std::function<std::optional<ResultSet>(const std::string& dir)> own_directory;
 };
 
 }  // namespace kvf::report

@@ -1,0 +1,311 @@
+// The residency replay in the report (issue 17): for each results directory with the files of `kvf residency
+// --out` beside it, the added latency and the hit rates against the HBM budget per policy (charts), the answer at
+// one budget (table: the CSV's figures), and where the `cost` policy beats `lru` and `lru-host`. Not a study: no
+// bench writes cases.csv rows for it; the section is there only where a directory has a replay.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "kvf/errors.hpp"
+#include "kvf/residency_report.hpp"
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+namespace {
+
+using namespace md;
+namespace rd = residency;
+
+std::string ms(double us) { return fmt(us / 1e3); }
+std::string pct(double fraction) { return fmt(100 * fraction) + "%"; }
+std::string gib(double g) { return fmt(g) + " GiB"; }
+
+// Every distinct value of one column, in row order: a replay states its cost sources once per row.
+template <class F>
+std::vector<std::string> distinct(const rd::Replay& r, F f) {
+  std::vector<std::string> out;
+  for (const auto& w : r.rows)
+    if (std::find(out.begin(), out.end(), f(w)) == out.end()) out.push_back(f(w));
+  return out;
+}
+
+std::string join_txt(const std::vector<std::string>& v, const char* sep = "; ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + txt(x);
+  return s;
+}
+
+const rd::Row* row_at(const rd::Replay& r, const std::string& policy, double budget) {
+  for (const auto& w : r.rows)
+    if (w.policy == policy && w.hbm_gib == budget) return &w;
+  return nullptr;
+}
+
+struct Found {
+  const ResultSet* set = nullptr;
+  std::optional<rd::Replay> replay;
+  std::string error;  // why the files could not be read (UsageError's text: file, line, column)
+};
+
+// Each directory's replay, read through the bounded readers; an unreadable one is said in the section and as a
+// warning, and the rest of the report stands (the files are beside the suite's results, not part of them).
+std::vector<Found> find_all(ReportContext& cx) {
+  std::vector<Found> out;
+  for (const auto& rs : cx.sets) {
+    const auto dir = rd::find_replay(rs.dir);
+    if (!dir) continue;
+    Found f;
+    f.set = &rs;
+    try {
+      f.replay = rd::read_replay(*dir, rs.dir);
+      for (const auto& w : f.replay->read_around) cx.warn(w);
+    } catch (const UsageError& e) {
+      f.error = e.what();
+      cx.warn(f.error + " (the residency section says it is not available)");
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string suffix(std::size_t k) { return k == 0 ? "" : "_" + std::to_string(k + 1); }
+
+// Added latency per request against the HBM budget: one panel per percentile, one line per policy, the no-cache
+// latency as a reference line (it does not depend on the budget).
+Plot latency_plot(const rd::Replay& r, std::size_t k) {
+  Plot p{"residency_latency" + suffix(k), "Added latency per request against HBM budget, " + r.model + " on " + r.gpu,
+         "HBM budget (GiB)", "added latency (ms)", false, false, {}, {}, 2, AxisUnit::plain, {"percentile"}};
+  for (const char* q : {"p50", "p99"}) {
+    const bool p50 = std::string(q) == "p50";
+    for (const auto& policy : r.policies()) {
+      Line l;
+      l.title = policy;
+      l.key = {{"percentile", q}};
+      for (const auto& w : r.rows)
+        if (w.policy == policy) l.pts.emplace_back(w.hbm_gib, (p50 ? w.added_p50_us : w.added_p99_us) / 1e3);
+      std::sort(l.pts.begin(), l.pts.end());
+      p.lines.push_back(std::move(l));
+    }
+    Line none;
+    none.title = std::string("no cache ") + q;
+    none.key = {{"percentile", q}};
+    none.ref = Line::Ref::horizontal;
+    none.style = "lines dt 2 lc rgb 'gray'";
+    none.pts = {{r.rows.front().hbm_gib, (p50 ? r.rows.front().nocache_p50_us : r.rows.front().nocache_p99_us) / 1e3}};
+    p.lines.push_back(std::move(none));
+  }
+  return p;
+}
+
+// Hit rate (of block references) by tier against the HBM budget: HBM, host, and both; a policy without a host
+// tier (host_gib 0 in every row) is left out of the host panel.
+Plot hits_plot(const rd::Replay& r, std::size_t k) {
+  Plot p{"residency_hits" + suffix(k), "Hit rate by tier against HBM budget, " + r.model + " on " + r.gpu,
+         "HBM budget (GiB)", "hit rate (of block references)", false, false, {}, {}, 2, AxisUnit::plain, {"tier"}};
+  for (const char* tier : {"HBM", "host", "HBM + host"}) {
+    for (const auto& policy : r.policies()) {
+      Line l;
+      l.title = policy;
+      l.key = {{"tier", tier}};
+      bool host = false;
+      for (const auto& w : r.rows) {
+        if (w.policy != policy) continue;
+        host = host || w.host_gib > 0;
+        const std::string t = tier;
+        l.pts.emplace_back(w.hbm_gib, t == "HBM" ? w.hit_rate_hbm : t == "host" ? w.hit_rate_host : w.hit_rate);
+      }
+      if (std::string(tier) == "host" && !host) continue;
+      std::sort(l.pts.begin(), l.pts.end());
+      p.lines.push_back(std::move(l));
+    }
+  }
+  return p;
+}
+
+// "for Llama-3.1-8B on H100 SXM with 34 GiB: cost saves 12.3% of lru's prefill time, 1,234 ms p99 against 1,456 ms".
+std::string sentence(const rd::Replay& r, double b) {
+  const rd::Row* cost = row_at(r, "cost", b);
+  std::string s;
+  for (const char* name : {"lru", "lru-host"}) {
+    const rd::Row* base = row_at(r, name, b);
+    if (!cost || !base) continue;
+    s += "- For " + txt(r.model) + " on " + txt(r.gpu) + " with " + gib(b) + " of HBM" +
+         (cost->host_gib > 0 ? " (+ " + gib(cost->host_gib) + " host for cost" +
+                                   (base->host_gib > 0 ? ", " + gib(base->host_gib) + " for " + name : "") + ")"
+                             : "") +
+         ": ";
+    if (base->prefill_total_s > 0) {
+      const double saved = (base->prefill_total_s - cost->prefill_total_s) / base->prefill_total_s;
+      s += saved >= 0 ? "cost saves " + pct(saved) + " of " + name + "'s prefill time"
+                      : "cost prefills " + pct(-saved) + " more than " + name;
+      s += " (" + fmt(cost->prefill_total_s) + " s against " + fmt(base->prefill_total_s) + " s over the trace)";
+    } else {
+      s += std::string(name) + " prefills nothing, cost " + fmt(cost->prefill_total_s) + " s";
+    }
+    s += ", added p99 " + ms(cost->added_p99_us) + " ms against " + ms(base->added_p99_us) + " ms.\n";
+  }
+  if (s.empty())
+    s = "- No comparison: the replay has " + (cost ? std::string("neither lru nor lru-host") : std::string("no cost policy")) +
+        " (policies: " + join_txt(r.policies(), ", ") + ").\n";
+  return s + "\n";
+}
+
+std::string answer_table(const rd::Replay& r, double b) {
+  std::string t = header({"policy", "host GiB", "hit rate HBM", "hit rate host", "prefill avoided (tokens)",
+                          "prefill avoided (s)", "prefill (s)", "added p50 (ms)", "added p99 (ms)", "host link (GB)"});
+  const rd::Row* any = nullptr;
+  for (const auto& w : r.rows) {
+    if (w.hbm_gib != b) continue;
+    any = any ? any : &w;
+    t += row({txt(w.policy) + (w.offline ? " (offline bound)" : ""), fmt(w.host_gib), fmt(w.hit_rate_hbm),
+              fmt(w.hit_rate_host), pct(w.prefill_avoided), fmt(w.prefill_avoided_s), fmt(w.prefill_total_s),
+              ms(w.added_p50_us), ms(w.added_p99_us), fmt(w.host_link_bytes / 1e9)});
+  }
+  t += row({"no cache", "-", "0", "0", "0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-"});
+  return t + "\n";
+}
+
+// Where `cost` beats `base` over the sweep, by one figure (lower is better): "lower at 34 GiB (-1.2 s), ...".
+std::string where_beats(const rd::Replay& r, const std::string& base, const std::string& what, double (*f)(const rd::Row&),
+                        const char* unit) {
+  std::map<std::pair<std::string, double>, const rd::Row*> at;  // one pass: a sweep may have 1,000 budgets
+  for (const auto& w : r.rows) at.emplace(std::make_pair(w.policy, w.hbm_gib), &w);
+  std::string lower, higher, equal;
+  std::size_t n = 0, wins = 0;
+  for (double b : r.budgets()) {
+    const auto c = at.find({"cost", b}), o = at.find({base, b});
+    if (c == at.end() || o == at.end()) continue;
+    ++n;
+    const double d = f(*c->second) - f(*o->second);
+    std::string& list = d < 0 ? lower : d > 0 ? higher : equal;
+    list += (list.empty() ? "" : ", ") + gib(b) + (d == 0 ? "" : " (" + std::string(d > 0 ? "+" : "") + fmt(d) + unit + ")");
+    wins += d < 0;
+  }
+  if (!n) return "";
+  const std::string verdict = wins == n   ? "beats " + base + " at every budget"
+                              : wins == 0 ? "does not beat " + base + " at any budget"
+                                          : "beats " + base + " at " + std::to_string(wins) + " of " + std::to_string(n) + " budgets";
+  std::string s = "- " + what + ": cost **" + verdict + "**";
+  if (!lower.empty()) s += "; lower at " + lower;
+  if (!higher.empty()) s += "; higher at " + higher;
+  if (!equal.empty()) s += "; equal at " + equal;
+  return s + ".\n";
+}
+
+std::string verdict_lines(const rd::Replay& r) {
+  std::string s;
+  for (const char* base : {"lru", "lru-host"}) {
+    s += where_beats(r, base, std::string("Added latency summed over the trace (prefill + host fetch), against ") + base,
+                     [](const rd::Row& w) { return w.added_total_s; }, " s");
+    s += where_beats(r, base, std::string("Added p99, against ") + base,
+                     [](const rd::Row& w) { return w.added_p99_us / 1e3; }, " ms");
+  }
+  if (s.empty()) return "";
+  return "Where the cost policy beats lru and lru-host, budget by budget (the replay's figures, one run of a "
+         "deterministic simulator: no noise interval; a difference is a difference of the model's prices):\n\n" + s + "\n";
+}
+
+// What was replayed, against what, and where each cost comes from.
+std::string inputs_of(const rd::Replay& r) {
+  std::string budgets;
+  for (double b : r.budgets()) budgets += (budgets.empty() ? "" : ", ") + fmt(b);
+  std::string s = "Replay read from " + txt(r.dir.string()) + " (`kvf residency --out`): " + txt(r.model) + " on " +
+                  txt(r.gpu) + "; trace " + (r.trace.empty() ? std::string("-") : txt(r.trace)) + ": " +
+                  std::to_string(r.requests) + " requests, " + std::to_string(r.references) + " block references, " +
+                  std::to_string(r.distinct_blocks) + " distinct blocks, " + std::to_string(r.warnings) +
+                  " warnings, " + std::to_string(r.prefix_violations) + " prefix violations";
+  if (r.block_tokens > 0) s += "; blocks of " + std::to_string(r.block_tokens) + " tokens";
+  if (r.block_bytes > 0) s += ", " + bytes(r.block_bytes) + " each";
+  if (!r.block_form.empty()) s += " (" + txt(r.block_form) + ")";
+  s += "; HBM budgets " + budgets + " GiB; policies " + join_txt(r.policies(), ", ");
+  std::vector<std::string> hbm_only;
+  for (const auto& p : r.policies()) {
+    bool host = false;
+    for (const auto& w : r.rows) host = host || (w.policy == p && w.host_gib > 0);
+    if (!host) hbm_only.push_back(p);
+  }
+  if (!hbm_only.empty()) s += " (" + join_txt(hbm_only, ", ") + ": HBM only, no host tier)";
+  s += ".\n\n";
+  const auto prefill = distinct(r, [](const rd::Row& w) { return w.prefill_source; });
+  const auto fetch = distinct(r, [](const rd::Row& w) { return w.fetch_source; });
+  auto kind = [](const std::vector<std::string>& v) {
+    bool measured = false, model = false;
+    for (const auto& x : v) (x.rfind("model", 0) == 0 ? model : measured) = true;
+    return measured && model ? "model and measured" : measured ? "measured" : "model";
+  };
+  // The sources themselves only where a figure was measured ("measured: host_link_gbps <- ..."): "model" says all.
+  auto said = [&](const std::vector<std::string>& v) {
+    const std::string k = kind(v);
+    return "**" + k + "**" + (k == std::string("model") ? "" : " (" + join_txt(v) + ")");
+  };
+  s += "Costs (residency.csv's prefill_source and fetch_source): prefill " + said(prefill) + "; host fetch " +
+       said(fetch) + ".";
+  if (!r.calibrate.empty())
+    s += " Calibrated from " + txt(r.calibrate) + " (" + std::to_string(r.calibration.size()) +
+         " figures, residency.json's calibration).";
+  // Either way the price comes from the model: "measured" is its peaks replaced by measured ceilings.
+  return s + " Every cost is the frontier study's analytic model (analysis/residency/README.md \"Costs\"), on the "
+             "spec sheet's peaks (model) or on ceilings measured in a results directory (measured): a price of this "
+             "trace, not a timing of it on a GPU. Added latency = prefill of the missed tokens + host fetches, per "
+             "request, not overlapped.\n\n";
+}
+
+std::string section_residency(ReportContext& cx) {
+  std::string s;
+  const auto found = find_all(cx);
+  std::size_t k = 0;
+  for (const auto& f : found) {
+    if (found.size() > 1 || cx.sets.size() > 1) s += "### " + lbl(*f.set) + "\n\n";
+    if (!f.replay) {
+      s += "Not available: " + txt(f.error) + "\n\n";
+      continue;
+    }
+    const rd::Replay& r = *f.replay;
+    s += inputs_of(r);
+    s += cx.chart(latency_plot(r, k));
+    s += cx.chart(hits_plot(r, k));
+    ++k;
+    const auto budgets = r.budgets();
+    const double b = rd::chosen_budget(budgets, cx.o.residency_hbm_gib);
+    s += "**The answer at " + gib(b) + " of HBM** (";
+    if (!cx.o.residency_hbm_gib) s += "the middle of the sweep; `--residency-hbm-gib X` picks another";
+    else if (*cx.o.residency_hbm_gib == b) s += "`--residency-hbm-gib " + fmt(b) + "`";
+    else s += "`--residency-hbm-gib " + fmt(*cx.o.residency_hbm_gib) + "` is not a swept budget: the nearest one";
+    s += "):\n\n" + sentence(r, b) + answer_table(r, b) + verdict_lines(r);
+  }
+  return s;
+}
+
+}  // namespace
+
+StudyReport residency_report() {
+  StudyReport s;
+  s.study = "residency";  // no cases.csv rows carry it: the plug-in adds a section only
+  s.sections = {{"Residency: prefix-cache policies against the HBM budget (kvf residency)", section_residency,
+                 [](const ReportContext& cx) {
+                   for (const auto& rs : cx.sets)
+                     if (rd::find_replay(rs.dir)) return true;
+                   return false;
+                 }}};
+  // `kvf report R` on what `kvf residency --out R` wrote: the replay is the whole input, so a file that cannot
+  // be read is bad input (exit 2, file:line), not a section left out.
+  s.own_directory = [](const std::string& dir) -> std::optional<ResultSet> {
+    const auto where = rd::find_replay(dir);
+    if (!where || *where != std::filesystem::path(dir)) return std::nullopt;
+    const rd::Replay r = rd::read_replay(*where, dir);
+    ResultSet rs;
+    rs.dir = dir;
+    rs.device = r.gpu;
+    rs.backend = "kvf residency";
+    rs.label = rs.device + " (" + rs.backend + ")";
+    rs.missing.push_back("cases.csv: none here: a `kvf residency --out` directory (a replay priced by " +
+                         std::string(r.calibration.empty() ? "the model on the GPU's spec sheet" : "a run's measured ceilings") +
+                         "), not a run of the suite; every claim on it is not measured");
+    return rs;
+  };
+  return s;
+}
+
+}  // namespace kvf::report
