@@ -339,8 +339,8 @@ void run_residency(const Args& a) {
     to_text += (to_text.empty() ? "" : ", ") + std::string(rs::form_name(f)) + " (" + rs::form_description(f) + ", " +
                report::fmt(cost.form_bytes[static_cast<std::size_t>(f)]) + " bytes)";
   for (const auto* p : policies)
-    if (p->name == "cost")
-      std::printf("cost may compress HBM blocks to: %s%s\n", to_text.empty() ? "none" : to_text.c_str(),
+    if (p->compresses)
+      std::printf("%s may compress HBM blocks to: %s%s\n", p->name.c_str(), to_text.empty() ? "none" : to_text.c_str(),
                   to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
   if (disk_blocks > 0) std::printf("disk read cost: %s\n", cost.disk_source.c_str());
@@ -360,9 +360,10 @@ void run_residency(const Args& a) {
     std::vector<ojson> at_budget;
     for (const auto* p : policies) {
       const std::size_t host = p->host_tier ? host_blocks : 0, disk = p->disk_tier ? disk_blocks : 0;
-      // Only a multi-form policy (`cost`) reads compress_to; the others keep every block in `form`.
-      const rs::Result sim =
-          rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, compress_to, disk), &restore);
+      // Only a multi-form policy (`cost`) takes compress_to; the others keep every block in `form`.
+      const rs::Result sim = rs::simulate(
+          it, *p, rs::capacity(cost, hbm_blocks[b], host, p->compresses ? compress_to : std::vector<rs::Form>{}, disk),
+          &restore);
       const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? a.disk_gib : 0);
       at_budget.push_back(row_of(priced, *p, base, cost));
     }

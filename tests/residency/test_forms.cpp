@@ -159,6 +159,10 @@ TEST(ResidencyForms, ACompressTargetWithoutBytesIsRefused) {
   Capacity cap{2, 0};
   cap.compress_to = {Form::kv_int8};
   EXPECT_EQ(usage_error([&] { simulate(t, "cost", cap, &c); }), "compress to kv-int8: no bytes per block given for it");
+  EXPECT_EQ(usage_error([&] { simulate(t, "lru", units(2, 0, {Form::kv_int8})); }),
+            "policy lru keeps every block in one form: it takes no forms to compress to");
+  EXPECT_TRUE(find_policy("cost").compresses);
+  EXPECT_FALSE(find_policy("lru-host").compresses);
 }
 
 }  // namespace

@@ -111,6 +111,7 @@ Row read_row(const CsvTable& t, std::size_t i) {
   w.policy = text(t, i, "policy");
   w.prefill_source = text(t, i, "prefill_source");
   w.fetch_source = text(t, i, "fetch_source");
+  if (t.column("compress_to")) w.compress_to = t.at(i, "compress_to");
   if (t.column("offline")) {
     const std::string& o = t.at(i, "offline");
     if (o != "true" && o != "false" && !o.empty())

@@ -227,7 +227,19 @@ std::string inputs_of(const rd::Replay& r) {
     if (!host) hbm_only.push_back(p);
   }
   if (!hbm_only.empty()) s += " (" + join_txt(hbm_only, ", ") + ": HBM only, no host tier)";
-  s += ".\n\n";
+  s += ".";
+  // A policy that compresses holds more blocks in the same bytes at a quality the model does not price: say so
+  // before the comparisons below read as a like-for-like one.
+  for (const auto& p : r.policies()) {
+    std::string to;
+    for (const auto& w : r.rows)
+      if (w.policy == p && !w.compress_to.empty() && w.compress_to != "none") to = w.compress_to;
+    if (!to.empty())
+      s += " " + txt(p) + " compresses HBM blocks to " + txt(to) +
+           " under pressure (more blocks in the same bytes; the quality lost is not priced: `kvf residency "
+           "--compress-to none` replays it without).";
+  }
+  s += "\n\n";
   const auto prefill = distinct(r, [](const rd::Row& w) { return w.prefill_source; });
   const auto fetch = distinct(r, [](const rd::Row& w) { return w.fetch_source; });
   auto kind = [](const std::vector<std::string>& v) {
@@ -248,8 +260,9 @@ std::string inputs_of(const rd::Replay& r) {
   // Either way the price comes from the model: "measured" is its peaks replaced by measured ceilings.
   return s + " Every cost is the frontier study's analytic model (analysis/residency/README.md \"Costs\"), on the "
              "spec sheet's peaks (model) or on ceilings measured in a results directory (measured): a price of this "
-             "trace, not a timing of it on a GPU. Added latency = prefill of the missed tokens + host fetches, per "
-             "request, not overlapped.\n\n";
+             "trace, not a timing of it on a GPU. Added latency = prefill of the missed tokens + host (and disk) "
+             "fetches + restores of blocks kept in another form than bf16 K/V, per request, not overlapped "
+             "(residency.csv's added_pipelined_* columns hold the layer-pipelined bound).\n\n";
 }
 
 std::string section_residency(ReportContext& cx) {

@@ -18,7 +18,7 @@ std::vector<PolicyInfo>& policy_registry() {
       {"cost", "cost-aware GreedyDual-Size-Frequency over HBM, host and disk: priority = L + references x prefill "
                "cost per byte; the lowest is compressed, demoted or dropped, whichever adds the least restore cost "
                "per byte freed (needs the cost model)",
-       true, false, make_cost, true},
+       true, false, make_cost, true, true},
   };
   return registry;
 }

@@ -18,6 +18,8 @@ void check_capacity(const PolicyInfo& info, const Capacity& capacity) {
   if (capacity.disk_blocks > 0 && capacity.host_blocks == 0)
     throw UsageError("a disk tier of " + std::to_string(capacity.disk_blocks) +
                      " blocks without a host tier: the disk tier takes the host tier's evictions, give it a host capacity");
+  if (!capacity.compress_to.empty() && !info.compresses)
+    throw UsageError("policy " + info.name + " keeps every block in one form: it takes no forms to compress to");
   for (const Form f : capacity.compress_to)
     if (capacity.form_bytes[static_cast<std::size_t>(capacity.form)] <= 0 || capacity.unit(f) <= 0)
       throw UsageError("compress to " + std::string(form_name(f)) + ": no bytes per block given for it");

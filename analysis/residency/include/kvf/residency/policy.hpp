@@ -32,7 +32,8 @@ struct Capacity {
   // host. All 0 (hand-made capacities in tests): every block is one unit and compress_to must be empty.
   std::array<std::int64_t, kForms> form_bytes{};
   // The forms a multi-form policy may turn an HBM block into when it needs room (compress: quantized K/V;
-  // recompute: X). Only `cost` reads it; the others keep every block in `form`.
+  // recompute: X). Only a policy with PolicyInfo::compresses (`cost`) takes one; the others keep every block in
+  // `form`.
   std::vector<Form> compress_to;
 
   // Size of one block of form f in the units budgets are counted in (bytes, or 1 with no form_bytes).
@@ -95,6 +96,7 @@ struct PolicyInfo {
   bool offline = false;    // reads the future: a bound, not something a server can run
   std::function<std::unique_ptr<Policy>()> make;
   bool disk_tier = false;  // false: the policy refuses a disk capacity (last: older initializers stay valid)
+  bool compresses = false;  // reads Capacity::compress_to; the others refuse a non-empty one
 };
 
 // Every policy: the built-ins (lru, lru-host, oracle, cost) first. Append a PolicyInfo to add one.

@@ -15,6 +15,7 @@ namespace kvf::report::residency {
 struct Row {
   std::string where;  // "file:line"
   std::string policy, prefill_source, fetch_source;
+  std::string compress_to;  // the forms `cost` may compress to ("none"); empty in files older than the column
   bool offline = false;
   double hbm_gib = 0, host_gib = 0;
   double hit_rate_hbm = 0, hit_rate_host = 0, hit_rate = 0;
