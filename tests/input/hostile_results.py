@@ -264,16 +264,7 @@ def with_replay(name):
 
 
 def set_replay_cell(rd, column, value, row=1):
-    import csv
-    import io
-    p = os.path.join(rd, "residency.csv")
-    with open(p, newline="") as f:
-        rows = list(csv.reader(f))
-    rows[row][rows[0].index(column)] = value
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
-    with open(p, "w", newline="") as f:
-        f.write(buf.getvalue())
+    set_cell(rd, column, value, row, name="residency.csv")
 
 
 def replay_unreadable(name, d, needle):
