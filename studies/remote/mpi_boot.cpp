@@ -1,0 +1,112 @@
+#include "mpi_boot.hpp"
+
+#include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "kvf/errors.hpp"
+
+namespace kvf::remote {
+
+bool under_mpi_launcher() {
+  // OpenMPI's mpirun, Slurm's srun (PMI-2 and PMIx), and MPICH/Hydra.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+Place mpi_start(int* argc, char*** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Init failed");
+  // Errors come back as codes, so a failed exchange is our one line rather than MPI's abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  Place p;
+  MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p.size);
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  p.host.assign(host, static_cast<std::size_t>(len));
+  return p;
+}
+
+namespace {
+
+// MPI collectives have no timeout: the non-blocking form, tested until a deadline, keeps a rank that never joins
+// (it refused its flags, or died) from hanging this one.
+void wait_request(MPI_Request& r, double timeout_s, const char* what) {
+  const double deadline = MPI_Wtime() + timeout_s;
+  int done = 0;
+  while (!done) {
+    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
+    if (!done && MPI_Wtime() > deadline)
+      throw UsageError(std::string("peer unreachable: the other rank did not join ") + what + " within " +
+                       std::to_string(static_cast<int>(timeout_s)) + " s (--peer-timeout)");
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, double timeout_s) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Request r;
+  if (MPI_Iallgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &r) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Iallgather of the address sizes failed");
+  wait_request(r, timeout_s, "the address exchange");
+  int total = 0;
+  for (int i = 0; i < size; ++i) displs[static_cast<std::size_t>(i)] = total, total += counts[static_cast<std::size_t>(i)];
+  std::vector<char> all(static_cast<std::size_t>(total));
+  if (MPI_Iallgatherv(mine.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD, &r) !=
+      MPI_SUCCESS)
+    throw std::runtime_error("MPI_Iallgatherv of the addresses failed");
+  wait_request(r, timeout_s, "the address exchange");
+  std::vector<std::vector<char>> out;
+  for (int i = 0; i < size; ++i)
+    out.emplace_back(all.begin() + displs[static_cast<std::size_t>(i)],
+                     all.begin() + displs[static_cast<std::size_t>(i)] + counts[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+void mpi_finish() { MPI_Finalize(); }
+
+int self_launch(int argc, char** argv, int ranks, const std::string& prog) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks)};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  if (static_cast<long>(ranks) > ::sysconf(_SC_NPROCESSORS_ONLN)) args.push_back("--oversubscribe");
+  // A rank that dies must not take the other down before it has said so and kept its rows.
+  args.push_back("--enable-recovery");
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::string shown;
+  for (const auto& a : args) shown += (shown.empty() ? "" : " ") + a;
+  std::fprintf(stderr, "%s: not started by an MPI launcher; starting %d ranks on this machine: %s\n", prog.c_str(), ranks,
+               shown.c_str());
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    ::execvp(cargs[0], cargs.data());
+    std::fprintf(stderr, "%s: error: mpirun not found on PATH: install openmpi-bin (or start the ranks with srun)\n",
+                 prog.c_str());
+    ::_exit(kExitUsage);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return kExitFailure;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+}
+
+}  // namespace kvf::remote

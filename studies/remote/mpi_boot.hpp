@@ -1,0 +1,28 @@
+// MPI's whole part in the remote study: start the ranks, tell each its place, exchange one blob per rank (UCP
+// worker address, packed rkey, pool base and size), and finish. Nothing else travels over MPI.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kvf::remote {
+
+// Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
+bool under_mpi_launcher();
+
+struct Place {
+  int rank = 0, size = 1;
+  std::string host;
+};
+Place mpi_start(int* argc, char*** argv);
+// Every rank's blob, in rank order (MPI_Iallgather of the sizes, then MPI_Iallgatherv); UsageError ("peer
+// unreachable") when another rank has not joined within timeout_s.
+std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, double timeout_s);
+// MPI_Finalize: only when every rank is alive and will call it too (it waits for them).
+void mpi_finish();
+
+// Starts this program again under `mpirun -np <ranks>` on this machine (as root with --allow-run-as-root, and
+// --oversubscribe where the machine has fewer cores than ranks) and returns its exit code; 2 with one line
+// when mpirun is not installed.
+int self_launch(int argc, char** argv, int ranks, const std::string& prog);
+
+}  // namespace kvf::remote

@@ -1,0 +1,165 @@
+// bench_remote: KV pages between two ranks over UCX (UCP put/get on registered host memory), ranks placed by MPI.
+//
+// Run:   mpirun -np 2 build/bin/bench_remote [--quick] [--arms ceiling,granularity] [--out DIR]
+//        (started without a launcher it starts itself under `mpirun -np 2` on this machine; kvf run --study remote)
+// Rank 0 runs the harness (flags, verify, samples, results); rank 1 holds the pool it reads and writes (holder.cpp).
+// MPI carries only the start, the ranks' places and one exchange of worker addresses and rkeys (mpi_boot.cpp);
+// everything after, the control messages included, runs over UCX.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string_view>
+
+#include "kvf/errors.hpp"
+#include "mpi_boot.hpp"
+#include "remote_study.hpp"
+
+namespace kvf::remote {
+
+namespace {
+
+constexpr const char* kProg = "bench_remote";
+
+// Connects this rank's session to the other's and checks that both planned the same transfers.
+void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t count) {
+  const auto blobs = mpi_exchange(s.pack(), s.timeout_s());
+  s.connect(blobs[static_cast<std::size_t>(1 - p.rank)]);
+  Msg hello;
+  hello.kind = MsgKind::hello;
+  hello.index = static_cast<std::uint32_t>(count);
+  hello.value = digest;
+  Msg r;
+  try {
+    s.send(hello);
+    r = s.receive(s.timeout_s());
+  } catch (const PeerLost& e) {
+    throw UsageError(std::string("peer unreachable: no hello from rank ") + std::to_string(1 - p.rank) +
+                     " over UCX (" + s.transport() + "): " + e.what());
+  }
+  if (r.kind != MsgKind::hello || r.value != digest || r.index != count) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "flags differ between ranks: rank %d plans %zu transfers (digest %016llx), rank %d plans %u (digest "
+                  "%016llx); start every rank with the same flags",
+                  p.rank, count, static_cast<unsigned long long>(digest), 1 - p.rank, r.index,
+                  static_cast<unsigned long long>(r.value));
+    throw UsageError(buf);
+  }
+}
+
+class RemoteStudy final : public Study {
+ public:
+  explicit RemoteStudy(const Place* place) : place_(place) {}
+  std::string name() const override { return "remote"; }
+  void add_options(CLI::App& app) override { flags_.add_to(app); }
+
+  std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
+    env_.quick = ctx.quick;
+    auto out = build_cases(flags_, env_);
+    if (!place_) return out;  // listing: nothing connects
+    session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
+    handshake(*session_, *place_, plan_digest(out, env_), out.size());
+    env_.session = session_.get();
+    std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
+                 session_->transport().c_str());
+    for (auto& c : out)
+      if (dynamic_cast<TransferCase*>(c.get())) c->note = "transport " + session_->transport();
+    return out;
+  }
+
+  // After the run: the holder is told to stop; MPI is finished only when the holder is alive to finish too.
+  int finish(int rc) {
+    bool alive = !session_ || !session_->peer_lost();
+    if (session_ && alive) {
+      try {
+        Msg done;
+        done.kind = MsgKind::done;
+        session_->send(done);
+      } catch (const PeerLost& e) {
+        alive = false;
+      }
+    }
+    if (session_ && !alive)
+      std::fprintf(stderr, "%s: error: the holder (rank 1) was lost during the run; the rows finished before it are kept\n",
+                   kProg);
+    session_.reset();
+    if (alive) mpi_finish();
+    return rc;
+  }
+
+ private:
+  const Place* place_;
+  RemoteFlags flags_;
+  Env env_;
+  std::unique_ptr<UcpSession> session_;
+};
+
+int holder_main(int argc, char** argv, const Place& p) {
+  RemoteFlags f;
+  CLI::App app;
+  f.add_to(app);
+  app.add_flag("--quick", f.quick);
+  app.allow_extras();  // the harness's flags (--out DIR, --budget S, ...) are rank 0's business
+  std::unique_ptr<UcpSession> s;
+  int rc = kExitOk;
+  try {
+    app.parse(argc, argv);
+    Env env;
+    env.quick = f.quick;
+    auto cases = build_cases(f, env);  // a refused flag: rank 0 refuses it too and says so
+    s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
+    handshake(*s, p, plan_digest(cases, env), cases.size());
+    env.session = s.get();
+    rc = serve_holder(*s, cases, kProg);
+  } catch (const CLI::ParseError&) {
+    rc = kExitUsage;
+  } catch (const UsageError& e) {
+    if (s) std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
+    rc = kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
+    rc = kExitFailure;
+  }
+  const bool lost = s && s->peer_lost();
+  s.reset();
+  if (!lost) mpi_finish();
+  return rc;
+}
+
+bool listing_only(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--list" || a.rfind("--list=", 0) == 0 || a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace kvf::remote
+
+int main(int argc, char** argv) {
+  using namespace kvf::remote;
+  if (listing_only(argc, argv)) {
+    RemoteStudy study(nullptr);
+    return kvf::bench_main(argc, argv, study);
+  }
+  try {
+    if (!under_mpi_launcher()) return self_launch(argc, argv, 2, kProg);
+    const Place p = mpi_start(&argc, &argv);
+    if (p.size != 2) {
+      if (p.rank == 0)
+        std::fprintf(stderr,
+                     "%s: error: %d rank(s) started; the remote study needs exactly 2 (rank 0 measures, rank 1 holds "
+                     "the pool): mpirun -np 2 %s ...\n",
+                     kProg, p.size, kProg);
+      mpi_finish();
+      return kvf::kExitUsage;
+    }
+    if (p.rank != 0) return holder_main(argc, argv, p);
+    RemoteStudy study(&p);
+    const int rc = kvf::bench_main(argc, argv, study);
+    return study.finish(rc);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
+    return kvf::kExitFailure;
+  }
+}
