@@ -1,11 +1,13 @@
 #include "mpi_boot.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "kvf/errors.hpp"
@@ -77,12 +79,54 @@ std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, doubl
 
 void mpi_finish() { MPI_Finalize(); }
 
+void record_exit(int rank, int rc) {
+  const char* path = std::getenv("KVF_REMOTE_EXIT_FILE");
+  if (!path || !*path) return;
+  const int fd = ::open(path, O_WRONLY | O_APPEND);
+  if (fd < 0) return;
+  char line[64];
+  const int n = std::snprintf(line, sizeof line, "%d %d\n", rank, rc);
+  if (n > 0) (void)!::write(fd, line, static_cast<std::size_t>(n));  // one short O_APPEND write: whole lines
+  ::close(fd);
+}
+
+namespace {
+
+// The run's exit code from the ranks' records: the first rank's non-zero code, else 0; a rank without a record
+// (killed) makes it mpirun's code, or 1.
+int exit_from_records(const std::string& path, int ranks, int mpirun_rc, const std::string& prog) {
+  std::vector<int> rc(static_cast<std::size_t>(ranks), -1);
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    int r = 0, c = 0;
+    while (std::fscanf(f, "%d %d", &r, &c) == 2)
+      if (r >= 0 && r < ranks) rc[static_cast<std::size_t>(r)] = c;
+    std::fclose(f);
+  }
+  for (int r = 0; r < ranks; ++r)
+    if (rc[static_cast<std::size_t>(r)] < 0) {
+      std::fprintf(stderr, "%s: rank %d ended without an exit status (killed, or it crashed)\n", prog.c_str(), r);
+      return mpirun_rc ? mpirun_rc : kExitFailure;
+    }
+  for (int c : rc)
+    if (c != 0) return c;
+  return mpirun_rc;
+}
+
+}  // namespace
+
 int self_launch(int argc, char** argv, int ranks, const std::string& prog) {
+  char path[] = "/tmp/kvf-remote-exit-XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) throw std::runtime_error(std::string("mkstemp: ") + std::strerror(errno));
+  ::close(fd);
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks)};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  if (static_cast<long>(ranks) > ::sysconf(_SC_NPROCESSORS_ONLN)) args.push_back("--oversubscribe");
-  // A rank that dies must not take the other down before it has said so and kept its rows.
-  args.push_back("--enable-recovery");
+  // One machine by definition: more ranks than free cores is allowed (a 2-core VM runs both), and mpirun's
+  // multi-line help texts are left out (-q): each rank says what went wrong in its own line.
+  args.insert(args.end(), {"--oversubscribe", "-q"});
+  // A rank that dies must not take the other down before it has said so and kept its rows; mpirun then exits 0
+  // whatever the ranks did, so each rank records its own exit code in a file this launcher reads.
+  args.insert(args.end(), {"--enable-recovery", "-x", std::string("KVF_REMOTE_EXIT_FILE=") + path});
   char self[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv[0]));
@@ -106,7 +150,10 @@ int self_launch(int argc, char** argv, int ranks, const std::string& prog) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return kExitFailure;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+  const int mpirun_rc = WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailure;
+  const int rc = mpirun_rc == kExitUsage && WIFEXITED(status) ? kExitUsage : exit_from_records(path, ranks, mpirun_rc, prog);
+  ::unlink(path);
+  return rc;
 }
 
 }  // namespace kvf::remote

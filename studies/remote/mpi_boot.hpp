@@ -20,9 +20,11 @@ std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, doubl
 // MPI_Finalize: only when every rank is alive and will call it too (it waits for them).
 void mpi_finish();
 
-// Starts this program again under `mpirun -np <ranks>` on this machine (as root with --allow-run-as-root, and
-// --oversubscribe where the machine has fewer cores than ranks) and returns its exit code; 2 with one line
+// Starts this program again under `mpirun -np <ranks> --oversubscribe --enable-recovery` on this machine (as root
+// with --allow-run-as-root) and returns the run's exit code (the ranks' own, see record_exit); 2 with one line
 // when mpirun is not installed.
 int self_launch(int argc, char** argv, int ranks, const std::string& prog);
+// Under self_launch: this rank's exit code, for the launcher (KVF_REMOTE_EXIT_FILE); nothing otherwise.
+void record_exit(int rank, int rc);
 
 }  // namespace kvf::remote

@@ -59,6 +59,7 @@ class RemoteStudy final : public Study {
     session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
     handshake(*session_, *place_, plan_digest(out, env_), out.size());
     env_.session = session_.get();
+    agreed_ = true;
     std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
                  session_->transport().c_str());
     for (auto& c : out)
@@ -69,7 +70,7 @@ class RemoteStudy final : public Study {
   // After the run: the holder is told to stop; MPI is finished only when the holder is alive to finish too.
   int finish(int rc) {
     bool alive = !session_ || !session_->peer_lost();
-    if (session_ && alive) {
+    if (agreed_ && alive) {
       try {
         Msg done;
         done.kind = MsgKind::done;
@@ -91,6 +92,7 @@ class RemoteStudy final : public Study {
   RemoteFlags flags_;
   Env env_;
   std::unique_ptr<UcpSession> session_;
+  bool agreed_ = false;  // the handshake passed: the holder serves until told done
 };
 
 int holder_main(int argc, char** argv, const Place& p) {
@@ -112,9 +114,8 @@ int holder_main(int argc, char** argv, const Place& p) {
     rc = serve_holder(*s, cases, kProg);
   } catch (const CLI::ParseError&) {
     rc = kExitUsage;
-  } catch (const UsageError& e) {
-    if (s) std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
-    rc = kExitUsage;
+  } catch (const UsageError&) {
+    rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
     rc = kExitFailure;
@@ -151,13 +152,19 @@ int main(int argc, char** argv) {
                      "%s: error: %d rank(s) started; the remote study needs exactly 2 (rank 0 measures, rank 1 holds "
                      "the pool): mpirun -np 2 %s ...\n",
                      kProg, p.size, kProg);
+      record_exit(p.rank, kvf::kExitUsage);
       mpi_finish();
       return kvf::kExitUsage;
     }
-    if (p.rank != 0) return holder_main(argc, argv, p);
+    if (p.rank != 0) {
+      const int rc = holder_main(argc, argv, p);
+      record_exit(p.rank, rc);
+      return rc;
+    }
     RemoteStudy study(&p);
-    const int rc = kvf::bench_main(argc, argv, study);
-    return study.finish(rc);
+    const int rc = study.finish(kvf::bench_main(argc, argv, study));
+    record_exit(0, rc);
+    return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
     return kvf::kExitFailure;

@@ -140,7 +140,7 @@ void UcpSession::connect(const std::vector<char>& blob) {
   ep.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof h);
   // PEER first: a dead peer becomes an error on the endpoint, not a fatal error of the process. UCX's shared
   // memory transports have no peer-failure handler, so there the endpoint is made without it (the deadlines
-  // find a dead peer instead); UCX's own error line of the first try is silenced.
+  // find a dead peer instead). UCX's own error lines are silenced: an unreachable peer is our one line.
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcpSession::on_ep_error;
   ep.err_handler.arg = this;
@@ -148,13 +148,13 @@ void UcpSession::connect(const std::vector<char>& blob) {
   ucs_global_opts_get_value("LOG_LEVEL", level, sizeof level);
   ucs_global_opts_set_value("LOG_LEVEL", "fatal");
   ucs_status_t st = ucp_ep_create(worker_, &ep, &ep_);
-  ucs_global_opts_set_value("LOG_LEVEL", level);
   if (st == UCS_ERR_UNREACHABLE) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     st = ucp_ep_create(worker_, &ep, &ep_);
     peer_failure_handled_ = false;
   }
+  ucs_global_opts_set_value("LOG_LEVEL", level);
   if (st != UCS_OK) {
     ep_ = nullptr;
     throw UsageError(std::string("peer unreachable: ucp_ep_create: ") + status_text(st) +
@@ -214,6 +214,7 @@ void UcpSession::transfer(Op op, const std::vector<Descriptor>& ds) {
 
 void UcpSession::send(const Msg& m) {
   if (lost_) throw PeerLost("the peer was lost earlier in this run");
+  if (!ep_) throw PeerLost("not connected to the peer");
   ucp_request_param_t p{};
   // The message is copied before the send returns or completes: waiting here keeps `m` alive long enough.
   wait(ucp_tag_send_nbx(ep_, &m, sizeof m, kControlTag, &p), "control message send", timeout_s_);
