@@ -138,6 +138,8 @@ void RemoteFlags::add_to(CLI::App& app) {
   app.add_option("--pool-alloc", pool_alloc,
                  "who allocates the pools: ucx (ucp_mem_map ALLOCATE: shared-memory peers map it, as ucx_perftest) or "
                  "user (mmap, then registered: on one machine only cma reaches it); default ucx");
+  app.add_flag("--no-perftest", no_perftest,
+               "leave out ucx_perftest (run by default beside the largest ceiling region of each op)");
   app.add_option("--peer-timeout", peer_timeout,
                  "seconds any wait on the other rank may take before the run says it is lost, 1..600 (default 10)");
 }

@@ -1,6 +1,8 @@
 // Rank 1, the holder: owns the pool rank 0 reads from and writes into. It prepares each transfer (pattern into
 // the runs rank 0 will read, zeros into the runs rank 0 will write), compares what rank 0 wrote, and keeps its
 // worker progressing in between (TCP carries put/get as active messages the holder must serve).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -35,6 +37,19 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
     for (;;) {
       const Msg m = s.receive(idle_s, true);
       if (m.kind == MsgKind::done) return kExitOk;
+      if (m.kind == MsgKind::perftest) {
+        // The server side of ucx_perftest: started, announced with this host's name, waited for (bounded).
+        std::string why;
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        if (perftest_server_start(static_cast<int>(m.value), 3 * s.timeout_s() + 30, &why)) {
+          answer(s, std::string("host:") + host);
+          perftest_server_wait();
+        } else {
+          answer(s, why);
+        }
+        continue;
+      }
       const TransferCase* t = find_case(cases, m.index);
       if (!t) {
         answer(s, "no transfer " + std::to_string(m.index) + " in the holder's list");

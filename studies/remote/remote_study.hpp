@@ -13,6 +13,7 @@
 #include "kvf/arms.hpp"
 #include "kvf/study.hpp"
 #include "models.hpp"
+#include "perftest.hpp"
 #include "ucp_session.hpp"
 
 namespace kvf::remote {
@@ -21,6 +22,7 @@ namespace kvf::remote {
 struct RemoteFlags {
   std::vector<std::string> arms, ops, sizes, models, tokens, layouts, granularities;
   std::string pool_mib, peer_timeout, pool_alloc;
+  bool no_perftest = false;
   bool quick = false;  // the harness's --quick, which the holder parses itself
   void add_to(CLI::App& app);
 };
@@ -56,7 +58,9 @@ class TransferCase final : public Case {
 
  private:
   Env& env_;
-  std::vector<double> seconds_;  // every run()'s own time: the tail percentiles read the mode's last n of them
+  std::vector<double> seconds_;
+ public:
+  PerftestResult perftest;  // ucx_perftest on the same pair, for the largest ceiling region of this op  // every run()'s own time: the tail percentiles read the mode's last n of them
 };
 
 std::vector<Arm<Env>> remote_arms();

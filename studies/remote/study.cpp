@@ -6,6 +6,8 @@
 // MPI carries only the start, the ranks' places and one exchange of worker addresses and rkeys (mpi_boot.cpp);
 // everything after, the control messages included, runs over UCX.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string_view>
 
@@ -64,7 +66,35 @@ class RemoteStudy final : public Study {
                  session_->transport().c_str());
     for (auto& c : out)
       if (dynamic_cast<TransferCase*>(c.get())) c->note = "transport " + session_->transport();
+    if (!flags_.no_perftest) run_perftest(out);
     return out;
+  }
+
+  // ucx_perftest beside the largest ceiling region of each op (ucp_get for read, ucp_put_bw for write); its figure
+  // goes into that row's note with the row's ratio to it.
+  void run_perftest(std::vector<std::unique_ptr<Case>>& cases) {
+    for (const Op op : {Op::read, Op::write}) {
+      TransferCase* largest = nullptr;
+      for (auto& c : cases)
+        if (auto* t = dynamic_cast<TransferCase*>(c.get()); t && t->op == op && c->name.rfind("ceiling/", 0) == 0)
+          if (!largest || t->bytes > largest->bytes) largest = t;
+      if (!largest) continue;
+      const int port = 20000 + static_cast<int>(::getpid() % 20000);
+      Msg m;
+      m.kind = MsgKind::perftest;
+      m.value = static_cast<std::uint64_t>(port);
+      session_->send(m);
+      const Msg a = session_->receive(session_->timeout_s());
+      const std::string text = a.text;
+      if (text.rfind("host:", 0) != 0) {
+        largest->perftest.why = "the holder could not start the server: " + text;
+        continue;
+      }
+      largest->perftest = perftest_client(text.substr(5), port, op == Op::read ? "ucp_get" : "ucp_put_bw",
+                                          static_cast<long long>(largest->bytes), 3 * session_->timeout_s() + 30);
+      if (largest->perftest.gbps)
+        std::fprintf(stderr, "%s: %s: %.2f GB/s\n", kProg, largest->perftest.command.c_str(), *largest->perftest.gbps);
+    }
   }
 
   // After the run: the holder is told to stop; MPI is finished only when the holder is alive to finish too.

@@ -89,8 +89,17 @@ std::string TransferCase::after_measure(Backend&, const Summary& s, const std::s
   if (n == 0) return {};
   std::vector<double> tail(seconds_.end() - static_cast<std::ptrdiff_t>(n), seconds_.end());
   std::sort(tail.begin(), tail.end());
+  std::string vs;
+  if (perftest.gbps && s.median > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; %.2f of ucx_perftest's %.2f GB/s on the same pair in this run (%s)",
+                  bytes / s.median / 1e9 / *perftest.gbps, *perftest.gbps, perftest.command.c_str());
+    vs = buf;
+  } else if (!perftest.why.empty()) {
+    vs = "; ucx_perftest: " + perftest.why;
+  }
   return "p99 " + seconds_text(quantile_sorted(tail, 0.99)) + ", p99.9 " + seconds_text(quantile_sorted(tail, 0.999)) + " of " +
-         std::to_string(n) + " samples" + (n < 1000 ? " (under 1000 samples p99.9 sits next to the maximum: --min-samples 1000)" : "");
+         std::to_string(n) + " samples" + (n < 1000 ? " (under 1000 samples p99.9 sits next to the maximum: --min-samples 1000)" : "") + vs;
 }
 
 }  // namespace kvf::remote
