@@ -1,6 +1,8 @@
 #include "mpi_boot.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <mpi.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,6 +80,24 @@ std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, doubl
 }
 
 void mpi_finish() { MPI_Finalize(); }
+
+void join_netns_from_env() {
+  const char* name = std::getenv("KVF_REMOTE_NETNS");
+  if (!name || !*name) return;
+  const std::string path = std::string("/var/run/netns/") + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UsageError("KVF_REMOTE_NETNS=" + std::string(name) + ": " + path + ": " + std::strerror(errno));
+  const int rc = ::setns(fd, CLONE_NEWNET);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw UsageError("KVF_REMOTE_NETNS=" + std::string(name) + ": setns: " + std::strerror(err));
+  // UCX lists network devices from /sys/class/net: a sysfs mounted in this namespace shows its own (what
+  // `ip netns exec` does), in a mount namespace of this process only.
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0 ||
+      ::umount2("/sys", MNT_DETACH) != 0 || ::mount(name, "/sys", "sysfs", 0, nullptr) != 0)
+    throw UsageError("KVF_REMOTE_NETNS=" + std::string(name) + ": cannot mount this namespace's /sys: " +
+                     std::strerror(errno));
+}
 
 void record_exit(int rank, int rc) {
   const char* path = std::getenv("KVF_REMOTE_EXIT_FILE");

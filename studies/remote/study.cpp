@@ -176,6 +176,13 @@ int main(int argc, char** argv) {
   try {
     if (!under_mpi_launcher()) return self_launch(argc, argv, 2, kProg);
     const Place p = mpi_start(&argc, &argv);
+    try {
+      join_netns_from_env();
+    } catch (const kvf::UsageError& e) {
+      std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
+      record_exit(p.rank, kvf::kExitUsage);
+      return kvf::kExitUsage;
+    }
     if (p.size != 2) {
       if (p.rank == 0)
         std::fprintf(stderr,
