@@ -132,6 +132,10 @@ void fill_runs(std::byte* pool, const std::vector<Descriptor>& ds, bool at_src, 
   }
 }
 
+void zero_runs(std::byte* pool, const std::vector<Descriptor>& ds, bool at_src) {
+  for (const auto& d : ds) std::memset(pool + (at_src ? d.src_off : d.dst_off), 0, static_cast<std::size_t>(d.len));
+}
+
 std::string compare_runs(const std::byte* pool, const std::vector<Descriptor>& ds, bool at_src, std::uint64_t seed) {
   for (std::size_t k = 0; k < ds.size(); ++k) {
     const auto& d = ds[k];

@@ -78,6 +78,8 @@ std::vector<Descriptor> page_descriptors(const PoolShape& src, const PoolShape& 
 // Pattern fill and compare of descriptor runs: the source side fills src_off runs, the receiver compares dst_off
 // runs. Runs are multiples of 8 bytes at 8-byte aligned offsets (checked: std::invalid_argument).
 void fill_runs(std::byte* pool, const std::vector<Descriptor>& d, bool at_src, std::uint64_t seed);
+// Zeroes the runs (the receiver's side before a transfer: one that moves nothing then fails the compare).
+void zero_runs(std::byte* pool, const std::vector<Descriptor>& d, bool at_src);
 // Empty when every run matches; else the first mismatch ("descriptor 3 byte 4096: ...").
 std::string compare_runs(const std::byte* pool, const std::vector<Descriptor>& d, bool at_src, std::uint64_t seed);
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 
 #include "kvf/errors.hpp"
 #include "remote_study.hpp"
@@ -57,8 +56,7 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
       }
       if (m.kind == MsgKind::prepare) {
         if (t->op == Op::read) fill_runs(s.pool(), t->descriptors, true, m.value);
-        else
-          for (const auto& d : t->descriptors) std::memset(s.pool() + d.dst_off, 0, static_cast<std::size_t>(d.len));
+        else zero_runs(s.pool(), t->descriptors, false);
         answer(s, "");
       } else if (m.kind == MsgKind::check) {
         answer(s, compare_runs(s.pool(), t->descriptors, false, m.value));

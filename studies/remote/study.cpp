@@ -52,7 +52,14 @@ class RemoteStudy final : public Study {
  public:
   explicit RemoteStudy(const Place* place) : place_(place) {}
   std::string name() const override { return "remote"; }
-  void add_options(CLI::App& app) override { flags_.add_to(app); }
+  void add_options(CLI::App& app) override {
+    flags_.add_to(app);
+    app.footer(
+        "Ranks: mpirun -np 2 bench_remote ... (rank 0 measures and writes the rows, rank 1 holds the pool); "
+        "started without an MPI launcher it runs itself under mpirun -np 2 on this machine. UCX_TLS picks the "
+        "transport (shm, tcp, rc,sm,self, ...); every row names the one UCX used. studies/remote/README.md: "
+        "two-node mpirun and srun recipes.");
+  }
 
   std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
     env_.quick = ctx.quick;

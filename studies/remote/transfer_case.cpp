@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 
 #include "kvf/errors.hpp"
 #include "kvf/stats.hpp"
@@ -19,10 +18,6 @@ std::string seconds_text(double s) {
   else if (s < 1) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
   else std::snprintf(buf, sizeof buf, "%.2f s", s);
   return buf;
-}
-
-void zero_runs(std::byte* pool, const std::vector<Descriptor>& ds, bool at_src) {
-  for (const auto& d : ds) std::memset(pool + (at_src ? d.src_off : d.dst_off), 0, static_cast<std::size_t>(d.len));
 }
 
 UcpSession& session_of(const Env& env) {
