@@ -81,6 +81,13 @@ std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, doubl
 
 void mpi_finish() { MPI_Finalize(); }
 
+void reopen_progress_pipe() {
+  const char* path = std::getenv("KVF_REMOTE_PROGRESS_PATH");
+  if (!path || !*path) return;
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd >= 3) ::setenv("KVF_PROGRESS_FD", std::to_string(fd).c_str(), 1);
+}
+
 void join_netns_from_env() {
   const char* name = std::getenv("KVF_REMOTE_NETNS");
   if (!name || !*name) return;
@@ -159,6 +166,13 @@ int self_launch(int argc, char** argv, int ranks, const std::string& prog) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
+    // kvf run's progress pipe (KVF_PROGRESS_FD) does not survive mpirun's launch; rank 0 reopens it through
+    // /proc, and no rank takes the number, which in a rank may name another file.
+    if (const char* fd_text = std::getenv("KVF_PROGRESS_FD"); fd_text && *fd_text) {
+      const std::string path = "/proc/" + std::to_string(::getppid()) + "/fd/" + fd_text;
+      ::setenv("KVF_REMOTE_PROGRESS_PATH", path.c_str(), 1);
+      ::unsetenv("KVF_PROGRESS_FD");
+    }
     std::vector<char*> cargs;
     for (auto& a : args) cargs.push_back(a.data());
     cargs.push_back(nullptr);

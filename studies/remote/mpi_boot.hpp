@@ -17,6 +17,9 @@ Place mpi_start(int* argc, char*** argv);
 // Every rank's blob, in rank order (MPI_Iallgather of the sizes, then MPI_Iallgatherv); UsageError ("peer
 // unreachable") when another rank has not joined within timeout_s.
 std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, double timeout_s);
+// Rank 0 under self_launch from `kvf run`: kvf's progress pipe, reopened (KVF_REMOTE_PROGRESS_PATH) and handed
+// to the harness as KVF_PROGRESS_FD, so kvf run counts this bench's rows as it does any other's.
+void reopen_progress_pipe();
 // KVF_REMOTE_NETNS=NAME: after MPI has started (its own sockets stay where they are), this rank joins the network
 // namespace /var/run/netns/NAME, so UCX sees that namespace's interfaces only (tests/remote/netns.sh: two ranks on
 // the two ends of a veth pair). UsageError when it cannot.

@@ -205,6 +205,7 @@ int main(int argc, char** argv) {
       record_exit(p.rank, rc);
       return rc;
     }
+    reopen_progress_pipe();
     RemoteStudy study(&p);
     const int rc = study.finish(kvf::bench_main(argc, argv, study));
     record_exit(0, rc);
