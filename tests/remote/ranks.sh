@@ -1,10 +1,10 @@
 #!/bin/bash
 # Two ranks of bench_remote on this machine (ctest: remote.ranks.<test>). Usage: ranks.sh TEST BENCH WORKDIR
-#   shm, tcp    the quick grid over UCX_TLS=shm / tcp: exit 0, every row verified, the transport named on each row;
-#               over shm the largest ceiling rows carry their ratio to ucx_perftest run on the same pair
-#   ordering    per layer and head (512 descriptors) vs one descriptor per page at 16 tokens over shm with user
-#               memory (cma), read from cases.csv as a benchmark result with a wide margin; the per-layer ratio is
-#               printed for the record (the tcp test prints TCP's)
+#   shm, tcp    a quick grid over UCX_TLS=shm / tcp: exit 0, every row verified, the transport named on each row;
+#               over shm the largest ceiling rows carry their ratio to ucx_perftest run on the same pair, and the
+#               granularity ordering is checked: 512 descriptors (per layer and head) vs one per 16-token page,
+#               read from cases.csv as a benchmark result with a wide margin (per-layer ratio printed; the tcp
+#               test prints TCP's)
 #   bad_input   one rank, flags that differ, no transport in common, a page larger than the pool: exit 2, one line
 #   rank_dies   rank 1 killed mid-run: rank 0 says so, exits non-zero, and the rows finished before stay
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
@@ -63,16 +63,21 @@ PY
 
 case $test in
 shm)
-  # 8 MiB regions (not the quick 64 MiB): ucx_perftest beside them stays under a second on a loaded machine.
-  UCX_TLS=shm timeout 50 "${mpi[@]}" -np 2 "$bench" --quick --ops read,write --sizes 256KiB,8MiB --tokens 16 \
-    --granularities page,layer,layer_head --out "$work/run" > "$work/log" 2>&1
+  # User-memory pools: on one machine cma reaches them with one process_vm_readv per descriptor, the per-
+  # descriptor cost a NIC's work request has (UCX-allocated pools are mapped by the peer and move by memcpy,
+  # where 512 descriptors cost about what one does). The same run gives the ordering check and, on 2 MiB regions,
+  # the ucx_perftest comparison (present, not judged: perftest's own pools are UCX-allocated).
+  UCX_TLS=shm timeout 50 "${mpi[@]}" -np 2 "$bench" --quick --ops read,write --sizes 256KiB,2MiB --tokens 16 \
+    --granularities page,layer,layer_head --pool-alloc user --pool-mib 32 --out "$work/run" > "$work/log" 2>&1
   rc=$?
   tail -n 20 "$work/log"
   [ $rc -eq 0 ] || fail "exit $rc"
   check_rows "$work/run" "memory("
-  # ucx_perftest ran on the same pair: the largest ceiling row of each op states its ratio to it.
   [ "$(grep -c "of ucx_perftest's" "$work/run/cases.csv")" -eq 2 ] || fail "no ucx_perftest comparison on the ceiling rows"
   grep -o "[0-9.]* of ucx_perftest's [0-9.]* GB/s" "$work/run/cases.csv"
+  # The ordering, as a benchmark result read from cases.csv with a wide margin: 512 descriptors per page vs one
+  # (measured 1.4x to 40x on a loaded 2-core VM; asserted 1.3x). The per-layer ratio is printed for the record.
+  ratios "shm (cma)" "$work/run/cases.csv" granularity/read/Llama-3.1-8B/T16/page_first 1.3
   ;;
 tcp)
   # TCP on a small VM moves 0.07-0.3 GB/s: regions up to 1 MiB keep the run short.
@@ -87,15 +92,6 @@ tcp)
   # (512 descriptors measured 1.0x to 2.0x of one).
   c=granularity/read/Llama-3.1-8B/T16/page_first
   ratios "tcp" "$work/run/cases.csv" $c
-  ;;
-ordering)
-  # shm with user memory reaches the holder through cma, one process_vm_readv per descriptor: a per-descriptor
-  # cost as a NIC's work request has (UCX-allocated memory is mapped by the peer and moves by memcpy, where 512
-  # descriptors cost about as much as one). Measured 1.7x and 2.5x on a loaded 2-core VM; asserted: 1.3x.
-  UCX_TLS=shm timeout 50 "${mpi[@]}" -np 2 "$bench" --arms granularity --ops read --tokens 16 --layouts page_first \
-    --granularities page,layer,layer_head --pool-alloc user --pool-mib 32 --budget 0.2 --out "$work/run" \
-    > "$work/log" 2>&1 || { tail -n 20 "$work/log"; fail "bench failed"; }
-  ratios "shm (cma)" "$work/run/cases.csv" granularity/read/Llama-3.1-8B/T16/page_first 1.3
   ;;
 bad_input)
   expect2() {  # NAME PATTERN COMMAND...
@@ -122,7 +118,7 @@ rank_dies)
   # Started without mpirun: bench_remote launches itself (mpirun --enable-recovery), so rank 0 outlives rank 1
   # and the exit code is the ranks' own.
   UCX_TLS=shm "$bench" --arms granularity --ops read,write --tokens 16,128 --layouts page_first,layer_first \
-    --granularities page,layer,layer_head --pool-mib 64 --peer-timeout 2 --out "$work/run" > "$work/log" 2>&1 &
+    --granularities page,layer,layer_head --pool-mib 64 --peer-timeout 1 --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
   for _ in $(seq 150); do
     sleep 0.1
