@@ -125,9 +125,11 @@ rank_dies)
     sleep 0.1
     [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 3 ] && break
   done
+  # Children by /proc (no procps on a minimal image): the launcher's child is mpirun, mpirun's are the ranks.
+  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
   killed=
-  for m in $(pgrep -P $launcher); do
-    for c in $(pgrep -P "$m"); do
+  for m in $(children $launcher); do
+    for c in $(children "$m"); do
       if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then kill -9 "$c" && killed=$c; fi
     done
   done
