@@ -185,7 +185,10 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
     if (!f.arms.empty() && std::find(f.arms.begin(), f.arms.end(), arm.name) == f.arms.end()) continue;
     for (const auto& p : arms.points(arm, Target{false, env.quick}, user, env)) {
       auto c = arms.make_case(arm, p, env);
-      if (auto* t = dynamic_cast<TransferCase*>(c.get())) t->index = env.next_index;
+      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
+        t->index = env.next_index;
+        t->params.push_back({"readers", std::to_string(env.readers)});
+      }
       ++env.next_index;
       out.push_back(std::move(c));
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -79,7 +80,18 @@ std::vector<std::vector<char>> mpi_exchange(const std::vector<char>& mine, doubl
   return out;
 }
 
-void mpi_finish() { MPI_Finalize(); }
+void mpi_finish(const std::function<void()>& progress) {
+  // Every rank meets here before MPI_Finalize; the holder keeps its UCX worker going meanwhile, since a
+  // background reader's last TCP get needs the holder's progress to complete. Bounded: 30 s.
+  MPI_Request r;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &r) == MPI_SUCCESS) {
+    const double deadline = MPI_Wtime() + 30;
+    int done = 0;
+    while (!done && MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && MPI_Wtime() < deadline)
+      if (progress) progress();
+  }
+  MPI_Finalize();
+}
 
 void reopen_progress_pipe() {
   const char* path = std::getenv("KVF_REMOTE_PROGRESS_PATH");

@@ -1,6 +1,7 @@
 // MPI's whole part in the remote study: start the ranks, tell each its place, exchange one blob per rank (UCP
 // worker address, packed rkey, pool base and size), and finish. Nothing else travels over MPI.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,9 @@ void reopen_progress_pipe();
 // the two ends of a veth pair). UsageError when it cannot.
 void join_netns_from_env();
 // MPI_Finalize: only when every rank is alive and will call it too (it waits for them).
-void mpi_finish();
+// An MPI_Ibarrier first (progress() called while it is open, at most 30 s), so that no rank leaves while another
+// still needs it.
+void mpi_finish(const std::function<void()>& progress = {});
 
 // Starts this program again under `mpirun -np <ranks> --oversubscribe --enable-recovery` on this machine (as root
 // with --allow-run-as-root) and returns the run's exit code (the ranks' own, see record_exit); 2 with one line

@@ -36,6 +36,7 @@ struct Env {
   UcpSession* session = nullptr;  // absent while listing: nothing is connected, nothing runs
   std::string transport_note;     // what UCX picked, said on every row
   int next_index = 0;             // the transfer's place in the case list: the holder finds it by this
+  int readers = 1;                // ranks reading from the holder: rank 0 and the background readers (ranks 2..)
 };
 
 // The flags checked into user lists and env (UsageError: one line naming the flag).
@@ -68,6 +69,11 @@ std::vector<Arm<Env>> remote_arms();
 std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env);
 // A digest of the case list (names, bytes, descriptors, pool size): ranks with different flags differ here.
 std::uint64_t plan_digest(const std::vector<std::unique_ptr<Case>>& cases, const Env& env);
+
+struct Place;
+// Ranks 2.. (many-to-one): read a region of the holder's pool in a loop until the holder's stop flag, beside
+// rank 0's measurement (readers.cpp).
+int reader_main(int argc, char** argv, const Place& p, const char* prog);
 
 // The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done.
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog);

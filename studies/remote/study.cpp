@@ -24,7 +24,7 @@ constexpr const char* kProg = "bench_remote";
 // Connects this rank's session to the other's and checks that both planned the same transfers.
 void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t count) {
   const auto blobs = mpi_exchange(s.pack(), s.timeout_s());
-  s.connect(blobs[static_cast<std::size_t>(1 - p.rank)]);
+  s.connect(blobs[p.rank == 0 ? 1 : 0]);  // rank 0 and the holder (rank 1); other ranks are readers.cpp's
   Msg hello;
   hello.kind = MsgKind::hello;
   hello.index = static_cast<std::uint32_t>(count);
@@ -34,7 +34,7 @@ void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t 
     s.send(hello);
     r = s.receive(s.timeout_s());
   } catch (const PeerLost& e) {
-    throw UsageError(std::string("peer unreachable: no hello from rank ") + std::to_string(1 - p.rank) +
+    throw UsageError(std::string("peer unreachable: no hello from rank ") + std::to_string(p.rank == 0 ? 1 : 0) +
                      " over UCX (" + s.transport() + "): " + e.what());
   }
   if (r.kind != MsgKind::hello || r.value != digest || r.index != count) {
@@ -42,7 +42,7 @@ void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t 
     std::snprintf(buf, sizeof buf,
                   "flags differ between ranks: rank %d plans %zu transfers (digest %016llx), rank %d plans %u (digest "
                   "%016llx); start every rank with the same flags",
-                  p.rank, count, static_cast<unsigned long long>(digest), 1 - p.rank, r.index,
+                  p.rank, count, static_cast<unsigned long long>(digest), p.rank == 0 ? 1 : 0, r.index,
                   static_cast<unsigned long long>(r.value));
     throw UsageError(buf);
   }
@@ -63,6 +63,7 @@ class RemoteStudy final : public Study {
 
   std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
     env_.quick = ctx.quick;
+    env_.readers = place_ ? place_->size - 1 : 1;
     auto out = build_cases(flags_, env_);
     if (!place_) return out;  // listing: nothing connects
     session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
@@ -72,7 +73,12 @@ class RemoteStudy final : public Study {
     std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
                  session_->transport().c_str());
     for (auto& c : out)
-      if (dynamic_cast<TransferCase*>(c.get())) c->note = "transport " + session_->transport();
+      if (dynamic_cast<TransferCase*>(c.get())) {
+        c->note = "transport " + session_->transport();
+        if (env_.readers > 1)
+          c->note += "; many-to-one: " + std::to_string(env_.readers - 1) +
+                     " more rank(s) read 2 MiB regions of the holder in a loop throughout";
+      }
     if (!flags_.no_perftest) run_perftest(out);
     return out;
   }
@@ -144,6 +150,7 @@ int holder_main(int argc, char** argv, const Place& p) {
     app.parse(argc, argv);
     Env env;
     env.quick = f.quick;
+    env.readers = p.size - 1;
     auto cases = build_cases(f, env);  // a refused flag: rank 0 refuses it too and says so
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     handshake(*s, p, plan_digest(cases, env), cases.size());
@@ -157,9 +164,14 @@ int holder_main(int argc, char** argv, const Place& p) {
     std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
     rc = kExitFailure;
   }
+  // The background readers (ranks 2..) read until this flag: set on every way out, then MPI_Finalize keeps the
+  // pool mapped until they have seen it and finished too.
+  if (s) s->set_stop();
   const bool lost = s && s->peer_lost();
+  if (!lost) mpi_finish([&s] {
+      if (s) s->progress();
+    });
   s.reset();
-  if (!lost) mpi_finish();
   return rc;
 }
 
@@ -190,18 +202,18 @@ int main(int argc, char** argv) {
       record_exit(p.rank, kvf::kExitUsage);
       return kvf::kExitUsage;
     }
-    if (p.size != 2) {
+    if (p.size < 2) {
       if (p.rank == 0)
         std::fprintf(stderr,
-                     "%s: error: %d rank(s) started; the remote study needs exactly 2 (rank 0 measures, rank 1 holds "
-                     "the pool): mpirun -np 2 %s ...\n",
+                     "%s: error: %d rank started; the remote study needs at least 2 (rank 0 measures, rank 1 holds "
+                     "the pool, ranks 2.. read from it too): mpirun -np 2 %s ...\n",
                      kProg, p.size, kProg);
       record_exit(p.rank, kvf::kExitUsage);
       mpi_finish();
       return kvf::kExitUsage;
     }
     if (p.rank != 0) {
-      const int rc = holder_main(argc, argv, p);
+      const int rc = p.rank == 1 ? holder_main(argc, argv, p) : reader_main(argc, argv, p, kProg);
       record_exit(p.rank, rc);
       return rc;
     }

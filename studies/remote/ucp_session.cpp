@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,10 +57,10 @@ UcpSession::UcpSession(std::size_t pool_bytes, double timeout_s, PoolAlloc alloc
   check(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  mp.length = pool_bytes_;
+  mp.length = pool_bytes_ + kControlBytes;
   if (alloc == PoolAlloc::user) {
     // Our own anonymous mapping, touched before registration: the first sample must not pay page faults.
-    pool_ = ::mmap(nullptr, pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    pool_ = ::mmap(nullptr, pool_bytes_ + kControlBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (pool_ == MAP_FAILED) {
       pool_ = nullptr;
       throw UsageError("--pool-mib " + std::to_string(pool_bytes_ >> 20) + ": cannot map the pool: " + std::strerror(errno));
@@ -82,7 +83,7 @@ UcpSession::UcpSession(std::size_t pool_bytes, double timeout_s, PoolAlloc alloc
     check(ucp_mem_query(memh_, &attr), "ucp_mem_query");
     pool_ = attr.address;
     owned_by_ucx_ = true;
-    std::memset(pool_, 0, pool_bytes_);  // page faults now, not in the first sample
+    std::memset(pool_, 0, pool_bytes_ + kControlBytes);  // page faults now, not in the first sample
   }
 }
 
@@ -101,7 +102,7 @@ UcpSession::~UcpSession() {
     }
   }
   if (memh_) ucp_mem_unmap(context_, memh_);
-  if (pool_ && !owned_by_ucx_) ::munmap(pool_, pool_bytes_);
+  if (pool_ && !owned_by_ucx_) ::munmap(pool_, pool_bytes_ + kControlBytes);
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
 }
@@ -178,6 +179,7 @@ void UcpSession::wait(void* r, const char* what, double timeout_s, bool sleep) {
   if (sleep && ucp_worker_get_efd(worker_, &efd) != UCS_OK) efd = -1;
   ucs_status_t st;
   while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+    if (sleep) ++words()[1];  // the holder's heartbeat: it is waiting, alive
     if (ucp_worker_progress(worker_) == 0 && efd >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
       // Nothing pending and the worker armed: sleep until an event, at most 100 ms (the deadline is checked).
       pollfd pfd{efd, POLLIN, 0};
@@ -210,6 +212,21 @@ void UcpSession::transfer(Op op, const std::vector<Descriptor>& ds) {
     if (r != nullptr) ucp_request_free(r);
   }
   wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
+}
+
+void UcpSession::set_stop() {
+  words()[0] = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+UcpSession::Words UcpSession::peer_words() {
+  if (lost_) throw PeerLost("the peer was lost earlier in this run");
+  ucp_request_param_t p{};
+  void* r = ucp_get_nbx(ep_, &words()[8], 16, peer_base_ + peer_pool_bytes_, peer_rkey_, &p);
+  if (UCS_PTR_IS_ERR(r)) lose(std::string("ucp_get_nbx of the control words: ") + status_text(UCS_PTR_STATUS(r)));
+  if (r != nullptr) ucp_request_free(r);
+  wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
+  return {words()[8], words()[9]};
 }
 
 void UcpSession::send(const Msg& m) {

@@ -57,6 +57,15 @@ class UcpSession {
   // write: put our src_off into the peer's dst_off), then an endpoint flush: back when every byte has arrived.
   void transfer(Op op, const std::vector<Descriptor>& ds);
 
+  // The control words after the pool (not part of any transfer): a stop flag and a heartbeat the holder keeps
+  // (many-to-one: background readers stop on the flag and call the holder lost when the heartbeat stalls).
+  void set_stop();
+  void progress() { ucp_worker_progress(worker_); }
+  struct Words {
+    std::uint64_t stop = 0, heartbeat = 0;
+  };
+  Words peer_words();  // one get of the peer's control words, flushed
+
   void send(const Msg& m);
   // PeerLost after timeout_s. sleep: wait on the worker's event fd when idle (the holder) instead of spinning.
   Msg receive(double timeout_s, bool sleep = false);
@@ -80,6 +89,8 @@ class UcpSession {
   ucp_mem_h memh_ = nullptr;
   void* pool_ = nullptr;
   std::size_t pool_bytes_ = 0;
+  static constexpr std::size_t kControlBytes = 4096;  // after the pool: [0] stop, [1] heartbeat, [8..] scratch
+  std::uint64_t* words() const { return reinterpret_cast<std::uint64_t*>(pool() + pool_bytes_); }
   ucp_ep_h ep_ = nullptr;
   ucp_rkey_h peer_rkey_ = nullptr;
   std::uint64_t peer_base_ = 0;
