@@ -1,5 +1,6 @@
 // MPI's whole part in the remote study: start the ranks, tell each its place, exchange one blob per rank (UCP
-// worker address, packed rkey, pool base and size), and finish. Nothing else travels over MPI.
+// worker address, packed rkey, pool base and size), and finish (one bounded barrier, then MPI_Finalize). Nothing
+// else travels over MPI.
 #pragma once
 #include <functional>
 #include <string>

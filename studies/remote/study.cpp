@@ -2,9 +2,10 @@
 //
 // Run:   mpirun -np 2 build/bin/bench_remote [--quick] [--arms ceiling,granularity] [--out DIR]
 //        (started without a launcher it starts itself under `mpirun -np 2` on this machine; kvf run --study remote)
-// Rank 0 runs the harness (flags, verify, samples, results); rank 1 holds the pool it reads and writes (holder.cpp).
-// MPI carries only the start, the ranks' places and one exchange of worker addresses and rkeys (mpi_boot.cpp);
-// everything after, the control messages included, runs over UCX.
+// Rank 0 runs the harness (flags, verify, samples, results); rank 1 holds the pool it reads and writes (holder.cpp);
+// ranks 2.. read from the holder too (readers.cpp: many-to-one). MPI carries only the start, the ranks' places, one
+// exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
+// messages included, runs over UCX.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
