@@ -3,7 +3,8 @@
 set -euo pipefail
 KVF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KVF_PACKAGES=(cmake ninja-build g++ git libbenchmark-dev libgtest-dev libcli11-dev
-              nlohmann-json3-dev libopenblas-dev libdnnl-dev gnuplot-nox)
+              nlohmann-json3-dev libopenblas-dev libdnnl-dev gnuplot-nox
+              libucx-dev ucx-utils openmpi-bin libopenmpi-dev iproute2)
 
 kvf_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 

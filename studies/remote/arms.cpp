@@ -1,0 +1,215 @@
+// The remote study's arms and flags: the wire ceiling (one region, one operation), the granularity arm (one KV
+// page as 1 .. thousands of descriptors, layer-first and page-first pools, random block tables on both sides),
+// and GPU memory (a row that says why it is skipped where UCX cannot register CUDA memory).
+#include <algorithm>
+#include <cstring>
+
+#include "kvf/errors.hpp"
+#include "kvf/model_shapes.hpp"
+#include "kvf/units.hpp"
+#include "remote_study.hpp"
+
+namespace kvf::remote {
+
+namespace {
+
+std::string size_label(std::int64_t b) {
+  if (b % (1 << 20) == 0) return std::to_string(b >> 20) + "MiB";
+  if (b % (1 << 10) == 0) return std::to_string(b >> 10) + "KiB";
+  return std::to_string(b) + "B";
+}
+
+KvGeometry geometry(const models::ModelShape& m) {
+  if (m.is_mla) return {m.layers, 1, std::int64_t(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * 2};
+  return {m.layers, 2 * m.n_kv_heads, std::int64_t(m.head_dim) * 2};
+}
+
+const models::ModelShape& model_of(const Env& env, const std::string& name) {
+  return models::find_model(env.all_models, name, "--models");
+}
+
+std::unique_ptr<Case> ceiling_case(const Point& p, Env& env) {
+  const std::int64_t bytes = p.integer("region_bytes");
+  if (bytes > static_cast<std::int64_t>(env.pool_bytes))
+    throw UsageError("--sizes " + size_label(bytes) + ": larger than the registered pool (--pool-mib " +
+                     std::to_string(env.pool_bytes >> 20) + "); allowed: regions up to the pool");
+  auto c = std::make_unique<TransferCase>(env, p["op"] == "read" ? Op::read : Op::write,
+                                          std::vector<Descriptor>{{0, 0, bytes, 0}}, bytes);
+  c->params = {{"descriptors", "1"}, {"descriptor_bytes", std::to_string(bytes)}};
+  return c;
+}
+
+std::unique_ptr<Case> granularity_case(const Point& p, Env& env) {
+  const auto& m = model_of(env, p["model"]);
+  const int tokens = static_cast<int>(p.integer("tokens"));
+  const Granularity g = parse_granularity(p["granularity"]);
+  PoolShape pool{geometry(m), slot_tokens_for(g, tokens), 0, parse_layout(p["layout"])};
+  const std::int64_t page = pool.geo.page_bytes(tokens);
+  pool.slots = static_cast<std::int64_t>(env.pool_bytes) / (pool.geo.layers * pool.slot_layer_bytes());
+  const std::int64_t per_page = tokens / pool.slot_tokens;
+  if (pool.slots < per_page)
+    throw UsageError("--tokens " + std::to_string(tokens) + ": a page of " + m.name + " is " +
+                     format_bytes(static_cast<double>(page)) + ", larger than the registered pool (--pool-mib " +
+                     std::to_string(env.pool_bytes >> 20) + "); allowed: pages up to the pool");
+  // Both sides through their own random block table: neither the source nor the destination is contiguous
+  // beyond one slot, as in a serving engine's paged cache.
+  const int index = env.next_index;
+  const auto src_table = random_block_table(pool.slots, per_page, 0x5eed0000u + static_cast<std::uint64_t>(index));
+  const auto dst_table = random_block_table(pool.slots, per_page, 0xd5700000u + static_cast<std::uint64_t>(index));
+  auto ds = page_descriptors(pool, pool, g, tokens, src_table, dst_table);
+  const std::size_t n = ds.size();
+  const std::int64_t run = ds.front().len;
+  auto c = std::make_unique<TransferCase>(env, p["op"] == "read" ? Op::read : Op::write, std::move(ds), page);
+  c->params = {{"descriptors", std::to_string(n)},
+               {"descriptor_bytes", std::to_string(run)},
+               {"page_bytes", std::to_string(page)},
+               {"pool_slots", std::to_string(pool.slots)}};
+  return c;
+}
+
+// Without a peer (listing) the context alone is asked; with one, the session's context.
+bool cuda_memory(const Env& env) {
+  if (env.session) return env.session->has_cuda_memory();
+  return ucx_has_cuda_memory();
+}
+
+}  // namespace
+
+std::vector<Arm<Env>> remote_arms() {
+  const Axis op{.name = "op",
+                .doc = "read: rank 0 gets from the holder (decode pulls); write: rank 0 puts into it (prefill pushes)",
+                .cpu = {"read", "write"}, .quick = {"read", "write"}, .flag = "--ops"};
+  Arm<Env> ceiling{
+      .name = "ceiling",
+      .doc = "wire ceiling: one registered region moved in one operation, 32 KiB .. 64 MiB",
+      .axes = {op,
+               {.name = "region_bytes", .doc = "region size", .cpu = {"32768", "262144", "2097152", "16777216", "67108864"},
+                .quick = {"262144", "67108864"}, .flag = "--sizes"}},
+      .case_name_fn = [](const Point& p) { return "ceiling/" + p["op"] + "/" + size_label(p.integer("region_bytes")); },
+      .make = ceiling_case};
+  Arm<Env> granularity{
+      .name = "granularity",
+      .doc = "one KV page as 1 descriptor, one per layer, per layer and head, per (layer, 16-token block)",
+      .axes = {op,
+               {.name = "model", .cpu = {"Llama-3.1-8B"}, .quick = {"Llama-3.1-8B"}, .flag = "--models"},
+               {.name = "tokens", .doc = "tokens per page", .cpu = {"16", "128"}, .quick = {"16"}, .flag = "--tokens"},
+               {.name = "layout", .cpu = {"page_first", "layer_first"}, .quick = {"page_first"}, .flag = "--layouts"},
+               {.name = "granularity", .cpu = {"page", "layer", "layer_head", "block16"},
+                .quick = {"page", "layer", "layer_head"}, .flag = "--granularities"}},
+      // A 16-token page cut into 16-token blocks is the per-layer case again: not run twice.
+      .valid = [](const Point& p, const Env&) {
+        const Granularity g = parse_granularity(p["granularity"]);
+        return invalid_combination(g, parse_layout(p["layout"]), static_cast<int>(p.integer("tokens"))).empty() &&
+               !(g == Granularity::block16 && p.integer("tokens") == kBlockTokens);
+      },
+      .case_name = "granularity/{op}/{model}/T{tokens}/{layout}/{granularity}",
+      .make = granularity_case};
+  Arm<Env> gpu{
+      .name = "gpu_memory",
+      .doc = "GPU memory on both sides (UCS_MEMORY_TYPE_CUDA), where this UCX registers it",
+      .axes = {op},
+      .case_name = "gpu_memory/{op}",
+      .make = [](const Point& p, Env& env) -> std::unique_ptr<Case> {
+        const std::string why = cuda_memory(env)
+                                    ? "not built: this UCX registers CUDA memory, but the study's GPU-memory pool is "
+                                      "not written yet (host rows only)"
+                                    : "this UCX has no CUDA transport (ucp_context_query lists no CUDA memory type)";
+        auto c = skipped_case("", {}, why);
+        c->cold = false;  // one row per op, as the host rows (hot only)
+        return c;
+      }};
+  return {ceiling, granularity, gpu};
+}
+
+void RemoteFlags::add_to(CLI::App& app) {
+  app.add_option("--arms", arms, "arms to run (default all): ceiling, granularity, gpu_memory")->delimiter(',');
+  app.add_option("--ops", ops, "read (decode pulls), write (prefill pushes); default both")->delimiter(',');
+  app.add_option("--sizes", sizes, "ceiling region sizes, e.g. 32KiB,64MiB (default 32KiB,256KiB,2MiB,16MiB,64MiB)")
+      ->delimiter(',');
+  app.add_option("--models", models, "models of the granularity arm (data/models.json; default Llama-3.1-8B)")
+      ->delimiter(',');
+  app.add_option("--tokens", tokens, "tokens per page, 16..4096, multiple of 16 (default 16,128; --quick 16)")
+      ->delimiter(',');
+  app.add_option("--layouts", layouts, "page_first, layer_first (default both; --quick page_first)")->delimiter(',');
+  app.add_option("--granularities", granularities,
+                 "page, layer, layer_head, block16 (default all; --quick page,layer,layer_head)")
+      ->delimiter(',');
+  app.add_option("--pool-mib", pool_mib, "registered pool per rank in MiB, 16..65536 (default 256; --quick 128)");
+  app.add_option("--pool-alloc", pool_alloc,
+                 "who allocates the pools: ucx (ucp_mem_map ALLOCATE: shared-memory peers map it, as ucx_perftest) or "
+                 "user (mmap, then registered: on one machine only cma reaches it); default ucx");
+  app.add_flag("--no-perftest", no_perftest,
+               "leave out ucx_perftest (run by default beside the largest ceiling region of each op)");
+  app.add_option("--peer-timeout", peer_timeout,
+                 "seconds any wait on the other rank may take before the run says it is lost, 1..600 (default 10)");
+}
+
+UserLists check_flags(const RemoteFlags& f, Env& env) {
+  check_arm_names("--arms", f.arms, ArmList<Env>(remote_arms()).names());
+  UserLists user;
+  auto check_words = [&](const char* flag, const std::vector<std::string>& given, const std::vector<std::string>& allowed) {
+    for (const auto& v : given)
+      if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) bad_flag(flag, v, "allowed: " + join_names(allowed));
+    if (!given.empty()) user[flag] = given;
+  };
+  check_words("--ops", f.ops, {"read", "write"});
+  check_words("--layouts", f.layouts, {"page_first", "layer_first"});
+  check_words("--granularities", f.granularities, {"page", "layer", "layer_head", "block16"});
+  env.pool_bytes = std::size_t(f.pool_mib.empty() ? (env.quick ? 128 : 256)
+                                                  : flag_int(f.pool_mib, "--pool-mib", 16, 65536, 1,
+                                                             "a whole number of MiB in 16..65536")) << 20;
+  env.peer_timeout_s = f.peer_timeout.empty() ? 10
+                                              : flag_int(f.peer_timeout, "--peer-timeout", 1, 600, 1,
+                                                         "a whole number of seconds in 1..600");
+  if (!f.pool_alloc.empty() && f.pool_alloc != "ucx" && f.pool_alloc != "user")
+    bad_flag("--pool-alloc", f.pool_alloc, "allowed: ucx, user");
+  env.pool_alloc = f.pool_alloc == "user" ? PoolAlloc::user : PoolAlloc::ucx;
+  for (const auto& s : f.sizes) {
+    const std::size_t b = parse_bytes(s, "--sizes");
+    if (b % 8 != 0 || b < 8) bad_flag("--sizes", s, "a whole number of 8-byte words (e.g. 32KiB .. 64MiB)");
+    user["--sizes"].push_back(std::to_string(b));
+  }
+  for (const auto& t : f.tokens)
+    user["--tokens"].push_back(std::to_string(
+        flag_int(t, "--tokens", 16, 4096, kBlockTokens, "tokens per page: a whole number in 16..4096, multiple of 16")));
+  env.all_models = models::load_models(models::default_models_path());
+  for (const auto& m : f.models) user["--models"].push_back(models::find_model(env.all_models, m, "--models").name);
+  return user;
+}
+
+std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
+  const UserLists user = check_flags(f, env);
+  const ArmList<Env> arms(remote_arms());
+  std::vector<std::unique_ptr<Case>> out;
+  for (const auto& arm : arms.all()) {
+    if (!f.arms.empty() && std::find(f.arms.begin(), f.arms.end(), arm.name) == f.arms.end()) continue;
+    for (const auto& p : arms.points(arm, Target{false, env.quick}, user, env)) {
+      auto c = arms.make_case(arm, p, env);
+      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
+        t->index = env.next_index;
+        t->params.push_back({"readers", std::to_string(env.readers)});
+      }
+      ++env.next_index;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+std::uint64_t plan_digest(const std::vector<std::unique_ptr<Case>>& cases, const Env& env) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  auto mix = [&h](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  mix(&env.pool_bytes, sizeof env.pool_bytes);
+  mix(&env.pool_alloc, sizeof env.pool_alloc);
+  for (const auto& c : cases) {
+    mix(c->name.data(), c->name.size());
+    if (const auto* t = dynamic_cast<const TransferCase*>(c.get()))
+      for (const auto& d : t->descriptors) mix(&d, sizeof d);
+  }
+  return h;
+}
+
+}  // namespace kvf::remote

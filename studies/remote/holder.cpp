@@ -1,0 +1,75 @@
+// Rank 1, the holder: owns the pool rank 0 reads from and writes into. It prepares each transfer (pattern into
+// the runs rank 0 will read, zeros into the runs rank 0 will write), compares what rank 0 wrote, and keeps its
+// worker progressing in between (TCP carries put/get as active messages the holder must serve).
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "kvf/errors.hpp"
+#include "remote_study.hpp"
+
+namespace kvf::remote {
+
+namespace {
+
+const TransferCase* find_case(const std::vector<std::unique_ptr<Case>>& cases, std::uint32_t index) {
+  for (const auto& c : cases)
+    if (const auto* t = dynamic_cast<const TransferCase*>(c.get()); t && t->index == static_cast<int>(index)) return t;
+  return nullptr;
+}
+
+void answer(UcpSession& s, const std::string& text) {
+  Msg a;
+  a.kind = MsgKind::answer;
+  std::snprintf(a.text, sizeof a.text, "%s", text.c_str());
+  s.send(a);
+}
+
+}  // namespace
+
+int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog) {
+  // Rank 0 may spend a whole case between two requests (its --budget, a slow verify): the holder waits ten
+  // deadlines before it calls rank 0 lost.
+  const double idle_s = 10 * s.timeout_s();
+  int served = 0;
+  try {
+    for (;;) {
+      const Msg m = s.receive(idle_s, true);
+      if (m.kind == MsgKind::done) return kExitOk;
+      if (m.kind == MsgKind::perftest) {
+        // The server side of ucx_perftest: started, announced with this host's name, waited for (bounded).
+        std::string why;
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        if (perftest_server_start(static_cast<int>(m.value), 3 * s.timeout_s() + 30, &why)) {
+          answer(s, std::string("host:") + host);
+          perftest_server_wait();
+        } else {
+          answer(s, why);
+        }
+        continue;
+      }
+      const TransferCase* t = find_case(cases, m.index);
+      if (!t) {
+        answer(s, "no transfer " + std::to_string(m.index) + " in the holder's list");
+        continue;
+      }
+      if (m.kind == MsgKind::prepare) {
+        if (t->op == Op::read) fill_runs(s.pool(), t->descriptors, true, m.value);
+        else zero_runs(s.pool(), t->descriptors, false);
+        answer(s, "");
+      } else if (m.kind == MsgKind::check) {
+        answer(s, compare_runs(s.pool(), t->descriptors, false, m.value));
+      } else {
+        answer(s, "unexpected message kind " + std::to_string(static_cast<int>(m.kind)));
+      }
+      ++served;
+    }
+  } catch (const PeerLost& e) {
+    std::fprintf(stderr, "%s (rank 1, holder): error: rank 0 lost after %d requests: %s\n", prog.c_str(), served,
+                 e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace kvf::remote

@@ -1,0 +1,81 @@
+// The remote study's shared declarations: the flags both ranks parse, the environment the arms expand over, the
+// transfer case rank 0 times, and the arm list. Both ranks build the same case list from the same flags; rank 0
+// measures it through the harness, rank 1 (the holder) serves it: it fills the pages rank 0 reads and compares
+// the pages rank 0 writes (holder.cpp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv_descriptors.hpp"
+#include "kvf/arms.hpp"
+#include "kvf/study.hpp"
+#include "models.hpp"
+#include "perftest.hpp"
+#include "ucp_session.hpp"
+
+namespace kvf::remote {
+
+// The study's own flags, as typed (checked in check_flags).
+struct RemoteFlags {
+  std::vector<std::string> arms, ops, sizes, models, tokens, layouts, granularities;
+  std::string pool_mib, peer_timeout, pool_alloc;
+  bool no_perftest = false;
+  bool quick = false;  // the harness's --quick, which the holder parses itself
+  void add_to(CLI::App& app);
+};
+
+struct Env {
+  bool quick = false;
+  std::size_t pool_bytes = 0;
+  double peer_timeout_s = 10;
+  PoolAlloc pool_alloc = PoolAlloc::ucx;
+  std::vector<models::ModelShape> all_models;
+  UcpSession* session = nullptr;  // absent while listing: nothing is connected, nothing runs
+  std::string transport_note;     // what UCX picked, said on every row
+  int next_index = 0;             // the transfer's place in the case list: the holder finds it by this
+  int readers = 1;                // ranks reading from the holder: rank 0 and the background readers (ranks 2..)
+};
+
+// The flags checked into user lists and env (UsageError: one line naming the flag).
+UserLists check_flags(const RemoteFlags& f, Env& env);
+
+// One page (or one region) moved from one rank to the other, timed at rank 0.
+class TransferCase final : public Case {
+ public:
+  TransferCase(Env& env, Op op, std::vector<Descriptor> ds, std::int64_t moved);
+  int index = 0;
+  Op op = Op::read;
+  std::uint64_t seed = 0;
+  std::vector<Descriptor> descriptors;
+
+  void setup(Backend&) override;
+  bool has_verify() const override { return true; }
+  void verify(Backend&) override;
+  void run(Backend&) override;
+  std::string after_measure(Backend&, const Summary& s, const std::string& mode) override;
+
+ private:
+  Env& env_;
+  std::vector<double> seconds_;
+ public:
+  PerftestResult perftest;  // ucx_perftest on the same pair, for the largest ceiling region of this op  // every run()'s own time: the tail percentiles read the mode's last n of them
+};
+
+std::vector<Arm<Env>> remote_arms();
+// Every case of the flags, in order, each with its index (both ranks call this with the same flags).
+std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env);
+// A digest of the case list (names, bytes, descriptors, pool size): ranks with different flags differ here.
+std::uint64_t plan_digest(const std::vector<std::unique_ptr<Case>>& cases, const Env& env);
+
+struct Place;
+// Ranks 2.. (many-to-one): read a region of the holder's pool in a loop until the holder's stop flag, beside
+// rank 0's measurement (readers.cpp).
+int reader_main(int argc, char** argv, const Place& p, const char* prog);
+
+// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done.
+int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog);
+
+}  // namespace kvf::remote

@@ -1,0 +1,230 @@
+// bench_remote: KV pages between two ranks over UCX (UCP put/get on registered host memory), ranks placed by MPI.
+//
+// Run:   mpirun -np 2 build/bin/bench_remote [--quick] [--arms ceiling,granularity] [--out DIR]
+//        (started without a launcher it starts itself under `mpirun -np 2` on this machine; kvf run --study remote)
+// Rank 0 runs the harness (flags, verify, samples, results); rank 1 holds the pool it reads and writes (holder.cpp);
+// ranks 2.. read from the holder too (readers.cpp: many-to-one). MPI carries only the start, the ranks' places, one
+// exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
+// messages included, runs over UCX.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string_view>
+
+#include "kvf/errors.hpp"
+#include "mpi_boot.hpp"
+#include "remote_study.hpp"
+
+namespace kvf::remote {
+
+namespace {
+
+constexpr const char* kProg = "bench_remote";
+
+// Connects this rank's session to the other's and checks that both planned the same transfers.
+void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t count) {
+  const auto blobs = mpi_exchange(s.pack(), s.timeout_s());
+  s.connect(blobs[p.rank == 0 ? 1 : 0]);  // rank 0 and the holder (rank 1); other ranks are readers.cpp's
+  Msg hello;
+  hello.kind = MsgKind::hello;
+  hello.index = static_cast<std::uint32_t>(count);
+  hello.value = digest;
+  Msg r;
+  try {
+    s.send(hello);
+    r = s.receive(s.timeout_s());
+  } catch (const PeerLost& e) {
+    throw UsageError(std::string("peer unreachable: no hello from rank ") + std::to_string(p.rank == 0 ? 1 : 0) +
+                     " over UCX (" + s.transport() + "): " + e.what());
+  }
+  if (r.kind != MsgKind::hello || r.value != digest || r.index != count) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "flags differ between ranks: rank %d plans %zu transfers (digest %016llx), rank %d plans %u (digest "
+                  "%016llx); start every rank with the same flags",
+                  p.rank, count, static_cast<unsigned long long>(digest), p.rank == 0 ? 1 : 0, r.index,
+                  static_cast<unsigned long long>(r.value));
+    throw UsageError(buf);
+  }
+}
+
+class RemoteStudy final : public Study {
+ public:
+  explicit RemoteStudy(const Place* place) : place_(place) {}
+  std::string name() const override { return "remote"; }
+  void add_options(CLI::App& app) override {
+    flags_.add_to(app);
+    app.footer(
+        "Ranks: mpirun -np 2 bench_remote ... (rank 0 measures and writes the rows, rank 1 holds the pool); "
+        "started without an MPI launcher it runs itself under mpirun -np 2 on this machine. UCX_TLS picks the "
+        "transport (shm, tcp, rc,sm,self, ...); every row names the one UCX used. studies/remote/README.md: "
+        "two-node mpirun and srun recipes.");
+  }
+
+  std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
+    env_.quick = ctx.quick;
+    env_.readers = place_ ? place_->size - 1 : 1;
+    auto out = build_cases(flags_, env_);
+    if (!place_) return out;  // listing: nothing connects
+    session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
+    handshake(*session_, *place_, plan_digest(out, env_), out.size());
+    env_.session = session_.get();
+    agreed_ = true;
+    std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
+                 session_->transport().c_str());
+    for (auto& c : out)
+      if (dynamic_cast<TransferCase*>(c.get())) {
+        c->note = "transport " + session_->transport();
+        if (env_.readers > 1)
+          c->note += "; many-to-one: " + std::to_string(env_.readers - 1) +
+                     " more rank(s) read 2 MiB regions of the holder in a loop throughout";
+      }
+    if (!flags_.no_perftest) run_perftest(out);
+    return out;
+  }
+
+  // ucx_perftest beside the largest ceiling region of each op (ucp_get for read, ucp_put_bw for write); its figure
+  // goes into that row's note with the row's ratio to it.
+  void run_perftest(std::vector<std::unique_ptr<Case>>& cases) {
+    for (const Op op : {Op::read, Op::write}) {
+      TransferCase* largest = nullptr;
+      for (auto& c : cases)
+        if (auto* t = dynamic_cast<TransferCase*>(c.get()); t && t->op == op && c->name.rfind("ceiling/", 0) == 0)
+          if (!largest || t->bytes > largest->bytes) largest = t;
+      if (!largest) continue;
+      const int port = 20000 + static_cast<int>(::getpid() % 20000);
+      Msg m;
+      m.kind = MsgKind::perftest;
+      m.value = static_cast<std::uint64_t>(port);
+      session_->send(m);
+      const Msg a = session_->receive(session_->timeout_s());
+      const std::string text = a.text;
+      if (text.rfind("host:", 0) != 0) {
+        largest->perftest.why = "the holder could not start the server: " + text;
+        continue;
+      }
+      largest->perftest = perftest_client(text.substr(5), port, op == Op::read ? "ucp_get" : "ucp_put_bw",
+                                          static_cast<long long>(largest->bytes), 3 * session_->timeout_s() + 30);
+      if (largest->perftest.gbps)
+        std::fprintf(stderr, "%s: %s: %.2f GB/s\n", kProg, largest->perftest.command.c_str(), *largest->perftest.gbps);
+    }
+  }
+
+  // After the run: the holder is told to stop; MPI is finished only when the holder is alive to finish too.
+  int finish(int rc) {
+    bool alive = !session_ || !session_->peer_lost();
+    if (agreed_ && alive) {
+      try {
+        Msg done;
+        done.kind = MsgKind::done;
+        session_->send(done);
+      } catch (const PeerLost& e) {
+        alive = false;
+      }
+    }
+    if (session_ && !alive)
+      std::fprintf(stderr, "%s: error: the holder (rank 1) was lost during the run; the rows finished before it are kept\n",
+                   kProg);
+    session_.reset();
+    if (alive) mpi_finish();
+    return rc;
+  }
+
+ private:
+  const Place* place_;
+  RemoteFlags flags_;
+  Env env_;
+  std::unique_ptr<UcpSession> session_;
+  bool agreed_ = false;  // the handshake passed: the holder serves until told done
+};
+
+int holder_main(int argc, char** argv, const Place& p) {
+  RemoteFlags f;
+  CLI::App app;
+  f.add_to(app);
+  app.add_flag("--quick", f.quick);
+  app.allow_extras();  // the harness's flags (--out DIR, --budget S, ...) are rank 0's business
+  std::unique_ptr<UcpSession> s;
+  int rc = kExitOk;
+  try {
+    app.parse(argc, argv);
+    Env env;
+    env.quick = f.quick;
+    env.readers = p.size - 1;
+    auto cases = build_cases(f, env);  // a refused flag: rank 0 refuses it too and says so
+    s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
+    handshake(*s, p, plan_digest(cases, env), cases.size());
+    env.session = s.get();
+    rc = serve_holder(*s, cases, kProg);
+  } catch (const CLI::ParseError&) {
+    rc = kExitUsage;
+  } catch (const UsageError&) {
+    rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s (rank 1, holder): error: %s\n", kProg, one_line(e.what()).c_str());
+    rc = kExitFailure;
+  }
+  // The background readers (ranks 2..) read until this flag: set on every way out, then MPI_Finalize keeps the
+  // pool mapped until they have seen it and finished too.
+  if (s) s->set_stop();
+  const bool lost = s && s->peer_lost();
+  if (!lost) mpi_finish([&s] {
+      if (s) s->progress();
+    });
+  s.reset();
+  return rc;
+}
+
+bool listing_only(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--list" || a.rfind("--list=", 0) == 0 || a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace kvf::remote
+
+int main(int argc, char** argv) {
+  using namespace kvf::remote;
+  if (listing_only(argc, argv)) {
+    RemoteStudy study(nullptr);
+    return kvf::bench_main(argc, argv, study);
+  }
+  try {
+    if (!under_mpi_launcher()) return self_launch(argc, argv, 2, kProg);
+    const Place p = mpi_start(&argc, &argv);
+    try {
+      join_netns_from_env();
+    } catch (const kvf::UsageError& e) {
+      std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
+      record_exit(p.rank, kvf::kExitUsage);
+      return kvf::kExitUsage;
+    }
+    if (p.size < 2) {
+      if (p.rank == 0)
+        std::fprintf(stderr,
+                     "%s: error: %d rank started; the remote study needs at least 2 (rank 0 measures, rank 1 holds "
+                     "the pool, ranks 2.. read from it too): mpirun -np 2 %s ...\n",
+                     kProg, p.size, kProg);
+      record_exit(p.rank, kvf::kExitUsage);
+      mpi_finish();
+      return kvf::kExitUsage;
+    }
+    if (p.rank != 0) {
+      const int rc = p.rank == 1 ? holder_main(argc, argv, p) : reader_main(argc, argv, p, kProg);
+      record_exit(p.rank, rc);
+      return rc;
+    }
+    reopen_progress_pipe();
+    RemoteStudy study(&p);
+    const int rc = study.finish(kvf::bench_main(argc, argv, study));
+    record_exit(0, rc);
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
+    return kvf::kExitFailure;
+  }
+}

@@ -1,0 +1,100 @@
+// The timed case: one page (or region) moved by rank 0 with UCP put or get, verified at the receiver first.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "kvf/errors.hpp"
+#include "kvf/stats.hpp"
+#include "remote_study.hpp"
+
+namespace kvf::remote {
+
+namespace {
+
+// Plain decimals in the unit a person reads (no e-notation in a note).
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+UcpSession& session_of(const Env& env) {
+  if (!env.session) throw std::logic_error("remote case run without a connected peer");
+  return *env.session;
+}
+
+}  // namespace
+
+TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int64_t moved)
+    : op(o), descriptors(std::move(ds)), env_(env) {
+  bytes = static_cast<double>(moved);
+  // Hot only: the bytes leave and land in host memory the NIC (or the kernel's copy) reads; flushing this rank's
+  // caches would not reach the holder's.
+  cold = false;
+  est_seconds = 0.2 + (env.quick ? 0.1 : 0.5) + static_cast<double>(descriptors.size()) * 2e-6;
+}
+
+void TransferCase::setup(Backend&) {
+  UcpSession& s = session_of(env_);
+  seed = 0x6b7600000000ull + static_cast<std::uint64_t>(index);
+  // The sender's runs get the pattern, the receiver's are zeroed: a transfer that moved nothing fails verify.
+  if (op == Op::write) fill_runs(s.pool(), descriptors, true, seed);
+  else zero_runs(s.pool(), descriptors, false);
+  Msg m;
+  m.kind = MsgKind::prepare;
+  m.index = static_cast<std::uint32_t>(index);
+  m.value = seed;
+  s.send(m);
+  const Msg a = s.receive(s.timeout_s());
+  if (a.kind != MsgKind::answer || a.text[0] != '\0')
+    throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
+}
+
+void TransferCase::verify(Backend&) {
+  UcpSession& s = session_of(env_);
+  s.transfer(op, descriptors);
+  if (op == Op::read) {
+    if (const auto bad = compare_runs(s.pool(), descriptors, false, seed); !bad.empty())
+      throw VerifyError("rank 0 read " + name + ": " + bad);
+    return;
+  }
+  Msg m;
+  m.kind = MsgKind::check;
+  m.index = static_cast<std::uint32_t>(index);
+  m.value = seed;
+  s.send(m);
+  const Msg a = s.receive(s.timeout_s());
+  if (a.kind != MsgKind::answer) throw std::runtime_error("the holder answered a check with message kind " +
+                                                          std::to_string(static_cast<int>(a.kind)));
+  if (a.text[0] != '\0') throw VerifyError("the holder (rank 1) received " + name + ": " + a.text);
+}
+
+void TransferCase::run(Backend&) {
+  const auto t0 = std::chrono::steady_clock::now();
+  env_.session->transfer(op, descriptors);
+  seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// The tail from this mode's samples: the last s.n run() times are the harness's samples (the ones before them
+// were its warm-up). Under 1000 samples p99.9 is interpolated next to the maximum, and the note says so.
+std::string TransferCase::after_measure(Backend&, const Summary& s, const std::string&) {
+  const std::size_t n = std::min(s.n, seconds_.size());
+  if (n == 0) return {};
+  std::vector<double> tail(seconds_.end() - static_cast<std::ptrdiff_t>(n), seconds_.end());
+  std::sort(tail.begin(), tail.end());
+  std::string vs;
+  if (perftest.gbps && s.median > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; %.2f of ucx_perftest's %.2f GB/s on the same pair in this run (%s)",
+                  bytes / s.median / 1e9 / *perftest.gbps, *perftest.gbps, perftest.command.c_str());
+    vs = buf;
+  } else if (!perftest.why.empty()) {
+    vs = "; ucx_perftest: " + perftest.why;
+  }
+  return "p99 " + seconds_text(quantile_sorted(tail, 0.99)) + ", p99.9 " + seconds_text(quantile_sorted(tail, 0.999)) + " of " +
+         std::to_string(n) + " samples" + (n < 1000 ? " (under 1000 samples p99.9 sits next to the maximum: --min-samples 1000)" : "") + vs;
+}
+
+}  // namespace kvf::remote

@@ -1,0 +1,170 @@
+#!/bin/bash
+# Two ranks of bench_remote on this machine (ctest: remote.ranks.<test>). Usage: ranks.sh TEST BENCH WORKDIR
+#   shm, tcp    a quick grid over UCX_TLS=shm / tcp (tcp with 3 ranks: many-to-one, rank 2 reading beside rank 0):
+#               exit 0, every row verified, the transport named on each row;
+#               over shm the largest ceiling rows carry their ratio to ucx_perftest run on the same pair, and the
+#               granularity ordering is checked: 512 descriptors (per layer and head) vs one per 16-token page,
+#               read from cases.csv as a benchmark result with a wide margin (per-layer ratio printed; the tcp
+#               test prints TCP's)
+#   bad_input   one rank, flags that differ, no transport in common, a page larger than the pool: exit 2, one line
+#   rank_dies   rank 1 killed mid-run: rank 0 says so, exits non-zero, and the rows finished before stay
+#   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
+#               where this user may not create namespaces)
+# Exit 77 (ctest: skipped) with the reason when mpirun is missing.
+set -u
+test=$1 bench=$2 work=$3
+command -v mpirun >/dev/null || { echo "skipped: mpirun not on PATH (openmpi-bin)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+root=()
+[ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+# MPI carries only the address exchange: its own shared-memory path starts faster than the default pml ucx.
+mpi=(mpirun "${root[@]}" --oversubscribe -q --mca pml ob1 --mca btl self,vader --mca osc ^ucx)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Column of cases.csv by name (the harness's CSV has no quoted commas in the columns read here except note).
+col() { python3 - "$1" "$2" "$3" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["case"] == sys.argv[2]]
+print(rows[0][sys.argv[3]] if rows else "")
+PY
+}
+
+check_rows() {  # DIR TRANSPORT_WORD
+  python3 - "$1/cases.csv" "$2" <<'PY' || exit 1
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+host = [r for r in rows if not r["case"].startswith("gpu_memory/")]
+gpu = [r for r in rows if r["case"].startswith("gpu_memory/")]
+assert len(host) >= 8, f"{len(host)} host rows"
+for r in host:
+    assert r["verified"] == "yes", f"{r['case']}: verified={r['verified']}"
+    assert int(r["samples"]) > 0 and float(r["median_s"]) > 0, r["case"]
+    assert "transport " in r["note"] and sys.argv[2] in r["note"], f"{r['case']}: transport not named: {r['note']}"
+    assert "p99 " in r["note"] and "p99.9 " in r["note"], f"{r['case']}: no tail: {r['note']}"
+for r in gpu:
+    assert r["samples"] == "0" and "skipped" in r["note"], f"{r['case']}: {r['note']}"
+print(f"{len(host)} verified rows over {sys.argv[2]}, {len(gpu)} GPU-memory rows skipped with their reason")
+PY
+}
+
+# ratios LABEL CSV CASE_PREFIX [MIN]: the 16-token page as 1, 32 (per layer) and 512 (per layer and head)
+# descriptors; with MIN, 512 descriptors must take at least MIN times one (a benchmark result read from the CSV).
+ratios() {
+  python3 - "$@" <<'PY' || exit 1
+import csv, sys
+label, path, prefix = sys.argv[1:4]
+rows = {r["case"]: float(r["median_s"]) for r in csv.DictReader(open(path)) if r["median_s"]}
+page, layer, head = (rows[prefix + "/" + g] for g in ("page", "layer", "layer_head"))
+print(f"{label}: 16-token page of Llama-3.1-8B: 1 descriptor {page*1e6:.0f} us, 32 per layer {layer*1e6:.0f} us "
+      f"({layer/page:.2f}x), 512 per layer and head {head*1e6:.0f} us ({head/page:.2f}x)")
+if len(sys.argv) > 4:
+    need = float(sys.argv[4])
+    assert head > need * page, f"{label}: 512 descriptors not slower than 1 by {need}x: {head/page:.2f}x"
+PY
+}
+
+case $test in
+shm)
+  # User-memory pools: on one machine cma reaches them with one process_vm_readv per descriptor, the per-
+  # descriptor cost a NIC's work request has (UCX-allocated pools are mapped by the peer and move by memcpy,
+  # where 512 descriptors cost about what one does). The same run gives the ordering check and, on 2 MiB regions,
+  # the ucx_perftest comparison (present, not judged: perftest's own pools are UCX-allocated).
+  UCX_TLS=shm timeout 50 "${mpi[@]}" -np 2 "$bench" --quick --ops read,write --sizes 256KiB,2MiB --tokens 16 \
+    --granularities page,layer,layer_head --pool-alloc user --pool-mib 32 --out "$work/run" > "$work/log" 2>&1
+  rc=$?
+  tail -n 20 "$work/log"
+  [ $rc -eq 0 ] || fail "exit $rc"
+  check_rows "$work/run" "memory("
+  [ "$(grep -c "of ucx_perftest's" "$work/run/cases.csv")" -eq 2 ] || fail "no ucx_perftest comparison on the ceiling rows"
+  grep -o "[0-9.]* of ucx_perftest's [0-9.]* GB/s" "$work/run/cases.csv"
+  # The ordering, as a benchmark result read from cases.csv with a wide margin: 512 descriptors per page vs one
+  # (measured 1.4x to 40x on a loaded 2-core VM; asserted 1.3x). The per-layer ratio is printed for the record.
+  ratios "shm (cma)" "$work/run/cases.csv" granularity/read/Llama-3.1-8B/T16/page_first 1.3
+  ;;
+tcp)
+  # TCP on a small VM moves 0.07-0.3 GB/s: regions up to 1 MiB keep the run short.
+  # Three ranks: many-to-one, rank 2 reads from the holder throughout while rank 0 measures (the netns test covers
+  # one-to-one over TCP). ucx_perftest is compared in the shm test; over this slow path it would take most of the
+  # test's time.
+  UCX_TLS=tcp timeout 50 "${mpi[@]}" -np 3 "$bench" --quick --ops read,write --sizes 256KiB,1MiB --tokens 16 \
+    --granularities page,layer,layer_head --no-perftest --out "$work/run" > "$work/log" 2>&1
+  rc=$?
+  tail -n 20 "$work/log"
+  [ $rc -eq 0 ] || fail "exit $rc"
+  check_rows "$work/run" "tcp/"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if not r["case"].startswith("gpu_memory/")]
+assert all(r["readers"] == "2" and "many-to-one: 1 more rank" in r["note"] for r in rows), "rows do not say 2 readers"
+print(f"{len(rows)} rows measured with 2 readers on one holder")
+PY
+  # For the record, not asserted: on this kind of VM TCP's per-descriptor cost sits inside its noise
+  # (512 descriptors measured 1.0x to 2.0x of one).
+  c=granularity/read/Llama-3.1-8B/T16/page_first
+  ratios "tcp" "$work/run/cases.csv" $c
+  ;;
+bad_input)
+  expect2() {  # NAME PATTERN COMMAND...
+    local name=$1 pat=$2
+    shift 2
+    local t0=$SECONDS
+    timeout 40 "$@" > "$work/$name.log" 2>&1
+    local rc=$?
+    grep -E "^bench_remote: error: " "$work/$name.log" | head -n 1
+    [ $rc -eq 2 ] || { cat "$work/$name.log"; fail "$name: exit $rc, wanted 2"; }
+    grep -qE "$pat" "$work/$name.log" || { cat "$work/$name.log"; fail "$name: no line matching '$pat'"; }
+    [ $(grep -c "error: " "$work/$name.log") -eq 1 ] || { cat "$work/$name.log"; fail "$name: more than one error line"; }
+    echo "  $name: exit 2 in $((SECONDS - t0)) s"
+  }
+  expect2 one_rank "needs at least 2" "${mpi[@]}" -np 1 "$bench" --quick --out "$work/a"
+  # Both ranks check the flags alike before any exchange; --list runs that check without starting ranks.
+  expect2 pool "larger than the registered pool" "$bench" --list --arms granularity --tokens 4096 --pool-mib 16
+  expect2 flags_differ "flags differ between ranks" "${mpi[@]}" -np 1 "$bench" --quick --pool-mib 64 --out "$work/c" \
+    : -np 1 "$bench" --quick --pool-mib 128
+  expect2 unreachable "peer unreachable" "${mpi[@]}" -np 1 -x UCX_TLS=tcp "$bench" --quick --out "$work/d" \
+    : -np 1 -x UCX_TLS=shm "$bench" --quick
+  ;;
+rank_dies)
+  # Started without mpirun: bench_remote launches itself (mpirun --enable-recovery), so rank 0 outlives rank 1
+  # and the exit code is the ranks' own.
+  UCX_TLS=shm "$bench" --arms granularity --ops read,write --tokens 16,128 --layouts page_first,layer_first \
+    --granularities page,layer,layer_head --pool-mib 64 --peer-timeout 1 --out "$work/run" > "$work/log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 150); do
+    sleep 0.1
+    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 3 ] && break
+  done
+  # Children by /proc (no procps on a minimal image): the launcher's child is mpirun, mpirun's are the ranks.
+  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
+  killed=
+  for m in $(children $launcher); do
+    for c in $(children "$m"); do
+      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then kill -9 "$c" && killed=$c; fi
+    done
+  done
+  [ -n "$killed" ] || { kill $launcher; fail "rank 1 not found (or the run ended before 2 rows)"; }
+  t0=$SECONDS
+  timeout 40 tail --pid=$launcher -f /dev/null
+  wait $launcher
+  rc=$?
+  grep -v "^remote/" "$work/log" | tail -n 6
+  echo "rank 1 (pid $killed) killed; the run ended $((SECONDS - t0)) s later with exit $rc"
+  [ $rc -ne 0 ] || fail "exit 0 after rank 1 was killed"
+  grep -q "the holder (rank 1) was lost during the run; the rows finished before it are kept" "$work/log" ||
+    fail "no closing line from rank 0"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+done = [r for r in rows if r["verified"] == "yes" and int(r["samples"]) > 0]
+lost = [r for r in rows if r["note"].startswith("error: ")]
+assert len(done) >= 2, f"{len(done)} finished rows kept"
+assert lost, "no row says why it was not measured"
+print(f"{len(done)} finished rows kept, {len(lost)} rows say why they were not measured")
+PY
+  ;;
+netns)
+  exec bash "$(dirname "$0")/netns.sh" "$bench" "$work"
+  ;;
+*) fail "unknown test $test" ;;
+esac
+echo "PASS: $test"
