@@ -96,7 +96,8 @@ fuzz_one() {
 
 # libFuzzer runs one process on one core: the targets run side by side, one per core (KVF_FUZZ_JOBS to
 # change), each for the full SECONDS, so a 2-core CI fuzzes five targets in three rounds instead of five
-# (CI time) with the same time and executions per target.
+# (CI time). Executions per target stay the same only where those cores have nothing else to do: on a shared
+# machine, KVF_FUZZ_JOBS=1 gives each target the cores it can get.
 njobs=${KVF_FUZZ_JOBS:-$(nproc)}
 [[ "$njobs" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: KVF_FUZZ_JOBS must be a whole number > 0, got '$njobs'" >&2; exit 2; }
 echo "fuzzing ${#targets[@]} targets, ${secs}s each, $njobs at a time"
