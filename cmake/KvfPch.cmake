@@ -6,12 +6,15 @@
 # CUDA units (nvcc) and the kernel libraries (their units switch ISA with #pragma GCC target) are left alone.
 # CLI11 is not precompiled: most of its cost is code generated for its global validators in every unit, which a
 # precompiled header does not save, and forcing it into units that do not use it would cost more.
-# Targets compiled with the same flags share one precompiled header (REUSE_FROM the first of them): building it
-# costs about a unit's worth of compile time, and most library and bench targets differ only in their sources
-# (CI time). "Same flags" is judged conservatively from what CMake knows at configure time: the target's own
-# options, definitions, standard and PIC, its directory's definitions and the interface options and definitions
-# of everything it links, as written (generator expressions unexpanded): two targets share only when all of it
-# is the same text, so GCC and clang (which rejects a header built with other flags) both accept the reuse.
+# A target compiled with the same flags as a library it links reuses that library's precompiled header
+# (REUSE_FROM): building one costs about a unit's worth of compile time, and most library and bench targets
+# differ from kvf_harness only in their sources (CI time). Only from a linked library, because REUSE_FROM makes
+# the target depend on the whole owner (test executables sharing one would drag each other into a partial build
+# such as scripts/untrusted's). "Same flags" is judged conservatively from what CMake knows at configure time:
+# the target's own options, definitions, standard and PIC, its directory's definitions and the interface options
+# and definitions of everything it links, as written (generator expressions unexpanded): two targets share only
+# when all of it is the same text, so GCC and clang (which rejects a header built with other flags) both accept
+# the reuse.
 # -DKVF_PCH_DEBUG=ON prints each target's signature text at configure time.
 # KVF_PCH=OFF turns it off (e.g. with ccache, which cannot cache units built with a precompiled header).
 
@@ -81,6 +84,28 @@ function(kvf_flag_signature t out)
   set(${out} ${sig} PARENT_SCOPE)
 endfunction()
 
+# Every target `libs` link, directly or through their interface, into `out`.
+function(kvf_link_closure libs seen out)
+  foreach(lib IN LISTS libs)
+    if(NOT TARGET ${lib} OR lib IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${lib})
+    get_target_property(next ${lib} INTERFACE_LINK_LIBRARIES)
+    get_target_property(type ${lib} TYPE)
+    if(NOT type STREQUAL "INTERFACE_LIBRARY")
+      get_target_property(own ${lib} LINK_LIBRARIES)
+      if(own)
+        list(APPEND next ${own})
+      endif()
+    endif()
+    if(next)
+      kvf_link_closure("${next}" "${seen}" seen)
+    endif()
+  endforeach()
+  set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+
 function(kvf_precompile_headers)
   kvf_collect_targets(${CMAKE_SOURCE_DIR} targets)
   foreach(t IN LISTS targets)
@@ -104,11 +129,25 @@ function(kvf_precompile_headers)
     endif()
     kvf_flag_signature(${t} sig)
     string(MD5 key "${sig};${headers}")
-    if(DEFINED _kvf_pch_owner_${key})
-      target_precompile_headers(${t} REUSE_FROM ${_kvf_pch_owner_${key}})
+    # Only from a library the target links anyway: REUSE_FROM makes the target depend on the whole owner,
+    # and a build of a few targets (scripts/untrusted's) must not build another one for its header.
+    get_target_property(libs ${t} LINK_LIBRARIES)
+    set(closure)
+    if(libs)
+      kvf_link_closure("${libs}" "" closure)
+    endif()
+    set(owner)
+    foreach(o IN LISTS _kvf_pch_owners_${key})
+      if(o IN_LIST closure)
+        set(owner ${o})
+        break()
+      endif()
+    endforeach()
+    if(owner)
+      target_precompile_headers(${t} REUSE_FROM ${owner})
       continue()
     endif()
-    set(_kvf_pch_owner_${key} ${t})
+    list(APPEND _kvf_pch_owners_${key} ${t})
     set(cxx_only)
     foreach(h IN LISTS headers)
       list(APPEND cxx_only "$<$<COMPILE_LANGUAGE:CXX>:${h}>")
