@@ -10,7 +10,8 @@
 # (REUSE_FROM): building one costs about a unit's worth of compile time, and most library and bench targets
 # differ from kvf_harness only in their sources (CI time). Only from a linked library, because REUSE_FROM makes
 # the target depend on the whole owner (test executables sharing one would drag each other into a partial build
-# such as scripts/untrusted's). "Same flags" is judged conservatively from what CMake knows at configure time:
+# such as scripts/untrusted's). The tests share the header of kvf_test_pch (tests/CMakeLists.txt, property
+# KVF_PCH_ANCHOR), a one-unit library that needs nothing a test does not need already. "Same flags" is judged conservatively from what CMake knows at configure time:
 # the target's own options, definitions, standard and PIC, its directory's definitions and the interface options
 # and definitions of everything it links, as written (generator expressions unexpanded): two targets share only
 # when all of it is the same text, so GCC and clang (which rejects a header built with other flags) both accept
@@ -120,11 +121,12 @@ function(kvf_precompile_headers)
         math(EXPR units "${units} + 1")
       endif()
     endforeach()
-    if(units LESS 3)
+    get_target_property(anchor ${t} KVF_PCH_ANCHOR)
+    if(units LESS 3 AND NOT anchor)
       continue()
     endif()
     set(headers <nlohmann/json.hpp> <string> <vector> <map> <functional> <algorithm> <memory>)
-    if(t MATCHES "^test_|_tests$")
+    if(t MATCHES "^test_|_tests$" OR t STREQUAL "kvf_test_pch")
       list(APPEND headers <gtest/gtest.h>)
     endif()
     kvf_flag_signature(${t} sig)
@@ -138,7 +140,18 @@ function(kvf_precompile_headers)
     endif()
     set(owner)
     foreach(o IN LISTS _kvf_pch_owners_${key})
-      if(o IN_LIST closure)
+      set(extra)
+      get_target_property(o_anchor ${o} KVF_PCH_ANCHOR)
+      if(o_anchor)  # an anchor (tests/CMakeLists.txt) qualifies when it needs nothing the target does not
+        get_target_property(o_libs ${o} LINK_LIBRARIES)
+        kvf_link_closure("${o_libs}" "" o_closure)
+        foreach(l IN LISTS o_closure)
+          if(NOT l IN_LIST closure)
+            list(APPEND extra ${l})
+          endif()
+        endforeach()
+      endif()
+      if(o IN_LIST closure OR (o_anchor AND NOT extra))
         set(owner ${o})
         break()
       endif()
