@@ -2,10 +2,21 @@
 # nlohmann/json.hpp reaches nearly every translation unit through kvf/backend.hpp and alone costs about 3 s of
 # compile time per unit at -O3 (measured on the 2-core AMD EPYC CI machines: 2.9 s for a unit that only
 # includes it, of ~6 s for a typical unit); gtest/gtest.h costs 1.6 s per test unit. Each target with three or
-# more C++ units compiles them once into its own precompiled header (same flags and definitions as its units).
+# more C++ units compiles them against a precompiled header (same flags and definitions as its units).
 # CUDA units (nvcc) and the kernel libraries (their units switch ISA with #pragma GCC target) are left alone.
 # CLI11 is not precompiled: most of its cost is code generated for its global validators in every unit, which a
 # precompiled header does not save, and forcing it into units that do not use it would cost more.
+# A target compiled with the same flags as a library it links reuses that library's precompiled header
+# (REUSE_FROM): building one costs about a unit's worth of compile time, and most library and bench targets
+# differ from kvf_harness only in their sources (CI time). Only from a linked library, because REUSE_FROM makes
+# the target depend on the whole owner (test executables sharing one would drag each other into a partial build
+# such as scripts/untrusted's). The tests share the header of kvf_test_pch (tests/CMakeLists.txt, property
+# KVF_PCH_ANCHOR), a one-unit library that needs nothing a test does not need already. "Same flags" is judged conservatively from what CMake knows at configure time:
+# the target's own options, definitions, standard and PIC, its directory's definitions and the interface options
+# and definitions of everything it links, as written (generator expressions unexpanded): two targets share only
+# when all of it is the same text, so GCC and clang (which rejects a header built with other flags) both accept
+# the reuse.
+# -DKVF_PCH_DEBUG=ON prints each target's signature text at configure time.
 # KVF_PCH=OFF turns it off (e.g. with ccache, which cannot cache units built with a precompiled header).
 
 function(kvf_collect_targets dir out)
@@ -16,6 +27,84 @@ function(kvf_collect_targets dir out)
     list(APPEND targets ${more})
   endforeach()
   set(${out} ${targets} PARENT_SCOPE)
+endfunction()
+
+# The interface compile options and definitions of `libs` and of what they link in turn, into `out`.
+function(kvf_interface_flags libs seen out)
+  set(flags)
+  foreach(lib IN LISTS libs)
+    if(NOT TARGET ${lib})
+      # A file or a plain name adds no compile flag, nor does $<LINK_ONLY:...>; any other generator expression
+      # might, so it is kept as text.
+      if(lib MATCHES "\\$<" AND NOT lib MATCHES "^\\$<LINK_ONLY:[^$]*>$")
+        list(APPEND flags "lib:${lib}")
+      endif()
+      continue()
+    endif()
+    if(lib IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${lib})
+    foreach(prop INTERFACE_COMPILE_OPTIONS INTERFACE_COMPILE_DEFINITIONS INTERFACE_COMPILE_FEATURES)
+      get_target_property(v ${lib} ${prop})
+      if(v)
+        list(APPEND flags "${lib}:${prop}:${v}")
+      endif()
+    endforeach()
+    get_target_property(next ${lib} INTERFACE_LINK_LIBRARIES)
+    if(next)
+      kvf_interface_flags("${next}" "${seen}" more)
+      list(APPEND flags ${more})
+    endif()
+  endforeach()
+  set(${out} ${flags} PARENT_SCOPE)
+endfunction()
+
+# A text that is the same for two targets only when their C++ units compile with the same flags.
+function(kvf_flag_signature t out)
+  set(sig)
+  foreach(prop COMPILE_OPTIONS COMPILE_DEFINITIONS COMPILE_FEATURES CXX_STANDARD CXX_EXTENSIONS
+               POSITION_INDEPENDENT_CODE)
+    get_target_property(v ${t} ${prop})
+    list(APPEND sig "${prop}=${v}")
+  endforeach()
+  get_target_property(dir ${t} SOURCE_DIR)
+  get_property(dir_defs DIRECTORY ${dir} PROPERTY COMPILE_DEFINITIONS)
+  list(APPEND sig "dir_defs=${dir_defs}")
+  get_target_property(libs ${t} LINK_LIBRARIES)
+  if(libs)
+    kvf_interface_flags("${libs}" "" iface)
+    list(SORT iface)
+    list(REMOVE_DUPLICATES iface)
+    list(APPEND sig ${iface})
+  endif()
+  if(KVF_PCH_DEBUG)
+    message(STATUS "pch sig ${t}: ${sig}")
+  endif()
+  string(MD5 sig "${sig}")
+  set(${out} ${sig} PARENT_SCOPE)
+endfunction()
+
+# Every target `libs` link, directly or through their interface, into `out`.
+function(kvf_link_closure libs seen out)
+  foreach(lib IN LISTS libs)
+    if(NOT TARGET ${lib} OR lib IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${lib})
+    get_target_property(next ${lib} INTERFACE_LINK_LIBRARIES)
+    get_target_property(type ${lib} TYPE)
+    if(NOT type STREQUAL "INTERFACE_LIBRARY")
+      get_target_property(own ${lib} LINK_LIBRARIES)
+      if(own)
+        list(APPEND next ${own})
+      endif()
+    endif()
+    if(next)
+      kvf_link_closure("${next}" "${seen}" seen)
+    endif()
+  endforeach()
+  set(${out} ${seen} PARENT_SCOPE)
 endfunction()
 
 function(kvf_precompile_headers)
@@ -32,13 +121,46 @@ function(kvf_precompile_headers)
         math(EXPR units "${units} + 1")
       endif()
     endforeach()
-    if(units LESS 3)
+    get_target_property(anchor ${t} KVF_PCH_ANCHOR)
+    if(units LESS 3 AND NOT anchor)
       continue()
     endif()
     set(headers <nlohmann/json.hpp> <string> <vector> <map> <functional> <algorithm> <memory>)
-    if(t MATCHES "^test_|_tests$")
+    if(t MATCHES "^test_|_tests$" OR t STREQUAL "kvf_test_pch")
       list(APPEND headers <gtest/gtest.h>)
     endif()
+    kvf_flag_signature(${t} sig)
+    string(MD5 key "${sig};${headers}")
+    # Only from a library the target links anyway: REUSE_FROM makes the target depend on the whole owner,
+    # and a build of a few targets (scripts/untrusted's) must not build another one for its header.
+    get_target_property(libs ${t} LINK_LIBRARIES)
+    set(closure)
+    if(libs)
+      kvf_link_closure("${libs}" "" closure)
+    endif()
+    set(owner)
+    foreach(o IN LISTS _kvf_pch_owners_${key})
+      set(extra)
+      get_target_property(o_anchor ${o} KVF_PCH_ANCHOR)
+      if(o_anchor)  # an anchor (tests/CMakeLists.txt) qualifies when it needs nothing the target does not
+        get_target_property(o_libs ${o} LINK_LIBRARIES)
+        kvf_link_closure("${o_libs}" "" o_closure)
+        foreach(l IN LISTS o_closure)
+          if(NOT l IN_LIST closure)
+            list(APPEND extra ${l})
+          endif()
+        endforeach()
+      endif()
+      if(o IN_LIST closure OR (o_anchor AND NOT extra))
+        set(owner ${o})
+        break()
+      endif()
+    endforeach()
+    if(owner)
+      target_precompile_headers(${t} REUSE_FROM ${owner})
+      continue()
+    endif()
+    list(APPEND _kvf_pch_owners_${key} ${t})
     set(cxx_only)
     foreach(h IN LISTS headers)
       list(APPEND cxx_only "$<$<COMPILE_LANGUAGE:CXX>:${h}>")

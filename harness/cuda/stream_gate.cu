@@ -1,7 +1,7 @@
 #include "kvf/stream_gate.hpp"
 
 #include "device_time.cuh"
-#include "kvf/cuda_backend.hpp"
+#include "kvf/cuda_check.hpp"
 
 namespace kvf {
 namespace {

@@ -2,7 +2,7 @@
 // checked (the counter moved by exactly N) while the kernel does as little as a kernel can.
 #include "launch_gpu.hpp"
 
-#include "kvf/cuda_backend.hpp"
+#include "kvf/cuda_check.hpp"
 
 namespace kvf::stream {
 namespace {

@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kvf/cuda_backend.hpp"
+#include "kvf/cuda_check.hpp"
 #include "kvf/pattern.hpp"
 
 namespace kvf::stream {

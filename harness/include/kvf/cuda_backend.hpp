@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kvf/backend.hpp"
+#include "kvf/cuda_check.hpp"
 
 namespace kvf {
 
@@ -13,10 +14,6 @@ namespace kvf {
 cudaStream_t cuda_stream(Backend& be);
 // The device ordinal and properties of the CUDA backend.
 const cudaDeviceProp& cuda_props(Backend& be);
-// Throws std::runtime_error with the CUDA error text and the call site.
-void cuda_check(cudaError_t err, const char* what);
 
 }  // namespace kvf
-
-#define KVF_CUDA_CHECK(expr) ::kvf::cuda_check((expr), #expr)
 #endif
