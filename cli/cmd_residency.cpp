@@ -180,6 +180,7 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["prefill_source"] = c.prefill_source;
   j["fetch_source"] = c.fetch_source;
   j["disk_source"] = c.disk_source;
+  j["restore_source"] = c.restore_source;
   return j;
 }
 
@@ -287,6 +288,7 @@ void run_residency(const Args& a) {
       throw UsageError("--" + std::string(e.what()));
     }
   }();
+  if (!a.calibrate.empty()) rs::use_measured_restores(cost, in.calibration);
   if (a.prefill_cost != "model" && !a.calibrate.empty()) {
     const auto measured = rs::measured_prefill(cost, in.calibration);
     if (measured) rs::use_measured_prefill(cost, *measured);
@@ -344,6 +346,7 @@ void run_residency(const Args& a) {
                   to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
   if (disk_blocks > 0) std::printf("disk read cost: %s\n", cost.disk_source.c_str());
+  if (form != rs::Form::kv || !compress_to.empty()) std::printf("restore cost: %s\n", cost.restore_source.c_str());
   for (const auto* p : policies) {
     if (host_blocks > 0 && !p->host_tier)
       std::printf("note: %s has no host tier: --host-gib %s not applied to it (HBM only)\n", p->name.c_str(),
@@ -400,6 +403,7 @@ void run_residency(const Args& a) {
   inputs["host_gib"] = a.host_gib;
   inputs["disk_gib"] = a.disk_gib;
   inputs["disk_source"] = cost.disk_source;
+  inputs["restore_source"] = cost.restore_source;
   inputs["prefill_source"] = cost.prefill_source;
   inputs["fetch_source"] = cost.fetch_source;
   write_outputs(a.out, rows, inputs);

@@ -16,13 +16,13 @@ csv=$dir/residency.csv json=$dir/residency.json
 [ -z "$(find "$dir" -name '*.tmp')" ] || fail "a temporary file was left"
 [ "$(wc -l <"$csv")" = 7 ] || fail "expected a header and 6 rows, got $(wc -l <"$csv") lines"
 head -1 "$csv" | grep -q '^policy,offline,hbm_gib,host_gib,' || fail "header: $(head -1 "$csv")"
-head -1 "$csv" | grep -q 'prefill_source,fetch_source,disk_source$' || fail "header lacks the sources: $(head -1 "$csv")"
+head -1 "$csv" | grep -q 'prefill_source,fetch_source,disk_source,restore_source$' || fail "header lacks the sources: $(head -1 "$csv")"
 pairs=$(tail -n +2 "$csv" | cut -d, -f1,3 | sort | tr '\n' ' ')
 [ "$pairs" = "lru,1 lru,3 lru,5 lru-host,1 lru-host,3 lru-host,5 " ] || fail "policy x budget rows: $pairs"
 # lru-host keeps its host budget, lru runs without one; every row states the cost sources
 tail -n +2 "$csv" | grep -q '^lru,false,3,0,0,48,0,0,3993,121877,' || fail "lru row at 3 GiB: $(grep '^lru,false,3' "$csv")"
 tail -n +2 "$csv" | grep -q '^lru-host,false,3,16,0,48,256,0,3993,121877,' || fail "lru-host row at 3 GiB"
-[ "$(tail -n +2 "$csv" | grep -c ',model,model,none$')" = 6 ] || fail "cost sources"
+[ "$(tail -n +2 "$csv" | grep -c ',model,model,none,model$')" = 6 ] || fail "cost sources"
 grep -q '"requests": 3993' "$json" || fail "json lacks the trace's request count"
 grep -q '"distinct_blocks": 43924' "$json" || fail "json lacks the distinct count"
 grep -q '"block_bytes": 67108864' "$json" || fail "json lacks the block bytes"

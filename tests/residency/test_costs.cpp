@@ -354,5 +354,38 @@ TEST(ResidencyCosts, PipelinedFetchLiesBetweenTheLongerPartAndTheSum) {
   EXPECT_DOUBLE_EQ(r.request_pipelined_s[0], r.request_s[0]);  // a miss: prefill only
 }
 
+report::CaseRow x_row(const std::string& form, double tokens, double pages, double median_s) {
+  report::CaseRow r;
+  r.study = "frontier";
+  r.case_name = "x/Llama-3.1-8B/T" + report::fmt(tokens) + "/P" + report::fmt(pages);
+  r.mode = "cold";
+  r.samples = 5;
+  r.median_s = median_s;
+  r.params = {{"arm", form == "x_bf16" ? "x" : "xq"}, {"model", "Llama-3.1-8B"}, {"tokens", report::fmt(tokens)},
+              {"pages", report::fmt(pages)}, {"layers", "1"}, {"resident_form", form}};
+  return r;
+}
+
+TEST(ResidencyCosts, MeasuredRecomputeFromXInterpolatesByTheRowsOfOneCall) {
+  const auto g = compute_only();
+  CostModel c = make_cost_model(g, llama8b(), 512, Form::x);
+  const double model16 = restore_s(c, Form::x, 16), model_q = restore_s(c, Form::x_int8, 1);
+  report::ResultSet rs;
+  rs.dir = "run";
+  EXPECT_FALSE(use_measured_restores(c, rs));
+  EXPECT_EQ(c.restore_source, "model");
+  rs.cases.push_back(x_row("x_bf16", 512, 1, 10e-6));
+  rs.cases.push_back(x_row("x_bf16", 512, 8, 50e-6));
+  rs.cases.push_back(x_row("x_bf16", 4096, 1, 70e-6));  // the same 4096 rows per call: the median, 60 us
+  ASSERT_TRUE(use_measured_restores(c, rs));
+  EXPECT_NEAR(restore_s(c, Form::x, 1), 32 * 10e-6, 1e-15);
+  EXPECT_NEAR(restore_s(c, Form::x, 8), 32 * 60e-6, 1e-15);
+  EXPECT_NEAR(restore_s(c, Form::x, 4), 32 * (10e-6 + 50e-6 * (2048.0 - 512) / (4096 - 512)), 1e-15);
+  EXPECT_EQ(restore_s(c, Form::x, 16), model16);        // beyond the measured rows: the model
+  EXPECT_EQ(restore_s(c, Form::x_int8, 1), model_q);    // no xq rows: the model
+  EXPECT_NE(c.restore_source.find("x <- 2 frontier x row counts, 512..4096 rows per call (cold) in run"),
+            std::string::npos) << c.restore_source;
+}
+
 }  // namespace
 }  // namespace kvf::residency

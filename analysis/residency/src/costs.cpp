@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <map>
 
 #include "kvf/errors.hpp"
 #include "kvf/stats.hpp"
@@ -107,6 +108,42 @@ std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const rep
   return std::nullopt;
 }
 
+bool use_measured_restores(CostModel& c, const report::ResultSet& rs) {
+  std::string said;
+  for (const Form form : {Form::x, Form::x_int8, Form::x_int4}) {
+    const std::string want = form == Form::x ? "x_bf16" : form == Form::x_int8 ? "x_int8" : "x_int4";
+    for (const char* mode : {"cold", "hot"}) {
+      std::map<double, std::vector<double>> by_rows;  // rows of one call -> seconds
+      for (const report::CaseRow& r : rs.cases) {
+        if (r.study != "frontier" || r.mode != mode || !r.measured() || !r.invalid.empty() ||
+            r.param("model") != c.model->name || r.param("resident_form") != want || r.param("launch") == "graph" ||
+            (r.param("arm") != "x" && r.param("arm") != "xq"))
+          continue;
+        const auto tokens = r.num("tokens"), pages = r.num("pages"), layers = r.num("layers");
+        if (!tokens || !(*tokens >= 1) || (layers && *layers != 1) || (pages && !(*pages >= 1))) continue;
+        by_rows[*tokens * (pages ? *pages : 1)].push_back(*r.median_s);
+      }
+      if (by_rows.empty()) continue;
+      const auto f = static_cast<std::size_t>(form);
+      c.restore_rows[f].clear();
+      c.restore_secs[f].clear();
+      for (auto& [rows, secs] : by_rows) {
+        std::sort(secs.begin(), secs.end());
+        c.restore_rows[f].push_back(rows);
+        c.restore_secs[f].push_back(quantile_sorted(secs, 0.5));
+      }
+      said += (said.empty() ? "" : "; ") + std::string(form_name(form)) + " <- " + std::to_string(by_rows.size()) +
+              " frontier " + (form == Form::x ? "x" : "xq") + " row counts, " + report::fmt(by_rows.begin()->first) +
+              ".." + report::fmt(by_rows.rbegin()->first) + " rows per call (" + mode + ")";
+      break;
+    }
+  }
+  if (said.empty()) return false;
+  c.restore_source = "measured: " + said + " in " + rs.dir +
+                     "; interpolated by the rows of one call, the model outside them and for the K/V dequantize";
+  return true;
+}
+
 void use_measured_prefill(CostModel& c, const PrefillCalibration& p) {
   c.prefill_scale = p.scale;
   c.prefill_source = p.source;
@@ -153,6 +190,9 @@ double restore_s(const CostModel& c, Form form, std::size_t blocks) {
   if (blocks == 0 || form == Form::kv) return 0;
   const double n = static_cast<double>(blocks);
   if (!is_x_form(form)) return pass_s(c, n * c.form_bytes[static_cast<std::size_t>(form)], n * c.form_bytes[0]);
+  const auto f = static_cast<std::size_t>(form);
+  if (const auto per_layer = report::interpolate(c.restore_rows[f], c.restore_secs[f], n * c.block_tokens))
+    return c.model->layers * *per_layer;
   return c.model->layers * n * report::recompute_x(*c.gpu, *c.model, c.block_tokens, n, form_bits(form)).seconds;
 }
 

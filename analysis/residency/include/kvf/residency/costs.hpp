@@ -38,6 +38,10 @@ struct CostModel {
   std::array<double, kForms> form_bytes{};  // every form's; 0 where the model has none (X of an MLA model)
   // Every prefill_s is the model's times this (measured_prefill: measured / modelled on this GPU; 1: the model).
   double prefill_scale = 1;
+  // Measured recompute from X per form (measured_restores): seconds per layer of one call by the rows (tokens)
+  // of the call, ascending; empty: the model. restore_source says which forms are measured.
+  std::array<std::vector<double>, kForms> restore_rows{}, restore_secs{};
+  std::string restore_source = "model";
   // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
   // disk_source: "none" when the spec has no disk figure (only a results directory measures one).
   std::string prefill_source, fetch_source, disk_source;
@@ -58,6 +62,12 @@ struct PrefillCalibration {
 std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const report::ResultSet& rs);
 // Every prefill_s of c is scaled by p.scale from now on, and its source says so.
 void use_measured_prefill(CostModel& c, const PrefillCalibration& p);
+// The recompute of K/V from X measured in a results directory: the frontier study's `x` (bf16 X) and `xq` (int8,
+// int4 X) rows of this model, one layer, eager launches (cold rows, else hot), as seconds per call against the
+// rows of the call (tokens x pages; the median where several shapes have one row count). restore_s of an X form
+// then interpolates them at n blocks x block_tokens rows, times the layers; outside the measured rows, and for
+// the K/V forms' dequantize (no arm measures it), the model. Returns whether any form was measured.
+bool use_measured_restores(CostModel& c, const report::ResultSet& rs);
 
 // Prefill of `missing` prompt tokens after `prefix` reused ones: recompute_layers(missing tokens, one call, all
 // layers) (attention projections, causal attention of the missing tokens over themselves, MLP: 2 x active layer
@@ -75,7 +85,8 @@ double fetch_s(const CostModel& c, Form form, std::size_t blocks);  // blocks of
 double disk_fetch_s(const CostModel& c, Form form, std::size_t blocks);
 // Making `blocks` blocks of `form` readable by attention, once they are in HBM: 0 for kv; for quantized K/V one
 // dequantize pass per layer over all of them (read the quantized bytes, write bf16); for X, recompute_x per
-// layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write).
+// layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write),
+// or the measured rows (use_measured_restores) where they cover the call.
 double restore_s(const CostModel& c, Form form, std::size_t blocks);
 // Turning one block of the entry form into `to` (a quantize pass per layer: read one form, write the other):
 // GPU work off the request path, reported beside it. 0 when `to` is the entry form.
