@@ -44,6 +44,14 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   } else {
     std::printf("  %-15s %10s %-7s %s\n", "disk_gbps", "-", "", "no disk figure (a spec has none; --calibrate DIR with file-tier rows)");
   }
+  if (g.remote_gbps > 0) {
+    field("remote_gbps", g.remote_gbps, "GB/s");
+    field("remote_fixed_us", g.remote_fixed_us, "us");
+    field("remote_descriptor_us", g.remote_descriptor_us, "us");
+  } else {
+    std::printf("  %-15s %10s %-7s %s\n", "remote_gbps", "-", "",
+                "no remote figure (a spec has none; --calibrate DIR with remote-study rows)");
+  }
   std::printf("Model %s: hidden %s, kv values/token/layer %s, layers %s%s\n\n", m.name.c_str(), f(m.hidden).c_str(),
               f(m.kv_values_per_token).c_str(), f(m.layers).c_str(), m.mla ? " (MLA)" : "");
 
@@ -101,6 +109,23 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
     }
   }
 
+  if (g.remote_gbps > 0) {
+    // The page pulled from a peer (remote tier, one descriptor per layer) then over the host link, as fetch_peer.
+    std::printf("\nCrossovers, recompute from bf16 X (P=1) vs a fetch from a peer node (remote fit, one descriptor per "
+                "layer, then the host link):\n");
+    for (double L : Ls) {
+      if (L > m.layers) continue;
+      std::vector<double> r, t;
+      for (double T : Ts) {
+        const double kv = kv_bytes_per_layer(m, T) * L;
+        r.push_back(L * recompute_x(g, m, T, 1, 16).seconds);
+        t.push_back(remote_s(g, kv, L) + transfer(g, kv, static_cast<int>(L), g.host_link_gbps).seconds);
+      }
+      const auto c = find_crossover(Ts, r, t, "recompute", "fetch_peer", "tokens", "evaluated");
+      std::printf("  %-6s L=%-3s %s\n", "peer", f(L).c_str(), c.text.c_str());
+    }
+  }
+
   std::printf("\nAction table (cheapest; total us per page = reuse x reuse cost + one-time + HBM price x MiB):\n");
   std::printf("%8s %7s %6s %6s  %-18s %10s %s\n", "phase", "tokens", "layers", "reuse", "cheapest", "total_us", "source");
   for (const auto& c : table) {
@@ -137,7 +162,7 @@ void add_model(CLI::App& app) {
       ->required()
       ->check(non_empty("a model name"));
   sub->add_option("--calibrate", args->calibrate,
-                  "Results directory whose measured ceilings (stream read, GEMM, host copy) replace the spec peaks")
+                  "Results directory whose measured ceilings (stream read, GEMM, host copy, disk, remote tier) replace the spec peaks")
       ->check(non_empty("a results directory"));
   sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)")
       ->check(non_empty("a file name or '-'"));

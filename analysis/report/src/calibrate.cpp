@@ -74,6 +74,8 @@ constexpr Field kFields[] = {
     {"host_link_gbps", &GpuSpec::host_link_gbps}, {"copy_fixed_us", &GpuSpec::copy_fixed_us},
     {"disk_gbps", &GpuSpec::disk_gbps},       {"disk_latency_us", &GpuSpec::disk_latency_us},
     {"nvlink_gbps", &GpuSpec::nvlink_gbps},   {"launch_us", &GpuSpec::launch_us},
+    {"remote_gbps", &GpuSpec::remote_gbps},   {"remote_fixed_us", &GpuSpec::remote_fixed_us},
+    {"remote_descriptor_us", &GpuSpec::remote_descriptor_us},
 };
 
 double GpuSpec::*member_of(const std::string& field) {

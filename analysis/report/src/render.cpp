@@ -163,6 +163,9 @@ std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
                   " us, per copy " + fmt(g.copy_fixed_us) + " us, disk " +
                   (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
                                    : std::string("- (no disk figure: no file-tier rows)")) +
+                  (g.remote_gbps > 0 ? ", remote tier " + fmt(g.remote_gbps) + " GB/s + " + fmt(g.remote_descriptor_us) +
+                                           " us per descriptor + " + fmt(g.remote_fixed_us) + " us per transfer"
+                                     : std::string()) +
                   "; measured: " + std::to_string(g.calibration.size()) + " field(s)";
   for (const auto& f : g.calibration) c += "; " + txt(f);
   return c + "\n";

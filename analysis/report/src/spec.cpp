@@ -233,6 +233,12 @@ double disk_s(const GpuSpec& g, double bytes, double reads) {
   return reads * g.disk_latency_us * 1e-6 + bytes / (g.disk_gbps * 1e9);
 }
 
+double remote_s(const GpuSpec& g, double bytes, double descriptors) {
+  if (g.remote_gbps <= 0)
+    throw UsageError(g.name + ": no remote figure (no remote-study rows to calibrate from): cannot predict a fetch from a peer");
+  return g.remote_fixed_us * 1e-6 + descriptors * g.remote_descriptor_us * 1e-6 + bytes / (g.remote_gbps * 1e9);
+}
+
 double overlap_s(double recompute_s, double fetch_s, double sync_s) {
   if (recompute_s <= 0) return fetch_s;
   if (fetch_s <= 0) return recompute_s;

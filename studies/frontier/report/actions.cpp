@@ -6,6 +6,8 @@
 // demote          K/V written to host memory (D2H, overlapped: not counted), fetched on reuse (H2D), one copy per layer
 // recompute_x     resident bf16 layer input X; K/V recomputed on reuse (GEMM + RoPE + paged write)
 // recompute_x_int8/int4  XQuant-style: resident quantized X, dequantize + the same recompute
+// fetch_peer      held by a peer node (only with a fitted remote tier): remote fetch (one descriptor per layer)
+//                 into host memory, then the demote's fetch
 // evict           nothing resident; on reuse the page's tokens run through the layers again
 // Phase: decode recomputes one page per call (P = 1, weights read per page); prefill batches
 // `prefill_pages` pages per call (weight reads amortized over P).
@@ -103,6 +105,11 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               }
             }
             add("demote", 0, kv, fetch, 0, src);
+            // A peer node holds the page (a shared pool, the prefill node): pulled over the remote tier into host
+            // memory (what the remote study measures, one descriptor per layer as engines post them), then the
+            // demote's fetch to HBM. Only where a results directory fitted the remote tier.
+            if (g.remote_gbps > 0)
+              add("fetch_peer", 0, 0, remote_s(g, kv, L) + fetch, 0, src == "model" ? "remote fit + model" : "remote fit + " + src);
           }
           for (int bits : {16, 8, 4}) {
             const double x = x_bytes_per_layer(m, T, bits) * L;
@@ -146,6 +153,11 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
   spec["bf16_tflops"] = g.bf16_tflops;
   spec["launch_us"] = g.launch_us;
   spec["copy_fixed_us"] = g.copy_fixed_us;
+  if (g.remote_gbps > 0) {
+    spec["remote_gbps"] = g.remote_gbps;
+    spec["remote_fixed_us"] = g.remote_fixed_us;
+    spec["remote_descriptor_us"] = g.remote_descriptor_us;
+  }
   spec["calibrated"] = g.calibration;
   j["ceilings"] = spec;
   j["measured_from"] = o.measured ? o.measured->dir : "";

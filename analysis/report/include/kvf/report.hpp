@@ -95,6 +95,9 @@ struct GpuSpec {
   // Disk tier (O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a results
   // directory calibrates it (a plug-in's calibration term: a fit over file-tier read sizes, or a baseline).
   double disk_gbps = 0, disk_latency_us = 0;  // per read: latency + bytes / bandwidth
+  // Remote tier (a page fetched from a peer node over UCX, the remote study): never a spec-sheet number either;
+  // 0 = "no remote figure". Per transfer: fixed + descriptors x per-descriptor + bytes / bandwidth.
+  double remote_gbps = 0, remote_fixed_us = 0, remote_descriptor_us = 0;
   std::map<std::string, std::string> source;  // field -> where the number comes from
   std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
 };
@@ -141,6 +144,9 @@ void finish_cost(Cost& c, const GpuSpec& g, double per);
 Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps);
 // Disk tier: reads x disk_latency + bytes / disk bandwidth. Throws UsageError when g has no disk figure.
 double disk_s(const GpuSpec& g, double bytes, double reads);
+// Remote tier: one transfer of `bytes` as `descriptors` descriptors: remote_fixed + descriptors x
+// remote_descriptor + bytes / remote bandwidth. Throws UsageError when g has no remote figure.
+double remote_s(const GpuSpec& g, double bytes, double descriptors);
 // Pipelined split: two parts run at once, joined by one sync: max(a_s, b_s) + sync_s when both parts are
 // non-empty, else the one part (no sync).
 double overlap_s(double recompute_s, double fetch_s, double sync_s);

@@ -1,0 +1,289 @@
+// The remote study in the report (issue 18): the remote tier's figures fitted from its rows (a transfer of a page
+// from a peer: fixed + descriptors x per-descriptor + bytes / bandwidth, the calibration every model of a fetch
+// from a peer reads), a section (wire ceiling, descriptor granularity against one descriptor per page, the fit),
+// the granularity claim (rule 6), and the rows' model terms.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+
+namespace {
+
+using namespace md;
+
+const char* kClaim6 = "A KV page moved as one descriptor per layer is slower than as one descriptor";
+const char* kRule6 =
+    "Remote granularity rows of 16-token pages in page-first pools (one reader), per op: the per-layer row against the "
+    "one-descriptor row of the same op and model, median ratio with its bootstrap interval. Supported iff the interval "
+    "lies above 1 for every op measured; refuted iff it lies below 1 for every op; not established when no op shows a "
+    "sign; mixed otherwise. The transport each row names is printed with it: the answer belongs to that transport "
+    "(shared memory copies a 64 KiB descriptor in about the time it takes to post one; an RDMA NIC does not).";
+
+// "transport <how UCX moved it>; ..." at the start of every measured row's note (studies/remote/study.cpp).
+std::string transport_of(const CaseRow& r) {
+  const std::string key = "transport ";
+  if (r.note.rfind(key, 0) != 0) return "?";
+  const auto end = r.note.find(';');
+  return r.note.substr(key.size(), end == std::string::npos ? std::string::npos : end - key.size());
+}
+// The note after the transport: readers, p99 and p99.9, the ratio to ucx_perftest.
+std::string note_after_transport(const CaseRow& r) {
+  const auto semi = r.note.find(';');
+  if (r.note.rfind("transport ", 0) != 0 || semi == std::string::npos) return r.note;
+  std::size_t from = semi + 1;
+  while (from < r.note.size() && r.note[from] == ' ') ++from;
+  return r.note.substr(from);
+}
+// The arm: the case name's first part (ceiling/read/64MiB): the remote rows carry no arm column.
+std::string arm_of(const CaseRow& r) { return r.case_name.substr(0, r.case_name.find('/')); }
+bool one_reader(const CaseRow& r) { return r.num("readers").value_or(1) <= 1; }
+
+// Measured rows of an arm and op that moved bytes (skipped GPU rows have none).
+std::vector<const CaseRow*> remote_rows(const ResultSet& rs, const std::string& arm, const std::string& op = {}) {
+  std::vector<const CaseRow*> out;
+  for (const auto* r : rs.rows("remote"))
+    if (arm_of(*r) == arm && (op.empty() || r->param("op") == op) && r->bytes && *r->bytes > 0 && *r->median_s > 0 &&
+        r->num("descriptors"))
+      out.push_back(r);
+  return out;
+}
+
+// The remote tier as t = fixed + descriptors x per_descriptor + bytes / bandwidth, least relative squares over the read
+// rows of one transport (the one most rows name) with one reader: a decode rank pulling a page is the fetch every
+// model of a peer asks for. Needs 2 sizes; the per-descriptor term needs 2 descriptor counts, else it is 0.
+struct RemoteFit {
+  double fixed_s = 0, per_descriptor_s = 0, bytes_per_s = 0;
+  std::size_t rows = 0, sizes = 0, descriptor_counts = 0;
+  std::string transport, said;  // said: what was clamped or left out
+};
+
+// Least squares of relative error over (descriptors, bytes, seconds): t = fixed + descriptors x c + bytes x b
+// with the terms asked for (the others 0). Returns {fixed, c, b}, or nullopt when the normal equations are singular.
+std::optional<std::array<double, 3>> weighted_fit(const std::vector<std::array<double, 3>>& pts, bool with_fixed,
+                                                  bool with_desc) {
+  std::vector<int> cols;
+  if (with_fixed) cols.push_back(0);
+  if (with_desc) cols.push_back(1);
+  cols.push_back(2);
+  const std::size_t k = cols.size();
+  double a[3][4] = {};  // normal equations, augmented
+  for (const auto& p : pts) {
+    const double x[3] = {1, p[0], p[1]}, w = 1 / (p[2] * p[2]);
+    for (std::size_t i = 0; i < k; ++i) {
+      for (std::size_t j = 0; j < k; ++j) a[i][j] += w * x[cols[i]] * x[cols[j]];
+      a[i][k] += w * x[cols[i]] * p[2];
+    }
+  }
+  for (std::size_t i = 0; i < k; ++i) {  // Gauss-Jordan with partial pivoting
+    std::size_t piv = i;
+    for (std::size_t r = i + 1; r < k; ++r)
+      if (std::fabs(a[r][i]) > std::fabs(a[piv][i])) piv = r;
+    if (std::fabs(a[piv][i]) < 1e-300) return std::nullopt;
+    std::swap(a[i], a[piv]);
+    for (std::size_t r = 0; r < k; ++r) {
+      if (r == i) continue;
+      const double m = a[r][i] / a[i][i];
+      for (std::size_t j = i; j <= k; ++j) a[r][j] -= m * a[i][j];
+    }
+  }
+  std::array<double, 3> out{};
+  for (std::size_t i = 0; i < k; ++i) out[cols[i]] = a[i][k] / a[i][i];
+  return out;
+}
+
+std::optional<RemoteFit> fit_remote(const ResultSet& rs) {
+  std::vector<const CaseRow*> pool;
+  for (const char* arm : {"ceiling", "granularity"})
+    for (const auto* r : remote_rows(rs, arm, "read")) pool.push_back(r);
+  std::vector<const CaseRow*> alone;
+  for (const auto* r : pool)
+    if (one_reader(*r)) alone.push_back(r);
+  RemoteFit f;
+  if (alone.empty() && !pool.empty()) {
+    alone = pool;
+    f.said = "; every read row ran under other readers' load (many-to-one): the fit is of a loaded holder";
+  }
+  std::map<std::string, std::size_t> count;
+  for (const auto* r : alone) ++count[transport_of(*r)];
+  if (count.empty()) return std::nullopt;
+  f.transport = std::max_element(count.begin(), count.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  if (count.size() > 1) f.said += "; rows of other transports left out";
+  std::vector<std::array<double, 3>> pts;  // descriptors, bytes, seconds
+  std::set<double> sizes, descs;
+  for (const auto* r : alone)
+    if (transport_of(*r) == f.transport) {
+      pts.push_back({*r->num("descriptors"), *r->bytes, *r->median_s});
+      sizes.insert(*r->bytes);
+      descs.insert(pts.back()[0]);
+    }
+  f.rows = pts.size();
+  f.sizes = sizes.size();
+  f.descriptor_counts = descs.size();
+  // Weighted by 1 / t^2 (relative error): the rows span 32 KiB to 64 MiB, and plain least squares would fit the
+  // largest region and miss the page-sized transfers the model is asked about by several times. A term that
+  // fits at or below 0 (a descriptor that saves time, a negative fixed cost) is dropped and the rest refitted.
+  bool with_fixed = true, with_desc = descs.size() >= 2;
+  std::optional<std::array<double, 3>> c;
+  for (int tries = 0; tries < 3; ++tries) {
+    c = weighted_fit(pts, with_fixed, with_desc);
+    if (!c || !((*c)[2] > 0)) return std::nullopt;
+    if (with_desc && !((*c)[1] > 0)) {
+      f.said += "; the per-descriptor term fitted at " + us_text((*c)[1]) + ", taken as 0";
+      with_desc = false;
+    } else if (with_fixed && (*c)[0] < 0) {
+      f.said += "; the intercept fitted at " + us_text((*c)[0]) + ", taken as 0";
+      with_fixed = false;
+    } else {
+      break;
+    }
+  }
+  if (sizes.size() < 2 || (with_fixed && (*c)[0] < 0) || (with_desc && !((*c)[1] > 0))) return std::nullopt;
+  const double fixed = (*c)[0], per_desc = (*c)[1], per_byte = (*c)[2];
+  f.fixed_s = fixed;
+  f.per_descriptor_s = per_desc;
+  f.bytes_per_s = 1 / per_byte;
+  return f;
+}
+
+std::vector<Calibrated> calibrate_remote(const ResultSet& rs) {
+  const auto f = fit_remote(rs);
+  if (!f) return {};
+  const std::string over = std::to_string(f->rows) + " remote read rows (" + std::to_string(f->sizes) + " sizes, " +
+                           std::to_string(f->descriptor_counts) + " descriptor counts; transport " + f->transport +
+                           ") in " + rs.dir + f->said;
+  return {{"remote_gbps", f->bytes_per_s / 1e9,
+           fmt(f->bytes_per_s / 1e9) + " GB/s, fit t = fixed + descriptors x per-descriptor + n/B (relative error) over " + over},
+          {"remote_fixed_us", f->fixed_s * 1e6, fmt(f->fixed_s * 1e6) + " us per transfer, the same fit"},
+          {"remote_descriptor_us", f->per_descriptor_s * 1e6,
+           fmt(f->per_descriptor_s * 1e6) + " us per descriptor, the same fit"}};
+}
+
+// The one-descriptor row a granularity row is compared with: same op, model and page size (page_first: the only
+// layout a page moves as one descriptor from).
+const CaseRow* page_row(const std::vector<const CaseRow*>& rows, const CaseRow& r) {
+  for (const auto* c : rows)
+    if (c->param("granularity") == "page" && c->param("op") == r.param("op") && c->param("model") == r.param("model") &&
+        c->param("tokens") == r.param("tokens") && c->param("readers") == r.param("readers"))
+      return c;
+  return nullptr;
+}
+
+std::string section_remote(ReportContext& cx) {
+  std::string ceil, gran, fits;
+  Plot p{"remote_granularity", "One KV page as N descriptors", "descriptors per page", "transfer time (us)",
+         true, true, {}, {}};
+  std::map<std::string, Line> lines;
+  std::set<std::string> transports;
+  for (const auto& rs : cx.sets) {
+    for (const auto* r : remote_rows(rs, "ceiling")) {
+      transports.insert(transport_of(*r));
+      ceil += row({lbl(rs), txt(r->param("op")), bytes(*r->bytes), r->param("readers").empty() ? "1" : txt(r->param("readers")),
+                   us(r->median_s), r->gbps ? rate(*r->gbps) : "-", txt(note_after_transport(*r))});
+    }
+    const auto g = remote_rows(rs, "granularity");
+    for (const auto* r : g) {
+      transports.insert(transport_of(*r));
+      const CaseRow* page = page_row(g, *r);
+      const std::string vs = !page ? "-" : page == r ? "1" : median_ratio(*r, *page).text();
+      gran += row({lbl(rs), txt(r->param("op")), txt(r->param("tokens")), txt(r->param("layout")),
+                   txt(r->param("granularity")), txt(r->param("descriptors")),
+                   bytes(r->num("descriptor_bytes").value_or(0)), us(r->median_s), vs});
+      auto& l = lines[rs.label + '\x1f' + r->param("op") + '\x1f' + r->param("tokens") + '\x1f' + r->param("layout")];
+      l.key = {{"device", rs.label}, {"op", r->param("op")}, {"tokens", r->param("tokens")}, {"layout", r->param("layout")}};
+      l.pts.emplace_back(*r->num("descriptors"), *r->median_s * 1e6);
+    }
+    if (const auto f = fit_remote(rs))
+      fits += "- " + lbl(rs) + ": " + us_text(f->fixed_s) + " per transfer + " + us_text(f->per_descriptor_s) +
+              " per descriptor + bytes / " + rate(f->bytes_per_s / 1e9) + " (" + std::to_string(f->rows) +
+              " read rows, transport " + txt(f->transport) + txt(f->said) + ")\n";
+  }
+  for (auto& [k, l] : lines) {
+    std::sort(l.pts.begin(), l.pts.end());
+    p.lines.push_back(l);
+  }
+  std::string s = "A page moved between ranks over UCX one-sided get (read: a decode rank pulls) and put (write: a "
+                  "prefill rank pushes), host memory on both sides (studies/remote/README.md). Transports: ";
+  bool first = true;
+  for (const auto& t : transports) s += (first ? "" : "; ") + txt(t), first = false;
+  s += ".\n\n";
+  if (!fits.empty())
+    s += "The remote tier as fitted (t = fixed + descriptors x per-descriptor + bytes / bandwidth; what the frontier "
+         "action table's `fetch_peer` and `kvf model` use with `--calibrate`):\n" + fits + "\n";
+  s += cx.chart(p);
+  if (!gran.empty())
+    s += fold("Granularity: one page as 1 .. N descriptors, against one descriptor (median ratio, bootstrap interval)",
+              header({"device", "op", "tokens", "layout", "granularity", "descriptors", "descriptor", "median",
+                      "vs one descriptor"}) + gran) + "\n";
+  if (!ceil.empty())
+    s += fold("Wire ceiling: one region in one operation (ucx_perftest on the same pair, same run, in the note)",
+              header({"device", "op", "region", "readers", "median", "rate", "note"}) + ceil) + "\n";
+  return s;
+}
+
+std::vector<Verdict> claim6(const ResultSet& rs) {
+  Verdict v{kClaim6, rs.label, "not measured", "", kRule6};
+  const auto g = remote_rows(rs, "granularity");
+  std::size_t slower = 0, faster = 0, none = 0;
+  std::string figs;
+  for (const auto* r : g) {
+    if (r->param("granularity") != "layer" || r->param("tokens") != "16" || r->param("layout") != "page_first" ||
+        !one_reader(*r))
+      continue;
+    const CaseRow* page = page_row(g, *r);
+    if (!page) continue;
+    const Ratio q = median_ratio(*r, *page);
+    (q.a_slower() ? slower : q.a_faster() ? faster : none) += 1;
+    figs += (figs.empty() ? "" : "; ") + r->param("op") + ": per layer / per page " + q.text() + " (" +
+            r->param("descriptors") + " descriptors, " + transport_of(*r) + ")";
+  }
+  if (slower + faster + none == 0) {
+    v.figures = g.empty() ? "no remote granularity rows" : "no per-layer row of a 16-token page-first page with its one-descriptor row";
+    return {v};
+  }
+  v.figures = figs;
+  const std::size_t n = slower + faster + none;
+  v.verdict = slower == n ? "supported" : faster == n ? "refuted" : slower + faster == 0 ? "not established" : "mixed";
+  return {v};
+}
+
+std::optional<double> predict_transfer(Predictor& p) {
+  if (p.g.remote_gbps <= 0)
+    return p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
+  const auto d = p.r.num("descriptors");
+  if (!d || *d < 1) return p.none("the row has no descriptors column");
+  p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
+        " x per-descriptor + bytes / bandwidth" + (p.r.param("op") == "write" ? " (fitted on reads)" : "") +
+        (one_reader(p.r) ? "" : " (this row ran beside other readers)"));
+  return remote_s(p.g, p.bytes, *d);
+}
+
+}  // namespace
+
+StudyReport remote_report() {
+  StudyReport s;
+  s.study = "remote";
+  Section sec{"Remote tier: KV pages between ranks", section_remote};
+  sec.present = [](const ReportContext& cx) {
+    for (const auto& rs : cx.sets)
+      if (!rs.rows("remote").empty()) return true;
+    return false;
+  };
+  s.sections = {sec};
+  s.verdicts = {{6, kClaim6, claim6, nullptr}};
+  s.arm_column = "op";  // no arm column: every term dispatches on the case name's arm itself
+  s.terms = {{{}, [](Predictor& p) {
+                const std::string arm = arm_of(p.r);
+                if (arm == "ceiling" || arm == "granularity") return predict_transfer(p);
+                return p.none("remote arm '" + arm + "' has no model term");
+              }}};
+  s.calibration = {{"remote_gbps", 0, calibrate_remote,
+                    "the remote figure is never a spec: it is fitted on the directory's remote read rows"}};
+  return s;
+}
+
+}  // namespace kvf::report

@@ -1,0 +1,187 @@
+// The remote tier in the model and the report (issue 18): the fit of fixed + per-descriptor + bandwidth on
+// planted rows, claim 6 on planted samples, the fetch_peer action, remote_s, and the section on a committed run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kvf/errors.hpp"
+#include "kvf/frontier_model.hpp"
+#include "kvf/report.hpp"
+#include "kvf/study_report.hpp"
+
+namespace kvf::report {
+StudyReport remote_report();  // studies/remote/report (the generated plug-in table declares it too)
+}
+
+using namespace kvf::report;
+
+namespace {
+
+// A measured remote row moving `bytes` as `descriptors` descriptors in `seconds` (its samples all that value,
+// unless given).
+CaseRow row(const std::string& case_name, const std::string& op, double descriptors, double bytes, double seconds,
+            std::map<std::string, std::string> extra = {}, std::vector<double> samples = {}) {
+  CaseRow r;
+  r.study = "remote";
+  r.case_name = case_name;
+  r.backend = "cpu";
+  r.device = "test";
+  r.mode = "hot";
+  r.note = "transport tcp/lo(am am_bw); p99 1 ms";
+  r.params = {{"op", op}, {"descriptors", std::to_string(static_cast<long long>(descriptors))}, {"readers", "1"}};
+  for (auto& [k, v] : extra) r.params[k] = v;
+  r.bytes = bytes;
+  r.median_s = seconds;
+  r.samples_s = samples.empty() ? std::vector<double>(9, seconds) : samples;
+  r.samples = static_cast<long>(r.samples_s.size());
+  return r;
+}
+
+ResultSet set_of(std::vector<CaseRow> rows) {
+  ResultSet rs;
+  rs.dir = "planted";
+  rs.label = "test (cpu)";
+  rs.backend = "cpu";
+  rs.cases = std::move(rows);
+  rs.has_samples = true;
+  return rs;
+}
+
+// t = 5 us + 2 us per descriptor + bytes / 5 GB/s, exactly.
+double planted_s(double d, double b) { return 5e-6 + 2e-6 * d + b / 5e9; }
+
+std::vector<CaseRow> planted_rows() {
+  std::vector<CaseRow> v;
+  for (double b : {262144.0, 2097152.0, 67108864.0})
+    v.push_back(row("ceiling/read/" + std::to_string(static_cast<long long>(b)), "read", 1, b, planted_s(1, b)));
+  for (double d : {1.0, 32.0, 512.0})
+    v.push_back(row("granularity/read/x/T16/page_first/" + std::to_string(static_cast<long long>(d)), "read", d,
+                    2097152, planted_s(d, 2097152)));
+  return v;
+}
+
+std::map<std::string, double> calibrated(const ResultSet& rs) {
+  std::map<std::string, double> out;
+  for (const auto& t : remote_report().calibration)
+    for (const auto& c : t.measure(rs)) out[c.field] = c.value;
+  return out;
+}
+
+TEST(RemoteTier, FitRecoversPlantedFixedPerDescriptorAndBandwidth) {
+  const auto f = calibrated(set_of(planted_rows()));
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_NEAR(f.at("remote_gbps"), 5.0, 5e-6);
+  EXPECT_NEAR(f.at("remote_fixed_us"), 5.0, 1e-4);
+  EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
+}
+
+TEST(RemoteTier, WritesAndLoadedRowsAreNotFitted) {
+  auto rows = planted_rows();
+  // A write 10x slower and a many-to-one read 10x slower: neither may move the fit of one reader's reads.
+  rows.push_back(row("ceiling/write/big", "write", 1, 67108864, 10 * planted_s(1, 67108864)));
+  rows.push_back(row("ceiling/read/loaded", "read", 1, 1048576, 10 * planted_s(1, 1048576), {{"readers", "3"}}));
+  const auto f = calibrated(set_of(rows));
+  EXPECT_NEAR(f.at("remote_gbps"), 5.0, 5e-6);
+  EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
+}
+
+TEST(RemoteTier, ATermThatFitsBelowZeroIsDroppedAndSaid) {
+  // More descriptors take less time: no per-descriptor cost can be fitted; bandwidth and fixed cost remain.
+  std::vector<CaseRow> v;
+  for (double b : {262144.0, 67108864.0}) v.push_back(row("ceiling/read/" + std::to_string(b), "read", 1, b, 1e-5 + b / 4e9));
+  v.push_back(row("granularity/read/a", "read", 512, 2097152, 1e-5 + 2097152 / 4e9 - 1e-4));
+  const auto rs = set_of(v);
+  const auto f = calibrated(rs);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f.at("remote_descriptor_us"), 0.0);
+  EXPECT_GT(f.at("remote_gbps"), 0.0);
+  std::string text;
+  for (const auto& c : remote_report().calibration.front().measure(rs)) text += c.text;
+  EXPECT_NE(text.find("per-descriptor term fitted at"), std::string::npos) << text;
+}
+
+TEST(RemoteTier, OneSizeGivesNoFigure) {
+  EXPECT_TRUE(calibrated(set_of({row("ceiling/read/a", "read", 1, 1 << 20, 1e-3)})).empty());
+  EXPECT_TRUE(calibrated(set_of({})).empty());
+}
+
+TEST(RemoteTier, RemoteSecondsAndNoFigureIsAUsageError) {
+  GpuSpec g;
+  g.name = "g";
+  EXPECT_THROW(remote_s(g, 1e6, 1), kvf::UsageError);
+  g.remote_gbps = 10;
+  g.remote_fixed_us = 3;
+  g.remote_descriptor_us = 0.5;
+  // 3 us + 32 x 0.5 us + 2 MiB / 10 GB/s = 19 us + 209.7152 us
+  EXPECT_NEAR(remote_s(g, 2097152, 32) * 1e6, 3 + 16 + 209.7152, 1e-9);
+}
+
+TEST(RemoteTier, FetchPeerActionOnlyWithAFigureAndPricedAsRemotePlusDemote) {
+  GpuSpec g;
+  g.name = "toy";
+  g.hbm_tbps = 1;
+  g.bf16_tflops = 100;
+  g.launch_us = 5;
+  g.copy_fixed_us = 10;
+  g.host_link_gbps = 50;
+  Shape m;
+  m.name = "small";
+  m.hidden = 1024;
+  m.n_heads = 16;
+  m.n_kv_heads = 2;
+  m.head_dim = 64;
+  m.layers = 4;
+  m.intermediate = 4096;
+  m.kv_values_per_token = 256;
+  ActionOptions o;
+  o.tokens = {128};
+  o.layers = {4};
+  o.reuse = {1};
+  auto has_peer = [](const std::vector<ActionClass>& t) {
+    for (const auto& a : t.front().costs)
+      if (a.action == "fetch_peer") return true;
+    return false;
+  };
+  EXPECT_FALSE(has_peer(action_table(g, m, o)));
+  g.remote_gbps = 10;
+  g.remote_fixed_us = 3;
+  g.remote_descriptor_us = 0.5;
+  const auto t = action_table(g, m, o);
+  ASSERT_TRUE(has_peer(t));
+  double demote = 0, peer = 0;
+  for (const auto& a : t.front().costs) {
+    if (a.action == "demote") demote = a.reuse_us;
+    if (a.action == "fetch_peer") {
+      peer = a.reuse_us;
+      EXPECT_EQ(a.hbm_bytes, 0);
+    }
+  }
+  // K/V of 128 tokens x 4 layers = 128 x 256 x 2 x 4 = 262,144 B; remote: 3 + 4 x 0.5 + 262144 / 10e9 s = 31.2144 us.
+  EXPECT_NEAR(peer - demote, 3 + 2 + 26.2144, 1e-9);
+  EXPECT_GT(peer, demote);
+}
+
+TEST(RemoteClaim, PerLayerSlowerWithAnIntervalIsSupported) {
+  std::vector<double> page(20), layer(20);
+  for (int i = 0; i < 20; ++i) page[i] = 1e-3 + i * 1e-6, layer[i] = 1.5e-3 + i * 1e-6;
+  const std::map<std::string, std::string> p16 = {{"tokens", "16"}, {"layout", "page_first"}, {"model", "m"}};
+  auto with = [&](std::map<std::string, std::string> e, const std::string& g) {
+    e["granularity"] = g;
+    return e;
+  };
+  auto judge = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    const auto rs = set_of({row("granularity/read/m/T16/page_first/page", "read", 1, 2097152, a[10], with(p16, "page"), a),
+                            row("granularity/read/m/T16/page_first/layer", "read", 32, 2097152, b[10], with(p16, "layer"), b)});
+    return remote_report().verdicts.front().judge(rs).front();
+  };
+  const auto v = judge(page, layer);
+  EXPECT_EQ(v.verdict, "supported") << v.figures;
+  EXPECT_NE(v.figures.find("tcp/lo"), std::string::npos) << v.figures;
+  EXPECT_EQ(judge(layer, page).verdict, "refuted");
+  EXPECT_EQ(judge(page, page).verdict, "not established");
+  EXPECT_EQ(remote_report().verdicts.front().judge(set_of({})).front().verdict, "not measured");
+}
+
+}  // namespace
