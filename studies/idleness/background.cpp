@@ -8,21 +8,11 @@
 #include <stdexcept>
 
 #include "kvf/file_dir_flag.hpp"
+#include "text.hpp"
 
 namespace kvf::idleness {
 
 namespace dc = kvf::decode;
-
-namespace {
-// Self-contained (the unit tests build this file without the bench's other files).
-std::string num(double v, int prec = 4) {
-  std::ostringstream o;
-  o.precision(prec);
-  o << v;
-  return o.str();
-}
-std::string i2s(long long v) { return std::to_string(v); }
-}  // namespace
 
 Background background_of(const std::string& background) {
   if (background == "recompute" || background == "green_recompute") return Background::recompute;

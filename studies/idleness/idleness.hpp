@@ -17,6 +17,7 @@
 #include "kvf/study.hpp"
 #include "layers.hpp"
 #include "models.hpp"
+#include "text.hpp"
 
 #if defined(KVF_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -99,9 +100,7 @@ std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, 
 void probe_green(Env& env);
 #endif
 
-// ---------------------------------------------------------------- shared arithmetic and notes (notes.cpp)
-std::string num(double v, int prec = 4);
-std::string i2s(long long v);
+// ---------------------------------------------------------------- shared arithmetic and notes (notes.cpp; num, i2s: text.hpp)
 std::string ctx_name(long long c);  // 4096 -> "4K": case names
 // Seconds a case takes: setup + warm-up and samples of each mode under the default stop rule.
 double est(double t, double setup_s, int modes = 2);

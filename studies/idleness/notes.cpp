@@ -18,13 +18,6 @@ std::shared_ptr<fr::LayerWeights> Env::weights(const md::ModelShape& m) {
   return w;
 }
 
-std::string num(double v, int prec) {
-  std::ostringstream o;
-  o.precision(prec);
-  o << v;
-  return o.str();
-}
-std::string i2s(long long v) { return std::to_string(v); }
 std::string ctx_name(long long c) { return c % 1024 == 0 ? i2s(c / 1024) + "K" : i2s(c); }
 
 double est(double t, double setup_s, int modes) {

@@ -29,7 +29,6 @@ namespace kvf::residency {
 namespace {
 
 constexpr BlockId kNone = std::numeric_limits<BlockId>::max();
-constexpr std::uint32_t kNever = std::numeric_limits<std::uint32_t>::max();
 
 class CostPolicy final : public Policy {
  public:

@@ -12,8 +12,6 @@
 namespace kvf::residency {
 namespace {
 
-constexpr std::uint32_t kNever = std::numeric_limits<std::uint32_t>::max();
-
 class Oracle final : public Policy {
  public:
   void reset(const IndexedTrace& trace, const Capacity& capacity) override {
