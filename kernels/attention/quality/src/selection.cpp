@@ -7,9 +7,11 @@
 // an fp32 rewrite of centroid and q . k scoring) means a change there changes these figures too. The true
 // probabilities stay fp32 (true_probs): only the ranking sees bf16.
 //
-// Cost per (query head, row): one pass over the visible keys (dense output and granule sums of p and p v),
-// then per block size its block sums from the granules, per arm and budget a pass over the kept tokens
-// (block arm: kept blocks); the oracle's budgets are prefixes of one order, summed in one walk.
+// Cost per (query head, row): one pass over the visible keys (dense output and granule sums of p and p v,
+// the G heads of a kv head together), then per block size its block sums from the granules; the block arm
+// sums its kept blocks, the token arm per block size one walk up to its largest budget (the lists nest), the
+// oracle one walk up to the largest budget (its budgets are prefixes of one order). Multi-threaded over the
+// query rows.
 #include <omp.h>
 
 #include <algorithm>
@@ -117,10 +119,11 @@ struct Sweep {
   }
 };
 
-// Per-thread scratch of one query row (the access study's selections) and one (query head, row).
+// Per-thread scratch of one (query head, row); the row's selections are the thread's (select_row).
 struct HeadScratch {
   std::uint32_t row = 0;
-  std::vector<acc::Selection> bsel, tsel;       // [combo], one list per kv head
+  const std::vector<acc::Selection>* bsel = nullptr;  // [combo], one list per kv head
+  const std::vector<acc::Selection>* tsel = nullptr;
   std::vector<double> dense;                    // [d]
   std::vector<double> gm, gpv;                  // granules: [ng], [ng][d]
   std::vector<std::vector<double>> bm, bpv;     // per block size: [nb], [nb][d]
@@ -171,19 +174,9 @@ void finish(Sweep& sw, const HeadScratch& hs, std::size_t c, int arm, std::uint3
   }
 }
 
-// Dense output, granule sums and the block sums of every block size, for one (query head, row).
-void head_sums(const Sweep& sw, const float* p, const float* vh, std::uint32_t vis, HeadScratch& hs) {
+// From one head's granule sums: the dense output and the block sums of every block size.
+void head_sums(const Sweep& sw, HeadScratch& hs) {
   const std::uint32_t D = sw.a.d, g = sw.granule, ng = sw.a.ctx / g;
-  hs.gm.assign(ng, 0.0);
-  hs.gpv.assign(std::size_t(ng) * D, 0.0);
-  for (std::uint32_t t = 0; t < vis; ++t) {
-    const double pt = p[t];
-    if (pt == 0.0) continue;
-    const float* vr = vh + std::uint64_t{t} * D;
-    double* gp = hs.gpv.data() + std::size_t(t / g) * D;
-    hs.gm[t / g] += pt;
-    for (std::uint32_t j = 0; j < D; ++j) gp[j] += pt * vr[j];
-  }
   // o = sum p v / sum p: normalized by its own mass like o_kept, so keeping every key gives o_kept = o to
   // double rounding, not to the fp32 rounding of the probabilities' sum (or a hook's 1e-3 slack).
   hs.dense.assign(D, 0.0);
@@ -208,11 +201,33 @@ void head_sums(const Sweep& sw, const float* p, const float* vh, std::uint32_t v
   }
 }
 
+// Granule sums of p and p v of the G query heads of one kv head for one row: each V row is read once for
+// the G heads (the pass is bound by reading V: 4 MiB per kv head at 8K keys, more than a core's L2).
+void group_sums(const Sweep& sw, const float* const* ps, const float* vh, std::uint32_t vis,
+                std::vector<HeadScratch>& hs) {
+  const std::uint32_t D = sw.a.d, g = sw.granule, ng = sw.a.ctx / g;
+  for (HeadScratch& x : hs) {
+    x.gm.assign(ng, 0.0);
+    x.gpv.assign(std::size_t(ng) * D, 0.0);
+  }
+  for (std::uint32_t t = 0; t < vis; ++t) {
+    const float* vr = vh + std::uint64_t{t} * D;
+    for (std::size_t x = 0; x < hs.size(); ++x) {
+      const double pt = ps[x][t];
+      if (pt == 0.0) continue;
+      double* gp = hs[x].gpv.data() + std::size_t(t / g) * D;
+      hs[x].gm[t / g] += pt;
+      for (std::uint32_t j = 0; j < D; ++j) gp[j] += pt * vr[j];
+    }
+  }
+  for (HeadScratch& x : hs) head_sums(sw, x);
+}
+
 // Block arm: the kept blocks' sums; needle tokens counted by their block.
 void eval_block(Sweep& sw, const float* p, std::size_t c, std::uint32_t h, HeadScratch& hs) {
   const Combo& cb = sw.combos[c];
   const std::uint32_t D = sw.a.d, nb = sw.a.ctx / cb.block, l = h / sw.a.group();
-  const std::uint32_t* ids = hs.bsel[c].idx.data() + std::uint64_t{l} * cb.k_blocks;
+  const std::uint32_t* ids = (*hs.bsel)[c].idx.data() + std::uint64_t{l} * cb.k_blocks;
   Kept& k = hs.kept;
   k.reset();
   hs.kept_block.assign(nb, 0);
@@ -234,17 +249,45 @@ void eval_block(Sweep& sw, const float* p, std::size_t c, std::uint32_t h, HeadS
   finish(sw, hs, c, static_cast<int>(Arm::block), h);
 }
 
-// Token arm: the access study's token list of this head's kv head.
-void eval_token(Sweep& sw, const float* p, const float* vh, std::size_t c, std::uint32_t h, HeadScratch& hs) {
-  const Combo& cb = sw.combos[c];
-  const std::uint32_t l = h / sw.a.group();
-  const std::uint32_t* ids = hs.tsel[c].idx.data() + std::uint64_t{l} * cb.budget;
-  hs.kept.reset();
-  for (std::uint32_t e = 0; e < cb.budget; ++e) {
-    add_token(sw, p, vh, ids[e], hs.kept);
-    add_needles_of_token(sw, p, ids[e], hs.kept);
+// Token arm: the access study's token lists of this head's kv head for one block size, budgets ascending.
+// At one block size the lists nest (the same forced blocks, and the top-k of one total order: score, then
+// the lower position), so each list adds only the tokens its predecessor lacks: the sums over the kept
+// tokens cost the largest budget once instead of every budget. A list that does not contain its predecessor
+// (the access study's top-k changed its order) is summed from scratch: the figures never rest on the nesting.
+// The G heads of one kv head share its lists: each kept V row is read once for all of them.
+void eval_token(Sweep& sw, const float* const* ps, const float* vh, const std::vector<std::size_t>& combos,
+                std::uint32_t h0, std::vector<HeadScratch>& hs) {
+  const std::uint32_t l = h0 / sw.a.group();
+  auto add = [&](std::uint32_t t) {
+    for (std::size_t x = 0; x < hs.size(); ++x) {
+      add_token(sw, ps[x], vh, t, hs[x].kept);
+      add_needles_of_token(sw, ps[x], t, hs[x].kept);
+    }
+  };
+  const std::uint32_t* prev = nullptr;
+  std::uint32_t prev_n = 0;
+  for (HeadScratch& x : hs) x.kept.reset();
+  for (const std::size_t c : combos) {
+    const std::uint32_t n = sw.combos[c].budget;
+    const std::uint32_t* ids = (*hs[0].tsel)[c].idx.data() + std::uint64_t{l} * n;
+    std::uint32_t i = 0, j = 0;
+    bool nested = prev != nullptr;
+    for (; nested && j < n; ++j) {  // merge walk of two ascending lists
+      if (i < prev_n && prev[i] == ids[j]) {
+        ++i;
+        continue;
+      }
+      if (i < prev_n && prev[i] < ids[j]) nested = false;  // prev[i] is not in this list
+      else add(ids[j]);
+    }
+    if (!nested || i < prev_n) {
+      for (HeadScratch& x : hs) x.kept.reset();
+      for (j = 0; j < n; ++j) add(ids[j]);
+    }
+    for (std::size_t x = 0; x < hs.size(); ++x) finish(sw, hs[x], c, static_cast<int>(Arm::token), h0 + x);
+    prev = ids;
+    prev_n = n;
   }
-  finish(sw, hs, c, static_cast<int>(Arm::token), h);
 }
 
 // Oracle: every budget is a prefix of one order (true probability descending, then position ascending),
@@ -269,7 +312,8 @@ void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, He
 
 // The access study's selections of query row r for every combo (one list per kv head).
 void select_row(const Sweep& sw, const acc::AttnShape& s, const std::vector<std::uint16_t>& kbf,
-                const std::vector<std::vector<float>>& cent, std::uint32_t r, HeadScratch& hs) {
+                const std::vector<std::vector<float>>& cent, std::uint32_t r, std::vector<acc::Selection>& bsel,
+                std::vector<acc::Selection>& tsel) {
   const LayerAttention& a = sw.a;
   std::vector<std::uint16_t> qbf(std::size_t(a.hq) * a.d);  // [hq][d]: this row of every query head
   for (std::uint32_t h = 0; h < a.hq; ++h)
@@ -284,8 +328,8 @@ void select_row(const Sweep& sw, const acc::AttnShape& s, const std::vector<std:
       acc::score_blocks(s, qbf.data(), cent[cb.bi], cb.block, false, bscore);
       scored = cb.bi;
     }
-    hs.bsel[c] = acc::select_blocks_by_score(s, cb.block, cb.k_blocks, false, bscore);
-    hs.tsel[c] = acc::select_tokens_by_score(s, cb.block, cb.k_blocks, false, tscore);
+    bsel[c] = acc::select_blocks_by_score(s, cb.block, cb.k_blocks, false, bscore);
+    tsel[c] = acc::select_tokens_by_score(s, cb.block, cb.k_blocks, false, tscore);
   }
 }
 
@@ -364,6 +408,8 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   std::iota(by_budget.begin(), by_budget.end(), std::size_t{0});
   std::stable_sort(by_budget.begin(), by_budget.end(),
                    [&](std::size_t x, std::size_t y) { return sw.combos[x].budget < sw.combos[y].budget; });
+  std::vector<std::vector<std::size_t>> by_block(sw.blocks.size());  // per block size, budgets ascending
+  for (const std::size_t c : by_budget) by_block[sw.combos[c].bi].push_back(c);
 
   acc::AttnShape s;
   s.batch = 1;
@@ -386,29 +432,35 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   const std::uint32_t G = a.group(), D = a.d, N = a.ctx;
 #pragma omp parallel
   {
-    HeadScratch hs;
-    hs.bsel.resize(nc);
-    hs.tsel.resize(nc);
-    hs.kept.pv.assign(D, 0.0);
-    hs.kept.nmass.assign(nn, 0.0);
-    hs.kept.ncount.assign(nn, 0u);
+    std::vector<acc::Selection> bsel(nc), tsel(nc);
+    std::vector<HeadScratch> hs(G);
+    std::vector<const float*> ps(G);
+    for (HeadScratch& x : hs) {
+      x.bsel = &bsel;
+      x.tsel = &tsel;
+      x.kept.pv.assign(D, 0.0);
+      x.kept.nmass.assign(nn, 0.0);
+      x.kept.ncount.assign(nn, 0u);
+    }
 #pragma omp for schedule(dynamic)
     for (std::uint32_t r = 0; r < R; ++r) {
-      hs.row = r;
-      select_row(sw, s, kbf, cent, r, hs);
+      select_row(sw, s, kbf, cent, r, bsel, tsel);
       const std::uint32_t vis = a.visible(r);
-      for (std::uint32_t h = 0; h < a.hq; ++h) {
-        const float* p = probs.data() + (std::uint64_t{h} * R + r) * N;
-        const float* vh = a.v.data() + std::uint64_t{h / G} * N * D;
-        for (std::size_t n = 0; n < nn; ++n)
-          for (std::uint32_t t = opt.needles[n].pos; t < opt.needles[n].pos + opt.needles[n].len; ++t)
-            sw.nmass[sw.mat(r, n, h)] += p[t];
-        head_sums(sw, p, vh, vis, hs);
-        for (std::size_t c = 0; c < nc; ++c) {
-          eval_block(sw, p, c, h, hs);
-          eval_token(sw, p, vh, c, h, hs);
+      for (std::uint32_t l = 0; l < a.hkv; ++l) {
+        const float* vh = a.v.data() + std::uint64_t{l} * N * D;
+        for (std::uint32_t x = 0; x < G; ++x) {
+          const std::uint32_t h = l * G + x;
+          hs[x].row = r;
+          ps[x] = probs.data() + (std::uint64_t{h} * R + r) * N;
+          for (std::size_t n = 0; n < nn; ++n)
+            for (std::uint32_t t = opt.needles[n].pos; t < opt.needles[n].pos + opt.needles[n].len; ++t)
+              sw.nmass[sw.mat(r, n, h)] += ps[x][t];
         }
-        eval_oracle(sw, p, vh, h, hs, by_budget);
+        group_sums(sw, ps.data(), vh, vis, hs);
+        for (std::uint32_t x = 0; x < G; ++x)
+          for (std::size_t c = 0; c < nc; ++c) eval_block(sw, ps[x], c, l * G + x, hs[x]);
+        for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
+        for (std::uint32_t x = 0; x < G; ++x) eval_oracle(sw, ps[x], vh, l * G + x, hs[x], by_budget);
       }
     }
   }
