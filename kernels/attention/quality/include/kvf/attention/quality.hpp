@@ -169,8 +169,10 @@ struct SelectionFigures {
   std::vector<NeedleRow> needles;
   std::vector<SkippedBudget> skipped;
 };
-// std::invalid_argument: no blocks or keeps, a keep outside (0, 1], a block not dividing ctx, a needle
-// outside the context or empty, causal rows whose masked tail (rows - 1 keys) does not fit in the smallest
+// probs: true_probs(a). Threads take query rows; the means are summed in row order (the same figures for any
+// thread count).
+// std::invalid_argument: probs of the wrong size, no blocks or keeps, a keep outside (0, 1], a block not
+// dividing ctx, a needle outside the context or empty, causal rows whose masked tail (rows - 1 keys) does not fit in the smallest
 // block (the latest block every arm keeps must hold every key a row cannot see).
 SelectionFigures selection_quality(const LayerAttention& a, std::span<const float> probs,
                                    const SelectionOptions& opt);
