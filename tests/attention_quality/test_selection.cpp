@@ -2,6 +2,7 @@
 // each arm's kept set is known, and the orderings that hold for any attention. Tolerances: probabilities are
 // fp32 (relative 6e-8 each), sums double: recall and needle mass within 1e-6, output error within 1e-5.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <set>
@@ -241,4 +242,30 @@ TEST(AttentionQualityNeedle, PartlyKeptNeedleCountsOnlyItsKeptTokens) {
     }
     EXPECT_NEAR(n.mass, (8 * std::exp(6.0) + 8 * std::exp(5.0)) / z, kMassTol);
   }
+}
+
+TEST(AttentionQualitySelection, SameFiguresForAnyThreadCount) {
+  // Threads take query rows and the means are summed in row order: one thread and two give equal bits.
+  const Planted p = plant(
+      256, 6, true, [](std::uint32_t kh, std::uint32_t t) { return static_cast<float>((t * 13 + kh * 7) % 9) - 4.0f; },
+      [](std::uint32_t h) { return 0.5f + 0.25f * h; });
+  const LayerAttention a = p.view();
+  SelectionOptions opt;
+  opt.blocks = {16, 64};
+  opt.keeps = {0.5, 0.25};
+  opt.needles = {{100, 8}};
+  const std::vector<float> probs = true_probs(a);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const SelectionFigures one = selection_quality(a, probs, opt);
+  omp_set_num_threads(2);
+  const SelectionFigures two = selection_quality(a, probs, opt);
+  omp_set_num_threads(threads);
+  ASSERT_EQ(one.rows.size(), two.rows.size());
+  for (std::size_t i = 0; i < one.rows.size(); ++i) {
+    EXPECT_EQ(one.rows[i].recall, two.rows[i].recall) << i;
+    EXPECT_EQ(one.rows[i].out_error, two.rows[i].out_error) << i;
+  }
+  ASSERT_EQ(one.needles.size(), two.needles.size());
+  for (std::size_t i = 0; i < one.needles.size(); ++i) EXPECT_EQ(one.needles[i].kept_mass, two.needles[i].kept_mass) << i;
 }
