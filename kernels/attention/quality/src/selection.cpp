@@ -1,0 +1,481 @@
+// Recall of attention mass, output error and needle mass under the access study's block and token
+// selections and the oracle, at equal token budgets.
+//
+// One definition of each selection: the access study's functions are called on bf16 copies of the
+// captured q and k (AttnShape batch 1, HND, unpaged: the copy of k is exactly [hkv][ctx][d]). bf16 is what the
+// access study's benches route on and what a bf16 model caches, and keeping its own scorers here (instead of
+// an fp32 rewrite of centroid and q . k scoring) means a change there changes these figures too. The true
+// probabilities stay fp32 (true_probs): only the ranking sees bf16.
+//
+// Cost per (query head, row): one pass over the visible keys (dense output and granule sums of p and p v,
+// the G heads of a kv head together), then per block size its block sums from the granules; the block arm
+// sums its kept blocks, the token arm per block size one walk up to its largest budget (the lists nest), the
+// oracle one walk up to the largest budget (its budgets are prefixes of one order). Multi-threaded over the
+// query rows.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "access.hpp"
+#include "kvf/attention/quality.hpp"
+
+namespace kvf::attention::quality {
+
+namespace acc = kvf::access;
+
+const char* to_string(Arm a) { return a == Arm::block ? "block" : a == Arm::token ? "token" : "oracle"; }
+
+double needle_depth_pct(std::uint32_t ctx, Needle n) {
+  return ctx > n.len ? 100.0 * n.pos / (ctx - n.len) : 0.0;
+}
+
+std::uint32_t needle_pos(std::uint32_t ctx, std::uint32_t len, double depth_pct) {
+  if (len == 0 || len > ctx)
+    throw std::invalid_argument("needle of " + std::to_string(len) + " tokens: must be in [1, ctx = " +
+                                std::to_string(ctx) + "]");
+  if (!(depth_pct >= 0.0 && depth_pct <= 100.0))
+    throw std::invalid_argument("needle depth " + std::to_string(depth_pct) + "%: must be in [0, 100]");
+  return static_cast<std::uint32_t>(std::llround(depth_pct / 100.0 * (ctx - len)));
+}
+
+namespace {
+
+constexpr int kArms = 3;
+
+// One (block, keep) of the sweep whose budget fits.
+struct Combo {
+  std::uint32_t block = 0, bi = 0;  // bi: index of the block size among the distinct ones
+  double keep = 0;
+  std::uint32_t k_blocks = 0, budget = 0;
+};
+
+void check_options(const LayerAttention& a, const SelectionOptions& opt) {
+  if (opt.blocks.empty() || opt.keeps.empty())
+    throw std::invalid_argument("selection sweep without block sizes or keep fractions: at least one of each is needed");
+  for (const double k : opt.keeps)
+    if (!(k > 0.0 && k <= 1.0)) throw std::invalid_argument("keep " + std::to_string(k) + ": must be in (0, 1]");
+  for (const std::uint32_t b : opt.blocks)
+    if (b == 0 || a.ctx % b)
+      throw std::invalid_argument("block " + std::to_string(b) + ": must divide the ctx (" + std::to_string(a.ctx) + ")");
+  const std::uint32_t min_block = *std::min_element(opt.blocks.begin(), opt.blocks.end());
+  if (a.causal && a.rows - 1 > min_block)
+    throw std::invalid_argument("rows (M) " + std::to_string(a.rows) + " with block " + std::to_string(min_block) +
+                                ": the keys a causal row cannot see (up to M - 1) must lie in the latest block, "
+                                "which every arm keeps, so M - 1 <= the smallest block");
+  for (const Needle& n : opt.needles)
+    if (n.len == 0 || std::uint64_t{n.pos} + n.len > a.ctx)
+      throw std::invalid_argument("needle [" + std::to_string(n.pos) + ", " + std::to_string(std::uint64_t{n.pos} + n.len) +
+                                  "): must be a non-empty span of [0, ctx = " + std::to_string(a.ctx) + ")");
+}
+
+// Sums over one query row's kept tokens.
+struct Kept {
+  double mass = 0;
+  std::vector<double> pv;      // [d]: sum p v
+  std::vector<double> nmass;   // per needle: kept probability on it
+  std::vector<std::uint32_t> ncount;  // per needle: kept tokens of it
+  void reset() {
+    mass = 0;
+    std::fill(pv.begin(), pv.end(), 0.0);
+    std::fill(nmass.begin(), nmass.end(), 0.0);
+    std::fill(ncount.begin(), ncount.end(), 0u);
+  }
+};
+
+// Per (row, combo, arm, query head): one row's figures, averaged over the rows in row order at the end (the
+// same sums whichever thread took a row).
+struct ArmSums {
+  double recall = 0, err = 0;
+};
+struct NeedleSums {
+  double kept = 0, all_kept = 0;
+};
+
+// Everything one layer's sweep shares.
+struct Sweep {
+  const LayerAttention& a;
+  std::span<const float> probs;
+  const SelectionOptions& opt;
+  std::vector<Combo> combos;
+  std::vector<std::uint32_t> blocks;  // distinct block sizes that have a combo
+  std::uint32_t granule = 0;          // gcd of those blocks
+  std::uint32_t max_budget = 0;
+  std::vector<ArmSums> sums;          // [row][combo][arm][hq]
+  std::vector<NeedleSums> nsums;      // [row][combo][arm][needle][hq]
+  std::vector<double> nmass;          // [row][needle][hq]: dense mass on the needle
+
+  std::size_t at(std::uint32_t r, std::size_t c, int arm, std::uint32_t h) const {
+    return ((r * combos.size() + c) * kArms + arm) * a.hq + h;
+  }
+  std::size_t nat(std::uint32_t r, std::size_t c, int arm, std::size_t n, std::uint32_t h) const {
+    return (((r * combos.size() + c) * kArms + arm) * opt.needles.size() + n) * a.hq + h;
+  }
+  std::size_t mat(std::uint32_t r, std::size_t n, std::uint32_t h) const {
+    return (r * opt.needles.size() + n) * a.hq + h;
+  }
+};
+
+// Per-thread scratch of one (query head, row); the row's selections are the thread's (select_row).
+struct HeadScratch {
+  std::uint32_t row = 0;
+  const std::vector<acc::Selection>* bsel = nullptr;  // [combo], one list per kv head
+  const std::vector<acc::Selection>* tsel = nullptr;
+  std::vector<double> dense;                    // [d]
+  std::vector<double> gm, gpv;                  // granules: [ng], [ng][d]
+  std::vector<std::vector<double>> bm, bpv;     // per block size: [nb], [nb][d]
+  std::vector<std::uint32_t> order;             // oracle order
+  std::vector<char> kept_block;                 // [nb] of the block arm's current list
+  Kept kept;
+};
+
+void add_token(const Sweep& sw, const float* p, const float* vh, std::uint32_t t, Kept& k) {
+  const double pt = p[t];
+  if (pt == 0.0) return;  // masked or underflowed: adds nothing (and needle counts below use the list)
+  k.mass += pt;
+  const float* vr = vh + std::uint64_t{t} * sw.a.d;
+  for (std::uint32_t j = 0; j < sw.a.d; ++j) k.pv[j] += pt * vr[j];
+}
+
+void add_needles_of_token(const Sweep& sw, const float* p, std::uint32_t t, Kept& k) {
+  for (std::size_t n = 0; n < sw.opt.needles.size(); ++n) {
+    const Needle& nd = sw.opt.needles[n];
+    if (t >= nd.pos && t < nd.pos + nd.len) {
+      k.nmass[n] += p[t];
+      ++k.ncount[n];
+    }
+  }
+}
+
+// Adds one row's figures of a kept set to the sums: recall, output error, needle mass.
+void finish(Sweep& sw, const HeadScratch& hs, std::size_t c, int arm, std::uint32_t h) {
+  const Kept& k = hs.kept;
+  const std::uint32_t D = sw.a.d;
+  double err = NAN;
+  if (k.mass > 0.0) {
+    double e2 = 0, o2 = 0;
+    for (std::uint32_t j = 0; j < D; ++j) {
+      const double diff = k.pv[j] / k.mass - hs.dense[j];
+      e2 += diff * diff;
+      o2 += hs.dense[j] * hs.dense[j];
+    }
+    err = o2 > 0.0 ? std::sqrt(e2 / o2) : std::sqrt(e2);
+  }
+  ArmSums& s = sw.sums[sw.at(hs.row, c, arm, h)];
+  s.recall += k.mass;
+  s.err += err;
+  for (std::size_t n = 0; n < sw.opt.needles.size(); ++n) {
+    NeedleSums& ns = sw.nsums[sw.nat(hs.row, c, arm, n, h)];
+    ns.kept += k.nmass[n];
+    ns.all_kept += k.ncount[n] == sw.opt.needles[n].len ? 1.0 : 0.0;
+  }
+}
+
+// From one head's granule sums: the dense output and the block sums of every block size.
+void head_sums(const Sweep& sw, HeadScratch& hs) {
+  const std::uint32_t D = sw.a.d, g = sw.granule, ng = sw.a.ctx / g;
+  // o = sum p v / sum p: normalized by its own mass like o_kept, so keeping every key gives o_kept = o to
+  // double rounding, not to the fp32 rounding of the probabilities' sum (or a hook's 1e-3 slack).
+  hs.dense.assign(D, 0.0);
+  double total = 0;
+  for (std::uint32_t i = 0; i < ng; ++i) {
+    total += hs.gm[i];
+    for (std::uint32_t j = 0; j < D; ++j) hs.dense[j] += hs.gpv[std::size_t(i) * D + j];
+  }
+  if (total > 0.0)
+    for (std::uint32_t j = 0; j < D; ++j) hs.dense[j] /= total;
+  hs.bm.resize(sw.blocks.size());
+  hs.bpv.resize(sw.blocks.size());
+  for (std::size_t bi = 0; bi < sw.blocks.size(); ++bi) {
+    const std::uint32_t per = sw.blocks[bi] / g, nb = sw.a.ctx / sw.blocks[bi];
+    hs.bm[bi].assign(nb, 0.0);
+    hs.bpv[bi].assign(std::size_t(nb) * D, 0.0);
+    for (std::uint32_t i = 0; i < ng; ++i) {
+      hs.bm[bi][i / per] += hs.gm[i];
+      double* bp = hs.bpv[bi].data() + std::size_t(i / per) * D;
+      for (std::uint32_t j = 0; j < D; ++j) bp[j] += hs.gpv[std::size_t(i) * D + j];
+    }
+  }
+}
+
+// Granule sums of p and p v of the G query heads of one kv head for one row: each V row is read once for
+// the G heads (the pass is bound by reading V: 4 MiB per kv head at 8K keys, more than a core's L2).
+void group_sums(const Sweep& sw, const float* const* ps, const float* vh, std::uint32_t vis,
+                std::vector<HeadScratch>& hs) {
+  const std::uint32_t D = sw.a.d, g = sw.granule, ng = sw.a.ctx / g;
+  for (HeadScratch& x : hs) {
+    x.gm.assign(ng, 0.0);
+    x.gpv.assign(std::size_t(ng) * D, 0.0);
+  }
+  for (std::uint32_t t = 0; t < vis; ++t) {
+    const float* vr = vh + std::uint64_t{t} * D;
+    for (std::size_t x = 0; x < hs.size(); ++x) {
+      const double pt = ps[x][t];
+      if (pt == 0.0) continue;
+      double* gp = hs[x].gpv.data() + std::size_t(t / g) * D;
+      hs[x].gm[t / g] += pt;
+      for (std::uint32_t j = 0; j < D; ++j) gp[j] += pt * vr[j];
+    }
+  }
+  for (HeadScratch& x : hs) head_sums(sw, x);
+}
+
+// Block arm: the kept blocks' sums; needle tokens counted by their block.
+void eval_block(Sweep& sw, const float* p, std::size_t c, std::uint32_t h, HeadScratch& hs) {
+  const Combo& cb = sw.combos[c];
+  const std::uint32_t D = sw.a.d, nb = sw.a.ctx / cb.block, l = h / sw.a.group();
+  const std::uint32_t* ids = (*hs.bsel)[c].idx.data() + std::uint64_t{l} * cb.k_blocks;
+  Kept& k = hs.kept;
+  k.reset();
+  hs.kept_block.assign(nb, 0);
+  for (std::uint32_t e = 0; e < cb.k_blocks; ++e) {
+    const std::uint32_t j = ids[e];
+    hs.kept_block[j] = 1;
+    k.mass += hs.bm[cb.bi][j];
+    const double* bp = hs.bpv[cb.bi].data() + std::size_t(j) * D;
+    for (std::uint32_t x = 0; x < D; ++x) k.pv[x] += bp[x];
+  }
+  for (std::size_t n = 0; n < sw.opt.needles.size(); ++n) {
+    const Needle& nd = sw.opt.needles[n];
+    for (std::uint32_t t = nd.pos; t < nd.pos + nd.len; ++t)
+      if (hs.kept_block[t / cb.block]) {
+        k.nmass[n] += p[t];
+        ++k.ncount[n];
+      }
+  }
+  finish(sw, hs, c, static_cast<int>(Arm::block), h);
+}
+
+// Token arm: the access study's token lists of this head's kv head for one block size, budgets ascending.
+// At one block size the lists nest (the same forced blocks, and the top-k of one total order: score, then
+// the lower position), so each list adds only the tokens its predecessor lacks: the sums over the kept
+// tokens cost the largest budget once instead of every budget. A list that does not contain its predecessor
+// (the access study's top-k changed its order) is summed from scratch: the figures never rest on the nesting.
+// The G heads of one kv head share its lists: each kept V row is read once for all of them.
+void eval_token(Sweep& sw, const float* const* ps, const float* vh, const std::vector<std::size_t>& combos,
+                std::uint32_t h0, std::vector<HeadScratch>& hs) {
+  const std::uint32_t l = h0 / sw.a.group();
+  auto add = [&](std::uint32_t t) {
+    for (std::size_t x = 0; x < hs.size(); ++x) {
+      add_token(sw, ps[x], vh, t, hs[x].kept);
+      add_needles_of_token(sw, ps[x], t, hs[x].kept);
+    }
+  };
+  const std::uint32_t* prev = nullptr;
+  std::uint32_t prev_n = 0;
+  for (HeadScratch& x : hs) x.kept.reset();
+  for (const std::size_t c : combos) {
+    const std::uint32_t n = sw.combos[c].budget;
+    const std::uint32_t* ids = (*hs[0].tsel)[c].idx.data() + std::uint64_t{l} * n;
+    std::uint32_t i = 0, j = 0;
+    bool nested = prev != nullptr;
+    for (; nested && j < n; ++j) {  // merge walk of two ascending lists
+      if (i < prev_n && prev[i] == ids[j]) {
+        ++i;
+        continue;
+      }
+      if (i < prev_n && prev[i] < ids[j]) nested = false;  // prev[i] is not in this list
+      else add(ids[j]);
+    }
+    if (!nested || i < prev_n) {
+      for (HeadScratch& x : hs) x.kept.reset();
+      for (j = 0; j < n; ++j) add(ids[j]);
+    }
+    for (std::size_t x = 0; x < hs.size(); ++x) finish(sw, hs[x], c, static_cast<int>(Arm::token), h0 + x);
+    prev = ids;
+    prev_n = n;
+  }
+}
+
+// Oracle: every budget is a prefix of one order (true probability descending, then position ascending),
+// so one walk up to the largest budget serves all combos, smallest budget first.
+void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, HeadScratch& hs,
+                 const std::vector<std::size_t>& by_budget) {
+  const std::uint32_t N = sw.a.ctx;
+  hs.order.resize(N);
+  std::iota(hs.order.begin(), hs.order.end(), 0u);
+  std::partial_sort(hs.order.begin(), hs.order.begin() + sw.max_budget, hs.order.end(),
+                    [p](std::uint32_t x, std::uint32_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+  hs.kept.reset();
+  std::uint32_t done = 0;
+  for (const std::size_t c : by_budget) {
+    for (; done < sw.combos[c].budget; ++done) {
+      add_token(sw, p, vh, hs.order[done], hs.kept);
+      add_needles_of_token(sw, p, hs.order[done], hs.kept);
+    }
+    finish(sw, hs, c, static_cast<int>(Arm::oracle), h);
+  }
+}
+
+// The access study's selections of query row r for every combo (one list per kv head).
+void select_row(const Sweep& sw, const acc::AttnShape& s, const std::vector<std::uint16_t>& kbf,
+                const std::vector<std::vector<float>>& cent, std::uint32_t r, std::vector<acc::Selection>& bsel,
+                std::vector<acc::Selection>& tsel) {
+  const LayerAttention& a = sw.a;
+  std::vector<std::uint16_t> qbf(std::size_t(a.hq) * a.d);  // [hq][d]: this row of every query head
+  for (std::uint32_t h = 0; h < a.hq; ++h)
+    for (std::uint32_t j = 0; j < a.d; ++j)
+      qbf[std::size_t(h) * a.d + j] = acc::f32_to_bf16(a.q[(std::uint64_t{h} * a.rows + r) * a.d + j]);
+  std::vector<float> tscore, bscore;
+  acc::score_tokens(s, qbf.data(), kbf.data(), false, tscore);
+  std::uint32_t scored = UINT32_MAX;  // block size bscore holds
+  for (std::size_t c = 0; c < sw.combos.size(); ++c) {
+    const Combo& cb = sw.combos[c];
+    if (scored != cb.bi) {
+      acc::score_blocks(s, qbf.data(), cent[cb.bi], cb.block, false, bscore);
+      scored = cb.bi;
+    }
+    bsel[c] = acc::select_blocks_by_score(s, cb.block, cb.k_blocks, false, bscore);
+    tsel[c] = acc::select_tokens_by_score(s, cb.block, cb.k_blocks, false, tscore);
+  }
+}
+
+void plan(Sweep& sw, SelectionFigures& out) {
+  const LayerAttention& a = sw.a;
+  for (const std::uint32_t b : sw.opt.blocks) {
+    if (std::find(sw.blocks.begin(), sw.blocks.end(), b) != sw.blocks.end()) continue;  // a repeated block
+    bool any = false;
+    for (const double keep : sw.opt.keeps) {
+      try {
+        const std::uint32_t kb = acc::sparse_blocks(a.ctx, b, keep);
+        sw.combos.push_back({b, static_cast<std::uint32_t>(sw.blocks.size()), keep, kb, kb * b});
+        sw.max_budget = std::max(sw.max_budget, kb * b);
+        any = true;
+      } catch (const std::invalid_argument& e) {  // keep and block were checked: only the budget is left
+        out.skipped.push_back({b, keep, e.what()});
+      }
+    }
+    if (any) {
+      sw.blocks.push_back(b);
+      sw.granule = std::gcd(sw.granule, b);
+    }
+  }
+}
+
+// Means over the rows, summed in row order.
+void collect(const Sweep& sw, SelectionFigures& out) {
+  const LayerAttention& a = sw.a;
+  const std::size_t nn = sw.opt.needles.size();
+  for (std::size_t c = 0; c < sw.combos.size(); ++c) {
+    const Combo& cb = sw.combos[c];
+    for (int arm = 0; arm < kArms; ++arm)
+      for (std::uint32_t h = 0; h < a.hq; ++h) {
+        ArmSums s;
+        for (std::uint32_t r = 0; r < a.rows; ++r) {
+          s.recall += sw.sums[sw.at(r, c, arm, h)].recall;
+          s.err += sw.sums[sw.at(r, c, arm, h)].err;
+        }
+        out.rows.push_back({a.layer, h, static_cast<Arm>(arm), cb.block, cb.keep, cb.budget, s.recall / a.rows,
+                            s.err / a.rows});
+        for (std::size_t n = 0; n < nn; ++n) {
+          const Needle& nd = sw.opt.needles[n];
+          NeedleSums ns;
+          double mass = 0;
+          for (std::uint32_t r = 0; r < a.rows; ++r) {
+            ns.kept += sw.nsums[sw.nat(r, c, arm, n, h)].kept;
+            ns.all_kept += sw.nsums[sw.nat(r, c, arm, n, h)].all_kept;
+            mass += sw.nmass[sw.mat(r, n, h)];
+          }
+          out.needles.push_back({a.layer, h, nd.pos, nd.len, needle_depth_pct(a.ctx, nd), static_cast<Arm>(arm),
+                                 cb.block, cb.keep, cb.budget, mass / a.rows, ns.kept / a.rows, ns.all_kept / a.rows});
+        }
+      }
+  }
+}
+
+}  // namespace
+
+SelectionFigures selection_quality(const LayerAttention& a, std::span<const float> probs,
+                                   const SelectionOptions& opt) {
+  validate(a);
+  if (probs.size() != std::uint64_t{a.hq} * a.rows * a.ctx)
+    throw std::invalid_argument("probabilities hold " + std::to_string(probs.size()) + " floats: hq*rows*ctx = " +
+                                std::to_string(std::uint64_t{a.hq} * a.rows * a.ctx) + " expected");
+  check_options(a, opt);
+  SelectionFigures out;
+  Sweep sw{a, probs, opt};
+  plan(sw, out);
+  if (sw.combos.empty()) return out;
+  const std::size_t nc = sw.combos.size(), nn = opt.needles.size();
+  const std::uint32_t R = a.rows;
+  sw.sums.assign(R * nc * kArms * a.hq, {});
+  sw.nsums.assign(R * nc * kArms * nn * a.hq, {});
+  sw.nmass.assign(R * nn * a.hq, 0.0);
+  std::vector<std::size_t> by_budget(nc);
+  std::iota(by_budget.begin(), by_budget.end(), std::size_t{0});
+  std::stable_sort(by_budget.begin(), by_budget.end(),
+                   [&](std::size_t x, std::size_t y) { return sw.combos[x].budget < sw.combos[y].budget; });
+  std::vector<std::vector<std::size_t>> by_block(sw.blocks.size());  // per block size, budgets ascending
+  for (const std::size_t c : by_budget) by_block[sw.combos[c].bi].push_back(c);
+
+  acc::AttnShape s;
+  s.batch = 1;
+  s.hq = a.hq;
+  s.hkv = a.hkv;
+  s.d = a.d;
+  s.ctx = a.ctx;
+  s.dtype = acc::DType::bf16;
+  s.layout = acc::Layout::HND;
+  s.page = 0;
+  std::vector<std::uint16_t> kbf(a.k.size());
+  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
+  std::vector<std::vector<float>> cent(sw.blocks.size());
+  for (std::size_t bi = 0; bi < sw.blocks.size(); ++bi) acc::build_centroids(s, kbf.data(), sw.blocks[bi], cent[bi]);
+
+  // One query row per task: its routing and selections (the access study's functions, whose own parallel
+  // loops run on one thread inside this region) and every head's figures. Parallel regions per row and per
+  // selection call cost more than the work at small shapes and stall whenever a core is shared: measured
+  // 3.2 s against 29 ms single-threaded for a 512-key test layer on this 2-core VM under load.
+  const std::uint32_t G = a.group(), D = a.d, N = a.ctx;
+#pragma omp parallel
+  {
+    std::vector<acc::Selection> bsel(nc), tsel(nc);
+    std::vector<HeadScratch> hs(G);
+    std::vector<const float*> ps(G);
+    for (HeadScratch& x : hs) {
+      x.bsel = &bsel;
+      x.tsel = &tsel;
+      x.kept.pv.assign(D, 0.0);
+      x.kept.nmass.assign(nn, 0.0);
+      x.kept.ncount.assign(nn, 0u);
+    }
+#pragma omp for schedule(dynamic)
+    for (std::uint32_t r = 0; r < R; ++r) {
+      select_row(sw, s, kbf, cent, r, bsel, tsel);
+      const std::uint32_t vis = a.visible(r);
+      for (std::uint32_t l = 0; l < a.hkv; ++l) {
+        const float* vh = a.v.data() + std::uint64_t{l} * N * D;
+        for (std::uint32_t x = 0; x < G; ++x) {
+          const std::uint32_t h = l * G + x;
+          hs[x].row = r;
+          ps[x] = probs.data() + (std::uint64_t{h} * R + r) * N;
+          for (std::size_t n = 0; n < nn; ++n)
+            for (std::uint32_t t = opt.needles[n].pos; t < opt.needles[n].pos + opt.needles[n].len; ++t)
+              sw.nmass[sw.mat(r, n, h)] += ps[x][t];
+        }
+        group_sums(sw, ps.data(), vh, vis, hs);
+        for (std::uint32_t x = 0; x < G; ++x)
+          for (std::size_t c = 0; c < nc; ++c) eval_block(sw, ps[x], c, l * G + x, hs[x]);
+        for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
+        for (std::uint32_t x = 0; x < G; ++x) eval_oracle(sw, ps[x], vh, l * G + x, hs[x], by_budget);
+      }
+    }
+  }
+  collect(sw, out);
+  return out;
+}
+
+LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt) {
+  const std::vector<float> p = true_probs(a);
+  LayerFigures f;
+  f.locality = locality(a, p, opt.sink, opt.windows, opt.per_row);
+  f.entropy = entropy(a, p, opt.per_row);
+  f.layer_entropy = layer_entropy(f.entropy);
+  f.selection = selection_quality(a, p, opt.selection);
+  return f;
+}
+
+}  // namespace kvf::attention::quality
