@@ -25,6 +25,17 @@ UcpSession& session_of(const Env& env) {
   return *env.session;
 }
 
+// One request to the holder about this case (prepare its runs, check what it received) and its answer, waited for
+// at most the peer timeout.
+Msg ask(UcpSession& s, MsgKind kind, std::int64_t index, std::uint64_t seed) {
+  Msg m;
+  m.kind = kind;
+  m.index = static_cast<std::uint32_t>(index);
+  m.value = seed;
+  s.send(m);
+  return s.receive(s.timeout_s());
+}
+
 }  // namespace
 
 TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int64_t moved)
@@ -42,12 +53,7 @@ void TransferCase::setup(Backend&) {
   // The sender's runs get the pattern, the receiver's are zeroed: a transfer that moved nothing fails verify.
   if (op == Op::write) fill_runs(s.pool(), descriptors, true, seed);
   else zero_runs(s.pool(), descriptors, false);
-  Msg m;
-  m.kind = MsgKind::prepare;
-  m.index = static_cast<std::uint32_t>(index);
-  m.value = seed;
-  s.send(m);
-  const Msg a = s.receive(s.timeout_s());
+  const Msg a = ask(s, MsgKind::prepare, index, seed);
   if (a.kind != MsgKind::answer || a.text[0] != '\0')
     throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
 }
@@ -60,12 +66,7 @@ void TransferCase::verify(Backend&) {
       throw VerifyError("rank 0 read " + name + ": " + bad);
     return;
   }
-  Msg m;
-  m.kind = MsgKind::check;
-  m.index = static_cast<std::uint32_t>(index);
-  m.value = seed;
-  s.send(m);
-  const Msg a = s.receive(s.timeout_s());
+  const Msg a = ask(s, MsgKind::check, index, seed);
   if (a.kind != MsgKind::answer) throw std::runtime_error("the holder answered a check with message kind " +
                                                           std::to_string(static_cast<int>(a.kind)));
   if (a.text[0] != '\0') throw VerifyError("the holder (rank 1) received " + name + ": " + a.text);
