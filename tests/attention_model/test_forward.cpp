@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -335,6 +336,23 @@ TEST(AttentionForward, DISABLED_Llama31_8bEstimateOnThisMachine) {
     "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,
     "rope_type":"llama3"},"tie_word_embeddings":false,"torch_dtype":"bfloat16","hidden_act":"silu"})");
   const auto c = parse_hf_config(j, "Llama-3.1-8B/config.json");
+  {
+    // The tiny model's forward, for scale: best of 10 (the machine is shared).
+    const fs::path d = test::fresh_dir("timing");
+    test::TinySpec s;
+    test::write_tiny_checkpoint(d, s);
+    const Checkpoint ck(d);
+    for (int ctx : {40, 1024}) {
+      const auto t = prompt(ctx, s.vocab);
+      double best = 1e30;
+      for (int i = 0; i < 10; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(ck, t, 256, 8);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::printf("tiny model (3 layers, hidden 64), C=%d, M=8, chunk 256: forward_cpu %.2f ms\n", ctx, best * 1e3);
+    }
+  }
   std::string what;
   const double rate = measure_gemm_rate(256, 4096, &what);
   for (int ctx : {8192, 32768}) {
