@@ -321,7 +321,8 @@ TEST(AttentionForward, AllocationWithinTheEstimate) {
     shape.queries = 8;
     shape.chunk = chunk;
     shape.threads = omp_get_max_threads();
-    const auto e = estimate_run(ck.config(), ck.mapped_bytes(), 2, shape, 1e9, "stated");
+    EXPECT_EQ(ck.weight_bytes_per_param(), 2.0);
+    const auto e = estimate_run(ck.config(), ck.mapped_bytes(), ck.weight_bytes_per_param(), shape, 1e9, "stated");
     EXPECT_LE(r.allocated_bytes, e.resident_bytes) << "chunk " << chunk;
     EXPECT_GT(r.allocated_bytes, e.resident_bytes / 4) << "chunk " << chunk;  // the estimate is not vacuous
   }

@@ -91,6 +91,13 @@ std::uint64_t Checkpoint::mapped_bytes() const {
   return b;
 }
 
+double Checkpoint::weight_bytes_per_param() const {
+  const std::string name = layer_tensor(0, "self_attn.q_proj.weight");
+  const auto it = where_.find(name);
+  if (it == where_.end()) throw UsageError(dir_.string() + ": tensor '" + name + "' is not in the checkpoint");
+  return double(dtype_bytes(it->second->header().find(name)->dtype));
+}
+
 std::vector<std::int32_t> parse_token_ids(const nlohmann::json& j, int vocab_size, const std::string& src) {
   if (!j.is_array())
     throw UsageError(src + ": expected a JSON array of token ids, got " + std::string(j.type_name()) +

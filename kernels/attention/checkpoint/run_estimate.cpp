@@ -95,7 +95,7 @@ void check_memory(const RunEstimate& e, std::uint64_t available, const RunShape&
   throw UsageError("context " + std::to_string(r.context) + " with " + std::to_string(r.queries) +
                    " captured queries needs " + bytes_text(double(e.resident_bytes)) + " resident (capture " +
                    bytes_text(double(e.capture_bytes)) + ", hidden " + bytes_text(double(e.hidden_bytes)) +
-                   ", scores " + bytes_text(double(e.activation_bytes)) + "), " + bytes_text(double(available)) +
+                   ", activations " + bytes_text(double(e.activation_bytes)) + "), " + bytes_text(double(available)) +
                    " available: a shorter context, fewer queries or fewer captured layers fit");
 }
 

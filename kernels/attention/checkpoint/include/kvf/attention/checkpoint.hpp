@@ -66,6 +66,9 @@ class Checkpoint {
   // Sum of the safetensors file sizes (what the mapping may bring into the page cache).
   std::uint64_t mapped_bytes() const;
   std::size_t files() const { return files_.size(); }
+  // Bytes per parameter of the layers' weights as stored (layer 0's q_proj: 2 for BF16/F16, 4 for F32), for
+  // estimate_run.
+  double weight_bytes_per_param() const;
 
  private:
   std::filesystem::path dir_;
