@@ -148,20 +148,23 @@ TEST(AttentionForward, ChunkSizeAndShardingDoNotChangeTheResult) {
   }
 }
 
-TEST(AttentionForward, Qwen2BiasTiedAndLinearVariants) {
+TEST(AttentionForward, Qwen2BiasTiedLinearAndHeadDimVariants) {
   struct V {
     const char* arch;
     const char* rope;
     bool tie;
-  } variants[] = {{"Qwen2ForCausalLM", "none", false}, {"LlamaForCausalLM", "linear", true},
-                  {"MistralForCausalLM", "none", false}};
+    int head_dim;  // 24: q_dim 96 != hidden 64, as models with an explicit head_dim (Mistral-Nemo)
+  } variants[] = {{"Qwen2ForCausalLM", "none", false, 16}, {"LlamaForCausalLM", "linear", true, 16},
+                  {"MistralForCausalLM", "none", false, 16}, {"LlamaForCausalLM", "llama3", false, 24}};
   for (const auto& v : variants) {
-    SCOPED_TRACE(std::string(v.arch) + " rope " + v.rope + (v.tie ? " tied" : ""));
-    const fs::path d = test::fresh_dir(std::string("var-") + v.arch + v.rope);
+    SCOPED_TRACE(std::string(v.arch) + " rope " + v.rope + (v.tie ? " tied" : "") + " head_dim " +
+                 std::to_string(v.head_dim));
+    const fs::path d = test::fresh_dir(std::string("var-") + v.arch + v.rope + std::to_string(v.head_dim));
     test::TinySpec s;
     s.arch = v.arch;
     s.rope = v.rope;
     s.tie = v.tie;
+    s.head_dim = v.head_dim;
     test::write_tiny_checkpoint(d, s);
     const Checkpoint ck(d);
     EXPECT_EQ(ck.has("lm_head.weight"), !v.tie);
