@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 MAX_SEED = 16 * 1024  # bytes per seed sliced from a real file
 
 corpus = {t: {} for t in ("fuzz_cases_csv", "fuzz_samples_csv", "fuzz_counters_csv", "fuzz_meta_json", "fuzz_gbench_json",
-                          "fuzz_residency_csv")}
+                          "fuzz_residency_csv", "fuzz_safetensors")}
 
 
 MAX_LEN = 64 * 1024  # run.sh fuzzes with -max_len=65536: a longer seed would be cut
@@ -328,6 +328,47 @@ hostile_replay = [
 ]
 for s in hostile_replay:
     add("fuzz_residency_csv", s)
+
+# ----------------------------------------------------------------------------------------- safetensors
+# Whole safetensors files (issue 19): 8-byte little-endian header length, JSON header, data. Small tensors of the
+# dtypes a model uses, then headers that lie about each thing the reader checks.
+def st_file(header, data=b"", length=None):
+    h = json.dumps(header, separators=(",", ":")).encode() if not isinstance(header, (bytes, str)) else (
+        header.encode() if isinstance(header, str) else header)
+    n = len(h) if length is None else length
+    return n.to_bytes(8, "little") + h + data
+
+
+def st_tensors(tensors, metadata=None):
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    return st_file(header, data)
+
+
+_bf16 = bytes([0x80, 0x3f, 0x00, 0x40, 0x40, 0x40, 0x80, 0xbf])  # 1, 2, 3, -1
+_f32 = bytes([0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0])                  # 1, -2
+_f16 = bytes([0x00, 0x3c, 0x01, 0x00, 0x00, 0x7c, 0x00, 0x7e])    # 1, subnormal, inf, nan
+for seed in [
+    st_tensors([("model.embed_tokens.weight", "BF16", [2, 2], _bf16), ("model.norm.weight", "F32", [2], _f32)],
+               {"format": "pt"}),
+    st_tensors([("a", "F16", [4], _f16), ("b", "F32", [], _f32[:4]), ("z", "BF16", [0, 3], b"")]),
+    st_tensors([("ids", "I64", [1], bytes(8)), ("mask", "BOOL", [2], b"\x01\x00"), ("q", "F8_E4M3", [2], b"\x38\x40")]),
+    st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+             "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8)),    # overlap
+    st_file({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(8)),  # past the data
+    st_file({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 8]}}, bytes(8)),  # span != dtype x shape
+    st_file({"a": {"dtype": "F32", "shape": [65536, 65536, 65536, 65536], "data_offsets": [0, 8]}}, bytes(8)),
+    st_file({"a": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}}, bytes(8)),
+    st_file({"__metadata__": {"k": 1}}),
+    st_file("{}", length=1 << 40),                                                       # length beyond the file
+    st_file('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}   ', bytes(4)),     # padded with spaces
+    st_file("[" * 100 + "]" * 100),
+]:
+    add("fuzz_safetensors", seed)
 
 # ----------------------------------------------------------------------------------------- write
 total = 0

@@ -8,12 +8,13 @@
 # kept under ARTIFACTS/<target>/ and its path printed), 2 for bad usage.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ALL=(fuzz_cases_csv fuzz_samples_csv fuzz_counters_csv fuzz_meta_json fuzz_gbench_json fuzz_residency_csv)
+ALL=(fuzz_cases_csv fuzz_samples_csv fuzz_counters_csv fuzz_meta_json fuzz_gbench_json fuzz_residency_csv fuzz_safetensors)
 
 dict_of() {
   case "$1" in
     *_csv) echo "$HERE/dict/csv.dict" ;;
     *_json) echo "$HERE/dict/json.dict" ;;
+    *_safetensors) echo "$HERE/dict/safetensors.dict" ;;
   esac
 }
 

@@ -1,0 +1,60 @@
+// What a forward pass with attention capture will cost, said before it starts (issue 19: "say the cost
+// first"), and refused when this machine cannot hold it.
+//
+// The model's forward (kvf/attention/forward.hpp) runs layer by layer over the whole context, in chunks of
+// `chunk` query rows, so its memory is:
+//   resident = hidden state  C x hidden fp32 (the residual stream of every position, C rounded up to whole chunks)
+//            + one layer's weights: the working copy (at most 6 bytes per parameter: the GEMM's fp32 or packed
+//              copy plus the bf16 staging of one matrix) and that layer's mapped pages (file bytes)
+//            + K and V of the current layer  2 x kv_heads x C x head_dim fp32 (unless captured)
+//            + chunk activations  chunk x (qkv + hidden x 3 + q_dim + 3 x intermediate) fp32 + the GEMM inputs
+//            + attention scores  threads x chunk x C fp32
+//            + capture, per captured layer: probabilities q_heads x M x C, Q rows q_heads x M x head_dim, and K
+//              and V 2 x kv_heads x C x head_dim (all fp32)
+//            + logits M x vocab fp32 and one 4096-row block of lm_head in fp32
+// The safetensors files are memory-mapped: the page cache may hold all of them (mapped_weight_bytes) but the
+// pass needs one layer's pages at a time, so they are listed, not required.
+// FLOPs: 2 x params x C_pad for the projections and MLP (C rounded up to whole chunks), 4 x q_dim x C x (C +
+// chunk) / 2 for causal attention (scores and P.V, the chunk's keys included), 2 x M x hidden x vocab for the
+// logits. Time = FLOPs / a rate the caller measured or stated (forward.hpp: measure_gemm_rate).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kvf/attention/checkpoint.hpp"
+
+namespace kvf::attention {
+
+struct RunShape {
+  int context = 0;         // C: tokens in the prompt
+  int queries = 1;         // M: last query rows whose attention is captured (also the logits' rows)
+  int chunk = 256;         // query rows per prefill step
+  int capture_layers = -1; // layers captured; -1: all
+  int threads = 1;         // OpenMP threads (one score buffer each)
+};
+
+struct RunEstimate {
+  std::uint64_t mapped_weight_bytes = 0;  // the safetensors files (page cache, not required resident)
+  std::uint64_t layer_weight_bytes = 0;   // one layer: working copy + its mapped pages
+  std::uint64_t hidden_bytes = 0, kv_bytes = 0, activation_bytes = 0, capture_bytes = 0, logits_bytes = 0;
+  std::uint64_t resident_bytes = 0;       // the sum of the six above
+  double flops = 0, flops_per_s = 0, seconds = 0;
+  std::string rate_source;                // "measured: ..." or "stated: ..."
+};
+
+// mapped: Checkpoint::mapped_bytes() (or the files' size for a model not at hand); weight_bytes_per_param: 2 for
+// bf16/f16 files, 4 for f32. UsageError for a shape outside [1, ...] (naming it).
+RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_bytes_per_param, const RunShape& r,
+                         double flops_per_s, const std::string& rate_source);
+// One line: "estimate: <time> (<GFLOP> at <rate>, <source>); memory <resident> resident of <available> available
+// (hidden .., weights/layer .., K/V .., activations .., capture .., logits ..), weights mapped <mapped>".
+std::string describe(const RunEstimate& e, std::uint64_t available);
+// MemAvailable from /proc/meminfo (what can be had without swapping), 0 when unknown.
+std::uint64_t available_memory_bytes();
+// UsageError (one line: what the run needs, what is available, what shrinks it) when resident_bytes exceeds
+// `available`; nothing when available is 0 (unknown).
+void check_memory(const RunEstimate& e, std::uint64_t available, const RunShape& r);
+// Bytes as "1.50 GiB", "12.0 MiB".
+std::string bytes_text(double b);
+
+}  // namespace kvf::attention

@@ -1,0 +1,398 @@
+// The Llama-family forward pass on the CPU with attention capture (kvf/attention/forward.hpp).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "gemm_onednn.hpp"
+#include "kvf/attention/forward.hpp"
+#include "kvf/errors.hpp"
+#include "layers.hpp"  // causal_softmax_row
+#include "recompute.hpp"
+
+namespace kvf::attention {
+
+using frontier::Bf16Gemm;
+
+std::vector<double> hf_inv_freq(const models::ModelShape& m) {
+  if (m.rope_scaling.type != "linear") return frontier::rope_inv_freq(m, m.head_dim);
+  models::ModelShape plain = m;
+  plain.rope_scaling.type = "none";
+  auto f = frontier::rope_inv_freq(plain, m.head_dim);
+  for (auto& v : f) v /= m.rope_scaling.factor;
+  return f;
+}
+
+namespace {
+
+// Y[M][N] = X[M][K] W^T for one projection: bf16 weights through Bf16Gemm (X rounded to bf16, as a bf16
+// engine feeds its GEMMs), other dtypes in fp32 (OpenBLAS), so an f32 checkpoint is not rounded.
+struct Proj {
+  std::unique_ptr<Bf16Gemm> bf;
+  std::vector<float> wf;
+  int M = 0, N = 0, K = 0;
+  std::uint64_t bytes() const { return std::uint64_t(N) * K * 4 + std::uint64_t(M) * K * 4; }
+  std::string impl() const { return bf ? bf->impl() : "OpenBLAS sgemm fp32 (the weights are not bf16)"; }
+  void run(const float* X, float* Y, std::vector<std::uint16_t>& xb) const {
+    if (bf) {
+      frontier::f32_to_bf16(X, xb.data(), std::size_t(M) * K);
+      bf->run(xb.data(), Y);
+    } else {
+      frontier::gemm_xwT(X, wf.data(), Y, M, N, K);
+    }
+  }
+};
+
+// The row blocks of `parts` stacked into one [sum rows][K] product ([q; k; v], [gate; up]).
+Proj make_proj(const std::vector<TensorView>& parts, int M, int K) {
+  Proj p;
+  p.M = M;
+  p.K = K;
+  bool all_bf16 = true;
+  for (const auto& v : parts) {
+    p.N += int(v.info->shape[0]);
+    all_bf16 = all_bf16 && v.info->dtype == Dtype::bf16;
+  }
+  std::size_t row = 0;
+  if (all_bf16) {
+    std::vector<std::uint16_t> w(std::size_t(p.N) * K);
+    for (const auto& v : parts) {
+      to_bf16(v, w.data() + row * K);
+      row += std::size_t(v.info->shape[0]);
+    }
+    p.bf = std::make_unique<Bf16Gemm>(M, p.N, K, w.data());
+  } else {
+    p.wf.resize(std::size_t(p.N) * K);
+    for (const auto& v : parts) {
+      to_f32(v, p.wf.data() + row * K);
+      row += std::size_t(v.info->shape[0]);
+    }
+  }
+  return p;
+}
+
+std::vector<float> vec_f32(const TensorView& v) {
+  std::vector<float> out(std::size_t(v.info->numel()));
+  to_f32(v, out.data());
+  return out;
+}
+
+struct LayerW {
+  Proj qkv, o, gu, d;
+  std::vector<float> g_in, g_post, bias;  // bias: [q | k | v] (Qwen2), else empty
+  std::uint64_t bytes() const {
+    return qkv.bytes() + o.bytes() + gu.bytes() + d.bytes() + 4 * (g_in.size() + g_post.size() + bias.size());
+  }
+};
+
+LayerW load_layer(const Checkpoint& ck, int l, int T) {
+  const auto& m = ck.config().shape;
+  const std::int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
+  auto t = [&](const char* s, std::vector<std::int64_t> shape) { return ck.tensor(layer_tensor(l, s), shape); };
+  LayerW w;
+  w.qkv = make_proj({t("self_attn.q_proj.weight", {qd, H}), t("self_attn.k_proj.weight", {kvd, H}),
+                     t("self_attn.v_proj.weight", {kvd, H})}, T, int(H));
+  w.o = make_proj({t("self_attn.o_proj.weight", {H, qd})}, T, int(qd));
+  w.gu = make_proj({t("mlp.gate_proj.weight", {I, H}), t("mlp.up_proj.weight", {I, H})}, T, int(H));
+  w.d = make_proj({t("mlp.down_proj.weight", {H, I})}, T, int(I));
+  w.g_in = vec_f32(t("input_layernorm.weight", {H}));
+  w.g_post = vec_f32(t("post_attention_layernorm.weight", {H}));
+  if (m.qkv_bias) {
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+      const auto v = t(b, {std::string(b).find("q_proj") != std::string::npos ? qd : kvd});
+      const auto f = vec_f32(v);
+      w.bias.insert(w.bias.end(), f.begin(), f.end());
+    }
+  }
+  return w;
+}
+
+// transformers' LlamaRMSNorm: fp32 x / sqrt(mean(x^2) + eps) * g (the sum in double here).
+void rmsnorm(const float* x, const float* g, double eps, int rows, int n, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + std::size_t(r) * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
+    const float inv = float(1.0 / std::sqrt(ss / n + eps));
+    for (int i = 0; i < n; ++i) y[std::size_t(r) * n + i] = xr[i] * inv * g[i];
+  }
+}
+
+struct Geometry {
+  int C = 0, M = 0, T = 0, H = 0, D = 0, nh = 0, nkv = 0, qd = 0, kvd = 0, qo = 0, I = 0, V = 0;
+};
+
+void validate(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
+  const auto& m = cfg.shape;
+  const int C = int(tokens.size());
+  if (C < 1) throw UsageError("attention forward: no tokens");
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= m.vocab)
+      throw UsageError("attention forward: position " + std::to_string(i) + ": token id " + std::to_string(tokens[i]) +
+                       " is not in [0, " + std::to_string(m.vocab) + ")");
+  if (opt.queries < 1 || opt.queries > C)
+    throw UsageError("attention forward: queries " + std::to_string(opt.queries) + " must be in [1, context " +
+                     std::to_string(C) + "]");
+  if (opt.chunk < 1) throw UsageError("attention forward: chunk " + std::to_string(opt.chunk) + " must be at least 1");
+  for (int l : opt.capture_layers)
+    if (l < 0 || l >= m.layers)
+      throw UsageError("attention forward: capture layer " + std::to_string(l) + " is not in [0, " +
+                       std::to_string(m.layers) + ")");
+  if (cfg.sliding_window > 0 && C > cfg.sliding_window)
+    throw UsageError(cfg.source + ": sliding_window " + std::to_string(cfg.sliding_window) + " is below the context " +
+                     std::to_string(C) + "; sliding-window attention is not built (not available: only full attention)");
+  if (const SelectionMask* k = opt.mask) {
+    if (k->layers != m.layers || k->kv_heads != m.n_kv_heads || k->kept.size() != std::size_t(k->layers) * k->kv_heads ||
+        k->from < 0 || k->from > C)
+      throw UsageError("selection mask: " + std::to_string(k->layers) + " layers x " + std::to_string(k->kv_heads) +
+                       " kv heads from position " + std::to_string(k->from) + "; the model has " +
+                       std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " and the context " +
+                       std::to_string(C));
+    for (const auto& v : k->kept)
+      for (auto p : v)
+        if (p < 0 || p >= k->from)
+          throw UsageError("selection mask: kept position " + std::to_string(p) + " is not in [0, from " +
+                           std::to_string(k->from) + ")");
+  }
+}
+
+// Per layer and kv head, whether a key below mask.from is kept ([kv head][from]).
+std::vector<std::uint8_t> keep_bits(const SelectionMask& k, int l) {
+  std::vector<std::uint8_t> b(std::size_t(k.kv_heads) * k.from, 0);
+  for (int h = 0; h < k.kv_heads; ++h)
+    for (auto p : k.kept[std::size_t(l) * k.kv_heads + h]) b[std::size_t(h) * k.from + p] = 1;
+  return b;
+}
+
+// Where the layer's K/V go and what of the attention is kept.
+struct LayerState {
+  float* k = nullptr;  // [kv head][C][D]
+  float* v = nullptr;
+  float* probs = nullptr;  // capture of this layer [q head][M][C], or null
+  float* qcap = nullptr;   // [q head][M][D], or null
+  const std::uint8_t* keep = nullptr;  // keep_bits, or null
+  int mask_from = 0;
+};
+
+// Bias, RoPE, K/V write of rows t0 .. t0 + nt (qkv: [T][qo]); q is left rotated in place.
+void qkv_post(const Geometry& g, float* qkv, const std::vector<float>& bias, const float* cos_sin, int t0, int nt,
+              LayerState& s) {
+  const int half = g.D / 2;
+  for (int i = 0; i < nt; ++i) {
+    float* row = qkv + std::size_t(i) * g.qo;
+    if (!bias.empty())
+      for (int j = 0; j < g.qo; ++j) row[j] += bias[j];
+    const float* cs = cos_sin + std::size_t(t0 + i) * g.D;
+    for (int hh = 0; hh < g.nh + g.nkv; ++hh) {  // q heads, then k heads (they follow in the row)
+      float* x = row + std::size_t(hh) * g.D;
+      for (int j = 0; j < half; ++j) {
+        const auto r = frontier::rope_rotate(x[j], x[j + half], cs[j], cs[half + j]);
+        x[j] = r.lo;
+        x[j + half] = r.hi;
+      }
+    }
+    for (int h = 0; h < g.nkv; ++h) {
+      std::copy_n(row + g.qd + h * g.D, g.D, s.k + (std::size_t(h) * g.C + t0 + i) * g.D);
+      std::copy_n(row + g.qd + g.kvd + h * g.D, g.D, s.v + (std::size_t(h) * g.C + t0 + i) * g.D);
+    }
+  }
+}
+
+// softmax(q K^T / sqrt(D)) V for rows t0 .. t0 + nt, one query head per thread; out [T][qd].
+void attention_chunk(const Geometry& g, const float* qkv, int t0, int nt, const LayerState& s, float* out,
+                     std::vector<float>& scores) {
+  const int G = g.nh / g.nkv, keys = t0 + nt;
+  const float scale = 1.0f / std::sqrt(float(g.D));
+  const bool team = std::int64_t(nt) * keys * g.D * g.nh > (std::int64_t(1) << 20);
+  const std::size_t per_thread = std::size_t(g.T) * g.C;
+#pragma omp parallel for schedule(dynamic) if (team)
+  for (int hq = 0; hq < g.nh; ++hq) {
+    const int hk = hq / G;
+    float* sc = scores.data() + (team ? std::size_t(omp_get_thread_num()) * per_thread : 0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, g.D, scale, qkv + std::size_t(hq) * g.D, g.qo,
+                s.k + std::size_t(hk) * g.C * g.D, g.D, 0.0f, sc, keys);
+    for (int i = 0; i < nt; ++i) {
+      float* row = sc + std::size_t(i) * keys;
+      const int pos = t0 + i;
+      if (s.keep && pos >= s.mask_from)
+        for (int j = 0; j < s.mask_from; ++j)
+          if (!s.keep[std::size_t(hk) * s.mask_from + j]) row[j] = -INFINITY;
+      frontier::causal_softmax_row(row, pos + 1, keys);
+      const int m = pos - (g.C - g.M);
+      if (s.probs && m >= 0) {
+        float* dst = s.probs + (std::size_t(hq) * g.M + m) * g.C;
+        std::copy_n(row, keys, dst);
+        std::fill(dst + keys, dst + g.C, 0.0f);
+        std::copy_n(qkv + std::size_t(i) * g.qo + std::size_t(hq) * g.D, g.D, s.qcap + (std::size_t(hq) * g.M + m) * g.D);
+      }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, g.D, keys, 1.0f, sc, keys,
+                s.v + std::size_t(hk) * g.C * g.D, g.D, 0.0f, out + std::size_t(hq) * g.D, g.qd);
+  }
+}
+
+struct Scratch {
+  std::vector<float> xn, qkv, attn, gu, act, tmp, scores;
+  std::vector<std::uint16_t> xb;
+  std::uint64_t bytes() const {
+    return 4 * (xn.size() + qkv.size() + attn.size() + gu.size() + act.size() + tmp.size() + scores.size()) +
+           2 * xb.size();
+  }
+};
+
+// One chunk of one layer: h rows t0 .. t0 + T (rows past C are padding, computed and ignored).
+void layer_chunk(const Geometry& g, const LayerW& w, double eps, float* h, const float* cos_sin, int t0,
+                 LayerState& s, Scratch& x) {
+  const int nt = std::min(g.T, g.C - t0);
+  float* hc = h + std::size_t(t0) * g.H;
+  rmsnorm(hc, w.g_in.data(), eps, g.T, g.H, x.xn.data());
+  w.qkv.run(x.xn.data(), x.qkv.data(), x.xb);
+  qkv_post(g, x.qkv.data(), w.bias, cos_sin, t0, nt, s);
+  attention_chunk(g, x.qkv.data(), t0, nt, s, x.attn.data(), x.scores);
+  w.o.run(x.attn.data(), x.tmp.data(), x.xb);
+  for (std::size_t i = 0; i < std::size_t(nt) * g.H; ++i) hc[i] += x.tmp[i];
+  rmsnorm(hc, w.g_post.data(), eps, g.T, g.H, x.xn.data());
+  w.gu.run(x.xn.data(), x.gu.data(), x.xb);
+  for (int t = 0; t < nt; ++t)
+    for (int i = 0; i < g.I; ++i) {
+      const float a = x.gu[std::size_t(t) * 2 * g.I + i], u = x.gu[std::size_t(t) * 2 * g.I + g.I + i];
+      x.act[std::size_t(t) * g.I + i] = a / (1.0f + std::exp(-a)) * u;
+    }
+  w.d.run(x.act.data(), x.tmp.data(), x.xb);
+  for (std::size_t i = 0; i < std::size_t(nt) * g.H; ++i) hc[i] += x.tmp[i];
+}
+
+// logits [M][V] of the last M rows of h: final norm, then lm_head in 4096-row blocks widened to fp32 (an 8B
+// model's lm_head is 1 GB in bf16: never copied whole).
+void logits_cpu(const Checkpoint& ck, const Geometry& g, const float* h, ForwardResult& r) {
+  const auto& cfg = ck.config();
+  const auto norm = vec_f32(ck.tensor("model.norm.weight", {g.H}));
+  std::vector<float> xn(std::size_t(g.M) * g.H);
+  rmsnorm(h + std::size_t(g.C - g.M) * g.H, norm.data(), cfg.shape.rms_eps, g.M, g.H, xn.data());
+  const std::string head = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const TensorView w = ck.tensor(head, {g.V, g.H});
+  constexpr int kBlock = 4096;
+  std::vector<float> wb(std::size_t(std::min(kBlock, g.V)) * g.H), yb(std::size_t(g.M) * std::min(kBlock, g.V));
+  r.logits.assign(std::size_t(g.M) * g.V, 0.0f);
+  for (int v0 = 0; v0 < g.V; v0 += kBlock) {
+    const int nv = std::min(kBlock, g.V - v0);
+    to_f32(w, wb.data(), std::int64_t(v0) * g.H, std::int64_t(nv) * g.H);
+    frontier::gemm_xwT(xn.data(), wb.data(), yb.data(), g.M, nv, g.H);
+    for (int mm = 0; mm < g.M; ++mm) std::copy_n(yb.data() + std::size_t(mm) * nv, nv, r.logits.data() + std::size_t(mm) * g.V + v0);
+  }
+  const float* last = r.logits.data() + std::size_t(g.M - 1) * g.V;
+  r.next_token = std::int32_t(std::max_element(last, last + g.V) - last);
+  r.allocated_bytes += 4 * (xn.size() + wb.size() + yb.size() + r.logits.size());
+}
+
+}  // namespace
+
+ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
+  const auto& cfg = ck.config();
+  const auto& m = cfg.shape;
+  validate(cfg, tokens, opt);
+  frontier::blas_on_openmp();
+  Geometry g;
+  g.C = int(tokens.size());
+  g.M = opt.queries;
+  g.T = std::min(opt.chunk, g.C);
+  g.H = m.hidden, g.D = m.head_dim, g.nh = m.n_heads, g.nkv = m.n_kv_heads, g.qd = m.q_dim(), g.kvd = m.kv_dim();
+  g.qo = g.qd + 2 * g.kvd, g.I = m.intermediate, g.V = m.vocab;
+  const int C_pad = (g.C + g.T - 1) / g.T * g.T;
+  const auto cos_sin = frontier::rope_table(hf_inv_freq(m), g.C);
+  std::vector<float> h(std::size_t(C_pad) * g.H, 0.0f);
+  const TensorView embed = ck.tensor("model.embed_tokens.weight", {g.V, g.H});
+  for (int t = 0; t < g.C; ++t) to_f32(embed, h.data() + std::size_t(t) * g.H, std::int64_t(tokens[t]) * g.H, g.H);
+
+  ForwardResult r;
+  std::vector<int> layers = opt.capture_layers;
+  if (layers.empty())
+    for (int l = 0; l < m.layers; ++l) layers.push_back(l);
+  auto& cap = r.capture;
+  if (opt.capture) {
+    cap.layer_ids = layers;
+    cap.q_heads = g.nh, cap.kv_heads = g.nkv, cap.head_dim = g.D, cap.queries = g.M, cap.context = g.C;
+    const std::size_t nl = layers.size();
+    cap.probs.assign(nl * g.nh * g.M * std::size_t(g.C), 0.0f);
+    cap.q.assign(nl * g.nh * g.M * std::size_t(g.D), 0.0f);
+    cap.k.assign(nl * g.nkv * std::size_t(g.C) * g.D, 0.0f);
+    cap.v.assign(cap.k.size(), 0.0f);
+  }
+  std::vector<float> k_own, v_own;  // a layer not captured keeps its K/V here
+  Scratch x;
+  x.xn.resize(std::size_t(g.T) * g.H);
+  x.qkv.resize(std::size_t(g.T) * g.qo);
+  x.attn.assign(std::size_t(g.T) * g.qd, 0.0f);
+  x.gu.resize(std::size_t(g.T) * 2 * g.I);
+  x.act.assign(std::size_t(g.T) * g.I, 0.0f);
+  x.tmp.resize(std::size_t(g.T) * std::max(g.H, g.qd));
+  x.xb.resize(std::size_t(g.T) * std::max({g.H, g.qd, g.I}));
+  x.scores.resize(std::size_t(omp_get_max_threads()) * g.T * g.C);
+  std::uint64_t layer_bytes = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    const LayerW w = load_layer(ck, l, g.T);
+    layer_bytes = std::max(layer_bytes, w.bytes());
+    if (r.gemm.empty()) r.gemm = w.qkv.impl();
+    LayerState s;
+    const auto it = std::find(cap.layer_ids.begin(), cap.layer_ids.end(), l);
+    if (opt.capture && it != cap.layer_ids.end()) {
+      const std::size_t c = std::size_t(it - cap.layer_ids.begin());
+      s.k = cap.k.data() + c * g.nkv * g.C * g.D;
+      s.v = cap.v.data() + c * g.nkv * g.C * g.D;
+      s.probs = cap.probs.data() + c * g.nh * g.M * g.C;
+      s.qcap = cap.q.data() + c * g.nh * g.M * g.D;
+    } else {
+      k_own.resize(std::size_t(g.nkv) * g.C * g.D);
+      v_own.resize(k_own.size());
+      s.k = k_own.data();
+      s.v = v_own.data();
+    }
+    std::vector<std::uint8_t> keep;
+    if (opt.mask) {
+      keep = keep_bits(*opt.mask, l);
+      s.keep = keep.data();
+      s.mask_from = opt.mask->from;
+    }
+    for (int t0 = 0; t0 < g.C; t0 += g.T) layer_chunk(g, w, m.rms_eps, h.data(), cos_sin.data(), t0, s, x);
+  }
+  r.allocated_bytes = layer_bytes + x.bytes() + 4 * (h.size() + cos_sin.size() + k_own.size() + v_own.size()) +
+                      4 * (cap.probs.size() + cap.q.size() + cap.k.size() + cap.v.size());
+  logits_cpu(ck, g, h.data(), r);
+  return r;
+}
+
+std::vector<std::int32_t> greedy_decode_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& prompt, int n,
+                                            const SelectionMask* mask, int chunk) {
+  std::vector<std::int32_t> seq = prompt, out;
+  ForwardOptions opt;
+  opt.chunk = chunk;
+  opt.capture = false;
+  opt.mask = mask;
+  for (int i = 0; i < n; ++i) {
+    const auto r = forward_cpu(ck, seq, opt);
+    out.push_back(r.next_token);
+    seq.push_back(r.next_token);
+  }
+  return out;
+}
+
+double measure_gemm_rate(int rows, int hidden, std::string* what) {
+  std::vector<std::uint16_t> w(std::size_t(hidden) * hidden), x(std::size_t(rows) * hidden);
+  frontier::fill_bf16_uniform(w.data(), w.size(), 7, 1.0f);
+  frontier::fill_bf16_uniform(x.data(), x.size(), 8, 1.0f);
+  std::vector<float> y(std::size_t(rows) * hidden);
+  const Bf16Gemm gemm(rows, hidden, hidden, w.data());
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gemm.run(x.data(), y.data());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (what) *what = gemm.impl();
+  return 2.0 * rows * double(hidden) * hidden / best;
+}
+
+}  // namespace kvf::attention

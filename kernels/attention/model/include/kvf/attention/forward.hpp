@@ -1,0 +1,98 @@
+// The Llama-family forward pass on the CPU with attention capture (issue 19), and its fp64 reference.
+//
+//   h = embed_tokens[token]
+//   per layer: xn = RMSNorm(h) g_in;  q, k, v = xn W^T (+ bias, Qwen2);  q, k = RoPE (llama3 / linear scaling as
+//              transformers computes the inverse frequencies);  o = softmax(q k^T / sqrt(D), causal) v per query
+//              head (GQA: head hq reads kv head hq / (Hq / Hkv));  h += o Wo^T;
+//              h += (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T with xn2 = RMSNorm(h) g_post
+//   logits = RMSNorm(h) g_final lm_head^T (lm_head = embed_tokens when tie_word_embeddings); next = argmax.
+//
+// Order: layer by layer over the whole context, each layer in chunks of `chunk` query rows (the last chunk
+// padded). One layer's weights are converted once (bf16 files: the frontier study's Bf16Gemm, oneDNN's bf16
+// matmul or OpenBLAS sgemm on an fp32 copy; f16/f32 files: OpenBLAS sgemm on fp32), and only that layer's K/V
+// and the residual stream (C x hidden) live between chunks: memory stays bounded at long contexts and the
+// mapped weights are read once (run_estimate.hpp gives the bytes). Activations are fp32, rounded to bf16 where
+// a bf16 GEMM reads them; attention is fp32 (OpenBLAS sgemm per head).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvf/attention/checkpoint.hpp"
+
+namespace kvf::attention {
+
+// Block or token selection applied in every layer (needle retrieval under compression): queries at positions
+// >= `from` attend, among the keys below `from`, only to the kept ones of their kv head; keys at or above
+// `from` (the decode queries themselves) stay visible, causally. kept[l * kv_heads + h]: positions in
+// [0, from), any order, repeats allowed.
+struct SelectionMask {
+  int layers = 0, kv_heads = 0, from = 0;
+  std::vector<std::vector<std::int32_t>> kept;
+};
+
+// What the quality figures read, fp32. Index `c` runs over capture.layer_ids (the model layers captured, in
+// order); m = 0 .. M-1 is query position C - M + m.
+//   probs [c][q_head][m][C]     post-softmax attention of query m over every position (0 past the causal limit)
+//   q     [c][q_head][m][D]     the query rows after RoPE, unscaled (score = q.k / sqrt(D))
+//   k, v  [c][kv_head][C][D]    the layer's keys after RoPE and values, bias included
+struct AttentionCapture {
+  int q_heads = 0, kv_heads = 0, head_dim = 0, queries = 0, context = 0;
+  std::vector<int> layer_ids;
+  std::vector<float> probs, q, k, v;
+  const float* probs_at(int c, int hq, int m) const {
+    return probs.data() + ((std::size_t(c) * q_heads + hq) * queries + m) * context;
+  }
+  const float* q_at(int c, int hq, int m) const {
+    return q.data() + ((std::size_t(c) * q_heads + hq) * queries + m) * head_dim;
+  }
+  const float* k_at(int c, int hk) const { return k.data() + (std::size_t(c) * kv_heads + hk) * context * head_dim; }
+  const float* v_at(int c, int hk) const { return v.data() + (std::size_t(c) * kv_heads + hk) * context * head_dim; }
+};
+
+struct ForwardOptions {
+  int chunk = 256;                  // query rows per step
+  int queries = 1;                  // M: captured query rows and logit rows (the last M positions)
+  bool capture = true;              // false: logits only
+  std::vector<int> capture_layers;  // empty: every layer
+  const SelectionMask* mask = nullptr;
+};
+
+struct ForwardResult {
+  std::vector<float> logits;  // [M][vocab], rows of positions C - M .. C - 1
+  std::int32_t next_token = -1;  // argmax of the last row (lowest id on ties)
+  AttentionCapture capture;
+  std::string gemm;                  // the GEMM that ran the projections (Bf16Gemm::impl or OpenBLAS fp32)
+  std::uint64_t allocated_bytes = 0; // the pass's large buffers (weights' working copy, state, capture, logits)
+};
+
+// UsageError: tokens empty or an id >= vocab, queries outside [1, C], chunk < 1, a capture layer out of range, a
+// mask of the wrong geometry, a context beyond a sliding window (not built), a missing or misshapen tensor.
+ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt);
+
+// `n` greedy tokens after the prompt, each step a forward_cpu over prompt + tokens so far with `mask` (its
+// `from` is normally the prompt length). Exact but O(n) prefills: a KV-cached decode is not built yet.
+std::vector<std::int32_t> greedy_decode_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& prompt, int n,
+                                            const SelectionMask* mask, int chunk);
+
+// The RoPE inverse frequencies transformers uses for this config (default, linear: / factor, llama3).
+std::vector<double> hf_inv_freq(const models::ModelShape& m);
+
+// FLOP/s of this machine's projection GEMM at a layer's shape (rows x hidden x hidden, best of a few runs);
+// *what says which GEMM ("oneDNN ..." or "OpenBLAS sgemm fp32 ...").
+double measure_gemm_rate(int rows, int hidden, std::string* what);
+
+// ---------------------------------------------------------------- fp64 reference (small models only)
+// Plain loops in double from the same weights, the RoPE frequencies computed independently of hf_inv_freq.
+// bf16_gemm_inputs = false: no rounding anywhere (the model as defined); true: the four GEMM inputs (the two
+// norms' outputs, the attention output, the MLP activation) rounded to bf16 where the CPU pass rounds them for a
+// bf16 checkpoint, so what is left between the two is fp32 against fp64 arithmetic. Layouts as AttentionCapture,
+// every layer captured. std::invalid_argument above 2^34 multiply-adds (it is a test oracle).
+struct ReferenceResult {
+  int queries = 0, context = 0;
+  std::vector<double> logits, probs, q, k, v;
+};
+ReferenceResult forward_reference(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, int queries,
+                                  const SelectionMask* mask = nullptr, bool bf16_gemm_inputs = false);
+
+}  // namespace kvf::attention
