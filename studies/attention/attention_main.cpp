@@ -1,0 +1,257 @@
+// bench_attention (issue 19): what block and token selection keep of a real model's attention. Reads a Hugging
+// Face Llama-family checkpoint and a token-id file, says what the run will cost (time, memory) before it starts,
+// runs the CPU forward pass capturing the last M query rows of every layer (kernels/attention/model), computes
+// every quality figure per layer and head (kernels/attention/quality) and writes them as CSV files beside a
+// meta.json. studies/attention/README.md says what each file holds.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvf/attention/checkpoint.hpp"
+#include "kvf/attention/forward.hpp"
+#include "kvf/attention/quality.hpp"
+#include "kvf/attention/run_estimate.hpp"
+#include "kvf/csv.hpp"
+#include "kvf/errors.hpp"
+#include "kvf/results.hpp"
+
+namespace fs = std::filesystem;
+namespace q = kvf::attention::quality;
+using kvf::UsageError;
+
+namespace {
+
+constexpr const char* kProg = "bench_attention";
+
+struct Flags {
+  std::string model_dir, tokens, out;
+  int queries = 16, chunk = 256;
+  std::vector<int> layers;  // empty: all
+  std::uint32_t sink = 16;
+  std::vector<std::uint32_t> windows{0, 64, 256, 1024, 4096}, blocks{16, 32, 64, 128, 256};
+  std::vector<double> keeps{1.0 / 2, 1.0 / 4, 1.0 / 8, 1.0 / 16, 1.0 / 32};
+  std::vector<std::string> needles;  // POS:LEN, token positions of a planted passage
+  double entropy_threshold = 0.5;
+  double gflops = 0;  // stated GEMM rate for the estimate; 0: measured
+  bool estimate_only = false;
+};
+
+std::string num(double v) { return kvf::csv_number(v); }
+std::string u(std::uint64_t v) { return std::to_string(v); }
+
+std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int context) {
+  std::vector<q::Needle> out;
+  for (const auto& s : specs) {
+    const auto colon = s.find(':');
+    long long pos = -1, len = -1;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      std::size_t a = 0, b = 0;
+      pos = std::stoll(s.substr(0, colon), &a);
+      len = std::stoll(s.substr(colon + 1), &b);
+      if (a != colon || b != s.size() - colon - 1) throw std::invalid_argument("trailing text");
+    } catch (const std::exception&) {
+      throw UsageError("--needle " + kvf::shown_value(s) + ": expected POS:LEN, token positions of the planted passage");
+    }
+    if (pos < 0 || len < 1 || pos + len > context)
+      throw UsageError("--needle " + s + ": the passage must lie inside the prompt's " + std::to_string(context) +
+                       " tokens (POS >= 0, LEN >= 1)");
+    out.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(len)});
+  }
+  return out;
+}
+
+// The figures of one captured layer through the quality library (captured probabilities given: the pass's own).
+q::LayerFigures figures_of(const kvf::attention::AttentionCapture& cap, int c, const q::QualityOptions& qo) {
+  const std::size_t H = cap.q_heads, K = cap.kv_heads, M = cap.queries, C = cap.context, D = cap.head_dim;
+  q::LayerAttention a;
+  a.layer = static_cast<std::uint32_t>(cap.layer_ids[c]);
+  a.hq = cap.q_heads;
+  a.hkv = cap.kv_heads;
+  a.d = cap.head_dim;
+  a.ctx = cap.context;
+  a.rows = cap.queries;
+  a.causal = true;  // the last M rows of a causal prefill
+  a.q = {cap.q_at(c, 0, 0), H * M * D};
+  a.k = {cap.k_at(c, 0), K * C * D};
+  a.v = {cap.v_at(c, 0), K * C * D};
+  a.probs = {cap.probs_at(c, 0, 0), H * M * C};
+  return q::layer_figures(a, qo);
+}
+
+void write_csv(const fs::path& p, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::string s = kvf::csv_line(header);
+  for (const auto& r : rows) s += kvf::csv_line(r);
+  kvf::write_file_atomically(p, s);
+}
+
+int run(const Flags& f) {
+  const kvf::attention::Checkpoint ck(f.model_dir);
+  const auto& cfg = ck.config();
+  const auto tokens = kvf::attention::read_token_ids(f.tokens, cfg.shape.vocab);
+  const int C = static_cast<int>(tokens.size());
+  if (f.queries < 1 || f.queries > C)
+    throw UsageError("--queries " + std::to_string(f.queries) + ": 1 .. the prompt's " + std::to_string(C) + " tokens");
+  for (int l : f.layers)
+    if (l < 0 || l >= cfg.shape.layers)
+      throw UsageError("--layers " + std::to_string(l) + ": the model has layers 0 .. " + std::to_string(cfg.shape.layers - 1));
+  const auto needles = parse_needles(f.needles, C);
+
+  // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
+  kvf::attention::RunShape rs;
+  rs.context = C;
+  rs.queries = f.queries;
+  rs.chunk = f.chunk;
+  rs.capture_layers = f.layers.empty() ? -1 : static_cast<int>(f.layers.size());
+  rs.threads = omp_get_max_threads();
+  std::string rate_what;
+  double rate = f.gflops * 1e9;
+  if (rate > 0) {
+    rate_what = "stated: --gflops " + num(f.gflops);
+  } else {
+    rate = kvf::attention::measure_gemm_rate(std::min(f.chunk, C), static_cast<int>(cfg.shape.hidden), &rate_what);
+    rate_what = "measured: " + rate_what;
+  }
+  const auto est = kvf::attention::estimate_run(cfg, ck.mapped_bytes(), ck.weight_bytes_per_param(), rs, rate, rate_what);
+  const auto avail = kvf::attention::available_memory_bytes();
+  std::fprintf(stderr, "%s: %s, %d tokens, M=%d: %s\n", kProg, cfg.architecture.c_str(), C, f.queries,
+               kvf::attention::describe(est, avail).c_str());
+  kvf::attention::check_memory(est, avail, rs);
+  if (f.estimate_only) return 0;
+
+  kvf::attention::ForwardOptions fo;
+  fo.chunk = f.chunk;
+  fo.queries = f.queries;
+  fo.capture_layers = f.layers;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto fw = kvf::attention::forward_cpu(ck, tokens, fo);
+  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  q::QualityOptions qo;
+  qo.sink = f.sink;
+  qo.windows.clear();
+  for (auto w : f.windows)
+    if (w <= static_cast<std::uint32_t>(C)) qo.windows.push_back(w);
+  qo.selection.blocks.clear();
+  for (auto b : f.blocks)
+    if (static_cast<std::uint32_t>(C) % b == 0) qo.selection.blocks.push_back(b);
+  qo.selection.keeps = f.keeps;
+  qo.selection.needles = needles;
+
+  std::vector<std::vector<std::string>> loc, ent, layers, sel, ndl, skipped;
+  std::vector<q::LayerEntropy> per_layer;
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto& cap = fw.capture;
+  for (std::size_t c = 0; c < cap.layer_ids.size(); ++c) {
+    const auto lf = figures_of(cap, static_cast<int>(c), qo);
+    for (const auto& r : lf.locality) loc.push_back({u(r.layer), u(r.head), u(r.sink), u(r.window), num(r.mass)});
+    for (const auto& r : lf.entropy) ent.push_back({u(r.layer), u(r.head), num(r.nats), num(r.normalized)});
+    per_layer.push_back(lf.layer_entropy);
+    layers.push_back({u(lf.layer_entropy.layer), num(lf.layer_entropy.nats), num(lf.layer_entropy.normalized)});
+    for (const auto& r : lf.selection.rows)
+      sel.push_back({u(r.layer), u(r.head), q::to_string(r.arm), u(r.block), num(r.keep), u(r.budget), num(r.recall),
+                     num(r.out_error)});
+    for (const auto& r : lf.selection.needles)
+      ndl.push_back({u(r.layer), u(r.head), u(r.pos), u(r.len), num(r.depth_pct), q::to_string(r.arm), u(r.block),
+                     num(r.keep), u(r.budget), num(r.mass), num(r.kept_mass), num(r.all_kept)});
+    if (c == 0)
+      for (const auto& s : lf.selection.skipped) skipped.push_back({u(s.block), num(s.keep), s.why});
+  }
+  const double figures_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  const fs::path out(f.out);
+  fs::create_directories(out);
+  write_csv(out / "locality.csv", {"layer", "head", "sink", "window", "mass"}, loc);
+  write_csv(out / "entropy.csv", {"layer", "head", "nats", "normalized"}, ent);
+  write_csv(out / "layer_entropy.csv", {"layer", "nats", "normalized"}, layers);
+  write_csv(out / "selection.csv", {"layer", "head", "arm", "block", "keep", "budget", "recall", "out_error"}, sel);
+  if (!needles.empty())
+    write_csv(out / "needle.csv", {"layer", "head", "pos", "len", "depth_pct", "arm", "block", "keep", "budget", "mass",
+                                   "kept_mass", "all_kept"}, ndl);
+  const auto b = q::entropy_boundary(per_layer, f.entropy_threshold);
+  nlohmann::json meta;
+  meta["schema"] = "kvfrontier attention quality v1";
+  meta["model_dir"] = f.model_dir;
+  meta["architecture"] = cfg.architecture;
+  meta["torch_dtype"] = cfg.torch_dtype;
+  meta["layers"] = cfg.shape.layers;
+  meta["q_heads"] = cap.q_heads;
+  meta["kv_heads"] = cap.kv_heads;
+  meta["head_dim"] = cap.head_dim;
+  meta["tokens_file"] = f.tokens;
+  meta["context"] = C;
+  meta["queries"] = f.queries;
+  meta["captured_layers"] = cap.layer_ids;
+  meta["gemm"] = fw.gemm;
+  meta["next_token"] = fw.next_token;
+  meta["forward_s"] = forward_s;
+  meta["figures_s"] = figures_s;
+  meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
+  meta["entropy_boundary"] = {{"threshold", f.entropy_threshold}, {"first_below", b.first_below},
+                              {"largest_drop", b.largest_drop}, {"drop", b.drop}};
+  nlohmann::json sk = nlohmann::json::array();
+  for (const auto& s : skipped) sk.push_back({{"block", std::stoul(s[0])}, {"keep", std::stod(s[1])}, {"why", s[2]}});
+  meta["skipped_budgets"] = sk;
+  kvf::write_file_atomically(out / "meta.json", meta.dump(2) + "\n");
+  std::fprintf(stderr, "%s: forward %.3g s, figures %.3g s; %zu layers captured; results in %s\n", kProg, forward_s,
+               figures_s, cap.layer_ids.size(), f.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_attention: what block and token selection keep of a real model's attention (issue 19; "
+               "studies/attention/README.md)"};
+  Flags f;
+  app.add_option("--model-dir", f.model_dir, "Hugging Face model directory (config.json + safetensors), local")->required();
+  app.add_option("--tokens", f.tokens, "token ids of the prompt: a JSON array (README: the one-liner that writes it)")
+      ->required();
+  app.add_option("--out", f.out, "directory for the CSV files and meta.json")->required();
+  app.add_option("--queries", f.queries, "M: the last M query rows captured per layer and head (default 16)");
+  app.add_option("--chunk", f.chunk, "query rows per prefill step (default 256)");
+  app.add_option("--layers", f.layers, "layers to capture, e.g. 0,1,31 (default all)")->delimiter(',');
+  app.add_option("--sink", f.sink, "tokens of the sink block for the locality mass (default 16)");
+  app.add_option("--windows", f.windows, "local windows W in tokens (default 0,64,256,1024,4096; above the prompt: left out)")
+      ->delimiter(',');
+  app.add_option("--blocks", f.blocks, "block sizes of the selections (default 16,32,64,128,256; those dividing the prompt)")
+      ->delimiter(',');
+  app.add_option("--keeps", f.keeps, "keep fractions in (0, 1] (default 1/2 .. 1/32)")->delimiter(',');
+  app.add_option("--needle", f.needles, "a planted passage POS:LEN (token positions); repeatable");
+  app.add_option("--entropy-threshold", f.entropy_threshold, "normalized entropy of the first_below boundary (default 0.5)");
+  app.add_option("--gflops", f.gflops, "state the GEMM rate for the estimate instead of measuring it");
+  app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kvf::kExitUsage;
+  }
+  try {
+    if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");
+    for (double k : f.keeps)
+      if (!(k > 0 && k <= 1)) throw UsageError("--keeps " + num(k) + ": a fraction in (0, 1]");
+    for (auto b : f.blocks)
+      if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
+    if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
+      throw UsageError("--entropy-threshold " + num(f.entropy_threshold) + ": in (0, 1)");
+    if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
+    return run(f);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    return kvf::kExitUsage;
+  } catch (const std::invalid_argument& e) {  // the quality library's parameter checks
+    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    return kvf::kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    return 1;
+  }
+}

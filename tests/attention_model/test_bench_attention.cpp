@@ -1,0 +1,166 @@
+// bench_attention end to end on a tiny checkpoint written here (issue 19): the cost said first, the CSV files
+// with one row per (layer, head, figure, parameter), figures that must hold whatever the weights (keeping every
+// token keeps all the mass; the window that covers the prompt holds all of it; the oracle keeps at least what
+// the block and token arms keep at the same budget), and bad input as one line with exit 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tiny_checkpoint.hpp"
+
+namespace fs = std::filesystem;
+using namespace kvf::attention::test;
+
+namespace {
+
+struct BenchRun {
+  int code = -1;
+  std::string err;
+};
+BenchRun bench(const std::string& args) {
+  const fs::path log = fresh_dir("bench_attention_log") / "stderr.txt";
+  const std::string cmd = std::string(KVF_BENCH_ATTENTION) + " " + args + " 2>" + log.string() + " >/dev/null";
+  const int st = std::system(cmd.c_str());
+  BenchRun r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::vector<std::string> head;
+  std::vector<std::map<std::string, std::string>> rows;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> v;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) v.push_back(x);
+    return v;
+  };
+  if (std::getline(in, line)) head = split(line);
+  while (std::getline(in, line)) {
+    const auto v = split(line);
+    std::map<std::string, std::string> r;
+    for (std::size_t i = 0; i < head.size() && i < v.size(); ++i) r[head[i]] = v[i];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// A tiny model (3 layers, 4 query heads, 2 kv heads) and a 64-token prompt.
+struct Fixture {
+  fs::path model, tokens;
+  Fixture() {
+    const fs::path root = fresh_dir("bench_attention");
+    model = fresh_dir("bench_attention_model");
+    write_tiny_checkpoint(model, TinySpec{});
+    tokens = root / "prompt.tokens.json";
+    std::string ids = "[";
+    for (int i = 0; i < 64; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 5) % 64);
+    write_text(tokens, ids + "]");
+  }
+  std::string args(const fs::path& out, const std::string& queries = "4") const {
+    return "--model-dir " + model.string() + " --tokens " + tokens.string() + " --out " + out.string() +
+           " --queries " + queries + " --blocks 16,32 --keeps 1,0.5 --windows 0,8,64 --needle 20:4";
+  }
+};
+
+TEST(BenchAttention, WritesEveryFigureAndTheyHoldTheirInvariants) {
+  const Fixture fx;
+  const fs::path out = fresh_dir("bench_attention_out");
+  const BenchRun r = bench(fx.args(out));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("estimate:"), std::string::npos) << r.err;  // the cost is said first
+  const auto meta = nlohmann::json::parse(std::ifstream(out / "meta.json"));
+  EXPECT_EQ(meta["context"], 64);
+  EXPECT_EQ(meta["captured_layers"].size(), 3u);
+
+  const auto ent = read_csv(out / "entropy.csv");
+  EXPECT_EQ(ent.size(), 3u * 4u);  // mean-of-rows rows: layers x query heads
+  for (const auto& e : ent) {
+    const double n = std::stod(e.at("normalized"));
+    EXPECT_GE(n, 0.0);
+    EXPECT_LE(n, 1.0 + 1e-9);
+  }
+  EXPECT_EQ(read_csv(out / "layer_entropy.csv").size(), 3u);
+
+  for (const auto& l : read_csv(out / "locality.csv")) {
+    if (l.at("window") == "64") {
+      EXPECT_NEAR(std::stod(l.at("mass")), 1.0, 1e-5) << "a window over the whole prompt";
+    }
+  }
+
+  const auto sel = read_csv(out / "selection.csv");
+  ASSERT_FALSE(sel.empty());
+  std::map<std::string, double> by_key;
+  for (const auto& s : sel) {
+    const double recall = std::stod(s.at("recall"));
+    if (s.at("keep") == "1") {
+      EXPECT_NEAR(recall, 1.0, 1e-5) << "keeping every token keeps all the mass";
+      EXPECT_NEAR(std::stod(s.at("out_error")), 0.0, 1e-5);
+    }
+    by_key[s.at("layer") + "/" + s.at("head") + "/" + s.at("block") + "/" + s.at("keep") + "/" + s.at("arm")] = recall;
+  }
+  for (const auto& [k, v] : by_key)
+    if (k.size() > 7 && k.substr(k.size() - 6) == "oracle") {  // the same budget's block and token rows
+      const std::string base = k.substr(0, k.size() - 6);
+      EXPECT_GE(v + 1e-9, by_key.at(base + "block")) << k;
+      EXPECT_GE(v + 1e-9, by_key.at(base + "token")) << k;
+    }
+  const auto ndl = read_csv(out / "needle.csv");
+  ASSERT_FALSE(ndl.empty());
+  for (const auto& n : ndl) EXPECT_LE(std::stod(n.at("kept_mass")), std::stod(n.at("mass")) + 1e-9);
+}
+
+TEST(BenchAttention, EstimateOnlyWritesNothing) {
+  const Fixture fx;
+  const fs::path out = fresh_dir("bench_attention_est") / "none";
+  const BenchRun r = bench(fx.args(out) + " --estimate-only --gflops 10");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("estimate:"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(BenchAttention, BadInputIsOneLineAndExit2) {
+  const Fixture fx;
+  const fs::path out = fresh_dir("bench_attention_bad");
+  const struct {
+    std::string extra, says;
+  } cases[] = {
+      {" --needle 60:10", "--needle 60:10"},
+      {" --needle x", "expected POS:LEN"},
+      {" --keeps 2", "--keeps 2"},
+      {" --layers 3", "--layers 3"},
+      {" --entropy-threshold 1", "--entropy-threshold 1"},
+  };
+  for (const auto& c : cases) {
+    const BenchRun r = bench(fx.args(out) + c.extra);
+    EXPECT_EQ(r.code, 2) << c.extra << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.extra << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.extra << ": " << r.err;
+  }
+  const BenchRun m0 = bench(fx.args(out, "0"));
+  EXPECT_EQ(m0.code, 2) << m0.err;
+  EXPECT_NE(m0.err.find("--queries 0"), std::string::npos) << m0.err;
+  const BenchRun nodir = bench("--model-dir " + (out / "nothing").string() + " --tokens x --out " + out.string());
+  EXPECT_EQ(nodir.code, 2) << nodir.err;
+  EXPECT_NE(nodir.err.find("model directory"), std::string::npos) << nodir.err;
+  const fs::path empty = fresh_dir("bench_attention_empty");
+  const BenchRun noconfig = bench("--model-dir " + empty.string() + " --tokens x --out " + out.string());
+  EXPECT_EQ(noconfig.code, 2) << noconfig.err;
+  EXPECT_NE(noconfig.err.find("config.json"), std::string::npos) << noconfig.err;
+}
+
+}  // namespace
