@@ -42,7 +42,7 @@ struct Args {
   bool synthetic = false;
   std::uint64_t seed = 1;
   std::int64_t synthetic_requests = 4000;
-  double hbm_gib = 0, host_gib = 0, disk_gib = 0;
+  double hbm_gib = 0, host_gib = 0, disk_gib = 0, peer_gib = 0;
   int block_tokens = rs::kMooncakeBlockTokens;
 };
 
@@ -267,9 +267,16 @@ void run_residency(const Args& a) {
   if (a.synthetic == !a.trace.empty())
     throw UsageError(a.synthetic ? "--trace " + shown_value(a.trace) + " with --synthetic: give one (a trace file, or a generated trace)"
                                  : "--trace FILE or --synthetic: one is needed");
-  if (a.disk_gib > 0 && a.host_gib == 0)
-    throw UsageError("--disk-gib " + report::fmt(a.disk_gib) +
-                     " without --host-gib: the disk tier takes the host tier's evictions; give a host budget too");
+  if (a.disk_gib > 0 && a.peer_gib > 0)
+    throw UsageError("--peer-gib " + report::fmt(a.peer_gib) + " with --disk-gib " + report::fmt(a.disk_gib) +
+                     ": one tier behind host memory is modelled, a local disk or a peer's pool; give one");
+  // The tier behind host memory: a local disk (--disk-gib) or a peer node's pool (--peer-gib), priced apart.
+  const bool peer = a.peer_gib > 0;
+  const double tier3_gib = peer ? a.peer_gib : a.disk_gib;
+  const std::string tier3_flag = peer ? "--peer-gib" : "--disk-gib";
+  if (tier3_gib > 0 && a.host_gib == 0)
+    throw UsageError(tier3_flag + " " + report::fmt(tier3_gib) + " without --host-gib: the tier behind host memory takes "
+                     "the host tier's evictions; give a host budget too");
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
 
@@ -306,7 +313,14 @@ void run_residency(const Args& a) {
     throw UsageError("--disk-gib " + report::fmt(a.disk_gib) + ": " + in.gpu.name +
                      " has no disk figure (no spec sheet gives one): give --calibrate DIR, a results directory with the "
                      "frontier study's file-tier rows");
-  const std::size_t disk_blocks = a.disk_gib > 0 ? blocks_in(a.disk_gib, cost, "--disk-gib", report::fmt(a.disk_gib)) : 0;
+  if (peer) {
+    try {
+      rs::use_peer_tier(cost);
+    } catch (const UsageError& e) {
+      throw UsageError("--peer-gib " + report::fmt(a.peer_gib) + ": " + e.what());
+    }
+  }
+  const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, report::fmt(tier3_gib)) : 0;
 
   const auto t0 = std::chrono::steady_clock::now();
   const rs::Trace trace = [&] {
@@ -345,15 +359,15 @@ void run_residency(const Args& a) {
       std::printf("%s may compress HBM blocks to: %s%s\n", p->name.c_str(), to_text.empty() ? "none" : to_text.c_str(),
                   to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
-  if (disk_blocks > 0) std::printf("disk read cost: %s\n", cost.disk_source.c_str());
+  if (disk_blocks > 0) std::printf("%s: %s\n", peer ? "read cost behind host" : "disk read cost", cost.disk_source.c_str());
   if (form != rs::Form::kv || !compress_to.empty()) std::printf("restore cost: %s\n", cost.restore_source.c_str());
   for (const auto* p : policies) {
     if (host_blocks > 0 && !p->host_tier)
       std::printf("note: %s has no host tier: --host-gib %s not applied to it (HBM only)\n", p->name.c_str(),
                   report::fmt(a.host_gib).c_str());
     else if (disk_blocks > 0 && !p->disk_tier)
-      std::printf("note: %s has no disk tier: --disk-gib %s not applied to it\n", p->name.c_str(),
-                  report::fmt(a.disk_gib).c_str());
+      std::printf("note: %s has no tier behind host memory: %s %s not applied to it\n", p->name.c_str(),
+                  tier3_flag.c_str(), report::fmt(tier3_gib).c_str());
   }
 
   const rs::Baseline base = rs::baseline(cost, it);
@@ -367,7 +381,7 @@ void run_residency(const Args& a) {
       const rs::Result sim = rs::simulate(
           it, *p, rs::capacity(cost, hbm_blocks[b], host, p->compresses ? compress_to : std::vector<rs::Form>{}, disk),
           &restore);
-      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? a.disk_gib : 0);
+      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0);
       at_budget.push_back(row_of(priced, *p, base, cost));
     }
     print_table(at_budget, base);
@@ -402,6 +416,7 @@ void run_residency(const Args& a) {
   inputs["hbm_gib"] = budgets;
   inputs["host_gib"] = a.host_gib;
   inputs["disk_gib"] = a.disk_gib;
+  inputs["peer_gib"] = a.peer_gib;
   inputs["disk_source"] = cost.disk_source;
   inputs["restore_source"] = cost.restore_source;
   inputs["prefill_source"] = cost.prefill_source;
@@ -455,6 +470,11 @@ void add_residency(CLI::App& app) {
   sub->add_option("--disk-gib", args->disk_gib,
                   "Disk-tier budget in GiB behind the host tier (needs --host-gib, and a disk figure from --calibrate: "
                   "the frontier study's file-tier rows), for policies with a disk tier (lru-host, cost)")
+      ->check(gib_value());
+  sub->add_option("--peer-gib", args->peer_gib,
+                  "A peer node's pool in GiB behind the host tier instead of a disk (Mooncake store, LMCache remote): "
+                  "reads priced by the remote tier's fit (needs --host-gib and --calibrate DIR with remote-study rows); "
+                  "the disk_* columns then hold this tier")
       ->check(gib_value());
   sub->add_option("--block-tokens", args->block_tokens, "Tokens per block, as the trace's hash ids were made")
       ->capture_default_str()

@@ -297,6 +297,33 @@ TEST(ResidencyCosts, ADiskHitCostsItsReadPlusItsFetch) {
   EXPECT_EQ(r.disk_gib, 1);
 }
 
+TEST(ResidencyCosts, APeerPoolHitCostsItsRemoteReadPlusItsFetch) {
+  auto g = compute_only();
+  const int bt = 4;
+  {
+    CostModel none = make_cost_model(g, llama8b(), bt);
+    EXPECT_THROW(use_peer_tier(none), UsageError);  // no remote figure: only a results directory has one
+    EXPECT_FALSE(third_tier_priced(none));
+  }
+  g.remote_gbps = 4;
+  g.remote_fixed_us = 20;
+  g.remote_descriptor_us = 3;
+  g.disk_gbps = 100;  // a disk figure too: the peer's price must be the one used
+  CostModel c = make_cost_model(g, llama8b(), bt);
+  use_peer_tier(c);
+  EXPECT_TRUE(third_tier_priced(c));
+  EXPECT_EQ(c.disk_source.rfind("peer pool: ", 0), 0u) << c.disk_source;
+  const double b = c.block_bytes, L = llama8b().layers;
+  // Two blocks: one transfer of 2 blocks' bytes as 2 x 32 descriptors (one per block and layer), then the host link.
+  EXPECT_NEAR(disk_fetch_s(c, Form::kv, 2), 20e-6 + 2 * L * 3e-6 + 2 * b / 4e9 + fetch_s(c, 2), 1e-15);
+  EXPECT_EQ(restore_costs(c).disk_fetch_form_s[0], disk_fetch_s(c, Form::kv, 1));
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {1}}, bt), bt);
+  const Result sim = simulate(trace, "lru-host", capacity(c, 1, 1, {}, 1));
+  ASSERT_EQ(sim.hits_disk, 1u);
+  const CostedResult r = price(c, sim, baseline(c, trace), 1, 1, 1);
+  EXPECT_DOUBLE_EQ(r.request_s[3], disk_fetch_s(c, Form::kv, 1));
+}
+
 report::CaseRow layers_row(const std::string& mode, double tokens, double layers, double prefix, double median_s,
                            const std::string& launch = "eager") {
   report::CaseRow r;

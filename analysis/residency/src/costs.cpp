@@ -172,9 +172,20 @@ double fetch_s(const CostModel& c, Form form, std::size_t blocks) {
 
 double disk_fetch_s(const CostModel& c, Form form, std::size_t blocks) {
   if (blocks == 0) return 0;
-  const double n = static_cast<double>(blocks);
-  return report::disk_s(*c.gpu, n * c.form_bytes[static_cast<std::size_t>(form)], n) + fetch_s(c, form, blocks);
+  const double n = static_cast<double>(blocks), bytes = n * c.form_bytes[static_cast<std::size_t>(form)];
+  const double read = c.peer_tier ? report::remote_s(*c.gpu, bytes, n * c.model->layers) : report::disk_s(*c.gpu, bytes, n);
+  return read + fetch_s(c, form, blocks);
 }
+
+void use_peer_tier(CostModel& c) {
+  if (!(c.gpu->remote_gbps > 0))
+    throw UsageError(c.gpu->name + " has no remote figure (no spec sheet gives one): give --calibrate DIR, a results "
+                     "directory with the remote study's rows");
+  c.peer_tier = true;
+  c.disk_source = "peer pool: " + source_of(*c.gpu, {"remote_gbps", "remote_fixed_us", "remote_descriptor_us"});
+}
+
+bool third_tier_priced(const CostModel& c) { return c.peer_tier || c.gpu->disk_gbps > 0; }
 
 namespace {
 
@@ -208,7 +219,7 @@ RestoreCosts restore_costs(const CostModel& c) {
     const auto i = static_cast<std::size_t>(f);
     if (c.form_bytes[i] <= 0) continue;
     r.fetch_form_s[i] = fetch_s(c, f, 1);
-    if (c.gpu->disk_gbps > 0) r.disk_fetch_form_s[i] = disk_fetch_s(c, f, 1);
+    if (third_tier_priced(c)) r.disk_fetch_form_s[i] = disk_fetch_s(c, f, 1);
     r.restore_form_s[i] = restore_s(c, f, 1);
   }
   r.prefill_s = [&c](std::int64_t tokens, std::int64_t prefix) { return prefill_s(c, tokens, prefix); };

@@ -45,6 +45,8 @@ struct CostModel {
   // "model" when every GPU figure a cost uses is the spec's; else "measured: <field> <- <source>; ...".
   // disk_source: "none" when the spec has no disk figure (only a results directory measures one).
   std::string prefill_source, fetch_source, disk_source;
+  // The tier behind host memory is a peer node's pool (use_peer_tier: the remote tier's fit), not a local disk.
+  bool peer_tier = false;
 };
 CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int block_tokens, Form form = Form::kv);
 // Capacity of `hbm_blocks` and `host_blocks` blocks of c.form, with every form's bytes and the forms `cost` may
@@ -83,6 +85,13 @@ double fetch_s(const CostModel& c, Form form, std::size_t blocks);  // blocks of
 // fetching them over the host link (fetch_s): a bounce through host memory, not overlapped. UsageError when the
 // GPU spec has no disk figure.
 double disk_fetch_s(const CostModel& c, Form form, std::size_t blocks);
+// The tier behind host memory becomes a peer node's pool (Mooncake store, LMCache remote, a prefill node): a
+// block read from it is report::remote_s(bytes, one descriptor per block and layer, as engines post them) into
+// host memory, then fetch_s, and disk_fetch_s prices that; disk_source says where the remote figure comes from.
+// UsageError when the GPU spec has no remote figure (only a results directory with remote-study rows has one).
+void use_peer_tier(CostModel& c);
+// Whether the tier behind host memory has a price: a disk figure, or use_peer_tier.
+bool third_tier_priced(const CostModel& c);
 // Making `blocks` blocks of `form` readable by attention, once they are in HBM: 0 for kv; for quantized K/V one
 // dequantize pass per layer over all of them (read the quantized bytes, write bf16); for X, recompute_x per
 // layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write),
