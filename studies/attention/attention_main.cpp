@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,8 @@
 #include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
+#include "dump_input.hpp"
+#include "figures_out.hpp"
 
 namespace fs = std::filesystem;
 namespace q = kvf::attention::quality;
@@ -32,7 +35,7 @@ namespace {
 constexpr const char* kProg = "bench_attention";
 
 struct Flags {
-  std::string model_dir, tokens, out;
+  std::string model_dir, tokens, out, dump;
   int queries = 16, chunk = 256;
   std::vector<int> layers;  // empty: all
   std::uint32_t sink = 16;
@@ -45,7 +48,6 @@ struct Flags {
 };
 
 std::string num(double v) { return kvf::csv_number(v); }
-std::string u(std::uint64_t v) { return std::to_string(v); }
 
 std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int context) {
   std::vector<q::Needle> out;
@@ -87,10 +89,53 @@ q::LayerFigures figures_of(const kvf::attention::AttentionCapture& cap, int c, c
   return q::layer_figures(a, qo);
 }
 
-void write_csv(const fs::path& p, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
-  std::string s = kvf::csv_line(header);
-  for (const auto& r : rows) s += kvf::csv_line(r);
-  kvf::write_file_atomically(p, s);
+// The sweep of the flags at one context: windows above it and blocks not dividing it left out.
+q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::vector<q::Needle>& needles) {
+  q::QualityOptions qo;
+  qo.sink = f.sink;
+  qo.windows.clear();
+  for (auto w : f.windows)
+    if (w <= ctx) qo.windows.push_back(w);
+  qo.selection.blocks.clear();
+  for (auto b : f.blocks)
+    if (ctx % b == 0) qo.selection.blocks.push_back(b);
+  qo.selection.keeps = f.keeps;
+  qo.selection.needles = needles;
+  return qo;
+}
+
+// A user's dump instead of a forward pass: every layer it holds, one at a time (dump_input.hpp has the format).
+int run_dump(const Flags& f) {
+  const kvf::attention::AttentionDump dump(f.dump);
+  kvf::attention::FigureFiles files;
+  kvf::attention::AttentionDump::Store store;
+  nlohmann::json meta;
+  std::vector<q::Needle> needles;
+  const auto t1 = std::chrono::steady_clock::now();
+  for (const auto l : dump.layers()) {
+    const q::LayerAttention a = dump.layer(l, store);
+    if (files.layers() == 0) {
+      needles = parse_needles(f.needles, static_cast<int>(a.ctx));
+      meta["q_heads"] = a.hq;
+      meta["kv_heads"] = a.hkv;
+      meta["head_dim"] = a.d;
+      meta["context"] = a.ctx;
+      meta["queries"] = a.rows;
+    } else if (meta["context"] != a.ctx || meta["queries"] != a.rows) {
+      throw UsageError(f.dump + ": layer " + std::to_string(l) + " has " + std::to_string(a.ctx) + " keys and " +
+                       std::to_string(a.rows) + " query rows, the first layer " + meta["context"].dump() + " and " +
+                       meta["queries"].dump() + ": one prompt per dump");
+    }
+    files.add(q::layer_figures(a, quality_options(f, a.ctx, needles)));
+  }
+  meta["source"] = "dump";
+  meta["dump"] = f.dump;
+  meta["causal"] = dump.causal();
+  meta["captured_layers"] = dump.layers();
+  meta["figures_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  files.write(f.out, meta, f.entropy_threshold, !needles.empty());
+  std::fprintf(stderr, "%s: %zu layers of %s; results in %s\n", kProg, files.layers(), f.dump.c_str(), f.out.c_str());
+  return 0;
 }
 
 int run(const Flags& f) {
@@ -104,13 +149,16 @@ int run(const Flags& f) {
     if (l < 0 || l >= cfg.shape.layers)
       throw UsageError("--layers " + std::to_string(l) + ": the model has layers 0 .. " + std::to_string(cfg.shape.layers - 1));
   const auto needles = parse_needles(f.needles, C);
+  std::vector<int> capture = f.layers;  // ascending, once each: the entropy boundary reads layers in order
+  std::sort(capture.begin(), capture.end());
+  capture.erase(std::unique(capture.begin(), capture.end()), capture.end());
 
   // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
   kvf::attention::RunShape rs;
   rs.context = C;
   rs.queries = f.queries;
   rs.chunk = f.chunk;
-  rs.capture_layers = f.layers.empty() ? -1 : static_cast<int>(f.layers.size());
+  rs.capture_layers = capture.empty() ? -1 : static_cast<int>(capture.size());
   rs.threads = omp_get_max_threads();
   std::string rate_what;
   double rate = f.gflops * 1e9;
@@ -130,55 +178,21 @@ int run(const Flags& f) {
   kvf::attention::ForwardOptions fo;
   fo.chunk = f.chunk;
   fo.queries = f.queries;
-  fo.capture_layers = f.layers;
+  fo.capture_layers = capture;
   const auto t0 = std::chrono::steady_clock::now();
   const auto fw = kvf::attention::forward_cpu(ck, tokens, fo);
   const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  q::QualityOptions qo;
-  qo.sink = f.sink;
-  qo.windows.clear();
-  for (auto w : f.windows)
-    if (w <= static_cast<std::uint32_t>(C)) qo.windows.push_back(w);
-  qo.selection.blocks.clear();
-  for (auto b : f.blocks)
-    if (static_cast<std::uint32_t>(C) % b == 0) qo.selection.blocks.push_back(b);
-  qo.selection.keeps = f.keeps;
-  qo.selection.needles = needles;
+  const q::QualityOptions qo = quality_options(f, static_cast<std::uint32_t>(C), needles);
 
-  std::vector<std::vector<std::string>> loc, ent, layers, sel, ndl, skipped;
-  std::vector<q::LayerEntropy> per_layer;
+  kvf::attention::FigureFiles files;
   const auto t1 = std::chrono::steady_clock::now();
   const auto& cap = fw.capture;
-  for (std::size_t c = 0; c < cap.layer_ids.size(); ++c) {
-    const auto lf = figures_of(cap, static_cast<int>(c), qo);
-    for (const auto& r : lf.locality) loc.push_back({u(r.layer), u(r.head), u(r.sink), u(r.window), num(r.mass)});
-    for (const auto& r : lf.entropy) ent.push_back({u(r.layer), u(r.head), num(r.nats), num(r.normalized)});
-    per_layer.push_back(lf.layer_entropy);
-    layers.push_back({u(lf.layer_entropy.layer), num(lf.layer_entropy.nats), num(lf.layer_entropy.normalized)});
-    for (const auto& r : lf.selection.rows)
-      sel.push_back({u(r.layer), u(r.head), q::to_string(r.arm), u(r.block), num(r.keep), u(r.budget), num(r.recall),
-                     num(r.out_error)});
-    for (const auto& r : lf.selection.needles)
-      ndl.push_back({u(r.layer), u(r.head), u(r.pos), u(r.len), num(r.depth_pct), q::to_string(r.arm), u(r.block),
-                     num(r.keep), u(r.budget), num(r.mass), num(r.kept_mass), num(r.all_kept)});
-    if (c == 0)
-      for (const auto& s : lf.selection.skipped) skipped.push_back({u(s.block), num(s.keep), s.why});
-  }
+  for (std::size_t c = 0; c < cap.layer_ids.size(); ++c) files.add(figures_of(cap, static_cast<int>(c), qo));
   const double figures_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
-  const fs::path out(f.out);
-  fs::create_directories(out);
-  write_csv(out / "locality.csv", {"layer", "head", "sink", "window", "mass"}, loc);
-  write_csv(out / "entropy.csv", {"layer", "head", "nats", "normalized"}, ent);
-  write_csv(out / "layer_entropy.csv", {"layer", "nats", "normalized"}, layers);
-  write_csv(out / "selection.csv", {"layer", "head", "arm", "block", "keep", "budget", "recall", "out_error"}, sel);
-  if (!needles.empty())
-    write_csv(out / "needle.csv", {"layer", "head", "pos", "len", "depth_pct", "arm", "block", "keep", "budget", "mass",
-                                   "kept_mass", "all_kept"}, ndl);
-  const auto b = q::entropy_boundary(per_layer, f.entropy_threshold);
   nlohmann::json meta;
-  meta["schema"] = "kvfrontier attention quality v1";
+  meta["source"] = "checkpoint";
   meta["model_dir"] = f.model_dir;
   meta["architecture"] = cfg.architecture;
   meta["torch_dtype"] = cfg.torch_dtype;
@@ -195,12 +209,7 @@ int run(const Flags& f) {
   meta["forward_s"] = forward_s;
   meta["figures_s"] = figures_s;
   meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
-  meta["entropy_boundary"] = {{"threshold", f.entropy_threshold}, {"first_below", b.first_below},
-                              {"largest_drop", b.largest_drop}, {"drop", b.drop}};
-  nlohmann::json sk = nlohmann::json::array();
-  for (const auto& s : skipped) sk.push_back({{"block", std::stoul(s[0])}, {"keep", std::stod(s[1])}, {"why", s[2]}});
-  meta["skipped_budgets"] = sk;
-  kvf::write_file_atomically(out / "meta.json", meta.dump(2) + "\n");
+  files.write(f.out, meta, f.entropy_threshold, !needles.empty());
   std::fprintf(stderr, "%s: forward %.3g s, figures %.3g s; %zu layers captured; results in %s\n", kProg, forward_s,
                figures_s, cap.layer_ids.size(), f.out.c_str());
   return 0;
@@ -212,9 +221,12 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_attention: what block and token selection keep of a real model's attention (issue 19; "
                "studies/attention/README.md)"};
   Flags f;
-  app.add_option("--model-dir", f.model_dir, "Hugging Face model directory (config.json + safetensors), local")->required();
-  app.add_option("--tokens", f.tokens, "token ids of the prompt: a JSON array (README: the one-liner that writes it)")
-      ->required();
+  auto* model_dir = app.add_option("--model-dir", f.model_dir, "Hugging Face model directory (config.json + safetensors), local");
+  auto* tokens = app.add_option("--tokens", f.tokens, "token ids of the prompt: a JSON array (README: the one-liner that writes it)");
+  auto* dump = app.add_option("--dump", f.dump,
+                              "a capture of your own instead of a checkpoint: safetensors with layers.<l>.q/.k/.v[/.probs] "
+                              "(studies/attention/README.md)");
+  dump->excludes(model_dir)->excludes(tokens);
   app.add_option("--out", f.out, "directory for the CSV files and meta.json")->required();
   app.add_option("--queries", f.queries, "M: the last M query rows captured per layer and head (default 16)");
   app.add_option("--chunk", f.chunk, "query rows per prefill step (default 256)");
@@ -243,6 +255,9 @@ int main(int argc, char** argv) {
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
       throw UsageError("--entropy-threshold " + num(f.entropy_threshold) + ": in (0, 1)");
     if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
+    if (!f.dump.empty()) return run_dump(f);
+    if (f.model_dir.empty() || f.tokens.empty())
+      throw UsageError("--model-dir DIR and --tokens FILE (a checkpoint and a prompt), or --dump FILE: one is needed");
     return run(f);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", kProg, e.what());

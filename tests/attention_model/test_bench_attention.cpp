@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -161,6 +162,86 @@ TEST(BenchAttention, BadInputIsOneLineAndExit2) {
   const BenchRun noconfig = bench("--model-dir " + empty.string() + " --tokens x --out " + out.string());
   EXPECT_EQ(noconfig.code, 2) << noconfig.err;
   EXPECT_NE(noconfig.err.find("config.json"), std::string::npos) << noconfig.err;
+}
+
+// A dump as a framework's hook writes it (studies/attention/README.md): F32 tensors layers.<l>.q/.k/.v/.probs.
+RawTensor f32_tensor(const std::string& name, std::vector<std::int64_t> shape, const std::vector<float>& v) {
+  RawTensor t;
+  t.name = name;
+  t.dtype = "F32";
+  t.shape = std::move(shape);
+  t.bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  return t;
+}
+
+// Two layers (5 and 2, out of order), 2 query heads on 1 kv head, d 16, 64 keys, the last 2 rows of a causal
+// prefill: layer 5 attends uniformly to every visible key, layer 2 only to key 0.
+std::vector<RawTensor> planted_dump() {
+  const int H = 2, M = 2, C = 64, D = 16;
+  std::vector<float> q(H * M * D, 0.1f), k(C * D, 0.2f), v(C * D);
+  for (int i = 0; i < C * D; ++i) v[i] = static_cast<float>(i % 7);
+  std::vector<float> uniform(H * M * C, 0.0f), onehot(H * M * C, 0.0f);
+  for (int h = 0; h < H; ++h)
+    for (int m = 0; m < M; ++m) {
+      const int visible = C - (M - 1 - m);
+      for (int t = 0; t < visible; ++t) uniform[(h * M + m) * C + t] = 1.0f / visible;
+      onehot[(h * M + m) * C] = 1.0f;
+    }
+  std::vector<RawTensor> ts;
+  for (const auto& [l, p] : {std::pair<int, std::vector<float>*>{5, &uniform}, {2, &onehot}}) {
+    const std::string b = "layers." + std::to_string(l) + ".";
+    ts.push_back(f32_tensor(b + "q", {H, M, D}, q));
+    ts.push_back(f32_tensor(b + "k", {1, C, D}, k));
+    ts.push_back(f32_tensor(b + "v", {1, C, D}, v));
+    ts.push_back(f32_tensor(b + "probs", {H, M, C}, *p));
+  }
+  return ts;
+}
+
+TEST(BenchAttention, AUsersDumpGivesThePlantedFigures) {
+  const fs::path dir = fresh_dir("bench_attention_dump");
+  write_text(dir / "capture.safetensors", safetensors_image(planted_dump()));
+  const fs::path out = dir / "out";
+  const BenchRun r = bench("--dump " + (dir / "capture.safetensors").string() + " --out " + out.string() +
+                           " --blocks 16 --keeps 1 --windows 0 --sink 16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto layers = read_csv(out / "layer_entropy.csv");
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].at("layer"), "2");  // ascending, whatever the file's order
+  EXPECT_NEAR(std::stod(layers[0].at("nats")), 0.0, 1e-6);  // one-hot
+  // uniform: the mean over the two rows of ln(visible), visible 63 and 64
+  EXPECT_NEAR(std::stod(layers[1].at("nats")), (std::log(63.0) + std::log(64.0)) / 2, 1e-5);
+  EXPECT_NEAR(std::stod(layers[1].at("normalized")), 1.0, 1e-5);
+  for (const auto& l : read_csv(out / "locality.csv")) {
+    // sink 16 and no window: all of layer 2's mass, 16 / visible of layer 5's
+    const double want = l.at("layer") == "2" ? 1.0 : (16.0 / 63 + 16.0 / 64) / 2;
+    EXPECT_NEAR(std::stod(l.at("mass")), want, 1e-6) << l.at("layer");
+  }
+  const auto meta = nlohmann::json::parse(std::ifstream(out / "meta.json"));
+  EXPECT_EQ(meta["source"], "dump");
+  EXPECT_EQ(meta["entropy_boundary"]["largest_drop"], -1);  // entropy rises from layer 2 to 5
+}
+
+TEST(BenchAttention, ABadDumpIsOneLineAndExit2) {
+  const fs::path dir = fresh_dir("bench_attention_baddump");
+  auto ts = planted_dump();
+  ts.erase(ts.begin() + 1);  // layer 5 loses its k
+  write_text(dir / "nok.safetensors", safetensors_image(ts));
+  write_text(dir / "none.safetensors", safetensors_image({f32_tensor("other", {2}, {1.0f, 2.0f})}));
+  const struct {
+    std::string file, says;
+  } cases[] = {{"nok.safetensors", "has no layers.5.k"}, {"none.safetensors", "no layers.<l>.q tensor"}};
+  for (const auto& c : cases) {
+    const BenchRun r = bench("--dump " + (dir / c.file).string() + " --out " + (dir / "o").string());
+    EXPECT_EQ(r.code, 2) << c.file << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.file << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  const BenchRun both = bench("--dump x --model-dir y --out " + (dir / "o").string());
+  EXPECT_EQ(both.code, 2) << both.err;
+  const BenchRun neither = bench("--out " + (dir / "o").string());
+  EXPECT_EQ(neither.code, 2) << neither.err;
+  EXPECT_NE(neither.err.find("or --dump FILE"), std::string::npos) << neither.err;
 }
 
 }  // namespace
