@@ -10,6 +10,7 @@
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
 #include "kvf/study_report.hpp"
+#include "model_fixtures.hpp"
 
 namespace kvf::report {
 StudyReport remote_report();  // studies/remote/report (the generated plug-in table declares it too)
@@ -119,22 +120,8 @@ TEST(RemoteTier, RemoteSecondsAndNoFigureIsAUsageError) {
 }
 
 TEST(RemoteTier, FetchPeerActionOnlyWithAFigureAndPricedAsRemotePlusDemote) {
-  GpuSpec g;
-  g.name = "toy";
-  g.hbm_tbps = 1;
-  g.bf16_tflops = 100;
-  g.launch_us = 5;
-  g.copy_fixed_us = 10;
-  g.host_link_gbps = 50;
-  Shape m;
-  m.name = "small";
-  m.hidden = 1024;
-  m.n_heads = 16;
-  m.n_kv_heads = 2;
-  m.head_dim = 64;
-  m.layers = 4;
-  m.intermediate = 4096;
-  m.kv_values_per_token = 256;
+  GpuSpec g = test::toy();
+  const Shape m = test::small();
   ActionOptions o;
   o.tokens = {128};
   o.layers = {4};

@@ -268,6 +268,14 @@ TEST(ResidencyCosts, ARestoreAddsToItsRequestAndTotalsStillAddUp) {
   EXPECT_NEAR(r.hbm_share[1], (3 * q + 3 * q) / 5.0 / 3, 1e-12);
 }
 
+// lru-host with one block in each tier on [1] [2] [3] [1]: the last request reuses block 1 from the tier behind host
+// memory (ResidencyDisk.LruHostDemotesHostEvictionsToDiskAndFetchesThemBack), priced.
+CostedResult third_tier_hit(const CostModel& c) {
+  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {1}}, c.block_tokens), c.block_tokens);
+  const Result sim = simulate(trace, "lru-host", capacity(c, 1, 1, {}, 1));
+  return price(c, sim, baseline(c, trace), 1, 1, 1);
+}
+
 TEST(ResidencyCosts, ADiskHitCostsItsReadPlusItsFetch) {
   auto g = compute_only();
   const int bt = 4;
@@ -284,11 +292,8 @@ TEST(ResidencyCosts, ADiskHitCostsItsReadPlusItsFetch) {
   // Three reads of one block each (latency + bytes / bandwidth), then the host link's copies.
   EXPECT_NEAR(disk_fetch_s(c, Form::kv, 3), 3 * 50e-6 + 3 * b / 2e9 + fetch_s(c, 3), 1e-15);
   EXPECT_EQ(restore_costs(c).disk_fetch_form_s[0], disk_fetch_s(c, Form::kv, 1));
-  // lru-host with a disk: [1] reuses 1 from disk (ResidencyDisk.LruHostDemotesHostEvictionsToDiskAndFetchesThemBack).
-  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {1}}, bt), bt);
-  const Result sim = simulate(trace, "lru-host", capacity(c, 1, 1, {}, 1));
-  ASSERT_EQ(sim.hits_disk, 1u);
-  const CostedResult r = price(c, sim, baseline(c, trace), 1, 1, 1);
+  const CostedResult r = third_tier_hit(c);
+  ASSERT_EQ(r.sim.hits_disk, 1u);
   EXPECT_DOUBLE_EQ(r.request_s[3], disk_fetch_s(c, Form::kv, 1));
   EXPECT_DOUBLE_EQ(r.fetch_s_total, disk_fetch_s(c, Form::kv, 1));
   EXPECT_EQ(r.disk_bytes, b);
@@ -317,10 +322,8 @@ TEST(ResidencyCosts, APeerPoolHitCostsItsRemoteReadPlusItsFetch) {
   // Two blocks: one transfer of 2 blocks' bytes as 2 x 32 descriptors (one per block and layer), then the host link.
   EXPECT_NEAR(disk_fetch_s(c, Form::kv, 2), 20e-6 + 2 * L * 3e-6 + 2 * b / 4e9 + fetch_s(c, 2), 1e-15);
   EXPECT_EQ(restore_costs(c).disk_fetch_form_s[0], disk_fetch_s(c, Form::kv, 1));
-  const auto trace = index_trace(test::make_trace({{1}, {2}, {3}, {1}}, bt), bt);
-  const Result sim = simulate(trace, "lru-host", capacity(c, 1, 1, {}, 1));
-  ASSERT_EQ(sim.hits_disk, 1u);
-  const CostedResult r = price(c, sim, baseline(c, trace), 1, 1, 1);
+  const CostedResult r = third_tier_hit(c);
+  ASSERT_EQ(r.sim.hits_disk, 1u);
   EXPECT_DOUBLE_EQ(r.request_s[3], disk_fetch_s(c, Form::kv, 1));
 }
 
