@@ -13,6 +13,7 @@ void add_counters(CLI::App& app); // cmd_counters.cpp (re-evaluate saved counter
 void add_report(CLI::App& app);   // cmd_report.cpp   (report from results)
 void add_model(CLI::App& app);    // cmd_model.cpp    (analytic model)
 void add_residency(CLI::App& app); // cmd_residency.cpp (trace-driven KV residency, issue 17)
+void add_attention(CLI::App& app); // cmd_attention.cpp (bench_attention's flags passed through, issue 19)
 
 // Subcommand callbacks set the process exit code through this (CLI11 callbacks return void).
 void exit_with(int code);

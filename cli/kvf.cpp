@@ -50,6 +50,7 @@ int run(int argc, char** argv) {
   kvf::cli::add_report(app);
   kvf::cli::add_model(app);
   kvf::cli::add_residency(app);
+  kvf::cli::add_attention(app);
   try {
     // kvf run's --<study>.<flag> arguments are the benches', not CLI11's (run_flags.hpp).
     std::vector<char*> args = kvf::cli::take_study_flags(argc, argv);
