@@ -48,6 +48,7 @@ void add_gate(CLI::App& app) {
     gate::GateOptions opts;
     std::vector<std::string> ab_dirs;
     AbOptions ab;
+    std::string round_stat = "min";
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -58,7 +59,7 @@ void add_gate(CLI::App& app) {
   sub->footer(
       "Stored baselines (kvf gate --baseline A --current B) suit a dedicated runner; on a shared one whole runs "
       "drift by more than a 5% regression, and --ab BASE_BUILD NEW_BUILD cancels that drift: e.g. kvf gate --ab "
-      "build-main build --quick --rounds 10 --threshold 5. Test only: --inject-slowdown REGEX=FRACTION "
+      "build-base build --rounds 60 -- --no-cold --size 4MiB (about 90 s on a busy 2-core VM, docs/gate.md). Test only: --inject-slowdown REGEX=FRACTION "
       "--allow-fault-injection slows the new build's matching cases, to measure the gate's power (docs/gate.md).");
   sub->add_option("--baseline", args->baselines,
                   "Baseline: a results directory (or its cases.csv / samples.csv), or Google Benchmark JSON "
@@ -78,6 +79,11 @@ void add_gate(CLI::App& app) {
   sub->add_option("--rounds", args->ab.rounds, "With --ab: rounds, each running both builds once; at least 2")
       ->capture_default_str();
   sub->add_option("--seed", args->ab.seed, "With --ab: the seed of the round order (default: drawn, and reported)");
+  sub->add_option("--round-stat", args->round_stat,
+                  "With --ab: each round's value per case: min (its fastest sample: another job only slows samples "
+                  "down) or median")
+      ->check(CLI::IsMember({"min", "median"}))
+      ->capture_default_str();
   sub->add_flag("--quick", args->ab.quick, "With --ab: run the benches' quick subsets (as kvf run --quick)");
   sub->add_option("--keep-runs", args->ab.keep,
                   "With --ab: keep every round's results directory under DIR (a new or empty directory; default: a "
@@ -128,7 +134,7 @@ void add_gate(CLI::App& app) {
       throw UsageError(std::string(args->baselines.empty() ? "--baseline" : "--current") +
                        " is required (or --ab BASE_BUILD NEW_BUILD)");
     if (!ab)
-      for (const char* f : {"--study", "--rounds", "--seed", "--quick", "--keep-runs", "--inject-slowdown"})
+      for (const char* f : {"--study", "--rounds", "--seed", "--round-stat", "--quick", "--keep-runs", "--inject-slowdown"})
         if (sub->count(f) > 0) throw UsageError(std::string(f) + ": only with --ab BASE_BUILD NEW_BUILD");
     if (!ab && !args->ab.pass.empty())
       throw UsageError("'" + args->ab.pass.front() + "': kvf gate takes no positional arguments (bench flags after -- "
@@ -140,6 +146,8 @@ void add_gate(CLI::App& app) {
         args->ab.new_dir = args->ab_dirs[1];
         args->ab.seed_given = sub->count("--seed") > 0;
         args->ab.allow_fault_injection = args->opts.allow_fault_injection;
+        args->opts.round_stat =
+            args->round_stat == "median" ? gate::GateOptions::RoundStat::median : gate::GateOptions::RoundStat::min;
         try {
           report = run_ab(args->ab, args->opts);
         } catch (const AbStopped& s) {

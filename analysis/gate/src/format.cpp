@@ -96,7 +96,7 @@ const char* kTableHead =
 
 // A/B mode: the interval, the Holm-corrected p, the power and every round's ratio take the noise floor's place.
 const char* kPairedHead =
-    "| verdict | case | base median | new median | change [CI] | p (Holm) | detectable | new/base per round | note |\n"
+    "| verdict | case | base | new | change [CI] | p (Holm) | detectable | new/base per round | note |\n"
     "|---|---|---:|---:|---:|---:|---:|---|---|\n";
 
 std::string bound(double v) { return std::isfinite(v) ? signed_pct(v) : (v > 0 ? "+inf" : "-inf"); }
@@ -176,7 +176,8 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
   const std::string filter = o.filter.empty() ? "" : ", filter `" + code(o.filter) + "`";
   if (r.paired) {
     md += "A/B: " + std::to_string(r.rounds) + " rounds in " + fmt("%.0f", r.wall_s) + " s, order " + r.order +
-          " (A = base, seed " + std::to_string(r.seed) + "). Threshold " + pct(o.threshold) + ", alpha " +
+          " (A = base, seed " + std::to_string(r.seed) + "); each round's value per case: its " +
+          (o.round_stat == GateOptions::RoundStat::min ? "fastest sample" : "median sample") + ". Threshold " + pct(o.threshold) + ", alpha " +
           fmt("%g", o.alpha) + filter +
           ". change: Hodges-Lehmann estimate of new/base - 1 over the rounds, with its " + fmt("%g", 100 * (1 - o.alpha)) +
           "% interval; p: one-sided Wilcoxon signed-rank on the per-round log ratios, Holm-corrected over " +

@@ -132,9 +132,12 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
       if (!db.empty() && !dc.empty() && db != dc) mismatched.push_back(r.label + ": base '" + db + "', new '" + dc + "'");
       PairedCase pc;
       std::vector<double> mb, mc;
+      auto value = [&](const std::vector<double>& xs) {
+        return o.round_stat == GateOptions::RoundStat::min ? *std::min_element(xs.begin(), xs.end()) : median_of(xs);
+      };
       for (std::size_t i = 0; i < n; ++i) {
-        mb.push_back(median_of(t.base[i]->samples));
-        mc.push_back(median_of(t.cur[i]->samples));
+        mb.push_back(value(t.base[i]->samples));
+        mc.push_back(value(t.cur[i]->samples));
         r.round_ratios.push_back(mc.back() / mb.back());
         pc.d.push_back(std::log(r.round_ratios.back()));
       }

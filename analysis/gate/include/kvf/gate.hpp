@@ -139,6 +139,9 @@ struct GateOptions {
   bool allow_device_mismatch = false;
   // Gate results that carry a test-only fault injection (refused otherwise: they are not measurements).
   bool allow_fault_injection = false;
+  // A/B mode: each round's value per case and build: its fastest sample (another job on a shared machine only
+  // ever slows a sample down, so the minimum moves least with the load) or its median.
+  enum class RoundStat { min, median } round_stat = RoundStat::min;
 };
 
 struct CaseResult {
@@ -191,8 +194,8 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
 
 // ---------------------------------------------------------------------------------------------
 // A/B mode (`kvf gate --ab`): both builds measured alternately in one job, decided on paired per-round ratios.
-// Per compared case, d_i = log(new_i / base_i) for round i, each side's value the median of its samples in that
-// round. The rules (docs/gate.md "A/B mode" says the same in prose):
+// Per compared case, d_i = log(new_i / base_i) for round i, each side's value its fastest sample in that round
+// (GateOptions::round_stat: or the median). The rules (docs/gate.md "A/B mode" says the same in prose):
 //   change      = exp(HL(d)) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages)
 //   [lo, hi]    = the distribution-free 1 - alpha interval of HL from the signed-rank test, exponentiated - 1
 //   p_slower    = one-sided Wilcoxon signed-rank p that d is shifted up; p_faster down; each Holm-corrected
