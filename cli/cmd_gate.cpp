@@ -59,7 +59,7 @@ void add_gate(CLI::App& app) {
   sub->footer(
       "Stored baselines (kvf gate --baseline A --current B) suit a dedicated runner; on a shared one whole runs "
       "drift by more than a 5% regression, and --ab BASE_BUILD NEW_BUILD cancels that drift: e.g. kvf gate --ab "
-      "build-base build --rounds 60 -- --no-cold --size 4MiB (about 90 s on a busy 2-core VM, docs/gate.md). Test only: --inject-slowdown REGEX=FRACTION "
+      "build-base build --rounds 60 -- --no-cold --size 4MiB (a median of 34 s per gate on a busy 2-core VM, docs/gate.md). Test only: --inject-slowdown REGEX=FRACTION "
       "--allow-fault-injection slows the new build's matching cases, to measure the gate's power (docs/gate.md).");
   sub->add_option("--baseline", args->baselines,
                   "Baseline: a results directory (or its cases.csv / samples.csv), or Google Benchmark JSON "
@@ -105,7 +105,8 @@ void add_gate(CLI::App& app) {
       })
       ->check(CLI::Range(0.0, 1e6).description("PCT > 0"))
       ->capture_default_str();
-  sub->add_option("--alpha", args->opts.alpha, "Significance level of the two-sided Mann-Whitney U test")
+  sub->add_option("--alpha", args->opts.alpha, "Significance level: of the two-sided Mann-Whitney U test (stored baselines), of the one-sided "
+                  "signed-rank test after Holm's correction over the cases (--ab)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--min-samples", args->opts.min_samples,
