@@ -1,5 +1,6 @@
-// `kvf gate`: compare a current result set with a baseline and fail CI only for real regressions.
-// The logic lives in analysis/gate (kvf/gate.hpp); this file is flags, output and the exit code.
+// `kvf gate`: compare a current result set with a baseline, or two builds run alternately (--ab, gate_ab.cpp),
+// and fail CI only for real regressions. The logic lives in analysis/gate (kvf/gate.hpp); this file is flags,
+// output and the exit code.
 //   exit 0: no regression, 1: a case is SLOWER (or MISSING with --fail-on-missing), 2: bad input.
 #include <cstdio>
 #include <exception>
@@ -7,11 +8,37 @@
 #include <string>
 
 #include "commands.hpp"
+#include "gate_ab.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/gate.hpp"
 #include "read_limits.hpp"
+#include "run_flags.hpp"
 
 namespace kvf::cli {
+
+namespace {
+
+// The stored-baseline mode: one or more baseline runs against one current run.
+gate::GateReport stored_gate(const std::vector<std::string>& baselines, const std::string& current,
+                             const gate::GateOptions& opts) {
+  std::vector<gate::ResultSet> runs;
+  for (const auto& b : baselines) {
+    try {
+      runs.push_back(gate::load_results(b));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--baseline: ") + e.what());
+    }
+  }
+  gate::ResultSet base = gate::merge_runs(std::move(runs)), cur;
+  try {
+    cur = gate::load_results(current);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--current: ") + e.what());
+  }
+  return gate::run_gate(base, cur, opts);
+}
+
+}  // namespace
 
 void add_gate(CLI::App& app) {
   struct Args {
@@ -19,20 +46,57 @@ void add_gate(CLI::App& app) {
     std::string current, format = "md";
     double threshold_pct = 5.0;
     gate::GateOptions opts;
+    std::vector<std::string> ab_dirs;
+    AbOptions ab;
+    std::string round_stat = "min";
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
       "gate",
-      "Regression gate: compare --current with --baseline case by case; exit 1 only for a significant slowdown "
+      "Regression gate: compare --current with --baseline case by case, or (--ab BASE NEW) run two builds' benches "
+      "alternately on this machine and compare them round by round; exit 1 only for a significant slowdown "
       "beyond the threshold (docs/gate.md)");
+  sub->footer(
+      "Stored baselines (kvf gate --baseline A --current B) suit a dedicated runner; on a shared one whole runs "
+      "drift by more than a 5% regression, and --ab BASE_BUILD NEW_BUILD cancels that drift: e.g. kvf gate --ab "
+      "build-base build --rounds 60 -- --no-cold --size 4MiB (a median of 34 s per gate on a busy 2-core VM, docs/gate.md). Test only: --inject-slowdown REGEX=FRACTION "
+      "--allow-fault-injection slows the new build's matching cases, to measure the gate's power (docs/gate.md).");
   sub->add_option("--baseline", args->baselines,
                   "Baseline: a results directory (or its cases.csv / samples.csv), or Google Benchmark JSON "
                   "with --benchmark_repetitions. Repeat it (--baseline A1 --baseline A2 ...) for a baseline of "
                   "several runs: samples are pooled and how far whole runs moved widens the noise floor")
-      ->required()
       ->take_all()
       ->expected(1, -1);
-  sub->add_option("--current", args->current, "Current results, same forms as --baseline")->required();
+  sub->add_option("--current", args->current, "Current results, same forms as --baseline");
+  sub->add_option("--ab", args->ab_dirs,
+                  "A/B mode: BASE_BUILD NEW_BUILD (build directories holding bin/bench_*, or install prefixes): both "
+                  "builds' benches run alternately, round by round in a random balanced order (AB BA ...), on this "
+                  "machine; each case is decided on its paired per-round ratios (Wilcoxon signed-rank, Holm over "
+                  "cases), so machine drift cancels. Instead of --baseline/--current")
+      ->expected(2);
+  sub->add_option("--study", args->ab.studies, "With --ab: the studies to run, comma-separated (default stream)")
+      ->delimiter(',');
+  sub->add_option("--rounds", args->ab.rounds, "With --ab: rounds, each running both builds once; at least 2")
+      ->capture_default_str();
+  sub->add_option("--seed", args->ab.seed, "With --ab: the seed of the round order (default: drawn, and reported)");
+  sub->add_option("--round-stat", args->round_stat,
+                  "With --ab: each round's value per case: min (its fastest sample: another job only slows samples "
+                  "down) or median")
+      ->check(CLI::IsMember({"min", "median"}))
+      ->capture_default_str();
+  sub->add_flag("--quick", args->ab.quick, "With --ab: run the benches' quick subsets (as kvf run --quick)");
+  sub->add_option("--keep-runs", args->ab.keep,
+                  "With --ab: keep every round's results directory under DIR (a new or empty directory; default: a "
+                  "temporary directory, removed)");
+  sub->add_option("--inject-slowdown", args->ab.inject,
+                  "TEST ONLY, with --ab and --allow-fault-injection: CASE_REGEX=FRACTION slows the new build's cases "
+                  "whose study/case/mode matches by FRACTION (0.05 = 5%) inside their timed region; the report says so");
+  sub->add_flag("--allow-fault-injection", args->opts.allow_fault_injection,
+                "Allow a test-only fault injection: --inject-slowdown with --ab, or results that carry one (refused "
+                "otherwise: they are not measurements)");
+  // The flags after "--" reach no CLI11 option: take_study_flags (run_flags.hpp) takes them out first, since
+  // CLI11 reads "--" after a list option (--ab A B) as the end of its values and the rest as kvf's own flags.
+  sub->add_option("bench_flags", args->ab.pass, "With --ab, after --: flags given to every bench of both builds");
   sub->add_option("--threshold", args->threshold_pct,
                   "Smallest median change (percent) that can fail the build; a trailing % is accepted")
       ->transform([](std::string s) {
@@ -41,7 +105,8 @@ void add_gate(CLI::App& app) {
       })
       ->check(CLI::Range(0.0, 1e6).description("PCT > 0"))
       ->capture_default_str();
-  sub->add_option("--alpha", args->opts.alpha, "Significance level of the two-sided Mann-Whitney U test")
+  sub->add_option("--alpha", args->opts.alpha, "Significance level: of the two-sided Mann-Whitney U test (stored baselines), of the one-sided "
+                  "signed-rank test after Holm's correction over the cases (--ab)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--min-samples", args->opts.min_samples,
@@ -59,27 +124,40 @@ void add_gate(CLI::App& app) {
   sub->add_flag("--allow-device-mismatch", args->opts.allow_device_mismatch,
                 "Compare even when baseline and current ran on different devices (refused otherwise)");
   auto limits = add_read_limit_flags(sub);
-  sub->callback([args, limits] {
+  sub->callback([args, limits, sub] {
     limits->apply();
     gate::GateReport report;
+    const bool ab = !args->ab_dirs.empty();
+    args->ab.pass.insert(args->ab.pass.end(), flags_after_separator().begin(), flags_after_separator().end());
+    if (ab && (!args->baselines.empty() || !args->current.empty()))
+      throw UsageError("--ab with --baseline/--current: the A/B mode measures both builds itself; give one or the other");
+    if (!ab && (args->baselines.empty() || args->current.empty()))
+      throw UsageError(std::string(args->baselines.empty() ? "--baseline" : "--current") +
+                       " is required (or --ab BASE_BUILD NEW_BUILD)");
+    if (!ab)
+      for (const char* f : {"--study", "--rounds", "--seed", "--round-stat", "--quick", "--keep-runs", "--inject-slowdown"})
+        if (sub->count(f) > 0) throw UsageError(std::string(f) + ": only with --ab BASE_BUILD NEW_BUILD");
+    if (!ab && !args->ab.pass.empty())
+      throw UsageError("'" + args->ab.pass.front() + "': kvf gate takes no positional arguments (bench flags after -- "
+                       "only with --ab)");
     try {
       args->opts.threshold = args->threshold_pct / 100.0;
-      gate::ResultSet base, cur;
-      std::vector<gate::ResultSet> runs;
-      for (const auto& b : args->baselines) {
+      if (ab) {
+        args->ab.base_dir = args->ab_dirs[0];
+        args->ab.new_dir = args->ab_dirs[1];
+        args->ab.seed_given = sub->count("--seed") > 0;
+        args->ab.allow_fault_injection = args->opts.allow_fault_injection;
+        args->opts.round_stat =
+            args->round_stat == "median" ? gate::GateOptions::RoundStat::median : gate::GateOptions::RoundStat::min;
         try {
-          runs.push_back(gate::load_results(b));
-        } catch (const UsageError& e) {
-          throw UsageError(std::string("--baseline: ") + e.what());
+          report = run_ab(args->ab, args->opts);
+        } catch (const AbStopped& s) {
+          std::fprintf(stderr, "kvf gate --ab: stopped by signal %d; no verdict\n", s.sig);
+          exit_with(128 + s.sig);
+          return;
         }
       }
-      base = gate::merge_runs(std::move(runs));
-      try {
-        cur = gate::load_results(args->current);
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--current: ") + e.what());
-      }
-      report = gate::run_gate(base, cur, args->opts);
+      if (!ab) report = stored_gate(args->baselines, args->current, args->opts);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {

@@ -67,6 +67,16 @@ std::vector<char*> take_study_flags(int argc, char** argv) {
   // Only `kvf run`: the subcommand is the first argument that is not an option.
   int sub = 1;
   while (sub < argc && argv[sub][0] == '-') ++sub;
+  // `kvf gate --ab` gives the flags after "--" to its benches: taken out here for the same reason as below.
+  if (sub < argc && std::strcmp(argv[sub], "gate") == 0) {
+    for (int i = sub + 1; i < argc; ++i)
+      if (std::strcmp(argv[i], "--") == 0) {
+        g_after.assign(argv + i + 1, argv + argc);
+        kept.assign(argv, argv + i);
+        break;
+      }
+    return kept;
+  }
   if (sub >= argc || std::strcmp(argv[sub], "run") != 0) return kept;
   kept.assign(argv, argv + sub + 1);
   for (int i = sub + 1; i < argc; ++i) {

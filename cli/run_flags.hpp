@@ -22,7 +22,7 @@ extern const char* const kStudyFlagsHelp;
 // for an unknown study or a flag kvf run sets itself (--access.out).
 std::vector<char*> take_study_flags(int argc, char** argv);
 const std::vector<StudyFlag>& study_flags();
-// What came after "--" on a `kvf run` command line (taken out with the per-study flags).
+// What came after "--" on a `kvf run` or `kvf gate` command line (taken out with the per-study flags).
 const std::vector<std::string>& flags_after_separator();
 
 // Refuses, before anything runs, a per-study flag for a study that will not run (`why_not` says why), and flags

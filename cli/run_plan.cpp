@@ -117,8 +117,7 @@ std::vector<DeviceChoice> run_devices(const RunOptions& o) {
   return out;
 }
 
-// The bench's --list json: its cases, or the one line of its refusal, said as kvf run's, naming the study.
-static StudyPlan list_study(const std::string& study, std::vector<std::string> args, const std::vector<std::string>& pass) {
+StudyPlan list_study(const std::string& study, std::vector<std::string> args, const std::vector<std::string>& pass) {
   StudyPlan p;
   p.study = study;
   p.args = args;

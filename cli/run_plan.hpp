@@ -56,6 +56,10 @@ std::filesystem::path bench_path(const std::string& study);
 // The status a bench left for its study in meta.json; empty when it cannot be read.
 std::string study_status(const std::string& out, const std::string& study);
 
+// The bench's --list json pass (args: its command line without --list): its cases, or the one line of its
+// refusal, naming the study (UsageError for exit 2). kvf run's plan and kvf gate --ab's both come from it.
+StudyPlan list_study(const std::string& study, std::vector<std::string> args, const std::vector<std::string>& pass);
+
 // The devices a run measures in turn: each visible GPU for --device all, else the one asked for (or the default).
 std::vector<DeviceChoice> run_devices(const RunOptions& o);
 // The plan of one device. Its directory: --out, or results/runs/<stamp>-<backend>; under --device all one

@@ -1,4 +1,4 @@
-// Private to run_plan.cpp and run_ceilings.cpp.
+// Private to run_plan.cpp, run_ceilings.cpp and gate_ab.cpp (which runs the same --list pass).
 #pragma once
 #include <string>
 #include <vector>

@@ -38,7 +38,20 @@ struct Flags {
   std::string benchmark_filter;
   std::optional<std::regex> benchmark_filter_re;
   bool benchmark_filter_negative = false;
+  // --inject-slowdown CASE_REGEX=FRACTION (test only, with --allow-fault-injection; docs/gate.md): every
+  // study/case/mode the regex finds is slowed by FRACTION inside its timed region, and says so in its row.
+  std::string inject_text;
+  std::optional<std::regex> inject_re;
+  double inject_fraction = 0;
+  bool allow_fault_injection = false;
 };
+
+// Whether --inject-slowdown slows this registered name (study/case/mode).
+inline bool injected(const Flags& f, const std::string& bname) {
+  return f.inject_re && std::regex_search(bname, *f.inject_re);
+}
+// The note a slowed row carries, and the marker `kvf gate` looks for in a row's note.
+inline constexpr const char* kFaultInjectedMarker = "FAULT INJECTED";
 
 // Adds the harness's and the study's flags to `app` and parses the command line (Google Benchmark takes
 // its --benchmark_* flags out of argv first). Returns the exit code when the run ends here: --help

@@ -139,6 +139,28 @@ std::string initialize_benchmark(int* argc, char** argv) {
   return said;
 }
 
+// --inject-slowdown CASE_REGEX=FRACTION: "" when absent or fine, else the one line that refuses it.
+std::string parse_injection(Flags& f) {
+  if (f.inject_text.empty()) return {};
+  const std::string typed = "--inject-slowdown " + f.inject_text;
+  if (!f.allow_fault_injection)
+    return typed + ": a test-only fault injection (docs/gate.md), refused without --allow-fault-injection";
+  const std::size_t eq = f.inject_text.rfind('=');
+  if (eq == std::string::npos || eq == 0)
+    return typed + ": expected CASE_REGEX=FRACTION, e.g. 'read/.*/hot=0.05'";
+  const std::string re = f.inject_text.substr(0, eq);
+  if (re.size() > kMaxFilterChars) return typed.substr(0, 40) + "...: the regex has more than 1000 characters";
+  const auto frac = parse_number_in(std::string_view(f.inject_text).substr(eq + 1), 1e-6, 10.0, false);
+  if (!frac) return typed + ": FRACTION must be a number in [1e-06, 10] (0.05 slows by 5%)";
+  try {
+    f.inject_re = std::regex(re);
+  } catch (const std::regex_error& e) {
+    return typed + ": '" + re + "' is not a valid regular expression (" + e.what() + ")";
+  }
+  f.inject_fraction = *frac;
+  return {};
+}
+
 }  // namespace
 
 std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::string& prog, CLI::App& app, Flags& f) {
@@ -188,6 +210,12 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   app.add_flag("--profile", f.profile,
                "for a profiler (ncu, nsys, perf): one warm-up and one timed execution per case and mode, NVTX "
                "ranges as in a measurement; the rows say \"profile\" and are not scored by kvf report or gate");
+  app.add_option("--inject-slowdown", f.inject_text,
+                 "TEST ONLY (docs/gate.md): CASE_REGEX=FRACTION slows every study/case/mode the regex finds by "
+                 "FRACTION (0.05: 5%), a busy wait inside the timed region proportional to the region's own time; "
+                 "refused without --allow-fault-injection; the rows and meta.json say so; cpu backend only");
+  app.add_flag("--allow-fault-injection", f.allow_fault_injection,
+               "let --inject-slowdown slow this run (for measuring the gate's power; never for real results)");
   app.add_flag("--no-cold", f.no_cold, "skip cold samples (caches flushed before each)");
   app.add_flag("--no-hot", f.no_hot, "skip hot samples");
   study.add_options(app);
@@ -289,9 +317,15 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
     f.cfg.warmup = 1;
     f.cfg.stop.min_samples = f.cfg.stop.max_samples = 1;
   }
+  if (const std::string bad = parse_injection(f); !bad.empty()) {
+    print_error(prog, bad);
+    return kExitUsage;
+  }
   f.cfg.stop.target_rel_error = f.noise_pct / 100.0;
-  // --quick is a smoke run: a shorter budget unless one was asked for.
+  // --quick is a smoke run: a shorter budget unless one was asked for. It is also what CI gates on (README),
+  // so the budget never leaves it fewer samples than `kvf gate` needs by default, on any LLC size.
   if (f.quick && app.count("--budget") == 0) f.cfg.stop.budget_s = 0.1;
+  if (f.quick) f.cfg.stop.budget_min_samples = StopRule{}.min_samples;
   return std::nullopt;
 }
 

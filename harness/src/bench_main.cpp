@@ -257,7 +257,14 @@ std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::
                              {"throttle_fraction", cfg.throttle_fraction},
                              {"flush_bytes", be.flush_bytes()},
                              {"repetitions", f.reps},
-                             {"profile", f.profile}}},
+                             {"profile", f.profile},
+                             {"quick", f.quick},
+                             {"budget_min_samples", cfg.stop.budget_min_samples}}},
+                           // Test-only (docs/gate.md): `kvf gate` refuses a result that carries one unless told.
+                           {"fault_injection",
+                            f.inject_re ? nlohmann::json{{"case_regex", f.inject_text.substr(0, f.inject_text.rfind('='))},
+                                                         {"fraction", f.inject_fraction}}
+                                        : nlohmann::json(nullptr)},
                            {"machine_load", machine_load_json()}};
   });
   if (const double l = load_average_1m(); l > 1.25 * std::thread::hardware_concurrency())
@@ -328,6 +335,10 @@ int run_study(int argc, char** argv, Study& study) {
       be = make_plan_backend(f.plan_device);
       note = "backend: " + be->name() + " (planned for " + be->info().name + " from " + f.plan_device + "; nothing runs)";
     }
+    // A GPU sample is timed on the device: a host busy wait would not be inside it.
+    if (f.inject_re && be->name() != "cpu")
+      throw UsageError("--inject-slowdown " + f.inject_text + ": the cpu backend only (backend here: " + be->name() +
+                       "; a GPU sample is timed on the device, which a host wait does not slow)");
     StudyContext ctx{be.get(), f.quick};
     cases = study.cases(ctx);
     // After the study checked its flags: a bad flag is one line on stderr, not a backend note and then it.

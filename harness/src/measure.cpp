@@ -5,6 +5,19 @@
 
 namespace kvf {
 
+std::function<void()> slowed_region(std::function<void()> region, double fraction) {
+  return [region = std::move(region), fraction] {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    region();
+    const auto ran = clock::now() - t0;
+    // A spin, not a sleep: a sleep's wake-up latency would add more than the fraction to short regions.
+    const auto until = t0 + ran + std::chrono::duration_cast<clock::duration>(ran * fraction);
+    while (clock::now() < until) {
+    }
+  };
+}
+
 Measurement measure(Backend& be, const std::string& mode, const MeasureConfig& cfg,
                     const std::function<void()>& region, const TimeOptions& topts,
                     const std::function<void()>& before_sample) {

@@ -41,8 +41,9 @@ StopReason should_stop(std::span<const double> xs, double elapsed_s, const StopR
   if (n >= rule.max_samples) return StopReason::max_samples;
   if (n < rule.min_samples) {
     // The budget cannot cut a case below min_samples unless a single sample is itself longer than the
-    // whole budget (a multi-second region): then two samples are the most we pay for.
-    if (n >= 2 && elapsed_s >= rule.budget_s * rule.min_samples) return StopReason::budget;
+    // whole budget (a multi-second region): then budget_min_samples (two, unless --quick) are the most we pay for.
+    if (n >= std::max(2, rule.budget_min_samples) && elapsed_s >= rule.budget_s * rule.min_samples)
+      return StopReason::budget;
     return StopReason::none;
   }
   const Summary s = summarize(xs);

@@ -78,3 +78,16 @@ TEST(StopRule, VeryLongSamplesStopBeforeMinSamples) {
   EXPECT_EQ(should_stop(xs, 6.5, r), StopReason::budget);
   EXPECT_EQ(should_stop(std::vector<double>{3}, 3, r), StopReason::none);
 }
+
+TEST(StopRule, QuickFloorKeepsWhatTheGateNeeds) {
+  // --quick (budget 0.1 s) on a large LLC: samples of 0.2 s each. Before issue 20 the escape stopped at 3
+  // samples, fewer than `kvf gate`'s default --min-samples; with budget_min_samples = 5 it waits for 5.
+  StopRule r;
+  r.budget_s = 0.1;
+  const std::vector<double> three = {0.2, 0.2, 0.21};
+  EXPECT_EQ(should_stop(three, 0.61, r), StopReason::budget);  // the full-run rule: two are the floor
+  r.budget_min_samples = 5;
+  EXPECT_EQ(should_stop(three, 0.61, r), StopReason::none);
+  const std::vector<double> five = {0.2, 0.2, 0.21, 0.19, 0.25};
+  EXPECT_NE(should_stop(five, 1.05, r), StopReason::none);
+}

@@ -34,7 +34,7 @@ std::string duration(double s) {
 }
 
 std::string geomean_text(const GateReport& r) {
-  return "geomean current/baseline " + fmt("%.3f", r.geomean_ratio) + " (" + signed_pct(r.geomean_ratio - 1) +
+  return std::string(r.paired ? "geomean new/base " : "geomean current/baseline ") + fmt("%.3f", r.geomean_ratio) + " (" + signed_pct(r.geomean_ratio - 1) +
          ") over " + std::to_string(r.compared) + (r.compared == 1 ? " case" : " cases");
 }
 
@@ -94,11 +94,37 @@ const char* kTableHead =
     "| verdict | case | baseline median | current median | change | p | noise floor | samples b / c | note |\n"
     "|---|---|---:|---:|---:|---:|---:|---:|---|\n";
 
+// A/B mode: the interval, the Holm-corrected p, the power and every round's ratio take the noise floor's place.
+const char* kPairedHead =
+    "| verdict | case | base | new | change [CI] | p (Holm) | detectable | new/base per round | note |\n"
+    "|---|---|---:|---:|---:|---:|---:|---|---|\n";
+
+std::string bound(double v) { return std::isfinite(v) ? signed_pct(v) : (v > 0 ? "+inf" : "-inf"); }
+
+std::string ratios(const CaseResult& c, const char* sep) {
+  std::string s;
+  for (double x : c.round_ratios) s += (s.empty() ? "" : sep) + fmt("%.3f", x);
+  return s;
+}
+
+std::string md_row_paired(const CaseResult& c) {
+  const std::string verdict = c.verdict == Verdict::slower ? "**SLOWER**" : to_string(c.verdict);
+  std::string row = "| " + verdict + " | `" + code(c.label) + "` | ";
+  if (c.compared) {
+    row += duration(c.median_base) + " | " + duration(c.median_cur) + " | " + signed_pct(c.change) + " [" +
+           bound(c.ci_lo) + ", " + bound(c.ci_hi) + "] | " + p_value(c.p) + " (" + p_value(c.p_holm) + ") | " +
+           (std::isfinite(c.detectable) ? pct(c.detectable) : std::string("none")) + " | " + ratios(c, " ") + " | ";
+  } else {
+    row += "| | | | | ";
+  }
+  return row + cell(c.note) + " |\n";
+}
+
 }  // namespace
 
 std::string summary_line(const GateReport& r) {
-  std::string s = std::string("kvf gate: ") + (r.exit_code ? "FAIL" : "PASS") + ": " + counts_text(r) + "; " +
-                  geomean_text(r);
+  std::string s = std::string("kvf gate") + (r.paired ? " --ab" : "") + ": " + (r.exit_code ? "FAIL" : "PASS") + ": " +
+                  counts_text(r) + "; " + geomean_text(r);
   std::string named;
   int shown = 0;
   for (const auto& c : r.cases) {
@@ -111,6 +137,7 @@ std::string summary_line(const GateReport& r) {
     named += c.verdict == Verdict::slower ? signed_pct(c.change) : std::string("missing");
   }
   if (!named.empty()) s += "; failing: " + named;
+  if (!r.injected.empty()) s += "; FAULT INJECTED into the new build (test only): " + r.injected;
   return s;
 }
 
@@ -126,27 +153,47 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
   }
   md += counts_text(r) + ". " + geomean_text(r) + ".\n\n";
 
+  if (!r.injected.empty())
+    md += "**FAULT INJECTED (test of the gate, not a measurement):** the new build ran with `--inject-slowdown " +
+          code(r.injected) + "`.\n\n";
   std::string head, same;
   std::size_t n_same = 0;
   for (const auto& c : r.cases) {
+    const std::string row = r.paired ? md_row_paired(c) : md_row(c);
     if (c.verdict == Verdict::same) {
-      same += md_row(c);
+      same += row;
       ++n_same;
     } else {
-      head += md_row(c);
+      head += row;
     }
   }
-  if (!head.empty()) md += kTableHead + head + "\n";
+  const char* table_head = r.paired ? kPairedHead : kTableHead;
+  if (!head.empty()) md += table_head + head + "\n";
   if (n_same) {
     md += "<details><summary>" + std::to_string(n_same) + (n_same == 1 ? " case" : " cases") +
-          " unchanged (SAME)</summary>\n\n" + kTableHead + same + "\n</details>\n\n";
+          " unchanged (SAME)</summary>\n\n" + table_head + same + "\n</details>\n\n";
   }
-  md += "Threshold " + pct(o.threshold) + ", alpha " + fmt("%g", o.alpha) + ", min samples " +
-        std::to_string(o.min_samples) + (o.filter.empty() ? "" : ", filter `" + code(o.filter) + "`") +
-        ". A case is SLOWER when its median rose by more than max(threshold, noise floor) and the "
-        "Mann-Whitney U test gives p < alpha; noise floor = 2 x the wider relative IQR of the two runs.\n\n";
-  md += "Baseline: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). Current: `" +
-        code(r.current_source) + "` (" + cell(r.current_device) + ").\n";
+  const std::string filter = o.filter.empty() ? "" : ", filter `" + code(o.filter) + "`";
+  if (r.paired) {
+    md += "A/B: " + std::to_string(r.rounds) + " rounds in " + fmt("%.0f", r.wall_s) + " s, order " + r.order +
+          " (A = base, seed " + std::to_string(r.seed) + "); each round's value per case: its " +
+          (o.round_stat == GateOptions::RoundStat::min ? "fastest sample" : "median sample") + ". Threshold " + pct(o.threshold) + ", alpha " +
+          fmt("%g", o.alpha) + filter +
+          ". change: Hodges-Lehmann estimate of new/base - 1 over the rounds, with its " + fmt("%g", 100 * (1 - o.alpha)) +
+          "% interval; p: one-sided Wilcoxon signed-rank on the per-round log ratios, Holm-corrected over " +
+          std::to_string(r.compared) + " cases. A case is SLOWER when the corrected p < alpha and the interval "
+          "reaches the threshold; detectable: the smallest slowdown this run's round-to-round noise would have let "
+          "the gate flag.\n\n";
+    md += "Base: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). New: `" +
+          code(r.current_source) + "` (" + cell(r.current_device) + ").\n";
+  } else {
+    md += "Threshold " + pct(o.threshold) + ", alpha " + fmt("%g", o.alpha) + ", min samples " +
+          std::to_string(o.min_samples) + filter +
+          ". A case is SLOWER when its median rose by more than max(threshold, noise floor) and the "
+          "Mann-Whitney U test gives p < alpha; noise floor = 2 x the wider relative IQR of the two runs.\n\n";
+    md += "Baseline: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). Current: `" +
+          code(r.current_source) + "` (" + cell(r.current_device) + ").\n";
+  }
   if (r.throttled_base || r.throttled_cur)
     md += "\nThrottled samples were ignored: " + std::to_string(r.throttled_base) + " in the baseline, " +
           std::to_string(r.throttled_cur) + " in the current run.\n";
@@ -157,7 +204,28 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
   return md;
 }
 
+namespace {
+
+std::string format_csv_paired(const GateReport& r) {
+  std::string out = csv_line({"verdict", "study", "case", "mode", "params", "rounds", "base_samples", "new_samples",
+                              "base_median_s", "new_median_s", "change", "ci_low", "ci_high", "p_value", "p_holm",
+                              "test", "detectable", "round_ratios", "note"});
+  const double nan = std::nan("");
+  for (const auto& c : r.cases) {
+    auto n = [&](double v) { return csv_number(c.compared ? v : nan); };
+    out += csv_line({to_string(c.verdict), c.key.study, c.key.case_name, c.key.mode, c.key.params_string(),
+                     std::to_string(r.rounds), std::to_string(c.n_base), std::to_string(c.n_cur), n(c.median_base),
+                     n(c.median_cur), n(c.change), n(c.ci_lo), n(c.ci_hi), n(c.p), n(c.p_holm),
+                     c.compared ? (c.exact ? "exact" : "asymptotic") : "", n(c.detectable), ratios(c, " "),
+                     c.note});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string format_csv(const GateReport& r) {
+  if (r.paired) return format_csv_paired(r);
   std::string out = csv_line({"verdict", "study", "case", "mode", "params", "baseline_samples", "current_samples",
                               "baseline_throttled", "current_throttled", "baseline_median_s", "current_median_s",
                               "change", "p_value", "test", "baseline_rel_iqr", "current_rel_iqr", "noise_floor",

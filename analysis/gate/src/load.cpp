@@ -84,6 +84,7 @@ ResultSet load_kvf_tables(CsvTable cases_table, const CsvTable& samples, const s
     cd.backend = std::move(e.backend);
     cd.device = std::move(e.device);
     cd.note = std::move(e.note);
+    cd.injected = cd.note.find("FAULT INJECTED") != std::string::npos;  // harness/src/bench_run.cpp's marker
     // The harness counts unthrottled samples here; a row with 0 and no sample rows is a skipped case.
     const long long n = parse_count(cases.table, r, "samples");
     if (!seen.insert(cd.key).second)
@@ -121,6 +122,8 @@ ResultSet load_kvf_tables(CsvTable cases_table, const CsvTable& samples, const s
   if (orphans)
     rs.warnings.push_back(samples.path + ": " + std::to_string(orphans) +
                           " sample rows belong to no case in cases.csv (an interrupted run?); ignored");
+  for (const auto& cd : rs.cases)
+    if (cd.injected) rs.fault_injection.push_back(cd.key.label() + " (its note)");
   for (std::size_t i = 0; i < rs.cases.size(); ++i) {
     CaseData& cd = rs.cases[i];
     if (declared[i] == 0 && found[i] == 0) {
@@ -164,6 +167,42 @@ std::set<std::string> meta_device_names(const nlohmann::json& meta) {
     }
   }
   return out;
+}
+
+void read_run_settings(const nlohmann::json& meta, ResultSet& rs) {
+  // Written by harness/src/bench_main.cpp (open_results); anything else in the file is left alone, and a value of
+  // the wrong type only loses the remedy's detail or the injection check (a case's note still carries its marker).
+  if (meta.contains("kvf_run") && meta["kvf_run"].is_object()) {
+    const auto& q = meta["kvf_run"];
+    if (q.contains("quick") && q["quick"].is_boolean()) rs.quick = rs.quick || q["quick"].get<bool>();
+  }
+  if (!meta.contains("studies") || !meta["studies"].is_object()) return;
+  for (const auto& [study, s] : meta["studies"].items()) {
+    if (!s.is_object()) continue;
+    if (s.contains("measure") && s["measure"].is_object()) {
+      const auto& m = s["measure"];
+      if (m.contains("quick") && m["quick"].is_boolean()) rs.quick = rs.quick || m["quick"].get<bool>();
+      if (m.contains("min_samples") && m["min_samples"].is_number_integer()) {
+        const auto n = m["min_samples"].get<long long>();
+        if (n > 0 && n < (1 << 30) && (rs.run_min_samples == 0 || n < rs.run_min_samples))
+          rs.run_min_samples = static_cast<int>(n);
+      }
+      if (m.contains("budget_s") && m["budget_s"].is_number()) {
+        const double b = m["budget_s"].get<double>();
+        if (std::isfinite(b) && b > rs.run_budget_s) rs.run_budget_s = b;
+      }
+    }
+    if (s.contains("fault_injection") && !s["fault_injection"].is_null()) {
+      const auto& f = s["fault_injection"];
+      std::string what = study + ": ";
+      if (f.is_object() && f.contains("case_regex") && f["case_regex"].is_string() && f.contains("fraction") &&
+          f["fraction"].is_number())
+        what += f["case_regex"].get<std::string>() + "=" + nlohmann::json(f["fraction"].get<double>()).dump();
+      else
+        what += "fault_injection " + f.dump().substr(0, 80);
+      rs.fault_injection.push_back(what);
+    }
+  }
 }
 
 ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source) {
@@ -257,7 +296,11 @@ ResultSet load_results(const std::string& path) {
   if (!input_exists(cases)) throw UsageError(cases.string() + ": no such file (not a results directory?)");
   if (!input_exists(samples)) throw UsageError(samples.string() + ": no such file (the gate needs the raw samples)");
   ResultSet rs = load_kvf_tables(read_csv_table(cases.string(), dir), read_csv_table(samples.string(), dir), path);
-  if (input_exists(meta)) rs.meta_devices = meta_device_names(read_json_input(meta, dir));
+  if (input_exists(meta)) {
+    const nlohmann::json m = read_json_input(meta, dir);
+    rs.meta_devices = meta_device_names(m);
+    read_run_settings(m, rs);
+  }
   return rs;
 }
 
@@ -271,6 +314,11 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
     out.source += (out.source.empty() ? "" : " + ") + run.source;
     out.meta_devices.insert(run.meta_devices.begin(), run.meta_devices.end());
     out.warnings.insert(out.warnings.end(), run.warnings.begin(), run.warnings.end());
+    out.fault_injection.insert(out.fault_injection.end(), run.fault_injection.begin(), run.fault_injection.end());
+    out.quick = out.quick || run.quick;
+    if (run.run_min_samples > 0 && (out.run_min_samples == 0 || run.run_min_samples < out.run_min_samples))
+      out.run_min_samples = run.run_min_samples;
+    out.run_budget_s = std::max(out.run_budget_s, run.run_budget_s);
     for (auto& c : run.cases) {
       auto [it, fresh] = index.try_emplace(c.key, out.cases.size());
       if (fresh) {
@@ -290,6 +338,7 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
       m.samples.insert(m.samples.end(), c.samples.begin(), c.samples.end());
       m.skipped = false;
       m.note = c.note;
+      m.injected = m.injected || c.injected;
     }
   }
   for (const auto& c : out.cases)

@@ -7,10 +7,12 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "kvf/errors.hpp"
 #include "kvf/gate.hpp"
 #include "kvf/stats.hpp"
+#include "gate_detail.hpp"
 
 namespace kvf::gate {
 
@@ -43,42 +45,7 @@ double relative_iqr(std::span<const double> xs) {
 
 namespace {
 
-std::string pct(double f) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * f);
-  return buf;
-}
-std::string num(double v, const char* fmt = "%.3g") {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
-
-double median_of(std::span<const double> xs) {
-  std::vector<double> s(xs.begin(), xs.end());
-  std::sort(s.begin(), s.end());
-  return quantile_sorted(s, 0.5);
-}
-
-void append_note(std::string& note, const std::string& more) {
-  if (more.empty()) return;
-  if (!note.empty()) note += "; ";
-  note += more;
-}
-
-// The device a case ran on: its own column, else the one device named by meta.json / the context.
-std::string device_of(const CaseData& c, const ResultSet& rs) {
-  std::string d = c.device;
-  if (d.empty() && rs.meta_devices.size() == 1) d = *rs.meta_devices.begin();
-  if (!d.empty() && !c.backend.empty()) d = c.backend + ":" + d;
-  return d;
-}
-
-std::string join(const std::set<std::string>& s) {
-  std::string out;
-  for (const auto& x : s) out += (out.empty() ? "" : ", ") + x;
-  return out.empty() ? "unknown" : out;
-}
+using namespace detail;
 
 // Fill in the numbers and the verdict of a case measured on both sides. See kvf/gate.hpp.
 void classify(CaseResult& r, const CaseData& b, const CaseData& c, const GateOptions& o) {
@@ -121,9 +88,48 @@ void classify(CaseResult& r, const CaseData& b, const CaseData& c, const GateOpt
     append_note(r.note, "too few samples: p can never be below alpha (smallest possible p " + num(min_p) + ")");
 }
 
+// A case with fewer usable samples than --min-samples: the line that says so.
+struct TooFew {
+  std::string text;
+  const ResultSet* side;
+  double sample_s;  // its median sample (0: none)
+  int throttled;
+};
+
+// The fix that fits the result set at hand, from how it was made (meta.json, load.cpp read_run_settings).
+std::string remedy(const TooFew& t, const GateOptions& o) {
+  const ResultSet& rs = *t.side;
+  const std::string want = std::to_string(o.min_samples);
+  if (rs.format == "Google Benchmark JSON")
+    return "rerun with --benchmark_repetitions=N (one sample per repetition in its JSON)";
+  if (t.throttled > 0)
+    return "its throttled samples were dropped: rerun on a device that holds its clocks (or with a longer -- --budget S)";
+  if (rs.run_min_samples > 0 && rs.run_min_samples < o.min_samples)
+    return "the run asked for " + std::to_string(rs.run_min_samples) + " (-- --min-samples " +
+           std::to_string(rs.run_min_samples) + "): rerun kvf run without it or with -- --min-samples " + want;
+  if (rs.quick)
+    return "a --quick run of this kvf takes at least " + std::to_string(StopRule{}.min_samples) +
+           " samples per case and mode on any LLC size: rerun kvf run --quick with it (older runs stopped earlier)";
+  const std::string b = rs.run_budget_s > 0 ? " (" + num(rs.run_budget_s) + " s)" : "";
+  return "each sample outlasted the run's --budget" + b + ", which then stops at 2: rerun kvf run with -- --budget S, "
+         "S at least one sample's time (" + num(t.sample_s) + " s here)";
+}
+
+// A result set that a test-only fault injection slowed is no measurement: refused unless the gate is told.
+void check_injection(const char* side, const ResultSet& rs, const GateOptions& o, GateReport& rep) {
+  if (rs.fault_injection.empty()) return;
+  std::string what = rs.fault_injection.front();
+  if (rs.fault_injection.size() > 1) what += " and " + std::to_string(rs.fault_injection.size() - 1) + " more";
+  if (!o.allow_fault_injection)
+    throw UsageError(std::string(side) + " " + rs.source + ": carries a test-only fault injection (" + what +
+                     "), not a measurement; only a test of the gate compares it, with --allow-fault-injection");
+  rep.warnings.push_back(std::string(side) + " carries a test-only fault injection (" + what +
+                         "): not a measurement (allowed by --allow-fault-injection)");
+}
+
 }  // namespace
 
-GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const GateOptions& o) {
+std::optional<std::regex> detail::checked_options(const GateOptions& o) {
   if (!(o.threshold > 0) || !std::isfinite(o.threshold))
     throw UsageError("--threshold " + num(100 * o.threshold) + ": must be a percentage > 0");
   if (!(o.alpha > 0 && o.alpha < 1)) throw UsageError("--alpha " + num(o.alpha) + ": must be in (0, 1)");
@@ -136,6 +142,11 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
       throw UsageError("--filter '" + o.filter + "': not a valid regular expression (" + e.what() + ")");
     }
   }
+  return filter;
+}
+
+GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const GateOptions& o) {
+  const std::optional<std::regex> filter = checked_options(o);
   auto pick = [&](const ResultSet& rs) {
     std::map<CaseKey, const CaseData*> m;
     for (const auto& c : rs.cases)
@@ -149,13 +160,16 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   rep.current_source = current.source;
   for (const auto& w : baseline.warnings) rep.warnings.push_back("baseline: " + w);
   for (const auto& w : current.warnings) rep.warnings.push_back("current: " + w);
+  check_injection("--baseline", baseline, o, rep);
+  check_injection("--current", current, o, rep);
 
   std::set<CaseKey> keys;
   for (const auto& [k, _] : bm) keys.insert(k);
   for (const auto& [k, _] : cm) keys.insert(k);
 
   std::size_t in_common = 0;
-  std::vector<std::string> too_few, mismatched;
+  std::vector<TooFew> too_few;
+  std::vector<std::string> mismatched;
   std::set<std::string> dev_b, dev_c;
   std::vector<std::pair<const CaseData*, const CaseData*>> pairs;  // parallel to rep.cases
   for (const auto& k : keys) {
@@ -168,6 +182,9 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     r.label = k.label();
     if (b) { r.n_base = b->samples.size(); r.throttled_base = b->throttled; }
     if (c) { r.n_cur = c->samples.size(); r.throttled_cur = c->throttled; }
+    if ((b && b->injected) || (c && c->injected))  // only past check_injection, i.e. with --allow-fault-injection
+      append_note(r.note, std::string("FAULT INJECTED (test only) in the ") +
+                              (b && b->injected ? (c && c->injected ? "baseline and current" : "baseline") : "current"));
     if (!b) {
       r.verdict = Verdict::new_case;
       if (c->skipped) append_note(r.note, "skipped in current: " + c->note);
@@ -186,12 +203,13 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
         if (!dc.empty()) dev_c.insert(dc);
         if (!db.empty() && !dc.empty() && db != dc)
           mismatched.push_back(r.label + ": baseline '" + db + "', current '" + dc + "'");
-        for (auto [side, d] : {std::pair{"baseline", b}, std::pair{"current", c}}) {
+        for (auto [side, d, rs] : {std::tuple{"baseline", b, &baseline}, std::tuple{"current", c, &current}}) {
           if (static_cast<int>(d->samples.size()) < o.min_samples)
-            too_few.push_back(r.label + ": " + side + " has " + std::to_string(d->samples.size()) +
-                              " usable samples" +
-                              (d->throttled ? " (" + std::to_string(d->throttled) + " throttled ignored)" : "") +
-                              ", fewer than --min-samples " + std::to_string(o.min_samples));
+            too_few.push_back({r.label + ": " + side + " has " + std::to_string(d->samples.size()) +
+                                   " usable samples" +
+                                   (d->throttled ? " (" + std::to_string(d->throttled) + " throttled ignored)" : "") +
+                                   ", fewer than --min-samples " + std::to_string(o.min_samples),
+                               rs, d->samples.empty() ? 0.0 : median_of(d->samples), d->throttled});
         }
         r.compared = true;  // classified below, once the input is known to be usable
       }
@@ -217,18 +235,9 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     rep.warnings.push_back(msg + " (allowed by --allow-device-mismatch)");
   }
   if (!too_few.empty()) {
-    std::string msg = too_few.front();
+    std::string msg = too_few.front().text;
     if (too_few.size() > 1) msg += " (and " + std::to_string(too_few.size() - 1) + " more)";
-    // Each side's remedy: a results directory holds our samples (a longer --budget takes more); a Google
-    // Benchmark JSON holds one time per repetition, so only more repetitions add samples there.
-    std::string remedy;
-    for (const ResultSet* side : {&baseline, &current}) {
-      const std::string r = side->format == "Google Benchmark JSON"
-                                ? "rerun with --benchmark_repetitions=N (one sample per repetition in its JSON)"
-                                : "take more samples (kvf run ... -- --budget S)";
-      if (remedy.find(r) == std::string::npos) remedy += (remedy.empty() ? "" : ", or ") + r;
-    }
-    throw UsageError(msg + "; " + remedy + ", or lower --min-samples");
+    throw UsageError(msg + "; " + remedy(too_few.front(), o) + "; or lower --min-samples");
   }
   rep.baseline_device = join(dev_b);
   rep.current_device = join(dev_c);
@@ -248,16 +257,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   }
   rep.geomean_ratio = std::exp(log_sum / static_cast<double>(rep.compared));
 
-  // Labels that collide (same study/case/mode, different parameters) get their parameters appended.
-  std::map<std::string, int> label_count;
-  for (const auto& r : rep.cases) ++label_count[r.label];
-  for (auto& r : rep.cases)
-    if (label_count[r.label] > 1) r.label += " {" + r.key.params_string() + "}";
-
-  std::stable_sort(rep.cases.begin(), rep.cases.end(), [](const CaseResult& a, const CaseResult& b) {
-    if (a.verdict != b.verdict) return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
-    return a.label < b.label;
-  });
+  finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);
   rep.exit_code = fail ? kExitFailure : kExitOk;
   return rep;

@@ -24,6 +24,10 @@ struct Measurement {
   int throttled = 0;
 };
 
+// Test-only fault injection (bench --inject-slowdown): `region`, then a busy wait of `fraction` times the time it
+// took, so whatever times the call (the cpu backend's clock around it) sees a true slowdown of that fraction.
+std::function<void()> slowed_region(std::function<void()> region, double fraction);
+
 // mode: "cold" or "hot". before_sample runs untimed before each sample (after the flush when cold).
 Measurement measure(Backend& be, const std::string& mode, const MeasureConfig& cfg,
                     const std::function<void()>& region, const TimeOptions& topts,

@@ -25,6 +25,11 @@ struct StopRule {
   double target_rel_error = 0.01;
   // ...or once the measured region has used this much wall time in this mode (cold or hot).
   double budget_s = 0.5;
+  // The fewest samples the budget may leave a mode with before min_samples is reached (a region whose one
+  // execution is longer than the budget). --quick raises it to min_samples: its budget is short (0.1 s), so on
+  // a large LLC (arrays sized from it) the escape cut quick cases to 3 samples, fewer than `kvf gate` needs
+  // (its default --min-samples is StopRule{}.min_samples).
+  int budget_min_samples = 2;
 };
 enum class StopReason { none, converged, budget, max_samples };
 // `elapsed_s` is wall time spent in this mode so far (including flushes).

@@ -26,6 +26,7 @@
 // significant. Noise (in either run) widens the limit instead of failing the build.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <span>
 #include <string>
@@ -34,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvf/results.hpp"
+#include "kvf/stats.hpp"
 #include "kvf/table.hpp"
 
 namespace kvf::gate {
@@ -61,6 +63,7 @@ struct CaseData {
   std::string note;              // why it was skipped, from the note column
   // One median per run for a baseline merged from several runs (merge_runs); empty for one run.
   std::vector<double> run_medians;
+  bool injected = false;         // its note says a test-only fault injection slowed it (bench --inject-slowdown)
 };
 
 struct ResultSet {
@@ -69,6 +72,14 @@ struct ResultSet {
   std::vector<CaseData> cases;
   std::set<std::string> meta_devices;  // device names found in meta.json / the benchmark context
   std::vector<std::string> warnings;   // oddities that do not stop the gate (orphan samples, ...)
+  // From meta.json, for the remedy when a case has too few samples: whether the run was --quick, the fewest
+  // samples it asked for (--min-samples) and its longest --budget (0: unknown).
+  bool quick = false;
+  int run_min_samples = 0;
+  double run_budget_s = 0;
+  // "study: CASE_REGEX=FRACTION" for each study of the run that a test-only fault injection slowed (meta.json),
+  // and each case whose note says so.
+  std::vector<std::string> fault_injection;
 };
 
 // path: a results directory, its cases.csv / samples.csv / meta.json, or a Google Benchmark JSON
@@ -83,6 +94,8 @@ ResultSet merge_runs(std::vector<ResultSet> runs);
 ResultSet load_kvf_tables(CsvTable cases, const CsvTable& samples, const std::string& source);
 ResultSet load_gbench_json(const nlohmann::json& j, const std::string& source);
 std::set<std::string> meta_device_names(const nlohmann::json& meta);
+// Fills quick, run_min_samples, run_budget_s and fault_injection from a results directory's meta.json.
+void read_run_settings(const nlohmann::json& meta, ResultSet& rs);
 
 // ---------------------------------------------------------------------------------------------
 // Statistics
@@ -118,10 +131,17 @@ const char* to_string(Verdict v);  // "SLOWER", "MISSING", ...
 struct GateOptions {
   double threshold = 0.05;  // fraction (the CLI takes percent)
   double alpha = 0.05;
-  int min_samples = 5;
+  // The harness's own minimum, which every run (a --quick one too) takes per case and mode unless one sample
+  // outlasts the whole budget of a full run (kvf/stats.hpp).
+  int min_samples = StopRule{}.min_samples;
   std::string filter;       // ECMAScript regex searched in CaseKey::label(); empty: all
   bool fail_on_missing = false;
   bool allow_device_mismatch = false;
+  // Gate results that carry a test-only fault injection (refused otherwise: they are not measurements).
+  bool allow_fault_injection = false;
+  // A/B mode: each round's value per case and build: its fastest sample (another job on a shared machine only
+  // ever slows a sample down, so the minimum moves least with the load) or its median.
+  enum class RoundStat { min, median } round_stat = RoundStat::min;
 };
 
 struct CaseResult {
@@ -140,6 +160,12 @@ struct CaseResult {
   bool compared = false;                   // both sides measured: the numbers above are meaningful
   bool exact = false;
   std::string note;
+  // A/B mode (run_paired_gate): change is the Hodges-Lehmann estimate of new/base - 1 over the rounds, [ci_lo,
+  // ci_hi] its 1 - alpha interval, p the one-sided signed-rank p in the direction of the change, p_holm that p
+  // after Holm's correction over the compared cases, detectable the smallest slowdown this run would have
+  // flagged (infinity: none; see detectable_slowdown). median_base / median_cur: medians of the rounds' medians.
+  std::vector<double> round_ratios;  // new / base per round, in round order
+  double ci_lo = 0, ci_hi = 0, p_holm = 1, detectable = 0;
 };
 
 struct GateReport {
@@ -152,11 +178,75 @@ struct GateReport {
   std::vector<std::string> warnings;
   int exit_code = 0;                 // 0 or 1 (bad input throws instead)
   std::size_t count(Verdict v) const;
+  // A/B mode: the rounds, their order ("AB BA ..." with A the base build), the seed that drew it, the wall
+  // time, and the fault injection given to the new build ("" when none).
+  bool paired = false;
+  std::size_t rounds = 0;
+  std::string order, injected;
+  std::uint64_t seed = 0;
+  double wall_s = 0;
 };
 
 // Throws UsageError for: an invalid filter, nothing comparable, fewer usable samples than
-// min_samples in a compared case, or a device mismatch that is not allowed.
+// min_samples in a compared case, a device mismatch that is not allowed, or a fault injection in either
+// set without allow_fault_injection.
 GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const GateOptions& opts);
+
+// ---------------------------------------------------------------------------------------------
+// A/B mode (`kvf gate --ab`): both builds measured alternately in one job, decided on paired per-round ratios.
+// Per compared case, d_i = log(new_i / base_i) for round i, each side's value its fastest sample in that round
+// (GateOptions::round_stat: or the median). The rules (docs/gate.md "A/B mode" says the same in prose):
+//   change      = exp(HL(d)) - 1, HL the Hodges-Lehmann estimate (median of the Walsh averages)
+//   [lo, hi]    = the distribution-free 1 - alpha interval of HL from the signed-rank test, exponentiated - 1
+//   p_slower    = one-sided Wilcoxon signed-rank p that d is shifted up; p_faster down; each Holm-corrected
+//                 over the compared cases (so one trial of m cases raises a false SLOWER with probability <= alpha)
+//   detectable  = the smallest slowdown s such that d - HL(d) + log(1 + s) would give p_slower < alpha / m
+//   SLOWER   p_slower (Holm) < alpha and hi >= threshold: a significant slowdown that may be as large as the
+//            threshold (a significant one that is surely smaller is SAME, with a note)
+//   FASTER   p_faster (Holm) < alpha and lo <= -threshold
+//   NOISY    detectable > threshold: this run could not have seen a slowdown of the threshold's size
+//   SAME     everything else. NEW / MISSING / SKIPPED as in run_gate.
+
+struct SignedRank {
+  double w_plus = 0;      // sum of the ranks of the positive differences
+  std::size_t n = 0;      // differences that are not zero (zeros are dropped: scipy's zero_method='wilcox')
+  double p_greater = 1;   // one-sided: the differences are shifted up
+  double p_less = 1;      // one-sided: shifted down
+  double p_two_sided = 1;
+  bool exact = false;     // exact null distribution (n <= 50, no ties), else the normal approximation
+};
+// Wilcoxon signed-rank test of the differences d against 0, as scipy.stats.wilcoxon(d) with its defaults
+// (zero_method='wilcox', correction=False): exact when n <= 50 and no |d| ties, else normal with tie correction.
+SignedRank wilcoxon_signed_rank(std::span<const double> d);
+// P(W+ <= w) under H0 for n differences without ties. Exposed for tests.
+double signed_rank_cdf(std::size_t n, double w);
+
+struct ShiftEstimate {
+  double estimate = 0, lo = 0, hi = 0;  // lo/hi: -inf/+inf when n is too small for the confidence asked
+};
+// Hodges-Lehmann estimate of the shift of d and its two-sided 1 - alpha interval (inverted signed-rank test).
+ShiftEstimate hodges_lehmann(std::span<const double> d, double alpha);
+// The smallest shift s >= 0 such that (d - HL(d)) + s gives p_greater < level; infinity when even a shift past
+// every difference cannot (e.g. n = 5: the smallest one-sided exact p is 1/32).
+double detectable_shift(std::span<const double> d, double level);
+// Holm's step-down adjustment of p-values (same order as given).
+std::vector<double> holm_adjust(std::span<const double> p);
+// The order of the rounds: true where the base build runs first. Each pair of rounds holds one base-first and
+// one new-first round (which comes first drawn from the seed), so drift that is linear over two rounds cancels;
+// an odd last round is drawn alone.
+std::vector<bool> ab_order(std::size_t rounds, std::uint64_t seed);
+
+struct PairedRuns {
+  std::string base_source, new_source;  // the two build directories, as given
+  std::vector<ResultSet> base, cur;     // one result set per round and side
+  std::vector<bool> base_first;         // ab_order
+  std::uint64_t seed = 0;
+  double wall_s = 0;
+  std::string injected;                 // the new build's --inject-slowdown ("" when none)
+};
+// Throws UsageError for: an invalid filter, rounds below 2 or unequal, nothing comparable, a backend or
+// device that differs between the builds (unless allowed).
+GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& opts);
 
 // ---------------------------------------------------------------------------------------------
 // Output
