@@ -82,30 +82,26 @@ class LruHost final : public Policy {
     else if (tier_[b] == Tier::disk) disk_.unlink(b);
     tier_[b] = Tier::none;
   }
+  // An HBM eviction goes to host, a host eviction to disk, a disk eviction out; one bound for a tier of no capacity
+  // leaves the cache.
   void demote(BlockId b, Moves& moves) {
-    hbm_.unlink(b);
-    if (capacity_.host_blocks == 0) {
-      tier_[b] = Tier::none;
-      return;
-    }
-    tier_[b] = Tier::host;
-    host_.push_front(b);
+    if (!move_down(b, hbm_, host_, capacity_.host_blocks, Tier::host)) return;
     ++moves.demoted;
     if (host_.size() <= capacity_.host_blocks) return;
-    const BlockId down = host_.least_recent();
-    host_.unlink(down);
-    if (capacity_.disk_blocks == 0) {
-      tier_[down] = Tier::none;
-      return;
-    }
-    tier_[down] = Tier::disk;
-    disk_.push_front(down);
+    if (!move_down(host_.least_recent(), host_, disk_, capacity_.disk_blocks, Tier::disk)) return;
     ++moves.to_disk;
-    if (disk_.size() > capacity_.disk_blocks) {
-      const BlockId dropped = disk_.least_recent();
-      disk_.unlink(dropped);
-      tier_[dropped] = Tier::none;
+    if (disk_.size() > capacity_.disk_blocks) move_down(disk_.least_recent(), disk_, disk_, 0, Tier::none);
+  }
+  // `b` leaves `from` for the front of `to` (tier `t`), or leaves the cache when `to` holds nothing (capacity 0).
+  bool move_down(BlockId b, LruList& from, LruList& to, std::size_t capacity, Tier t) {
+    from.unlink(b);
+    if (capacity == 0) {
+      tier_[b] = Tier::none;
+      return false;
     }
+    to.push_front(b);
+    tier_[b] = t;
+    return true;
   }
 
   std::vector<Tier> tier_;
