@@ -85,7 +85,9 @@ struct Driver {
                         : q == cudaDriverEntryPointVersionNotSufficent
                             ? "driver too old (cudaDriverEntryPointVersionNotSufficent)"
                             : "symbol not found in the driver (cudaDriverEntryPointSymbolNotFound)";
-      error = std::string("cudaGetDriverEntryPointByVersion(") + name + ", " + std::to_string(version) + "): " + why;
+      // Appended in place: GCC 12 at -O2 warns (-Warray-bounds, a known false positive) on the chain of temporaries.
+      error = "cudaGetDriverEntryPointByVersion(";
+      error.append(name).append(", ").append(std::to_string(version)).append("): ").append(why);
       return;
     }
     f = reinterpret_cast<F>(p);

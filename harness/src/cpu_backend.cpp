@@ -85,7 +85,8 @@ class CpuBackend final : public Backend {
                    {"hardware_threads", std::thread::hardware_concurrency()},
                    {"omp_threads", omp_get_max_threads()},
                    {"compiled_isa", compiled_isa()},
-                   {"dispatch_isa", dispatch_isa()}};
+                   {"dispatch_isa", dispatch_isa()},
+                   {"avx512_paths", avx512_paths()}};
     flush_bytes_ = past_llc_bytes(info_.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes);
   }
   ~CpuBackend() override {

@@ -67,4 +67,16 @@ std::string compiled_isa() {
 #endif
 }
 
+std::string avx512_paths() {
+#if KVF_AVX512_DISPATCH || (defined(__AVX512F__) && defined(__AVX512BW__))
+  return "compiled";
+#elif defined(KVF_NATIVE_WITHOUT_AVX512)
+  return "not compiled: a native build on a CPU without AVX-512 (KVF_AVX512_PATHS=ON or the portable preset compiles them)";
+#elif defined(__x86_64__)
+  return "not compiled: this compiler has no #pragma GCC target and -march has no AVX-512";
+#else
+  return "not compiled: not x86-64";
+#endif
+}
+
 }  // namespace kvf

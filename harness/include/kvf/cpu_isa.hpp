@@ -9,7 +9,9 @@
 // 1: the AVX-512 regions are compiled whatever -march says. Inside a region test
 // `KVF_AVX512_DISPATCH || defined(__AVX512F__)`, never __AVX512F__ alone: GCC's C++ front end evaluates #if
 // before the pragma takes effect, so the pragma does not define the ISA macros there.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// KVF_NATIVE_WITHOUT_AVX512 (CMake, KVF_AVX512_PATHS=AUTO): a -march=native build on a CPU without AVX-512,
+// which could never run them, leaves them out.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(KVF_NATIVE_WITHOUT_AVX512)
 #define KVF_AVX512_DISPATCH 1
 #else
 #define KVF_AVX512_DISPATCH 0
@@ -31,5 +33,8 @@ bool cpu_avx512_bf16();
 std::string dispatch_isa();
 // The ISA the binary was compiled for (its -march baseline): "avx512", "avx2", "neon" or "generic".
 std::string compiled_isa();
+// Whether the AVX-512 paths are in this binary: "compiled", or "not compiled: " and why (meta.json
+// device.extra.avx512_paths, beside compiled_isa and dispatch_isa).
+std::string avx512_paths();
 
 }  // namespace kvf
