@@ -18,6 +18,11 @@
 #include "kvf/cuda_backend.hpp"
 #include "kvf/green_ctx.hpp"
 
+// test_green_ctx_kernels.cu: each launches one kernel on `s` and returns cudaGetLastError().
+cudaError_t launch_smid(cudaStream_t s, unsigned* out, int blocks, unsigned long long spin_ns);
+cudaError_t launch_spin_then_set(cudaStream_t s, int* flag, unsigned long long spin_ns);
+cudaError_t launch_copy_flag(cudaStream_t s, const int* flag, int* out);
+
 namespace {
 
 const kvf::CudaProbe& probe() {
@@ -98,31 +103,9 @@ TEST(GreenCtxNoGpu, UnavailableWithAReasonInsteadOfACrash) {
 }
 
 // ------------------------------------------------------------------ with a GPU
-__global__ void smid_kernel(unsigned* out, unsigned long long spin_ns) {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < spin_ns);
-  if (threadIdx.x == 0) out[blockIdx.x] = id;
-}
-
-__global__ void spin_then_set(int* flag, unsigned long long spin_ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < spin_ns);
-  *flag = 1;
-}
-
-__global__ void copy_flag(const int* flag, int* out) { *out = *flag; }
-
+// Kernels in test_green_ctx_kernels.cu, so this unit compiles as C++ with the tests' precompiled header.
 std::set<unsigned> smids_on(cudaStream_t s, unsigned* dev, int blocks) {
-  smid_kernel<<<blocks, 64, 0, s>>>(dev, 20000);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(launch_smid(s, dev, blocks, 20000), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   std::vector<unsigned> h(static_cast<std::size_t>(blocks));
   EXPECT_EQ(cudaMemcpy(h.data(), dev, h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -190,17 +173,16 @@ TEST_F(GreenCtxGpu, EventsHopBetweenTheBackendStreamAndPartitionsInOrder) {
   ASSERT_EQ(cudaMalloc(&d, 16), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, 16), cudaSuccess);
   // backend stream: 20 ms then flag = 1 -> partition 0 waits, copies the flag -> the backend stream waits.
-  spin_then_set<<<1, 1, 0, st>>>(d, 20000000ull);
+  ASSERT_EQ(launch_spin_then_set(st, d, 20000000ull), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(in, st), cudaSuccess);
   split.wait(split.stream(0), in);
   split.record(a, 0);
-  copy_flag<<<1, 1, 0, split.stream(0)>>>(d, d + 1);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(launch_copy_flag(split.stream(0), d, d + 1), cudaSuccess);
   split.record(out, 0);
   split.wait(split.stream(1), out);
   split.record(b, 1);
   split.wait(st, out);
-  copy_flag<<<1, 1, 0, st>>>(d + 1, d + 2);
+  ASSERT_EQ(launch_copy_flag(st, d + 1, d + 2), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
   int h[3] = {};
   ASSERT_EQ(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
