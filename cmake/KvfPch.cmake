@@ -1,9 +1,11 @@
 # Precompiled headers, for build time (CI's 20-minute budget builds the suite twice on 2 cores).
 # nlohmann/json.hpp reaches nearly every translation unit through kvf/backend.hpp and alone costs about 3 s of
 # compile time per unit at -O3 (measured on the 2-core AMD EPYC CI machines: 2.9 s for a unit that only
-# includes it, of ~6 s for a typical unit); gtest/gtest.h costs 1.6 s per test unit. Each target with three or
-# more C++ units compiles them against a precompiled header (same flags and definitions as its units).
-# CUDA units (nvcc) and the kernel libraries (their units switch ISA with #pragma GCC target) are left alone.
+# includes it, of ~6 s for a typical unit); gtest/gtest.h costs 1.6 s per test unit. A target whose flags match
+# a linked library's header reuses it, whatever its size; otherwise a target with three or more C++ units (unity
+# units where it is a unity build) compiles its own (same flags and definitions as its units).
+# CUDA units (nvcc) and the kernel libraries (kvf_kernel_library: their units switch ISA with #pragma GCC target,
+# and they compile at -O3 where the rest compiles at -O2) are left alone.
 # CLI11 is not precompiled: most of its cost is code generated for its global validators in every unit, which a
 # precompiled header does not save, and forcing it into units that do not use it would cost more.
 # A target compiled with the same flags as a library it links reuses that library's precompiled header
@@ -111,7 +113,11 @@ function(kvf_precompile_headers)
   kvf_collect_targets(${CMAKE_SOURCE_DIR} targets)
   foreach(t IN LISTS targets)
     get_target_property(type ${t} TYPE)
-    if(NOT type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$" OR t MATCHES "^kvf_kernels_")
+    if(NOT type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
+      continue()
+    endif()
+    get_target_property(kernel ${t} KVF_KERNEL)
+    if(kernel)
       continue()
     endif()
     get_target_property(sources ${t} SOURCES)
@@ -121,10 +127,18 @@ function(kvf_precompile_headers)
         math(EXPR units "${units} + 1")
       endif()
     endforeach()
-    get_target_property(anchor ${t} KVF_PCH_ANCHOR)
-    if(units LESS 3 AND NOT anchor)
+    if(units EQUAL 0)
       continue()
     endif()
+    # A unity build compiles ceil(sources / batch) units: a header of its own pays off from three of them.
+    get_target_property(unity ${t} UNITY_BUILD)
+    if(unity)
+      get_target_property(batch ${t} UNITY_BUILD_BATCH_SIZE)
+      if(batch GREATER 0)
+        math(EXPR units "(${units} + ${batch} - 1) / ${batch}")
+      endif()
+    endif()
+    get_target_property(anchor ${t} KVF_PCH_ANCHOR)
     set(headers <nlohmann/json.hpp> <string> <vector> <map> <functional> <algorithm> <memory>)
     if(t MATCHES "^test_|_tests$" OR t STREQUAL "kvf_test_pch")
       list(APPEND headers <gtest/gtest.h>)
@@ -156,8 +170,11 @@ function(kvf_precompile_headers)
         break()
       endif()
     endforeach()
-    if(owner)
+    if(owner)  # reusing costs nothing, whatever the number of units
       target_precompile_headers(${t} REUSE_FROM ${owner})
+      continue()
+    endif()
+    if(units LESS 3 AND NOT anchor)
       continue()
     endif()
     list(APPEND _kvf_pch_owners_${key} ${t})
