@@ -316,7 +316,7 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     v.figures = run->rests_on() + ": latency: not available: " + j.none;
     return v;
   }
-  std::size_t support = 0, refute = 0, other_ctx = 0;
+  std::size_t support = 0, refute = 0, other_ctx = 0, other_shape = 0;
   std::string each;
   for (const auto& x : j.points) {
     const double gap = x.point->arm.at("token").recall - x.point->arm.at("block").recall;
@@ -325,6 +325,7 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     support += comparable && faster;
     refute += !comparable || slower;
     other_ctx += x.block->num("ctx").value_or(0) != static_cast<double>(run->context);
+    other_shape += !x.differs.empty();
     each += "; keep " + keep_text(x.point->keep) + " block " + std::to_string(x.point->block) + ": recall block " +
             fmt(x.point->arm.at("block").recall) + " token " + fmt(x.point->arm.at("token").recall) + ", token/block " +
             x.token_vs_block.text() + " at " + md::tokens(x.block->num("ctx").value_or(0));
@@ -333,7 +334,10 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
   v.verdict = support == n ? "supported" : support > 0 ? "mixed" : refute > 0 ? "refuted" : "not established";
   v.figures = run->rests_on() + ": " + std::to_string(n) + " selections joined, " + std::to_string(support) +
               " support, " + std::to_string(refute) + " refute" +
-              (other_ctx ? ", " + std::to_string(other_ctx) + " with access rows at another context" : "") + each;
+              (other_shape ? "; the access rows' shape differs from the run's at " + std::to_string(other_shape) +
+                                 " (the context at " + std::to_string(other_ctx) + ")"
+                           : "") +
+              each;
   return v;
 }
 

@@ -52,12 +52,13 @@ std::string maybe_fold(const std::string& summary, const std::string& table, std
 std::string inputs_of(const at::Run& r) {
   std::string s = "Read from " + txt(r.dir.string()) + " (`bench_attention --out`): " + txt(r.model) + ", " + txt(r.source) +
                   ", prompt " + txt(r.prompt) + ": " + tokens(static_cast<double>(r.context)) + " tokens, the last " +
-                  std::to_string(r.queries) + " query rows, " + std::to_string(r.layers.size()) + " layers captured, " +
-                  std::to_string(r.q_heads) + " query heads, " + std::to_string(r.kv_heads) + " kv heads, head dim " +
+                  std::to_string(r.queries) + " query rows, " + std::to_string(r.layers.size()) + " layers captured; query heads " +
+                  std::to_string(r.q_heads) + ", kv heads " + std::to_string(r.kv_heads) + ", head dim " +
                   std::to_string(r.head_dim) + ". Figures are means over the query rows (kernels/attention/quality/README.md).";
   if (!r.skipped.empty()) {
-    s += " Budgets left out by bench_attention:";
-    for (const auto& k : r.skipped) s += " " + txt(k) + ";";
+    std::string k;
+    for (const auto& x : r.skipped) k += (k.empty() ? "" : "; ") + txt(x);
+    s += " Budgets bench_attention left out: " + k + ".";
   }
   return s + "\n\n";
 }
