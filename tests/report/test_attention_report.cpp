@@ -258,6 +258,27 @@ TEST(ReportAttention, Section) {
   EXPECT_EQ(plain.find("Attention quality"), std::string::npos);
 }
 
+// Several runs below attention/ (one folder each): one subsection, one chart and one row per claim each; a folder
+// without meta.json is not a run.
+TEST(ReportAttention, SeveralRuns) {
+  const fs::path d = tmpdir("several");
+  fs::copy(kFixture, d, fs::copy_options::recursive);
+  fs::rename(d / "attention", d / "a");
+  fs::create_directories(d / "attention");
+  fs::rename(d / "a", d / "attention" / "8k");
+  fs::copy(d / "attention" / "8k", d / "attention" / "32k", fs::copy_options::recursive);
+  fs::create_directories(d / "attention" / "notes");
+  ASSERT_EQ(at::find_runs(d), (std::vector<fs::path>{d / "attention" / "32k", d / "attention" / "8k"}));
+  const ResultSet rs = load_results(d.string());
+  const std::string md = render_markdown({rs}, {}, {});
+  EXPECT_NE(md.find("#### Run 32k"), std::string::npos);
+  EXPECT_NE(md.find("#### Run 8k"), std::string::npos);
+  EXPECT_NE(md.find("![attention_pareto_2](attention_pareto_2.svg)"), std::string::npos);
+  const auto h1 = claims(verdicts({rs}), "H1");
+  ASSERT_EQ(h1.size(), 2u);
+  EXPECT_NE(h1[0].figures.find("run 32k"), std::string::npos) << h1[0].figures;
+}
+
 // A bad file beside the results is said in the section and as a warning, every claim on it "not available"; the
 // report is written.
 TEST(ReportAttention, BadFilesAreNotAvailable) {

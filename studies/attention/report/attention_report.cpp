@@ -191,12 +191,13 @@ Plot pareto_plot(const at::Run& r, const at::Join& j, std::size_t k) {
       Line& t = labels[{arm, x.point->block}];
       t.style = "offset 0,1 font ',9'";  // with labels; an empty title keeps it out of the key
       t.pts.emplace_back(us, recall);
-      t.labels.push_back(at::keep_text(x.point->keep));
+      // A point whose access rows are at another context than the run's says which.
+      const double ctx = row->num("ctx").value_or(0);
+      t.labels.push_back(at::keep_text(x.point->keep) +
+                         (ctx != static_cast<double>(r.context) ? " @" + tokens(ctx) : std::string()));
     }
-  for (auto& [key, l] : series) {
-    std::sort(l.pts.begin(), l.pts.end());
-    p.lines.push_back(l);
-  }
+  // Each arm's line runs through its keeps in order (the trade-off as the budget grows), not by latency.
+  for (auto& [key, l] : series) p.lines.push_back(l);
   for (auto& [key, l] : labels) p.lines.push_back(l);
   return p;
 }
