@@ -179,7 +179,8 @@ Plot pareto_plot(const at::Run& r, const at::Join& j, std::size_t k) {
   Plot p{"attention_pareto" + (k ? "_" + std::to_string(k + 1) : std::string()),
          "Recall against latency, each point a keep: " + r.model + ", " + tokens(static_cast<double>(r.context)) +
              " tokens",
-         "latency (us, access study)", "recall (mean over layers and heads)", true, false, {}, {"set yrange [0:1.05]"}};
+         "latency (us, access study)", "recall (mean over layers and heads)", true, false, {}, {"set yrange [0:1.05]"}, 2,
+         AxisUnit::plain, {}};
   std::map<std::pair<std::string, std::int64_t>, Line> series, labels;
   for (const auto& x : j.points)
     for (const char* arm : {"block", "token"}) {
