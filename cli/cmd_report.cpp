@@ -1,7 +1,7 @@
 // `kvf report DIR...`: reads one or more results directories (cases.csv, samples.csv, counters.csv,
-// meta.json; a `kvf residency` replay in DIR/residency/) or a replay's own directory, and writes <first
-// DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp, SVG and PNG). The logic lives in
-// analysis/report (kvf/report.hpp); this file is flags and output.
+// meta.json; a `kvf residency` replay in DIR/residency/; bench_attention's output in DIR/attention/) or a replay's
+// own directory, and writes <first DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp, SVG
+// and PNG). The logic lives in analysis/report (kvf/report.hpp); this file is flags and output.
 //   exit 0: report written (a partial directory is reported with what is missing), 2: bad input.
 #include <cstdio>
 #include <limits>
@@ -29,7 +29,10 @@ void add_report(CLI::App& app) {
       "report",
       "Report from results directories: verdicts, crossovers, frontier map, measured vs predicted; report.md, "
       "report.html and gnuplot charts in DIR/report/ (docs/report.md)");
-  sub->add_option("dirs", args->dirs, "Results directories; several (two GPUs, CPU and GPU) overlay in one report")
+  sub->add_option("dirs", args->dirs,
+                  "Results directories; several (two GPUs, CPU and GPU) overlay in one report. Beside a directory's files: "
+                  "DIR/residency/ (kvf residency --out) adds a Residency section, DIR/attention/ (bench_attention --out) "
+                  "an Attention quality section")
       ->required();
   sub->add_option("--out", args->opts.out_dir, "Report directory (default: <first DIR>/report)");
   sub->add_flag("--no-charts", args->no_charts, "Write the .dat/.gp chart files but do not run gnuplot");

@@ -227,7 +227,10 @@ int main(int argc, char** argv) {
                               "a capture of your own instead of a checkpoint: safetensors with layers.<l>.q/.k/.v[/.probs] "
                               "(studies/attention/README.md)");
   dump->excludes(model_dir)->excludes(tokens);
-  app.add_option("--out", f.out, "directory for the CSV files and meta.json")->required();
+  app.add_option("--out", f.out,
+                 "directory for the CSV files and meta.json; RESULTS/attention puts them in `kvf report RESULTS` "
+                 "(joined with the access study's latency there)")
+      ->required();
   app.add_option("--queries", f.queries, "M: the last M query rows captured per layer and head (default 16)");
   app.add_option("--chunk", f.chunk, "query rows per prefill step (default 256)");
   app.add_option("--layers", f.layers, "layers to capture, e.g. 0,1,31 (default all)")->delimiter(',');

@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tiny_checkpoint.hpp"
+#ifdef KVF_HAVE_ATTENTION_REPORT
+#include "kvf/attention_report.hpp"
+#endif
 
 namespace fs = std::filesystem;
 using namespace kvf::attention::test;
@@ -124,6 +127,32 @@ TEST(BenchAttention, WritesEveryFigureAndTheyHoldTheirInvariants) {
   ASSERT_FALSE(ndl.empty());
   for (const auto& n : ndl) EXPECT_LE(std::stod(n.at("kept_mass")), std::stod(n.at("mass")) + 1e-9);
 }
+
+#ifdef KVF_HAVE_ATTENTION_REPORT
+// What bench_attention writes into RESULTS/attention is what the report reads (studies/attention/report): every file
+// passes its checks, and claims 7 and 8 are judged on it (not "not available").
+TEST(BenchAttention, TheReportReadsItsOutput) {
+  namespace at = kvf::report::attention;
+  const Fixture fx;
+  const fs::path results = fresh_dir("bench_attention_results");
+  const BenchRun r = bench(fx.args(results / "attention"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(at::find_runs(results), std::vector<fs::path>{results / "attention"});
+  at::Run run;
+  ASSERT_NO_THROW(run = at::read_run(results / "attention", results));
+  EXPECT_EQ(run.context, 64);
+  EXPECT_EQ(run.layers.size(), 3u);
+  EXPECT_TRUE(run.read_around.empty());
+  EXPECT_FALSE(run.needles.empty());
+  EXPECT_EQ(at::h1_window(run), 8);  // windows 0, 8, 64 over 64 tokens
+  // meta.json's boundary is the library's; the report computes it again from layer_entropy.csv
+  const at::Boundary b = at::boundary(run);
+  EXPECT_EQ(b.first_below, run.meta_first_below);
+  EXPECT_EQ(b.largest_drop, run.meta_largest_drop);
+  EXPECT_NE(at::judge_h1(&run, "", "cpu").verdict, "not available") << at::judge_h1(&run, "", "cpu").figures;
+  EXPECT_NE(at::judge_h3(&run, "", "cpu").verdict, "not available") << at::judge_h3(&run, "", "cpu").figures;
+}
+#endif
 
 TEST(BenchAttention, EstimateOnlyWritesNothing) {
   const Fixture fx;
