@@ -1,4 +1,4 @@
-// Private to the harness: the entry points of the CUDA backend (harness/cuda/cuda_backend.cu) that
+// Private to the harness: the entry points of the CUDA backend (harness/cuda/cuda_backend.cpp, its kernels in backend_kernels.cu) that
 // backend_select.cpp calls under #if KVF_HAVE_CUDA. Study code uses kvf/cuda_backend.hpp instead.
 #pragma once
 #if defined(KVF_HAVE_CUDA)

@@ -1,4 +1,4 @@
-// Private to the harness: host-side helpers of the CUDA backend (harness/cuda/cuda_backend.cu) that need no
+// Private to the harness: host-side helpers of the CUDA backend (harness/cuda/cuda_backend.cpp, its kernels in backend_kernels.cu) that need no
 // device code: texts, the host pattern fill, PCIe link facts from sysfs, and NVML loaded at run time.
 #pragma once
 #include <dlfcn.h>

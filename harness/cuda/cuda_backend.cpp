@@ -9,9 +9,10 @@
 // The blocking kernel gives up after TimeOptions::deadlock_timeout_s (read from %globaltimer) and
 // raises a flag; the host then throws instead of hanging.
 //
-// Module loading: every kernel of this file is loaded at construction (cudaFuncGetAttributes), and
-// probe_cuda_impl() sets CUDA_MODULE_LOADING=EAGER unless the environment names a mode, so kernels of
-// other libraries are loaded at context creation and never behind the blocking kernel.
+// The kernels are in backend_kernels.cu (this file is host code). Module loading: every one of them is loaded at
+// construction (cudaFuncGetAttributes), and probe_cuda_impl() sets CUDA_MODULE_LOADING=EAGER unless the
+// environment names a mode, so kernels of other libraries are loaded at context creation and never behind the
+// blocking kernel.
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -30,7 +31,7 @@
 
 #include <cuda_runtime.h>
 
-#include "device_time.cuh"
+#include "backend_kernels.hpp"
 #include "cuda_backend_impl.hpp"
 #include "cuda_host.hpp"
 #include "kvf/backend.hpp"
@@ -58,99 +59,9 @@ using cuda_host::pcie_gen_from_speed;
 using cuda_host::read_line;
 using cuda_host::sysfs_pci_id;
 using cuda_host::version_string;
-
-// ------------------------------------------------------------------------------------------------
-// Device code
-// ------------------------------------------------------------------------------------------------
-
-using detail::globaltimer_ns;
-
-// Shared between host and device through mapped pinned memory.
-struct BlockFlags {
-  int release;    // host -> device: 1 lets the blocking kernel return
-  int timed_out;  // device -> host: 1 when the blocking kernel gave up waiting
-};
-
-struct ClockReading {
-  unsigned long long cycles;  // clock64 delta
-  unsigned long long ns;      // globaltimer delta
-  int ok;                     // 0: the timer did not advance (no reading)
-};
-
-// One thread. Spins until the host releases it, or until timeout_ns of globaltimer have passed.
-__global__ void blocking_kernel(volatile BlockFlags* flags, unsigned long long timeout_ns) {
-  const std::uint64_t t0 = globaltimer_ns();
-  while (flags->release == 0) {
-    if (globaltimer_ns() - t0 > timeout_ns) {
-      flags->timed_out = 1;
-      __threadfence_system();
-      return;
-    }
-  }
-}
-
-// One thread. Measures the SM clock over `window_ns` of globaltimer. Both ends are taken right
-// after the timer ticks, so the timer's update granularity (32 ns to 1 us) does not bias the
-// ratio; a cycle cap (~1 s at 2 GHz) keeps a stuck timer from hanging the kernel.
-__global__ void clock_kernel(ClockReading* out, unsigned long long window_ns) {
-  const long long cap = 1ll << 31;
-  const long long g0 = clock64();
-  const std::uint64_t before = globaltimer_ns();
-  std::uint64_t t0;
-  do {
-    t0 = globaltimer_ns();
-    if (clock64() - g0 > cap) {
-      out->ok = 0;
-      return;
-    }
-  } while (t0 == before);
-  const long long c0 = clock64();
-  std::uint64_t t1;
-  do {
-    t1 = globaltimer_ns();
-  } while (t1 - t0 < window_ns && clock64() - g0 < cap);
-  const long long c1 = clock64();
-  out->cycles = static_cast<unsigned long long>(c1 - c0);
-  out->ns = t1 - t0;
-  out->ok = (t1 - t0 >= window_ns) ? 1 : 0;
-}
-
-// pattern_word(seed, first_word + i) into every aligned 8-byte word.
-__global__ void fill_words_kernel(std::uint64_t* __restrict__ p, std::size_t n, std::uint64_t seed) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    p[i] = pattern_word(seed, i);
-}
-
-// Byte j of the buffer (counting from byte `first` of the pattern) gets byte (j % 8) of word j / 8:
-// the little-endian image of the word stream, for unaligned buffers and the tail.
-__global__ void fill_bytes_kernel(unsigned char* __restrict__ p, std::size_t first, std::size_t n,
-                                  std::uint64_t seed) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::size_t j = first + i;
-    p[i] = static_cast<unsigned char>(pattern_word(seed, j / 8) >> (8 * (j % 8)));
-  }
-}
-
-__global__ void flush_write_kernel(ulonglong2* __restrict__ p, std::size_t n, unsigned long long v) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    p[i] = make_ulonglong2(v ^ i, v + i);
-}
-
-// Reads the flush buffer back so L2 is left holding clean lines: without it the dirty lines of the
-// write pass would be written back to HBM during the next (timed) cold sample.
-__global__ void flush_read_kernel(const ulonglong2* __restrict__ p, std::size_t n, unsigned long long never,
-                                  unsigned long long* sink) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  unsigned long long acc = 0;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const ulonglong2 v = p[i];
-    acc ^= v.x ^ v.y;
-  }
-  if (acc == never) *sink = acc;  // keeps the loads; `never` is a value the buffer cannot fold to
-}
+namespace bk = backend_kernels;
+using bk::BlockFlags;
+using bk::ClockReading;
 
 constexpr int kThreads = 256;
 constexpr unsigned long long kClockWindowNs = 10'000;
@@ -259,19 +170,16 @@ class CudaBackend final : public Backend {
     if (addr % 8 == 0) {
       const std::size_t nwords = b.bytes / 8;
       if (nwords) {
-        fill_words_kernel<<<grid_for(nwords), kThreads, 0, stream_>>>(static_cast<std::uint64_t*>(b.ptr), nwords,
-                                                                       seed);
-        KVF_CUDA_CHECK(cudaGetLastError());
+        KVF_CUDA_CHECK(bk::launch_fill_words(stream_, grid_for(nwords), kThreads, static_cast<std::uint64_t*>(b.ptr),
+                                             nwords, seed));
       }
       if (const std::size_t tail = b.bytes % 8) {
-        fill_bytes_kernel<<<1, 32, 0, stream_>>>(static_cast<unsigned char*>(b.ptr) + 8 * nwords, 8 * nwords, tail,
-                                                 seed);
-        KVF_CUDA_CHECK(cudaGetLastError());
+        KVF_CUDA_CHECK(bk::launch_fill_bytes(stream_, 1, 32, static_cast<unsigned char*>(b.ptr) + 8 * nwords,
+                                             8 * nwords, tail, seed));
       }
     } else {
-      fill_bytes_kernel<<<grid_for(b.bytes), kThreads, 0, stream_>>>(static_cast<unsigned char*>(b.ptr), 0, b.bytes,
-                                                                      seed);
-      KVF_CUDA_CHECK(cudaGetLastError());
+      KVF_CUDA_CHECK(bk::launch_fill_bytes(stream_, grid_for(b.bytes), kThreads, static_cast<unsigned char*>(b.ptr), 0,
+                                           b.bytes, seed));
     }
     KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -316,8 +224,7 @@ class CudaBackend final : public Backend {
       flags_->timed_out = 0;
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const auto timeout_ns = static_cast<unsigned long long>(std::min(opts.deadlock_timeout_s, 3600.0) * 1e9);
-      blocking_kernel<<<1, 1, 0, stream_>>>(flags_dev_, timeout_ns);
-      KVF_CUDA_CHECK(cudaGetLastError());
+      KVF_CUDA_CHECK(bk::launch_blocking(stream_, flags_dev_, timeout_ns));
       blocked = true;
     }
     KVF_CUDA_CHECK(cudaEventRecord(start_, stream_));
@@ -351,14 +258,12 @@ class CudaBackend final : public Backend {
     KVF_CUDA_CHECK(cudaSetDevice(dev_));
     const std::size_t n = flush_bytes_ / sizeof(ulonglong2);
     ++flush_count_;
-    flush_write_kernel<<<grid_for(n), kThreads, 0, stream_>>>(static_cast<ulonglong2*>(flush_buf_), n,
-                                                               0x5DEECE66Dull * flush_count_);
-    KVF_CUDA_CHECK(cudaGetLastError());
+    KVF_CUDA_CHECK(bk::launch_flush_write(stream_, grid_for(n), kThreads, static_cast<ulonglong2*>(flush_buf_), n,
+                                          0x5DEECE66Dull * flush_count_));
     // x ^ i ^ (x + i) over all i never folds to this value in practice; any value works as long as the
     // compiler cannot prove the branch dead.
-    flush_read_kernel<<<grid_for(n), kThreads, 0, stream_>>>(static_cast<const ulonglong2*>(flush_buf_), n,
-                                                              0xFEEDFACECAFEBEEFull ^ flush_count_, flush_sink_);
-    KVF_CUDA_CHECK(cudaGetLastError());
+    KVF_CUDA_CHECK(bk::launch_flush_read(stream_, grid_for(n), kThreads, static_cast<const ulonglong2*>(flush_buf_), n,
+                                         0xFEEDFACECAFEBEEFull ^ flush_count_, flush_sink_));
     KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   std::size_t flush_bytes() const override { return flush_bytes_; }
@@ -393,14 +298,8 @@ class CudaBackend final : public Backend {
     clock_ = reinterpret_cast<volatile ClockReading*>(static_cast<char*>(host_page_) + 256);
     clock_dev_ = reinterpret_cast<ClockReading*>(static_cast<char*>(dev_page) + 256);
 
-    // Load every kernel of this file now: nothing may be loaded behind the blocking kernel.
-    cudaFuncAttributes fa{};
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, blocking_kernel));
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, clock_kernel));
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, fill_words_kernel));
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, fill_bytes_kernel));
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, flush_write_kernel));
-    KVF_CUDA_CHECK(cudaFuncGetAttributes(&fa, flush_read_kernel));
+    // Load every kernel of the backend now: nothing may be loaded behind the blocking kernel.
+    KVF_CUDA_CHECK(bk::load_backend_kernels());
 
     // Flush buffer: at least 2x L2, whole 2 MiB pages.
     int l2 = 0;
@@ -477,8 +376,7 @@ class CudaBackend final : public Backend {
   // SM clock of one SM right now, in MHz (NaN when the timer gave no reading).
   double read_sm_clock_mhz() {
     clock_->ok = 0;
-    clock_kernel<<<1, 1, 0, stream_>>>(clock_dev_, kClockWindowNs);
-    KVF_CUDA_CHECK(cudaGetLastError());
+    KVF_CUDA_CHECK(bk::launch_clock(stream_, clock_dev_, kClockWindowNs));
     KVF_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (!clock_->ok || clock_->ns == 0) return std::numeric_limits<double>::quiet_NaN();
     return static_cast<double>(clock_->cycles) * 1e3 / static_cast<double>(clock_->ns);
