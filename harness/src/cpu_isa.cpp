@@ -71,9 +71,9 @@ std::string avx512_paths() {
 #if KVF_AVX512_DISPATCH || (defined(__AVX512F__) && defined(__AVX512BW__))
   return "compiled";
 #elif defined(KVF_NATIVE_WITHOUT_AVX512)
-  return "not compiled: a native build on a CPU without AVX-512 (KVF_AVX512_PATHS=ON or the portable preset compiles them)";
+  return "not compiled: native build, no AVX-512 here";  // KVF_AVX512_PATHS=ON or the portable preset has them
 #elif defined(__x86_64__)
-  return "not compiled: this compiler has no #pragma GCC target and -march has no AVX-512";
+  return "not compiled: no #pragma GCC target, -march without AVX-512";
 #else
   return "not compiled: not x86-64";
 #endif

@@ -20,7 +20,9 @@ template <class T>
 T* dev(const std::vector<T>& h) {
   T* p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(16, h.size() * sizeof(T))), cudaSuccess);
-  if (!h.empty()) EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  if (!h.empty()) {
+    EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   return p;
 }
 template <class T>

@@ -92,7 +92,8 @@ TEST(FullDisk, BenchStopsWithOneLineAndWholeRows) {
 // kvf run stops at the study that could not write (the next one would only fail the same way).
 TEST(FullDisk, KvfRunStopsWithOneLine) {
   const auto d = fresh_dir("kvf_full");
-  const Captured c = run_capture({"/bin/sh", "-c", "ulimit -f 6; exec \"$0\" \"$@\"", KVF_CLI, "run", "--study", "stream",
+  // 16 blocks of 512 bytes: meta.json (~3.5 KiB) fits, samples.csv (~150 KiB) does not.
+  const Captured c = run_capture({"/bin/sh", "-c", "ulimit -f 16; exec \"$0\" \"$@\"", KVF_CLI, "run", "--study", "stream",
                                   "--backend", "cpu", "--out", d.string(), "--", "--size", "1MiB", "--budget", "0.01",
                                   "--warmup", "0"});
   EXPECT_EQ(c.rc, 1) << c.err;
