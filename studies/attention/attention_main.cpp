@@ -25,6 +25,7 @@
 #include "kvf/results.hpp"
 #include "dump_input.hpp"
 #include "figures_out.hpp"
+#include "needle_decode.hpp"
 
 namespace fs = std::filesystem;
 namespace q = kvf::attention::quality;
@@ -35,7 +36,7 @@ namespace {
 constexpr const char* kProg = "bench_attention";
 
 struct Flags {
-  std::string model_dir, tokens, out, dump;
+  std::string model_dir, tokens, out, dump, answer;
   int queries = 16, chunk = 256;
   std::vector<int> layers;  // empty: all
   std::uint32_t sink = 16;
@@ -73,20 +74,7 @@ std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int 
 
 // The figures of one captured layer through the quality library (captured probabilities given: the pass's own).
 q::LayerFigures figures_of(const kvf::attention::AttentionCapture& cap, int c, const q::QualityOptions& qo) {
-  const std::size_t H = cap.q_heads, K = cap.kv_heads, M = cap.queries, C = cap.context, D = cap.head_dim;
-  q::LayerAttention a;
-  a.layer = static_cast<std::uint32_t>(cap.layer_ids[c]);
-  a.hq = cap.q_heads;
-  a.hkv = cap.kv_heads;
-  a.d = cap.head_dim;
-  a.ctx = cap.context;
-  a.rows = cap.queries;
-  a.causal = true;  // the last M rows of a causal prefill
-  a.q = {cap.q_at(c, 0, 0), H * M * D};
-  a.k = {cap.k_at(c, 0), K * C * D};
-  a.v = {cap.v_at(c, 0), K * C * D};
-  a.probs = {cap.probs_at(c, 0, 0), H * M * C};
-  return q::layer_figures(a, qo);
+  return q::layer_figures(kvf::attention::captured_layer(cap, c), qo);
 }
 
 // The sweep of the flags at one context: windows above it and blocks not dividing it left out.
@@ -153,6 +141,14 @@ int run(const Flags& f) {
   std::sort(capture.begin(), capture.end());
   capture.erase(std::unique(capture.begin(), capture.end()), capture.end());
 
+  std::vector<std::int32_t> answer;
+  if (!f.answer.empty()) {
+    if (!capture.empty() && static_cast<int>(capture.size()) != cfg.shape.layers)
+      throw UsageError("--answer decodes with the selection in every layer: capture every layer (leave out --layers)");
+    answer = kvf::attention::read_token_ids(f.answer, cfg.shape.vocab);
+    if (answer.empty()) throw UsageError("--answer " + f.answer + ": the planted answer holds no token");
+  }
+
   // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
   kvf::attention::RunShape rs;
   rs.context = C;
@@ -173,6 +169,13 @@ int run(const Flags& f) {
   std::fprintf(stderr, "%s: %s, %d tokens, M=%d: %s\n", kProg, cfg.architecture.c_str(), C, f.queries,
                kvf::attention::describe(est, avail).c_str());
   kvf::attention::check_memory(est, avail, rs);
+  if (!answer.empty()) {
+    // Each decode is answer-length forward passes over the whole sequence (no KV-cached decode yet).
+    const std::size_t decodes = 1 + 2 * kvf::attention::decode_combos(C, f.blocks, f.keeps);
+    std::fprintf(stderr, "%s: needle decoding: %zu decodes (dense, block and token at each budget) of %zu tokens = %zu "
+                 "forward passes of %d+ tokens, about %.3g s more at the estimate's rate\n",
+                 kProg, decodes, answer.size(), decodes * answer.size(), C, est.seconds * double(decodes * answer.size()));
+  }
   if (f.estimate_only) return 0;
 
   kvf::attention::ForwardOptions fo;
@@ -209,6 +212,13 @@ int run(const Flags& f) {
   meta["forward_s"] = forward_s;
   meta["figures_s"] = figures_s;
   meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
+  if (!answer.empty()) {
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto rows = kvf::attention::needle_decode(ck, tokens, cap, answer, f.blocks, f.keeps, f.chunk);
+    kvf::attention::write_needle_decode(fs::path(f.out) / "needle_decode.csv", rows, answer.size());
+    meta["answer"] = {{"tokens_file", f.answer}, {"tokens", answer.size()},
+                      {"decode_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count()}};
+  }
   files.write(f.out, meta, f.entropy_threshold, !needles.empty());
   std::fprintf(stderr, "%s: forward %.3g s, figures %.3g s; %zu layers captured; results in %s\n", kProg, forward_s,
                figures_s, cap.layer_ids.size(), f.out.c_str());
@@ -241,6 +251,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--keeps", f.keeps, "keep fractions in (0, 1] (default 1/2 .. 1/32)")->delimiter(',');
   app.add_option("--needle", f.needles, "a planted passage POS:LEN (token positions); repeatable");
+  auto* answer = app.add_option("--answer", f.answer,
+                 "token ids of the planted answer (a JSON array, as --tokens): greedy-decode it after the prompt with "
+                 "full attention and with each block and token selection in every layer (needle_decode.csv); "
+                 "needs every layer captured");
+  answer->excludes(dump);
   app.add_option("--entropy-threshold", f.entropy_threshold, "normalized entropy of the first_below boundary (default 0.5)");
   app.add_option("--gflops", f.gflops, "state the GEMM rate for the estimate instead of measuring it");
   app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop");

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvf/attention/checkpoint.hpp"
+#include "kvf/attention/forward.hpp"
 #include "tiny_checkpoint.hpp"
 #ifdef KVF_HAVE_ATTENTION_REPORT
 #include "kvf/attention_report.hpp"
@@ -153,6 +155,60 @@ TEST(BenchAttention, TheReportReadsItsOutput) {
   EXPECT_NE(at::judge_h3(&run, "", "cpu").verdict, "not available") << at::judge_h3(&run, "", "cpu").figures;
 }
 #endif
+
+// Needle decoding (--answer): the answer planted here is what the model itself decodes after the prompt with full
+// attention (the library's greedy decode), so the dense row matches it exactly; at keep 1 every selection keeps
+// every key, so every arm decodes the same tokens; a budget below sink + latest is left out as the figures leave it.
+TEST(BenchAttention, AnswerIsDecodedDenseAndUnderEachSelection) {
+  const Fixture fx;
+  const fs::path out = fresh_dir("bench_attention_answer") / "attention";
+  const kvf::attention::Checkpoint ck(fx.model);
+  const auto prompt = kvf::attention::read_token_ids(fx.tokens, ck.config().shape.vocab);
+  const auto expect = kvf::attention::greedy_decode_cpu(ck, prompt, 3, nullptr, 256);
+  std::string ids, spaced;
+  for (const auto t : expect) {
+    ids += (ids.empty() ? "" : ",") + std::to_string(t);
+    spaced += (spaced.empty() ? "" : " ") + std::to_string(t);
+  }
+  const fs::path answer = out.parent_path() / "answer.tokens.json";
+  write_text(answer, "[" + ids + "]");
+  const BenchRun r = bench(fx.args(out) + " --answer " + answer.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("needle decoding: 7 decodes"), std::string::npos) << r.err;  // said before it runs
+  const auto rows = read_csv(out / "needle_decode.csv");
+  // dense + block and token at (16, 1), (16, 1/2), (32, 1); (32, 1/2) is one block, below sink + latest
+  ASSERT_EQ(rows.size(), 7u);
+  EXPECT_EQ(rows[0].at("arm"), "dense");
+  EXPECT_EQ(rows[0].at("decoded"), spaced);
+  EXPECT_EQ(rows[0].at("exact_match"), "1");
+  EXPECT_EQ(rows[0].at("matched_prefix"), "3");
+  int full = 0;
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("answer_tokens"), "3");
+    const int prefix = std::stoi(row.at("matched_prefix"));
+    EXPECT_EQ(row.at("exact_match") == "1", prefix == 3) << row.at("arm") << " " << row.at("keep");
+    if (row.at("arm") != "dense" && row.at("keep") == "1") {
+      ++full;
+      EXPECT_EQ(row.at("budget"), "64");
+      EXPECT_EQ(row.at("decoded"), spaced) << row.at("arm") << " block " << row.at("block");
+    }
+    if (row.at("keep") == "0.5") {
+      EXPECT_EQ(row.at("budget"), "32");
+    }
+  }
+  EXPECT_EQ(full, 4);
+  std::ifstream meta_in(out / "meta.json");
+  const auto meta = nlohmann::json::parse(meta_in);
+  EXPECT_EQ(meta.at("answer").at("tokens"), 3);
+  // The selection applies in every layer: a partial capture is refused; so is an id beyond the vocabulary.
+  const BenchRun partial = bench(fx.args(out) + " --layers 0 --answer " + answer.string());
+  EXPECT_EQ(partial.code, 2) << partial.err;
+  EXPECT_NE(partial.err.find("capture every layer"), std::string::npos) << partial.err;
+  write_text(answer, "[1,64]");
+  const BenchRun beyond = bench(fx.args(out) + " --answer " + answer.string());
+  EXPECT_EQ(beyond.code, 2) << beyond.err;
+  EXPECT_EQ(std::count(beyond.err.begin(), beyond.err.end(), '\n'), 1) << beyond.err;
+}
 
 TEST(BenchAttention, EstimateOnlyWritesNothing) {
   const Fixture fx;

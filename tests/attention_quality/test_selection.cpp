@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -268,4 +269,37 @@ TEST(AttentionQualitySelection, SameFiguresForAnyThreadCount) {
   }
   ASSERT_EQ(one.needles.size(), two.needles.size());
   for (std::size_t i = 0; i < one.needles.size(); ++i) EXPECT_EQ(one.needles[i].kept_mass, two.needles[i].kept_mass) << i;
+}
+
+// What needle decoding applies in every layer (kept_at_prefill_end): on the spread plant at block 16, keep 1/4, the
+// block arm keeps blocks 0, 1, 2 and the latest; the token arm blocks 0 and latest, the 14 heavy tokens and 18
+// more; keep 1 keeps every key; the oracle is refused (no cache can hold it).
+TEST(AttentionQualityDecode, KeptAtPrefillEndIsTheArmsSelectionPerKvHead) {
+  const Planted p = spread_plant();
+  const LayerAttention a = p.view();
+  const auto block = kept_at_prefill_end(a, Arm::block, 16, 0.25);
+  ASSERT_EQ(block.size(), 2u);
+  for (const auto& kept : block) {
+    std::vector<std::int32_t> want;
+    for (std::int32_t t = 0; t < 48; ++t) want.push_back(t);
+    for (std::int32_t t = 240; t < 256; ++t) want.push_back(t);
+    EXPECT_EQ(kept, want);
+  }
+  const auto token = kept_at_prefill_end(a, Arm::token, 16, 0.25);
+  ASSERT_EQ(token.size(), 2u);
+  for (const auto& kept : token) {
+    ASSERT_EQ(kept.size(), 64u);
+    EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));
+    const std::set<std::int32_t> s(kept.begin(), kept.end());
+    EXPECT_EQ(s.size(), 64u);
+    for (std::int32_t t = 0; t < 256; ++t)
+      if (t < 16 || t >= 240 || (t % 16 == 5)) {
+        EXPECT_TRUE(s.count(t)) << "token " << t;
+      }
+  }
+  for (const Arm arm : {Arm::block, Arm::token})
+    for (const auto& kept : kept_at_prefill_end(a, arm, 16, 1.0)) EXPECT_EQ(kept.size(), 256u);
+  EXPECT_THROW(kept_at_prefill_end(a, Arm::oracle, 16, 0.25), std::invalid_argument);
+  EXPECT_THROW(kept_at_prefill_end(a, Arm::block, 48, 0.25), std::invalid_argument);
+  EXPECT_THROW(kept_at_prefill_end(a, Arm::block, 128, 0.25), std::invalid_argument);  // 1 block < sink + latest
 }

@@ -4,6 +4,8 @@
 // said ("not available"), never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 
@@ -102,6 +104,12 @@ TEST(ReportAttention, ReadsTheFixture) {
   EXPECT_EQ(r.selection.size(), 240u);
   EXPECT_EQ(r.needles.size(), 240u);
   EXPECT_EQ(r.skipped.size(), 1u);
+  ASSERT_EQ(r.decodes.size(), 11u);  // needle_decode.csv: dense, then block and token at 5 budgets
+  EXPECT_EQ(r.decodes[0].arm, "dense");
+  EXPECT_TRUE(r.decodes[0].exact);
+  EXPECT_EQ(std::count_if(r.decodes.begin(), r.decodes.end(), [](const at::DecodeRow& d) { return d.exact; }), 7);
+  EXPECT_EQ(r.decodes[8].arm, "token");  // block 64, keep 1/32
+  EXPECT_EQ(r.decodes[8].matched_prefix, 1);
   EXPECT_TRUE(at::find_runs(fs::path(KVF_REPORT_FIXTURES) / "gpu").empty());
 }
 
@@ -244,6 +252,8 @@ TEST(ReportAttention, Section) {
   EXPECT_NE(md.find("![attention_pareto](attention_pareto.svg)"), std::string::npos);
   EXPECT_NE(md.find("| 1/8 | 64 | 0.8 | 0.83 | 10 us | 11 us |"), std::string::npos);
   EXPECT_EQ(md.find("latency: not available"), std::string::npos);
+  EXPECT_NE(md.find("under each selection in every layer (7 of 11 decodes exact)"), std::string::npos);
+  EXPECT_NE(md.find("| token | 64 | 1/32 | 128 | no | 1 of 3 |"), std::string::npos);
   // The same output beside a directory without access rows.
   const fs::path d = tmpdir("no_access");
   fs::copy(kFixture, d, fs::copy_options::recursive);
@@ -268,9 +278,16 @@ TEST(ReportAttention, SeveralRuns) {
   fs::rename(d / "a", d / "attention" / "8k");
   fs::copy(d / "attention" / "8k", d / "attention" / "32k", fs::copy_options::recursive);
   fs::create_directories(d / "attention" / "notes");
+  // The 32k run's entropy drops one layer later: first below 0.5 and the largest drop (0.3) at layer 2.
+  std::ofstream(d / "attention" / "32k" / "layer_entropy.csv", std::ios::trunc)
+      << "layer,nats,normalized\n0,6.65,0.8\n1,5.82,0.7\n2,3.33,0.4\n3,2.5,0.3\n";
   ASSERT_EQ(at::find_runs(d), (std::vector<fs::path>{d / "attention" / "32k", d / "attention" / "8k"}));
   const ResultSet rs = load_results(d.string());
   const std::string md = render_markdown({rs}, {}, {});
+  EXPECT_NE(md.find("first below the threshold at layer 1 in 1 of 2 runs, the largest drop at layer 1 in 1 of 2 runs"),
+            std::string::npos);
+  EXPECT_NE(md.find("| 32k | " + md_text(at::read_run(d / "attention" / "32k", d).rests_on()) + " | layer 2 | layer 2 |"),
+            std::string::npos);
   EXPECT_NE(md.find("#### Run 32k"), std::string::npos);
   EXPECT_NE(md.find("#### Run 8k"), std::string::npos);
   EXPECT_NE(md.find("![attention_pareto_2](attention_pareto_2.svg)"), std::string::npos);
@@ -296,6 +313,12 @@ TEST(ReportAttention, BadFilesAreNotAvailable) {
       {"mass_above_one", "locality.csv", "layer,head,sink,window,mass\n0,0,16,0,1.5\n", "locality.csv:2: column 'mass'"},
       {"bad_json", "meta.json", "{\"schema\": ", "meta.json"},
       {"not_ours", "meta.json", "{\"schema\": \"something else\"}", "meta.json: key 'schema'"},
+      {"decode_disagrees", "needle_decode.csv",
+       "arm,block,keep,budget,answer_tokens,matched_prefix,exact_match\ntoken,64,0.5,2048,3,2,1\n",
+       "needle_decode.csv:2: exact_match 1 with 2 of 3"},
+      {"decode_arm", "needle_decode.csv",
+       "arm,block,keep,budget,answer_tokens,matched_prefix,exact_match\noracle,64,0.5,2048,3,3,1\n",
+       "needle_decode.csv:2: column 'arm'"},
       {"context_type", "meta.json",
        "{\"schema\": \"kvfrontier attention quality v1\", \"source\": \"dump\", \"context\": \"long\"}", "key 'context'"},
   };

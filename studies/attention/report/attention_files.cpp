@@ -213,6 +213,31 @@ void read_needles(Run& r, const fs::path& root) {
   }
 }
 
+void read_decodes(Run& r, const fs::path& root) {
+  if (!input_exists(r.dir / "needle_decode.csv")) return;  // written only when --answer was given
+  const CsvTable t = table(r, root, "needle_decode.csv", {"arm", "block", "keep", "budget", "answer_tokens",
+                                                          "matched_prefix", "exact_match"});
+  std::map<std::tuple<std::string, std::int64_t, double>, std::string> seen;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    DecodeRow d;
+    d.arm = t.at(i, "arm");
+    if (d.arm != "dense" && d.arm != "block" && d.arm != "token")
+      throw UsageError(t.where(i) + ": column 'arm': " + shown_value(d.arm) + " (allowed: dense, block, token)");
+    d.block = whole(t, i, "block", 0, r.context);
+    d.keep = number(t, i, "keep", 0, 1);
+    if (!(d.keep > 0)) throw UsageError(t.where(i) + ": column 'keep': 0 (allowed: a fraction in (0, 1])");
+    d.budget = whole(t, i, "budget", 0, r.context);
+    d.answer_tokens = whole(t, i, "answer_tokens", 1, kMaxCount);
+    d.matched_prefix = whole(t, i, "matched_prefix", 0, d.answer_tokens);
+    d.exact = whole(t, i, "exact_match", 0, 1) == 1;
+    if (d.exact != (d.matched_prefix == d.answer_tokens))
+      throw UsageError(t.where(i) + ": exact_match " + (d.exact ? "1" : "0") + " with " + std::to_string(d.matched_prefix) +
+                       " of " + std::to_string(d.answer_tokens) + " answer tokens matched: they disagree");
+    once(seen, std::make_tuple(d.arm, d.block, d.keep), t, i);
+    r.decodes.push_back(std::move(d));
+  }
+}
+
 }  // namespace
 
 std::string keep_text(double keep) {
@@ -252,6 +277,7 @@ Run read_run(const fs::path& dir, const fs::path& root) {
   read_entropy(r, root);
   read_selection(r, root);
   read_needles(r, root);
+  read_decodes(r, root);
   return r;
 }
 

@@ -175,6 +175,23 @@ std::string needle_table(const at::Run& r) {
               t);
 }
 
+std::string decode_table(const at::Run& r) {
+  if (r.decodes.empty())
+    return "Needle decoding: not run (`bench_attention --answer FILE` greedy-decodes a planted answer under each "
+           "selection).\n\n";
+  std::string t = header({"arm", "block", "keep", "budget", "exact match", "answer tokens matched"});
+  int exact = 0;
+  for (const auto& d : r.decodes) {
+    exact += d.exact;
+    t += row({d.arm, d.arm == "dense" ? "-" : std::to_string(d.block), d.arm == "dense" ? "-" : at::keep_text(d.keep),
+              std::to_string(d.budget), d.exact ? "yes" : "no",
+              std::to_string(d.matched_prefix) + " of " + std::to_string(d.answer_tokens)});
+  }
+  return fold("Needle decoding: the planted answer greedy-decoded with full attention and under each selection in "
+              "every layer (" + std::to_string(exact) + " of " + std::to_string(r.decodes.size()) + " decodes exact)",
+              t);
+}
+
 Plot pareto_plot(const at::Run& r, const at::Join& j, std::size_t k) {
   Plot p{"attention_pareto" + (k ? "_" + std::to_string(k + 1) : std::string()),
          "Recall against latency, each point a keep: " + r.model + ", " + tokens(static_cast<double>(r.context)) +
@@ -232,6 +249,31 @@ std::string join_part(ReportContext& cx, const at::Run& r, const ResultSet& rs, 
   return s;
 }
 
+// H3's "a boundary that generalizes": the boundary of each run (prompt, model) beside the directory, and how many
+// runs share the most common layer. One run says nothing about it.
+std::string boundary_across_runs(const std::vector<Read>& runs) {
+  std::map<int, int> first_below, largest_drop;
+  std::string t = header({"run", "rests on", "first below", "largest drop"});
+  int n = 0;
+  for (const auto& rd : runs) {
+    if (!rd.run) continue;
+    const at::Boundary b = at::boundary(*rd.run);
+    ++n;
+    ++first_below[b.first_below];
+    ++largest_drop[b.largest_drop];
+    auto layer = [](int l) { return l < 0 ? std::string("none") : "layer " + std::to_string(l); };
+    t += row({txt(rd.dir.filename().string()), txt(rd.run->rests_on()), layer(b.first_below), layer(b.largest_drop)});
+  }
+  if (n < 2) return "";
+  auto mode = [&](const std::map<int, int>& m) {
+    const auto it = std::max_element(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    return (it->first < 0 ? std::string("none") : "layer " + std::to_string(it->first)) + " in " +
+           std::to_string(it->second) + " of " + std::to_string(n) + " runs";
+  };
+  return "**The entropy boundary across runs** (H3: does it generalize across prompts and models?): first below the "
+         "threshold at " + mode(first_below) + ", the largest drop at " + mode(largest_drop) + ".\n\n" + t + "\n";
+}
+
 std::string section_attention(ReportContext& cx) {
   std::string s;
   std::size_t charts = 0;
@@ -248,9 +290,10 @@ std::string section_attention(ReportContext& cx) {
       }
       const at::Run& r = *rd.run;
       for (const auto& w : r.read_around) cx.warn(w);
-      s += inputs_of(r) + h1_table(r) + h3_table(cx, r) + selection_table(at::selection_points(r)) + needle_table(r) +
+      s += inputs_of(r) + h1_table(r) + h3_table(cx, r) + selection_table(at::selection_points(r)) + needle_table(r) + decode_table(r) +
            join_part(cx, r, rs, charts);
     }
+    s += boundary_across_runs(runs);
   }
   return s;
 }

@@ -468,6 +468,51 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   return out;
 }
 
+std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention& a, Arm arm, std::uint32_t block,
+                                                           double keep) {
+  validate(a);
+  if (arm == Arm::oracle)
+    throw std::invalid_argument("the oracle arm is not a cache policy (it reads every query head's true probabilities): "
+                                "decoding takes block or token");
+  if (block == 0 || a.ctx % block)
+    throw std::invalid_argument("block " + std::to_string(block) + ": must divide the ctx (" + std::to_string(a.ctx) + ")");
+  const std::uint32_t k_blocks = acc::sparse_blocks(a.ctx, block, keep);
+  acc::AttnShape s;
+  s.batch = 1;
+  s.hq = a.hq;
+  s.hkv = a.hkv;
+  s.d = a.d;
+  s.ctx = a.ctx;
+  s.dtype = acc::DType::bf16;
+  s.layout = acc::Layout::HND;
+  s.page = 0;
+  std::vector<std::uint16_t> kbf(a.k.size()), qbf(std::size_t(a.hq) * a.d);
+  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
+  const std::uint32_t r = a.rows - 1;
+  for (std::uint32_t h = 0; h < a.hq; ++h)
+    for (std::uint32_t j = 0; j < a.d; ++j)
+      qbf[std::size_t(h) * a.d + j] = acc::f32_to_bf16(a.q[(std::uint64_t{h} * a.rows + r) * a.d + j]);
+  std::vector<float> scores;
+  acc::Selection sel;
+  if (arm == Arm::block) {
+    std::vector<float> cent;
+    acc::build_centroids(s, kbf.data(), block, cent);
+    acc::score_blocks(s, qbf.data(), cent, block, false, scores);
+    sel = acc::select_blocks_by_score(s, block, k_blocks, false, scores);
+  } else {
+    acc::score_tokens(s, qbf.data(), kbf.data(), false, scores);
+    sel = acc::select_tokens_by_score(s, block, k_blocks, false, scores);
+  }
+  std::vector<std::vector<std::int32_t>> kept(a.hkv);
+  for (std::uint32_t l = 0; l < a.hkv; ++l) {
+    const std::uint32_t* list = sel.idx.data() + sel.geom.list_offset(0, l, a.hkv);
+    for (std::uint64_t t = 0; t < sel.geom.n_tokens(); ++t)
+      kept[l].push_back(static_cast<std::int32_t>(sel.geom.token(list, t)));
+    std::sort(kept[l].begin(), kept[l].end());
+  }
+  return kept;
+}
+
 LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt) {
   const std::vector<float> p = true_probs(a);
   LayerFigures f;

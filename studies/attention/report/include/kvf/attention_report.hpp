@@ -43,6 +43,15 @@ struct NeedleRow {
   double depth_pct = 0, keep = 0, mass = 0, kept_mass = 0, all_kept = 0;
 };
 
+// needle_decode.csv (bench_attention --answer): the planted answer greedy-decoded with full attention ("dense") and
+// under each selection applied in every layer.
+struct DecodeRow {
+  std::string arm;  // dense, block, token
+  std::int64_t block = 0, budget = 0, answer_tokens = 0, matched_prefix = 0;
+  double keep = 1;
+  bool exact = false;
+};
+
 // One bench_attention run: one model, one prompt, one context.
 struct Run {
   std::filesystem::path dir;
@@ -59,6 +68,7 @@ struct Run {
   std::vector<LayerEntropyRow> layers;  // layer_entropy.csv, ascending layer
   std::vector<SelectionRow> selection;
   std::vector<NeedleRow> needles;  // empty without needle.csv
+  std::vector<DecodeRow> decodes;  // empty without needle_decode.csv
   std::vector<std::string> read_around;  // torn last rows left out
   // "Llama-3.1-8B (LlamaForCausalLM), prompt p.json (8K tokens, last 16 queries, 32 layers)": every verdict says it.
   std::string rests_on() const;

@@ -177,6 +177,15 @@ struct SelectionFigures {
 SelectionFigures selection_quality(const LayerAttention& a, std::span<const float> probs,
                                    const SelectionOptions& opt);
 
+// ---------------------------------------------------------------------------------------------- decoding
+// What a cache compressed at the end of the prefill holds, for greedy decoding with the selection applied in
+// every layer (kvf::attention::SelectionMask, needle retrieval): the block or token arm, routed as above on
+// the last query row (the one that sees every key), per kv head: [hkv] -> kept positions, ascending.
+// std::invalid_argument: the oracle (it reads each query head's true probabilities: no cache can hold that),
+// a block not dividing ctx, a budget below sink + latest block (sparse_blocks).
+std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention& a, Arm arm, std::uint32_t block,
+                                                           double keep);
+
 // ---------------------------------------------------------------------------------------------- all
 struct QualityOptions {
   std::uint32_t sink = 16;

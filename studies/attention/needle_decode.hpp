@@ -1,0 +1,48 @@
+// Needle retrieval by greedy decoding (issue 19, needle (b)): the planted answer decoded after the prompt with
+// full attention, then with each block and token selection of the sweep applied in every layer, exact match
+// against the answer the user planted. The selection is what a cache compressed at the end of the prefill would
+// hold (quality::kept_at_prefill_end: routed on the last prompt row, per layer and kv head); the decoded tokens
+// themselves stay visible. Each decode is answer-length forward passes over the whole sequence (no KV-cached
+// decode yet), so the run's estimate counts them first.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kvf/attention/checkpoint.hpp"
+#include "kvf/attention/forward.hpp"
+#include "kvf/attention/quality.hpp"
+
+namespace kvf::attention {
+
+struct DecodeRow {
+  std::string arm;  // "dense", "block", "token"
+  std::uint32_t block = 0, budget = 0;  // dense: 0 and the prompt length
+  double keep = 1;
+  std::vector<std::int32_t> decoded;
+  std::size_t matched_prefix = 0;  // leading tokens equal to the answer's
+  bool exact = false;              // every token equal
+  double seconds = 0;
+};
+
+// One captured layer as the quality library reads it (the last M rows of a causal prefill; the pass's own
+// probabilities).
+quality::LayerAttention captured_layer(const AttentionCapture& cap, int c);
+
+// The (block, keep) pairs of the sweep whose budget fits the prompt, block and token each: the decodes a run does
+// besides the dense one. Budgets that do not fit are left out as the figures leave them out.
+std::size_t decode_combos(int context, const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps);
+
+// UsageError: a capture without every layer (the selection applies in every layer), an empty answer.
+std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
+                                     const AttentionCapture& cap, const std::vector<std::int32_t>& answer,
+                                     const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps,
+                                     int chunk);
+
+// needle_decode.csv: arm, block, keep, budget, answer_tokens, matched_prefix, exact_match, seconds, decoded (ids
+// separated by spaces).
+void write_needle_decode(const std::filesystem::path& file, const std::vector<DecodeRow>& rows,
+                         std::size_t answer_tokens);
+
+}  // namespace kvf::attention
