@@ -1,5 +1,7 @@
 // The noise interval the verdict rules use before reading a difference as a sign (kvf/report.hpp, Ratio).
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "kvf/report.hpp"
@@ -11,10 +13,19 @@ namespace {
 
 using kvf::quantile_sorted;
 
-// The harness's median (kvf::summarize's definition: type-7 quantile at 0.5), on a scratch vector.
+// The harness's median (kvf::summarize's definition: type-7 quantile at 0.5), on a scratch vector, by selection:
+// the bootstrap below takes 4,000 medians per ratio, and sorting for them was most of a report's run time (a
+// quick run's report, under ASan: 60% of it). Bit for bit quantile_sorted(sorted, 0.5): the same two order
+// statistics in the same arithmetic.
 double median_of(std::vector<double>& v) {
-  std::sort(v.begin(), v.end());
-  return quantile_sorted(v, 0.5);
+  const std::size_t n = v.size();
+  if (n < 2) return quantile_sorted(v, 0.5);
+  const double h = (static_cast<double>(n) - 1.0) * 0.5;
+  const auto lo = static_cast<std::size_t>(std::floor(h));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(lo), v.end());
+  const double a = v[lo];
+  const double b = *std::min_element(v.begin() + static_cast<std::ptrdiff_t>(lo) + 1, v.end());  // order statistic lo + 1
+  return a + (h - static_cast<double>(lo)) * (b - a);
 }
 
 // splitmix64: the same draws on every platform and standard library (std::uniform_int_distribution is not),
