@@ -26,10 +26,7 @@ fs::path tmpdir(const std::string& name) { return kvf_test::tmpdir("kvf_attentio
 
 // A copy of the fixture whose attention/<file> is `text`.
 fs::path copy_with(const std::string& name, const std::string& file, const std::string& text) {
-  const fs::path d = tmpdir(name);
-  fs::copy(kFixture, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-  std::ofstream(d / "attention" / file, std::ios::binary | std::ios::trunc) << text;
-  return d;
+  return kvf_test::copy_with(kFixture, tmpdir(name), fs::path("attention") / file, text);
 }
 
 std::string original(const std::string& file) { return kvf_test::slurp(kFixture / "attention" / file); }

@@ -1,4 +1,5 @@
-// File helpers the report tests share: a whole file as text, and a fresh scratch directory per process.
+// File helpers the report tests share: a whole file as text, a fresh scratch directory per process, a fixture copy
+// with one file replaced.
 #pragma once
 #include <unistd.h>
 
@@ -22,6 +23,15 @@ inline std::filesystem::path tmpdir(const std::string& prefix, const std::string
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+// A copy of `fixture` in `dir` whose file `rel` (a path inside it) holds `text`: a bad input in a good directory.
+inline std::filesystem::path copy_with(const std::filesystem::path& fixture, const std::filesystem::path& dir,
+                                       const std::filesystem::path& rel, const std::string& text) {
+  std::filesystem::copy(fixture, dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / rel, std::ios::binary | std::ios::trunc) << text;
+  return dir;
 }
 
 }  // namespace kvf_test

@@ -24,12 +24,9 @@ const fs::path kFixture = fs::path(KVF_REPORT_FIXTURES) / "gpu_residency";
 
 fs::path tmpdir(const std::string& name) { return kvf_test::tmpdir("kvf_residency_report_test", name); }
 
-// A copy of the fixture whose residency.csv (or .json) is `edit`ed first.
+// A copy of the fixture whose residency.csv (or .json) holds `text`.
 fs::path copy_with(const std::string& name, const std::string& file, const std::string& text) {
-  const fs::path d = tmpdir(name);
-  fs::copy(kFixture, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-  std::ofstream(d / "residency" / file, std::ios::binary | std::ios::trunc) << text;
-  return d;
+  return kvf_test::copy_with(kFixture, tmpdir(name), fs::path("residency") / file, text);
 }
 
 std::string markdown(const fs::path& dir, ReportOptions o = {}) {

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kvf/errors.hpp"
 #include "kvf/study_report.hpp"
+#include "kvf/table.hpp"
 
 namespace kvf::report {
 
@@ -144,6 +146,15 @@ std::string fmt(double v) {
   return o == "-0" ? "0" : o;
 }
 std::string fmt(const std::optional<double>& v) { return v ? fmt(*v) : std::string("-"); }
+
+double cell_number(const CsvTable& t, std::size_t row, const char* column, double lo, double hi) {
+  const auto v = parse_number(t, row, column);
+  if (!v) throw UsageError(t.where(row) + ": column '" + column + "': empty (a number is needed)");
+  if (!(*v >= lo && *v <= hi))
+    throw UsageError(t.where(row) + ": column '" + column + "': " + t.at(row, column) + " is out of range (allowed: [" +
+                     fmt(lo) + ", " + fmt(hi) + "])");
+  return *v;
+}
 
 std::string us_text(double s) { return fmt(s * 1e6) + " us"; }
 

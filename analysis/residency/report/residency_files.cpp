@@ -26,15 +26,6 @@ constexpr std::size_t kMaxBudgets = 1000;
 constexpr double kMaxGiB = 1e9;
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 53;  // exact in a double: counts stay whole
 
-double required(const CsvTable& t, std::size_t i, const char* column, double lo, double hi) {
-  const auto v = parse_number(t, i, column);
-  if (!v) throw UsageError(t.where(i) + ": column '" + column + "': empty (a number is needed)");
-  if (!(*v >= lo && *v <= hi))
-    throw UsageError(t.where(i) + ": column '" + column + "': " + t.at(i, column) + " is out of range (allowed: [" +
-                     fmt(lo) + ", " + fmt(hi) + "])");
-  return *v;
-}
-
 std::string text(const CsvTable& t, std::size_t i, const char* column) {
   const std::string& s = t.at(i, column);
   if (s.empty()) throw UsageError(t.where(i) + ": column '" + column + "': empty");
@@ -119,22 +110,22 @@ Row read_row(const CsvTable& t, std::size_t i) {
     w.offline = o == "true";
   }
   const double inf = std::numeric_limits<double>::max();
-  w.hbm_gib = required(t, i, "hbm_gib", 0, kMaxGiB);
+  w.hbm_gib = cell_number(t, i, "hbm_gib", 0, kMaxGiB);
   if (!(w.hbm_gib > 0)) throw UsageError(w.where + ": column 'hbm_gib': 0 (allowed: a budget > 0 GiB)");
-  w.host_gib = required(t, i, "host_gib", 0, kMaxGiB);
-  w.hit_rate_hbm = required(t, i, "hit_rate_hbm", 0, 1);
-  w.hit_rate_host = required(t, i, "hit_rate_host", 0, 1);
-  w.hit_rate = t.column("hit_rate") && parse_number(t, i, "hit_rate") ? required(t, i, "hit_rate", 0, 1)
+  w.host_gib = cell_number(t, i, "host_gib", 0, kMaxGiB);
+  w.hit_rate_hbm = cell_number(t, i, "hit_rate_hbm", 0, 1);
+  w.hit_rate_host = cell_number(t, i, "hit_rate_host", 0, 1);
+  w.hit_rate = t.column("hit_rate") && parse_number(t, i, "hit_rate") ? cell_number(t, i, "hit_rate", 0, 1)
                                                                        : w.hit_rate_hbm + w.hit_rate_host;
-  w.prefill_avoided = required(t, i, "prefill_avoided", 0, 1);
-  w.prefill_avoided_s = required(t, i, "prefill_avoided_s", -inf, inf);
-  w.prefill_total_s = required(t, i, "prefill_total_s", 0, inf);
-  w.added_total_s = required(t, i, "added_total_s", 0, inf);
-  w.added_p50_us = required(t, i, "added_p50_us", 0, inf);
-  w.added_p99_us = required(t, i, "added_p99_us", 0, inf);
-  w.nocache_p50_us = required(t, i, "nocache_p50_us", 0, inf);
-  w.nocache_p99_us = required(t, i, "nocache_p99_us", 0, inf);
-  w.host_link_bytes = required(t, i, "host_link_bytes", 0, inf);
+  w.prefill_avoided = cell_number(t, i, "prefill_avoided", 0, 1);
+  w.prefill_avoided_s = cell_number(t, i, "prefill_avoided_s", -inf, inf);
+  w.prefill_total_s = cell_number(t, i, "prefill_total_s", 0, inf);
+  w.added_total_s = cell_number(t, i, "added_total_s", 0, inf);
+  w.added_p50_us = cell_number(t, i, "added_p50_us", 0, inf);
+  w.added_p99_us = cell_number(t, i, "added_p99_us", 0, inf);
+  w.nocache_p50_us = cell_number(t, i, "nocache_p50_us", 0, inf);
+  w.nocache_p99_us = cell_number(t, i, "nocache_p99_us", 0, inf);
+  w.host_link_bytes = cell_number(t, i, "host_link_bytes", 0, inf);
   return w;
 }
 

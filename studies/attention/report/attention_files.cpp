@@ -27,15 +27,6 @@ constexpr std::int64_t kMaxHeads = 1 << 16;
 constexpr std::size_t kMaxDistinct = 64;
 constexpr double kProbSlack = 1e-3;  // a probability summed in fp32 may pass 1 by rounding
 
-double number(const CsvTable& t, std::size_t i, const char* column, double lo, double hi) {
-  const auto v = parse_number(t, i, column);
-  if (!v) throw UsageError(t.where(i) + ": column '" + column + "': empty (a number is needed)");
-  if (!(*v >= lo && *v <= hi))
-    throw UsageError(t.where(i) + ": column '" + column + "': " + t.at(i, column) + " is out of range (allowed: [" +
-                     fmt(lo) + ", " + fmt(hi) + "])");
-  return *v;
-}
-
 std::int64_t whole(const CsvTable& t, std::size_t i, const char* column, std::int64_t lo, std::int64_t hi) {
   const auto v = parse_integer(t, i, column, lo, hi);
   if (!v) throw UsageError(t.where(i) + ": column '" + column + "': empty (a whole number is needed)");
@@ -138,7 +129,7 @@ void read_locality(Run& r, const fs::path& root) {
   std::set<std::int64_t> ws;
   for (std::size_t i = 0; i < t.rows.size(); ++i) {
     LocalityRow w{layer_of(t, i), head_of(t, i), whole(t, i, "sink", 1, r.context), whole(t, i, "window", 0, r.context),
-                  number(t, i, "mass", 0, 1 + kProbSlack)};
+                  cell_number(t, i, "mass", 0, 1 + kProbSlack)};
     once(seen, std::make_tuple(w.layer, w.head, w.window), t, i);
     distinct_cap(ws, w.window, t, i, "windows");
     r.locality.push_back(w);
@@ -150,14 +141,14 @@ void read_entropy(Run& r, const fs::path& root) {
   const CsvTable t = table(r, root, "entropy.csv", {"layer", "head", "nats", "normalized"});
   std::map<std::pair<int, int>, std::string> seen;
   for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    EntropyRow e{layer_of(t, i), head_of(t, i), number(t, i, "nats", 0, max_nats), number(t, i, "normalized", 0, 1 + kProbSlack)};
+    EntropyRow e{layer_of(t, i), head_of(t, i), cell_number(t, i, "nats", 0, max_nats), cell_number(t, i, "normalized", 0, 1 + kProbSlack)};
     once(seen, std::make_pair(e.layer, e.head), t, i);
     r.entropy.push_back(e);
   }
   const CsvTable l = table(r, root, "layer_entropy.csv", {"layer", "nats", "normalized"});
   std::map<int, std::string> lseen;
   for (std::size_t i = 0; i < l.rows.size(); ++i) {
-    LayerEntropyRow e{layer_of(l, i), number(l, i, "nats", 0, max_nats), number(l, i, "normalized", 0, 1 + kProbSlack)};
+    LayerEntropyRow e{layer_of(l, i), cell_number(l, i, "nats", 0, max_nats), cell_number(l, i, "normalized", 0, 1 + kProbSlack)};
     once(lseen, e.layer, l, i);
     r.layers.push_back(e);
   }
@@ -175,11 +166,11 @@ void read_selection(Run& r, const fs::path& root) {
     s.head = head_of(t, i);
     s.arm = arm_of(t, i);
     s.block = whole(t, i, "block", 1, r.context);
-    s.keep = number(t, i, "keep", 0, 1);
+    s.keep = cell_number(t, i, "keep", 0, 1);
     if (!(s.keep > 0)) throw UsageError(t.where(i) + ": column 'keep': 0 (allowed: a fraction in (0, 1])");
     s.budget = whole(t, i, "budget", 0, r.context);
-    s.recall = number(t, i, "recall", 0, 1 + kProbSlack);
-    if (parse_number(t, i, "out_error")) s.out_error = number(t, i, "out_error", 0, std::numeric_limits<double>::max());
+    s.recall = cell_number(t, i, "recall", 0, 1 + kProbSlack);
+    if (parse_number(t, i, "out_error")) s.out_error = cell_number(t, i, "out_error", 0, std::numeric_limits<double>::max());
     once(seen, std::make_tuple(s.layer, s.head, s.arm, s.block, s.keep), t, i);
     distinct_cap(blocks, s.block, t, i, "block sizes");
     distinct_cap(keeps, s.keep, t, i, "keep fractions");
@@ -199,14 +190,14 @@ void read_needles(Run& r, const fs::path& root) {
     n.head = head_of(t, i);
     n.pos = whole(t, i, "pos", 0, r.context - 1);
     n.len = whole(t, i, "len", 1, r.context - n.pos);
-    n.depth_pct = number(t, i, "depth_pct", 0, 100);
+    n.depth_pct = cell_number(t, i, "depth_pct", 0, 100);
     n.arm = arm_of(t, i);
     n.block = whole(t, i, "block", 1, r.context);
-    n.keep = number(t, i, "keep", 0, 1);
+    n.keep = cell_number(t, i, "keep", 0, 1);
     n.budget = whole(t, i, "budget", 0, r.context);
-    n.mass = number(t, i, "mass", 0, 1 + kProbSlack);
-    n.kept_mass = number(t, i, "kept_mass", 0, 1 + kProbSlack);
-    n.all_kept = number(t, i, "all_kept", 0, 1);
+    n.mass = cell_number(t, i, "mass", 0, 1 + kProbSlack);
+    n.kept_mass = cell_number(t, i, "kept_mass", 0, 1 + kProbSlack);
+    n.all_kept = cell_number(t, i, "all_kept", 0, 1);
     once(seen, std::make_tuple(n.layer, n.head, n.pos, n.len, n.arm, n.block, n.keep), t, i);
     distinct_cap(spans, std::make_pair(n.pos, n.len), t, i, "needles");
     r.needles.push_back(std::move(n));
@@ -224,7 +215,7 @@ void read_decodes(Run& r, const fs::path& root) {
     if (d.arm != "dense" && d.arm != "block" && d.arm != "token")
       throw UsageError(t.where(i) + ": column 'arm': " + shown_value(d.arm) + " (allowed: dense, block, token)");
     d.block = whole(t, i, "block", 0, r.context);
-    d.keep = number(t, i, "keep", 0, 1);
+    d.keep = cell_number(t, i, "keep", 0, 1);
     if (!(d.keep > 0)) throw UsageError(t.where(i) + ": column 'keep': 0 (allowed: a fraction in (0, 1])");
     d.budget = whole(t, i, "budget", 0, r.context);
     d.answer_tokens = whole(t, i, "answer_tokens", 1, kMaxCount);

@@ -23,6 +23,10 @@
 
 #include "kvf/result_tables.hpp"
 
+namespace kvf {
+struct CsvTable;  // kvf/table.hpp
+}
+
 namespace kvf::report {
 
 struct StudyReport;  // kvf/study_report.hpp: what one study contributes
@@ -255,6 +259,11 @@ std::string html_escape(const std::string& s);
 // Fixed formatting used everywhere in the report: %.4g, "-" for missing.
 std::string fmt(double v);
 std::string fmt(const std::optional<double>& v);
+
+// A cell of a file a plug-in reads beside a results directory (the residency replay's, bench_attention's) as a
+// number in [lo, hi]; UsageError naming file:line, the column, the value and the range when it is empty, not a
+// number or outside.
+double cell_number(const CsvTable& t, std::size_t row, const char* column, double lo, double hi);
 
 // ------------------------------------------------------------------------------------------ report
 struct ReportOptions {

@@ -46,6 +46,27 @@ namespace {
 
 constexpr int kArms = 3;
 
+// The access study's view of one captured layer: batch 1, bf16 K in HND order, unpaged (the bf16 copy of k is
+// exactly [hkv][ctx][d]).
+acc::AttnShape routing_shape(const LayerAttention& a) {
+  acc::AttnShape s;
+  s.batch = 1;
+  s.hq = a.hq;
+  s.hkv = a.hkv;
+  s.d = a.d;
+  s.ctx = a.ctx;
+  s.dtype = acc::DType::bf16;
+  s.layout = acc::Layout::HND;
+  s.page = 0;
+  return s;
+}
+
+std::vector<std::uint16_t> keys_bf16(const LayerAttention& a) {
+  std::vector<std::uint16_t> kbf(a.k.size());
+  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
+  return kbf;
+}
+
 // One (block, keep) of the sweep whose budget fits.
 struct Combo {
   std::uint32_t block = 0, bi = 0;  // bi: index of the block size among the distinct ones
@@ -411,17 +432,8 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   std::vector<std::vector<std::size_t>> by_block(sw.blocks.size());  // per block size, budgets ascending
   for (const std::size_t c : by_budget) by_block[sw.combos[c].bi].push_back(c);
 
-  acc::AttnShape s;
-  s.batch = 1;
-  s.hq = a.hq;
-  s.hkv = a.hkv;
-  s.d = a.d;
-  s.ctx = a.ctx;
-  s.dtype = acc::DType::bf16;
-  s.layout = acc::Layout::HND;
-  s.page = 0;
-  std::vector<std::uint16_t> kbf(a.k.size());
-  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
+  const acc::AttnShape s = routing_shape(a);
+  const std::vector<std::uint16_t> kbf = keys_bf16(a);
   std::vector<std::vector<float>> cent(sw.blocks.size());
   for (std::size_t bi = 0; bi < sw.blocks.size(); ++bi) acc::build_centroids(s, kbf.data(), sw.blocks[bi], cent[bi]);
 
@@ -477,17 +489,9 @@ std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention&
   if (block == 0 || a.ctx % block)
     throw std::invalid_argument("block " + std::to_string(block) + ": must divide the ctx (" + std::to_string(a.ctx) + ")");
   const std::uint32_t k_blocks = acc::sparse_blocks(a.ctx, block, keep);
-  acc::AttnShape s;
-  s.batch = 1;
-  s.hq = a.hq;
-  s.hkv = a.hkv;
-  s.d = a.d;
-  s.ctx = a.ctx;
-  s.dtype = acc::DType::bf16;
-  s.layout = acc::Layout::HND;
-  s.page = 0;
-  std::vector<std::uint16_t> kbf(a.k.size()), qbf(std::size_t(a.hq) * a.d);
-  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
+  const acc::AttnShape s = routing_shape(a);
+  const std::vector<std::uint16_t> kbf = keys_bf16(a);
+  std::vector<std::uint16_t> qbf(std::size_t(a.hq) * a.d);
   const std::uint32_t r = a.rows - 1;
   for (std::uint32_t h = 0; h < a.hq; ++h)
     for (std::uint32_t j = 0; j < a.d; ++j)
