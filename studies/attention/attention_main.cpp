@@ -171,7 +171,7 @@ int run(const Flags& f) {
   kvf::attention::check_memory(est, avail, rs);
   if (!answer.empty()) {
     // Each decode is answer-length forward passes over the whole sequence (no KV-cached decode yet).
-    const std::size_t decodes = 1 + 2 * kvf::attention::decode_combos(C, f.blocks, f.keeps);
+    const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();
     std::fprintf(stderr, "%s: needle decoding: %zu decodes (dense, block and token at each budget) of %zu tokens = %zu "
                  "forward passes of %d+ tokens, about %.3g s more at the estimate's rate\n",
                  kProg, decodes, answer.size(), decodes * answer.size(), C, est.seconds * double(decodes * answer.size()));

@@ -45,18 +45,18 @@ quality::LayerAttention captured_layer(const AttentionCapture& cap, int c) {
   return a;
 }
 
-std::size_t decode_combos(int context, const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps) {
-  std::size_t n = 0;
+std::vector<DecodeBudget> decode_budgets(int context, const std::vector<std::uint32_t>& blocks,
+                                         const std::vector<double>& keeps) {
+  std::vector<DecodeBudget> out;
   for (const auto b : blocks)
     for (const double k : keeps) {
       if (b == 0 || context % b) continue;
       try {
-        (void)access::sparse_blocks(static_cast<std::uint32_t>(context), b, k);
-        ++n;
-      } catch (const std::invalid_argument&) {
+        out.push_back({b, k, access::sparse_blocks(static_cast<std::uint32_t>(context), b, k)});
+      } catch (const std::invalid_argument&) {  // below sink + latest (meta.json skipped_budgets says so)
       }
     }
-  return n;
+  return out;
 }
 
 std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
@@ -76,29 +76,22 @@ std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std
 
   std::vector<q::LayerAttention> layers;
   for (int c = 0; c < L; ++c) layers.push_back(captured_layer(cap, c));
+  const auto budgets = decode_budgets(C, blocks, keeps);
   for (const q::Arm arm : {q::Arm::block, q::Arm::token})
-    for (const auto b : blocks)
-      for (const double keep : keeps) {
-        if (b == 0 || C % b) continue;
-        std::uint32_t k_blocks = 0;
-        try {
-          k_blocks = access::sparse_blocks(static_cast<std::uint32_t>(C), b, keep);
-        } catch (const std::invalid_argument&) {
-          continue;  // below sink + latest: left out, as the figures leave it out (meta.json skipped_budgets)
-        }
-        SelectionMask mask;
-        mask.layers = L;
-        mask.kv_heads = cap.kv_heads;
-        mask.from = C;
-        for (int l = 0; l < L; ++l)
-          for (auto& kept : q::kept_at_prefill_end(layers[l], arm, b, keep)) mask.kept.push_back(std::move(kept));
-        DecodeRow r = decode_one(ck, prompt, answer, &mask, chunk);
-        r.arm = q::to_string(arm);
-        r.block = b;
-        r.keep = keep;
-        r.budget = k_blocks * b;
-        rows.push_back(std::move(r));
-      }
+    for (const DecodeBudget& db : budgets) {
+      SelectionMask mask;
+      mask.layers = L;
+      mask.kv_heads = cap.kv_heads;
+      mask.from = C;
+      for (int l = 0; l < L; ++l)
+        for (auto& kept : q::kept_at_prefill_end(layers[l], arm, db.block, db.keep)) mask.kept.push_back(std::move(kept));
+      DecodeRow r = decode_one(ck, prompt, answer, &mask, chunk);
+      r.arm = q::to_string(arm);
+      r.block = db.block;
+      r.keep = db.keep;
+      r.budget = db.k_blocks * db.block;
+      rows.push_back(std::move(r));
+    }
   return rows;
 }
 

@@ -30,9 +30,15 @@ struct DecodeRow {
 // probabilities).
 quality::LayerAttention captured_layer(const AttentionCapture& cap, int c);
 
-// The (block, keep) pairs of the sweep whose budget fits the prompt, block and token each: the decodes a run does
-// besides the dense one. Budgets that do not fit are left out as the figures leave them out.
-std::size_t decode_combos(int context, const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps);
+// The (block, keep) pairs of the sweep whose budget fits the prompt, each with its k_blocks (sparse_blocks): what is
+// decoded besides the dense run, once per arm. A budget below sink + latest is left out, as the figures leave it out.
+struct DecodeBudget {
+  std::uint32_t block = 0;
+  double keep = 1;
+  std::uint32_t k_blocks = 0;
+};
+std::vector<DecodeBudget> decode_budgets(int context, const std::vector<std::uint32_t>& blocks,
+                                         const std::vector<double>& keeps);
 
 // UsageError: a capture without every layer (the selection applies in every layer), an empty answer.
 std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
