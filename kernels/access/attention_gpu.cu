@@ -248,11 +248,10 @@ __device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (
 }
 
 template <int D, int GB, int U, DType T>
-__global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_kernel(const std::uint16_t* __restrict__ q,
-                                                              const unsigned char* __restrict__ k,
-                                                              const unsigned char* __restrict__ v,
-                                                              const std::uint32_t* __restrict__ idx, const Args a,
-                                                              const Workspace w, float* __restrict__ out) {
+__device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict__ q, const unsigned char* __restrict__ k,
+                                                const unsigned char* __restrict__ v,
+                                                const std::uint32_t* __restrict__ idx, const Args& a,
+                                                const Workspace& w, float* __restrict__ out) {
   constexpr int EB = KvType<T>::bytes;
   constexpr int EPL = KvType<T>::per16;  // elements per lane
   constexpr int LT = attn_lanes_per_token(D, EB);
@@ -407,6 +406,25 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
   cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out);
 }
 
+// fp8 K/V needs the e4m3 conversion instructions of sm_89 and newer, and the study refuses fp8 below that before
+// anything launches (studies/access/study.cpp). Below sm_89 the fp8 kernels are therefore a trap, not a
+// software-emulated copy nothing runs: that copy tripled the file's sm_80 device compile (10 s -> 32 s).
+template <int D, int GB, int U, DType T>
+__global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_kernel(const std::uint16_t* __restrict__ q,
+                                                              const unsigned char* __restrict__ k,
+                                                              const unsigned char* __restrict__ v,
+                                                              const std::uint32_t* __restrict__ idx, const Args a,
+                                                              const Workspace w, float* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  if constexpr (T == DType::fp8_e4m3) {
+    __trap();
+  } else
+#endif
+  {
+    attn_split_body<D, GB, U, T>(q, k, v, idx, a, w, out);
+  }
+}
+
 // Merge of the unfused path: out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA
 // per (batch, query head).
 __global__ void attn_merge_kernel(const Workspace w, std::uint32_t ns, std::uint32_t D, float* __restrict__ out) {
@@ -477,6 +495,14 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
   const std::uint32_t G = s.hq / s.hkv;
   if (G == 0 || G > 16 || (G & (G - 1))) throw std::invalid_argument("gpu::attention: group must be 1, 2, 4, 8, 16");
+  if (s.dtype == DType::fp8_e4m3) {
+    // Below sm_89 the fp8 kernels are a trap (attn_split_kernel): say so here, before anything launches.
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major * 10 + minor < 89)
+      throw std::invalid_argument("gpu::attention: fp8_e4m3 K/V needs sm_89 or newer (this device is sm_" +
+                                  std::to_string(major * 10 + minor) + ")");
+  }
   AttnPlan p;
   const std::uint32_t hmax = max_heads_per_cta(s.dtype);
   p.heads_per_cta = G > hmax ? hmax : G;
