@@ -12,6 +12,21 @@
 
 #include "bench_detail.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/study_flags.hpp"
+
+namespace kvf {
+
+void StudyFlags::text(const std::string& name, std::string& value, const std::string& help) {
+  app_->add_option(name, value, help);
+}
+void StudyFlags::list(const std::string& name, std::vector<std::string>& values, const std::string& help) {
+  app_->add_option(name, values, help)->delimiter(',');
+}
+void StudyFlags::flag(const std::string& name, bool& on, const std::string& help) { app_->add_flag(name, on, help); }
+void StudyFlags::footer(const std::string& text) { app_->footer(text); }
+bool StudyFlags::given(const std::string& name) const { return app_->count(name) > 0; }
+
+}  // namespace kvf
 
 namespace kvf::bench {
 
@@ -218,7 +233,8 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
                "let --inject-slowdown slow this run (for measuring the gate's power; never for real results)");
   app.add_flag("--no-cold", f.no_cold, "skip cold samples (caches flushed before each)");
   app.add_flag("--no-hot", f.no_hot, "skip hot samples");
-  study.add_options(app);
+  StudyFlags study_flags(app);
+  study.add_options(study_flags);
 
   // Our help first: Google Benchmark would print only its own.
   for (int i = 1; i < *argc; ++i)

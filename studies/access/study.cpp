@@ -4,11 +4,11 @@
 //
 // This file: the study's flags, their validation (every value checked before any case exists: one line
 // naming the flag, the value and what is allowed; exit 2), the arm list, main().
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
@@ -133,51 +133,44 @@ class AccessStudy final : public Study {
  public:
   std::string name() const override { return "access"; }
 
-  void add_options(CLI::App& app) override {
-    app_ = &app;
+  void add_options(StudyFlags& flags) override {
+    flags_ = flags;
     std::string parts_help = "parts to run (default all):";
     for (const auto& a : access_arms().all()) parts_help += " " + a.name + " (" + a.doc + ");";
     parts_help.pop_back();
-    app.add_option("--parts", parts_, parts_help)->delimiter(',');
-    app.add_option("--contexts", contexts_, "context lengths in tokens, 1 .. 64M, e.g. 4K,16K,64K (default CPU 4K,16K,64K,128K)")
-        ->delimiter(',');
-    app.add_option("--keep", keeps_, "keep fractions in (0,1], e.g. 1/8,1/2 (default 1/8, plus 1/2 and 1/32 at one context)")
-        ->delimiter(',');
-    app.add_option("--block-sizes", blocks_, "block sizes of the block arm, powers of two 1..4096 dividing every context, "
-                   "e.g. 16,32,64,128,256 (default 32 CPU, 64 GPU; the others at one context)")
-        ->delimiter(',');
-    app.add_option("--dtypes", dtypes_, "bf16, fp16, fp8_e4m3 (GPU sm_89+ only) (default bf16)")->delimiter(',');
-    app.add_option("--layouts", layouts_, "NHD, HND (default HND, plus NHD at one context)")->delimiter(',');
-    app.add_option("--head-dims", head_dims_, "64, 128 (default 128)")->delimiter(',');
-    app.add_option("--hq", hq_text_, "query heads, 1..4096, a multiple of --hkv by 1, 2, 4, 8 or 16 (default 32)");
-    app.add_option("--hkv", hkv_text_, "KV heads, 1..1024 (default 8)");
-    app.add_option("--batch", batch_text_, "batch, 1..1024 (default 1)");
-    app.add_option("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
-    app.add_option("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
-    app.add_option("--cluster-mean", cluster_mean_text_, "mean run length of the clustered token arm, 1..65536 (default 8)");
-    app.add_option("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 to 1 GiB dividing the pool "
-                   "(default 32 .. 64Ki)")
-        ->delimiter(',');
-    app.add_option("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
-                   "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)")
-        ->delimiter(',');
-    app.add_option("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
-                   "(default min(64, pool/2))");
-    app.add_option("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
-    app.add_option("--prefetch", prefetch_, "CPU gather software prefetch: auto (per case the faster of on and off "
-                   "in a short calibration, named in the note), on, off, or both (on and off rows) (default auto)");
-    app.add_option("--placement", placement_,
-                   "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
-                   "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
-                   "== physical order) or both (default shuffled)");
-    app.add_option("--page-tokens", page_tokens_text_,
-                   "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
-    app.add_option("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
-                   "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)")
-        ->delimiter(',');
-    app.add_option("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
-                   "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)")
-        ->delimiter(',');
+    flags.list("--parts", parts_, parts_help);
+    flags.list("--contexts", contexts_, "context lengths in tokens, 1 .. 64M, e.g. 4K,16K,64K (default CPU 4K,16K,64K,128K)");
+    flags.list("--keep", keeps_, "keep fractions in (0,1], e.g. 1/8,1/2 (default 1/8, plus 1/2 and 1/32 at one context)");
+    flags.list("--block-sizes", blocks_, "block sizes of the block arm, powers of two 1..4096 dividing every context, "
+               "e.g. 16,32,64,128,256 (default 32 CPU, 64 GPU; the others at one context)");
+    flags.list("--dtypes", dtypes_, "bf16, fp16, fp8_e4m3 (GPU sm_89+ only) (default bf16)");
+    flags.list("--layouts", layouts_, "NHD, HND (default HND, plus NHD at one context)");
+    flags.list("--head-dims", head_dims_, "64, 128 (default 128)");
+    flags.text("--hq", hq_text_, "query heads, 1..4096, a multiple of --hkv by 1, 2, 4, 8 or 16 (default 32)");
+    flags.text("--hkv", hkv_text_, "KV heads, 1..1024 (default 8)");
+    flags.text("--batch", batch_text_, "batch, 1..1024 (default 1)");
+    flags.text("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
+    flags.text("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
+    flags.text("--cluster-mean", cluster_mean_text_, "mean run length of the clustered token arm, 1..65536 (default 8)");
+    flags.list("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 to 1 GiB dividing the pool "
+               "(default 32 .. 64Ki)");
+    flags.list("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
+               "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)");
+    flags.text("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
+               "(default min(64, pool/2))");
+    flags.text("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
+    flags.text("--prefetch", prefetch_, "CPU gather software prefetch: auto (per case the faster of on and off "
+               "in a short calibration, named in the note), on, off, or both (on and off rows) (default auto)");
+    flags.text("--placement", placement_,
+               "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
+               "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
+               "== physical order) or both (default shuffled)");
+    flags.text("--page-tokens", page_tokens_text_,
+               "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
+    flags.list("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
+               "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)");
+    flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
+               "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)");
   }
 
   std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
@@ -211,10 +204,10 @@ class AccessStudy final : public Study {
   // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
   std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
-  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
+  std::optional<StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
 
   // A flag given with an empty value is refused, never taken for "not given".
-  bool given(const char* flag) const { return app_ && app_->count(flag) > 0; }
+  bool given(const char* flag) const { return flags_ && flags_->given(flag); }
   bool want(const std::string& part) const {
     return parts_.empty() || std::find(parts_.begin(), parts_.end(), part) != parts_.end();
   }

@@ -1,7 +1,5 @@
 #include "kvf/file_dir_flag.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include "kvf/errors.hpp"
 
 namespace kvf::study {
@@ -10,10 +8,10 @@ namespace {
 const char* kWanted = "a writable directory on a local disk whose file system takes O_DIRECT (not tmpfs)";
 }
 
-void add_file_dir_option(CLI::App& app, std::string& dir, const std::string& used_by) {
-  app.add_option(kFileDirFlag, dir,
-                 "directory on local disk for the O_DIRECT tier file of " + used_by + " (default " +
-                     std::string(kFileDirDefault) + ")");
+void add_file_dir_option(kvf::StudyFlags& flags, std::string& dir, const std::string& used_by) {
+  flags.text(kFileDirFlag, dir,
+             "directory on local disk for the O_DIRECT tier file of " + used_by + " (default " +
+                 std::string(kFileDirDefault) + ")");
 }
 
 std::string file_dir_message(const kvf::frontier::DirectFileError& e) {

@@ -1,7 +1,5 @@
 #include "kvf/onednn_isa_flag.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <stdexcept>
 
 #include "gemm_onednn.hpp"
@@ -17,10 +15,10 @@ std::string allowed() {
 }
 }  // namespace
 
-void add_onednn_isa_option(CLI::App& app, std::string& isa) {
-  app.add_option(kOnednnIsaFlag, isa,
-                 "CPU: the highest ISA oneDNN's matmuls may use, " + allowed() +
-                     " (default: the best this CPU has; each row's note names the kernel that ran)");
+void add_onednn_isa_option(kvf::StudyFlags& flags, std::string& isa) {
+  flags.text(kOnednnIsaFlag, isa,
+             "CPU: the highest ISA oneDNN's matmuls may use, " + allowed() +
+                 " (default: the best this CPU has; each row's note names the kernel that ran)");
 }
 
 void apply_onednn_isa_flag(const std::string& isa, bool given) {

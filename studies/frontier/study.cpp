@@ -6,10 +6,10 @@
 // can wait a whole scheduler period for it (~24 ms measured on the 2-core VM, against ~0.1 ms for the
 // copy). Run with OMP_WAIT_POLICY=passive there; it must be in the environment at start (libgomp reads
 // it when loaded), and on a dedicated machine the default is the better choice.
-#include <CLI/CLI.hpp>
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "frontier.hpp"
 #include "kvf/errors.hpp"
@@ -67,25 +67,22 @@ class FrontierStudy final : public kvf::Study {
  public:
   std::string name() const override { return "frontier"; }
 
-  void add_options(CLI::App& app) override {
-    app_ = &app;
-    app.add_option("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B,DeepSeek-V3)")
-        ->delimiter(',');
-    app.add_option("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
-    app.add_option("--tokens", tokens_text_, "tokens per page T, 16..4096, multiple of 16 (default per arm)")
-        ->delimiter(',');
-    app.add_option("--pages", pages_text_, "pages per recompute call P, 1..64 (default per arm)")->delimiter(',');
-    app.add_option("--layers", layers_text_, "layers L for the through-layers arm, 1..model layers")->delimiter(',');
-    app.add_option("--prefix", prefix_text_, "resident prefix N tokens for the through-layers arm, 0..1048576")
-        ->delimiter(',');
-    app.add_option("--xdtypes", xdtypes_, "X forms of the quantized arm: int8,int4 (default both)")->delimiter(',');
-    app.add_option("--arms", arms_, arms_help())->delimiter(',');
-    app.add_option("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, multiples of 4 KiB in 4 KiB .. 1 GiB, "
-                   "e.g. 32KiB,2MiB")->delimiter(',');
-    kvf::study::add_file_dir_option(app, env_.file_dir, "the file tier arms (file, overlap)");
-    kvf::study::add_onednn_isa_option(app, onednn_isa_);
-    app.add_option("--file-size", file_size_text_, "size of the file tier's file, a multiple of 2 MiB that fits the "
-                   "free space of --file-dir (default 256MiB; --quick 64MiB)");
+  void add_options(kvf::StudyFlags& flags) override {
+    flags_ = flags;
+    flags.list("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B,DeepSeek-V3)");
+    flags.text("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
+    flags.list("--tokens", tokens_text_, "tokens per page T, 16..4096, multiple of 16 (default per arm)");
+    flags.list("--pages", pages_text_, "pages per recompute call P, 1..64 (default per arm)");
+    flags.list("--layers", layers_text_, "layers L for the through-layers arm, 1..model layers");
+    flags.list("--prefix", prefix_text_, "resident prefix N tokens for the through-layers arm, 0..1048576");
+    flags.list("--xdtypes", xdtypes_, "X forms of the quantized arm: int8,int4 (default both)");
+    flags.list("--arms", arms_, arms_help());
+    flags.list("--copy-sizes", copy_sizes_, "copy sizes of the transfer arms, multiples of 4 KiB in 4 KiB .. 1 GiB, "
+               "e.g. 32KiB,2MiB");
+    kvf::study::add_file_dir_option(flags, env_.file_dir, "the file tier arms (file, overlap)");
+    kvf::study::add_onednn_isa_option(flags, onednn_isa_);
+    flags.text("--file-size", file_size_text_, "size of the file tier's file, a multiple of 2 MiB that fits the "
+               "free space of --file-dir (default 256MiB; --quick 64MiB)");
   }
 
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
@@ -95,7 +92,7 @@ class FrontierStudy final : public kvf::Study {
   std::string models_file_, file_size_text_, onednn_isa_;
   // Numbers are kept as text and parsed in cases(): plain digits in a stated range, one clear line otherwise.
   std::vector<std::string> tokens_text_, pages_text_, layers_text_, prefix_text_;
-  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
+  std::optional<kvf::StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
   Env env_;                  // outlives the cases, which read it
   kvf::UserLists user_;
 
@@ -116,7 +113,7 @@ void FrontierStudy::check_flags(Backend& be) {
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_frontier has no CUDA kernels");
 #endif
   // A flag given with an empty value is refused, never taken for "not given".
-  const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
+  const auto given = [&](const char* flag) { return flags_ && flags_->given(flag); };
   if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   if (given("--file-dir") && env_.file_dir.empty()) kvf::study::check_file_dir_flag(env_.file_dir);
   kvf::study::apply_onednn_isa_flag(onednn_isa_, given(kvf::study::kOnednnIsaFlag));

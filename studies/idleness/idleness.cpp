@@ -3,7 +3,6 @@
 //
 // This file holds the study: its flags and their checks, the arm list (the one place an arm is listed), and
 // main(). Each arm is declared, with its cases, in its own file (ceilings, decode, decode_gpu, prefill, corun).
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -54,7 +53,7 @@ class IdlenessStudy final : public kvf::Study {
  public:
   explicit IdlenessStudy(std::string out_dir) : arms_(study_arms(false)) { env_.out_dir = std::move(out_dir); }
   std::string name() const override { return "idleness"; }
-  void add_options(CLI::App& app) override;
+  void add_options(kvf::StudyFlags& flags) override;
   std::vector<std::unique_ptr<kvf::Case>> cases(const kvf::StudyContext& ctx) override;
 
  private:
@@ -81,7 +80,8 @@ class IdlenessStudy final : public kvf::Study {
   }
   kvf::ArmList<Env> arms_;
   Env env_;
-  CLI::App* app_ = nullptr;  // outlives cases(): bench_main owns it
+  std::optional<kvf::StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
+  bool flag_given(const char* flag) const { return flags_ && flags_->given(flag); }
   // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
   // clear line otherwise.
   std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_;
@@ -89,8 +89,8 @@ class IdlenessStudy final : public kvf::Study {
   std::vector<std::string> model_names_;  // --models, else the model axis's defaults
 };
 
-void IdlenessStudy::add_options(CLI::App& app) {
-  app_ = &app;
+void IdlenessStudy::add_options(kvf::StudyFlags& flags) {
+  flags_ = flags;
   std::vector<std::string> ceilings;
   for (const auto& a : arms_.all())
     if (always_runs(a)) ceilings.push_back(a.name);
@@ -98,28 +98,25 @@ void IdlenessStudy::add_options(CLI::App& app) {
                          kvf::join_names(ceilings) + " always run).";
   for (const auto& a : arms_.all())
     if (!always_runs(a)) arm_help += " " + a.name + ": " + a.doc + ".";
-  app.add_option("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B)")->delimiter(',');
-  app.add_option("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
-  app.add_option("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)")
-      ->delimiter(',');
-  app.add_option("--contexts", contexts_text_,
-                 "contexts C in tokens, multiples of 1024 in 1024..131072 (default CPU 1024,4096; GPU "
-                 "1024,8192,32768,131072)")
-      ->delimiter(',');
-  app.add_option("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
-  app.add_option("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
-  app.add_option("--arms", arms_flag_, arm_help)->delimiter(',');
-  app.add_option("--metric-set", env_.metric_set, "range-profiler metric set (GPU): decode_idleness (default)");
-  app.add_option("--metrics", env_.metrics, "range-profiler metrics instead of the set's (must fit one pass)")
-      ->delimiter(',');
-  app.add_option("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
-  app.add_flag("--no-counters", env_.no_counters, "GPU: timings only, no CUPTI collection");
-  kvf::study::add_file_dir_option(app, env_.file_dir, "the corun arm's bg_file background (CPU)");
-  kvf::study::add_onednn_isa_option(app, onednn_isa_);
-  app.add_option("--green-sms", green_sms_text_,
-                 "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
-                 "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
-                 "green-context cases (default: about a quarter of the SMs)");
+  flags.list("--models", models_, "models from data/models.json: names, aliases or Hugging Face ids, case-blind (default Llama-3.1-8B)");
+  flags.text("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
+  flags.list("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)");
+  flags.list("--contexts", contexts_text_,
+             "contexts C in tokens, multiples of 1024 in 1024..131072 (default CPU 1024,4096; GPU "
+             "1024,8192,32768,131072)");
+  flags.text("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
+  flags.text("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
+  flags.list("--arms", arms_flag_, arm_help);
+  flags.text("--metric-set", env_.metric_set, "range-profiler metric set (GPU): decode_idleness (default)");
+  flags.list("--metrics", env_.metrics, "range-profiler metrics instead of the set's (must fit one pass)");
+  flags.text("--chip", chip_, "check the metric set for this chip (GA100, GH100, GB100) instead of the device's");
+  flags.flag("--no-counters", env_.no_counters, "GPU: timings only, no CUPTI collection");
+  kvf::study::add_file_dir_option(flags, env_.file_dir, "the corun arm's bg_file background (CPU)");
+  kvf::study::add_onednn_isa_option(flags, onednn_isa_);
+  flags.text("--green-sms", green_sms_text_,
+             "GPU co-run on SM partitions (green contexts): SMs for the recompute partition, 0..4096, decode "
+             "gets the rest; rounded up to the device's granularity (Hopper: multiples of 8); 0 = no "
+             "green-context cases (default: about a quarter of the SMs)");
 }
 
 // Every flag value is checked before any case exists: one line naming the flag, the value and what is allowed.
@@ -128,7 +125,7 @@ void IdlenessStudy::validate_counters_flags() {
     kvf::bad_flag("--metric-set", env_.metric_set,
                   "unknown metric set; allowed: decode_idleness "
                   "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
-  if (app_ && app_->count("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
+  if (flag_given("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
   for (const auto& m : env_.metrics)
     if (m.empty()) kvf::bad_flag("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
 #if defined(KVF_HAVE_CUPTI)
@@ -152,7 +149,6 @@ void IdlenessStudy::validate_counters_flags() {
 // The sweep flags the user gave, checked, as lists by flag (a flag given with an empty value is refused, never
 // taken for "not given").
 kvf::UserLists IdlenessStudy::parse_sweep_flags() {
-  const auto given = [&](const char* flag) { return app_ && app_->count(flag) > 0; };
   kvf::UserLists user;
   for (const auto& t : batches_text_)
     user["--batches"].push_back(i2s(kvf::flag_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1,
@@ -161,18 +157,18 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
     user["--contexts"].push_back(
         i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
                           "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
-  if (given("--prefill-tokens"))
+  if (flag_given("--prefill-tokens"))
     user["--prefill-tokens"] = {i2s(kvf::flag_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1,
                                                   "must be a whole number in 16..4096"))};
   // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
-  if (given("--green-sms"))
+  if (flag_given("--green-sms"))
     env_.green_sms = kvf::flag_int(green_sms_text_, "--green-sms", 0, 4096, 1,
                                    "must be 0 (no green-context cases) or 1..4096 SMs (and leave the rest of the "
                                    "device a partition)");
-  if (given("--layers"))
+  if (flag_given("--layers"))
     user["--layers"] = {
         i2s(kvf::flag_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers"))};
-  if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
+  if (flag_given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   return user;
 }
 
@@ -244,11 +240,11 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
 #endif
   validate_counters_flags();
-  kvf::study::apply_onednn_isa_flag(onednn_isa_, app_ && app_->count(kvf::study::kOnednnIsaFlag) > 0);
+  kvf::study::apply_onednn_isa_flag(onednn_isa_, flag_given(kvf::study::kOnednnIsaFlag));
   kvf::check_arm_names("--arms", arms_flag_, selectable());
   const kvf::UserLists given = parse_sweep_flags();
   resolve_models(t, given);
-  probe_file_dir(env_, app_ && app_->count("--file-dir") > 0, selected(arms_.at("corun")) && !env_.gpu && !t.quick);
+  probe_file_dir(env_, flag_given("--file-dir"), selected(arms_.at("corun")) && !env_.gpu && !t.quick);
   probe_backend(be, t);
 
   std::vector<std::unique_ptr<kvf::Case>> out;

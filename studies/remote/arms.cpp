@@ -121,27 +121,23 @@ std::vector<Arm<Env>> remote_arms() {
   return {ceiling, granularity, gpu};
 }
 
-void RemoteFlags::add_to(CLI::App& app) {
-  app.add_option("--arms", arms, "arms to run (default all): ceiling, granularity, gpu_memory")->delimiter(',');
-  app.add_option("--ops", ops, "read (decode pulls), write (prefill pushes); default both")->delimiter(',');
-  app.add_option("--sizes", sizes, "ceiling region sizes, e.g. 32KiB,64MiB (default 32KiB,256KiB,2MiB,16MiB,64MiB)")
-      ->delimiter(',');
-  app.add_option("--models", models, "models of the granularity arm (data/models.json; default Llama-3.1-8B)")
-      ->delimiter(',');
-  app.add_option("--tokens", tokens, "tokens per page, 16..4096, multiple of 16 (default 16,128; --quick 16)")
-      ->delimiter(',');
-  app.add_option("--layouts", layouts, "page_first, layer_first (default both; --quick page_first)")->delimiter(',');
-  app.add_option("--granularities", granularities,
-                 "page, layer, layer_head, block16 (default all; --quick page,layer,layer_head)")
-      ->delimiter(',');
-  app.add_option("--pool-mib", pool_mib, "registered pool per rank in MiB, 16..65536 (default 256; --quick 128)");
-  app.add_option("--pool-alloc", pool_alloc,
-                 "who allocates the pools: ucx (ucp_mem_map ALLOCATE: shared-memory peers map it, as ucx_perftest) or "
-                 "user (mmap, then registered: on one machine only cma reaches it); default ucx");
-  app.add_flag("--no-perftest", no_perftest,
-               "leave out ucx_perftest (run by default beside the largest ceiling region of each op)");
-  app.add_option("--peer-timeout", peer_timeout,
-                 "seconds any wait on the other rank may take before the run says it is lost, 1..600 (default 10)");
+void RemoteFlags::add_to(StudyFlags& f) {
+  f.list("--arms", arms, "arms to run (default all): ceiling, granularity, gpu_memory");
+  f.list("--ops", ops, "read (decode pulls), write (prefill pushes); default both");
+  f.list("--sizes", sizes, "ceiling region sizes, e.g. 32KiB,64MiB (default 32KiB,256KiB,2MiB,16MiB,64MiB)");
+  f.list("--models", models, "models of the granularity arm (data/models.json; default Llama-3.1-8B)");
+  f.list("--tokens", tokens, "tokens per page, 16..4096, multiple of 16 (default 16,128; --quick 16)");
+  f.list("--layouts", layouts, "page_first, layer_first (default both; --quick page_first)");
+  f.list("--granularities", granularities,
+         "page, layer, layer_head, block16 (default all; --quick page,layer,layer_head)");
+  f.text("--pool-mib", pool_mib, "registered pool per rank in MiB, 16..65536 (default 256; --quick 128)");
+  f.text("--pool-alloc", pool_alloc,
+         "who allocates the pools: ucx (ucp_mem_map ALLOCATE: shared-memory peers map it, as ucx_perftest) or "
+         "user (mmap, then registered: on one machine only cma reaches it); default ucx");
+  f.flag("--no-perftest", no_perftest,
+         "leave out ucx_perftest (run by default beside the largest ceiling region of each op)");
+  f.text("--peer-timeout", peer_timeout,
+         "seconds any wait on the other rank may take before the run says it is lost, 1..600 (default 10)");
 }
 
 UserLists check_flags(const RemoteFlags& f, Env& env) {

@@ -1,6 +1,7 @@
 // Ranks 2.. of a many-to-one run: each reads one region of the holder's pool in a loop, from the handshake to the
 // holder's stop flag, so that rank 0's rows are measured with N readers on one holder. They take no part in the
 // control messages; the holder's heartbeat word tells them it is alive.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,7 +21,8 @@ constexpr std::int64_t kReaderRegion = 2 << 20;  // one 16-token page of Llama-3
 int reader_main(int argc, char** argv, const Place& p, const char* prog) {
   RemoteFlags f;
   CLI::App app;
-  f.add_to(app);
+  StudyFlags study_flags(app);
+  f.add_to(study_flags);
   app.add_flag("--quick", f.quick);
   app.allow_extras();
   std::unique_ptr<UcpSession> s;

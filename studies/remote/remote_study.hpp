@@ -3,7 +3,6 @@
 // measures it through the harness, rank 1 (the holder) serves it: it fills the pages rank 0 reads and compares
 // the pages rank 0 writes (holder.cpp).
 #pragma once
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,7 +23,7 @@ struct RemoteFlags {
   std::string pool_mib, peer_timeout, pool_alloc;
   bool no_perftest = false;
   bool quick = false;  // the harness's --quick, which the holder parses itself
-  void add_to(CLI::App& app);
+  void add_to(StudyFlags& f);
 };
 
 struct Env {

@@ -53,9 +53,9 @@ class RemoteStudy final : public Study {
  public:
   explicit RemoteStudy(const Place* place) : place_(place) {}
   std::string name() const override { return "remote"; }
-  void add_options(CLI::App& app) override {
-    flags_.add_to(app);
-    app.footer(
+  void add_options(StudyFlags& flags) override {
+    flags_.add_to(flags);
+    flags.footer(
         "Ranks: mpirun -np 2 bench_remote ... (rank 0 measures and writes the rows, rank 1 holds the pool); "
         "started without an MPI launcher it runs itself under mpirun -np 2 on this machine. UCX_TLS picks the "
         "transport (shm, tcp, rc,sm,self, ...); every row names the one UCX used. studies/remote/README.md: "
@@ -142,7 +142,8 @@ class RemoteStudy final : public Study {
 int holder_main(int argc, char** argv, const Place& p) {
   RemoteFlags f;
   CLI::App app;
-  f.add_to(app);
+  StudyFlags study_flags(app);
+  f.add_to(study_flags);
   app.add_flag("--quick", f.quick);
   app.allow_extras();  // the harness's flags (--out DIR, --budget S, ...) are rank 0's business
   std::unique_ptr<UcpSession> s;

@@ -2,7 +2,6 @@
 //
 // Run:   build/bin/bench_stream [--size 512MiB] [--arms read,copy] [--quick] [--out DIR]   (or: kvf run --study stream)
 // The arms are declared in arms_cpu.cpp and arms_gpu.cpp and listed once here; README.md says how to read them.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 
 #include "kvf/errors.hpp"
@@ -46,12 +45,13 @@ class StreamStudy final : public Study {
  public:
   std::string name() const override { return "stream"; }
 
-  void add_options(CLI::App& app) override {
-    size_opt_ = app.add_option("--size", size_text_,
-                               "bytes per array, at least 4 KiB, rounded down to 64 bytes; two arrays within 70% of "
-                               "host memory (and 90% of GPU memory), e.g. 512MiB (default: 8x LLC within 256 MiB "
-                               ".. 2 GiB on CPU, 1 GiB on GPU; --quick: 4x LLC, at most 1 GiB)");
-    app.add_option("--arms", arms_, "arms to run (default all): " + join_names(all_arm_names(), ","))->delimiter(',');
+  void add_options(StudyFlags& flags) override {
+    flags_ = flags;
+    flags.text("--size", size_text_,
+               "bytes per array, at least 4 KiB, rounded down to 64 bytes; two arrays within 70% of "
+               "host memory (and 90% of GPU memory), e.g. 512MiB (default: 8x LLC within 256 MiB "
+               ".. 2 GiB on CPU, 1 GiB on GPU; --quick: 4x LLC, at most 1 GiB)");
+    flags.list("--arms", arms_, "arms to run (default all): " + join_names(all_arm_names(), ","));
   }
 
   std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
@@ -81,7 +81,7 @@ class StreamStudy final : public Study {
     const std::size_t llc = info.llc_bytes ? info.llc_bytes : std::size_t{32} << 20;
     std::size_t bytes;
     // Given but empty is refused, never taken for "not given".
-    if (size_opt_ && size_opt_->count() > 0) {
+    if (flags_ && flags_->given("--size")) {
       if (size_text_.empty()) throw UsageError("--size '': a size is needed, e.g. 512MiB (at least 4 KiB)");
       bytes = parse_bytes(size_text_, "--size");
     } else if (be.name() == "cuda") {
@@ -110,7 +110,7 @@ class StreamStudy final : public Study {
   StreamEnv env_;
   std::string size_text_;
   std::vector<std::string> arms_;
-  CLI::Option* size_opt_ = nullptr;  // owned by bench_main's app, which outlives cases()
+  std::optional<StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
 };
 
 }  // namespace

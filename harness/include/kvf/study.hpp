@@ -13,10 +13,7 @@
 #include "kvf/backend.hpp"
 #include "kvf/results.hpp"
 #include "kvf/stats.hpp"
-
-namespace CLI {
-class App;
-}
+#include "kvf/study_flags.hpp"
 
 namespace kvf {
 
@@ -67,7 +64,7 @@ class Study {
   virtual ~Study() = default;
   virtual std::string name() const = 0;
   // Study-specific flags (e.g. --size). Validate in cases(): throw UsageError with one clear line.
-  virtual void add_options(CLI::App&) {}
+  virtual void add_options(StudyFlags&) {}
   // The cases for this backend. Called after flags are parsed and the backend is chosen.
   virtual std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) = 0;
 };

@@ -7,11 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "kvf/study_flags.hpp"
 #include "transfer.hpp"
 
-namespace CLI {
-class App;
-}
 
 namespace kvf::study {
 
@@ -20,7 +18,7 @@ inline constexpr const char* kFileDirDefault = "/var/tmp";
 
 // Adds --file-dir to `app`, stored in `dir` (which keeps its default when the flag is absent); `used_by` names
 // what reads the file ("the file tier arms").
-void add_file_dir_option(CLI::App& app, std::string& dir, const std::string& used_by);
+void add_file_dir_option(kvf::StudyFlags& flags, std::string& dir, const std::string& used_by);
 
 // The flag's one line for a directory the tier cannot use: "--file-dir DIR: PROBLEM; allowed: ...".
 std::string file_dir_message(const kvf::frontier::DirectFileError& e);

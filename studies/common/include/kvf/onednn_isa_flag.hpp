@@ -4,15 +4,14 @@
 #pragma once
 #include <string>
 
-namespace CLI {
-class App;
-}
+#include "kvf/study_flags.hpp"
+
 
 namespace kvf::study {
 
 inline constexpr const char* kOnednnIsaFlag = "--onednn-max-isa";
 
-void add_onednn_isa_option(CLI::App& app, std::string& isa);
+void add_onednn_isa_option(kvf::StudyFlags& flags, std::string& isa);
 // Applies the cap once per process, before any product is planned; an empty value (the flag absent) leaves
 // oneDNN's own choice. kvf::UsageError with one line for a name it does not know or a cap oneDNN refuses.
 void apply_onednn_isa_flag(const std::string& isa, bool given);
