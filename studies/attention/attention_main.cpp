@@ -170,11 +170,14 @@ int run(const Flags& f) {
                kvf::attention::describe(est, avail).c_str());
   kvf::attention::check_memory(est, avail, rs);
   if (!answer.empty()) {
-    // Each decode is answer-length forward passes over the whole sequence (no KV-cached decode yet).
+    // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
     const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();
-    std::fprintf(stderr, "%s: needle decoding: %zu decodes (dense, block and token at each budget) of %zu tokens = %zu "
-                 "forward passes of %d+ tokens, about %.3g s more at the estimate's rate\n",
-                 kProg, decodes, answer.size(), decodes * answer.size(), C, est.seconds * double(decodes * answer.size()));
+    const auto de = kvf::attention::estimate_decode(cfg, C, static_cast<int>(decodes), static_cast<int>(answer.size()), rate);
+    std::fprintf(stderr, "%s: needle decoding: %zu decodes (dense, block and token at each budget) of %zu tokens, "
+                 "together from the prefill's K/V: %zu passes over the weights with %zu rows, %.0f GFLOP, about %.3g s "
+                 "more at the estimate's rate (a small-row GEMM runs below it); their own K/V %s\n",
+                 kProg, decodes, answer.size(), answer.size() - 1, decodes, de.flops / 1e9, de.seconds,
+                 kvf::attention::bytes_text(double(de.cache_bytes)).c_str());
   }
   if (f.estimate_only) return 0;
 
@@ -214,7 +217,7 @@ int run(const Flags& f) {
   meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
   if (!answer.empty()) {
     const auto t2 = std::chrono::steady_clock::now();
-    const auto rows = kvf::attention::needle_decode(ck, tokens, cap, answer, f.blocks, f.keeps, f.chunk);
+    const auto rows = kvf::attention::needle_decode(ck, fw, answer, f.blocks, f.keeps);
     kvf::attention::write_needle_decode(fs::path(f.out) / "needle_decode.csv", rows, answer.size());
     meta["answer"] = {{"tokens_file", f.answer}, {"tokens", answer.size()},
                       {"decode_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count()}};

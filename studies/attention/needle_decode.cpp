@@ -12,20 +12,7 @@
 namespace kvf::attention {
 
 namespace {
-
 namespace q = quality;
-
-DecodeRow decode_one(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
-                     const std::vector<std::int32_t>& answer, const SelectionMask* mask, int chunk) {
-  DecodeRow r;
-  const auto t0 = std::chrono::steady_clock::now();
-  r.decoded = greedy_decode_cpu(ck, prompt, static_cast<int>(answer.size()), mask, chunk);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  while (r.matched_prefix < answer.size() && r.decoded[r.matched_prefix] == answer[r.matched_prefix]) ++r.matched_prefix;
-  r.exact = r.matched_prefix == answer.size();
-  return r;
-}
-
 }  // namespace
 
 quality::LayerAttention captured_layer(const AttentionCapture& cap, int c) {
@@ -59,21 +46,19 @@ std::vector<DecodeBudget> decode_budgets(int context, const std::vector<std::uin
   return out;
 }
 
-std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
-                                     const AttentionCapture& cap, const std::vector<std::int32_t>& answer,
-                                     const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps,
-                                     int chunk) {
+std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const ForwardResult& prefill,
+                                     const std::vector<std::int32_t>& answer, const std::vector<std::uint32_t>& blocks,
+                                     const std::vector<double>& keeps) {
   const int L = ck.config().shape.layers;
+  const AttentionCapture& cap = prefill.capture;
   if (answer.empty()) throw UsageError("--answer: the planted answer holds no token");
   if (static_cast<int>(cap.layer_ids.size()) != L)
     throw UsageError("--answer decodes with the selection in every layer: capture every layer (no --layers)");
-  const int C = static_cast<int>(prompt.size());
-  std::vector<DecodeRow> rows;
-  DecodeRow dense = decode_one(ck, prompt, answer, nullptr, chunk);
-  dense.arm = "dense";
-  dense.budget = static_cast<std::uint32_t>(C);
-  rows.push_back(std::move(dense));
-
+  const int C = cap.context;
+  std::vector<DecodeRow> rows(1);
+  rows[0].arm = "dense";
+  rows[0].budget = static_cast<std::uint32_t>(C);
+  std::vector<SelectionMask> masks;
   std::vector<q::LayerAttention> layers;
   for (int c = 0; c < L; ++c) layers.push_back(captured_layer(cap, c));
   const auto budgets = decode_budgets(C, blocks, keeps);
@@ -85,13 +70,26 @@ std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std
       mask.from = C;
       for (int l = 0; l < L; ++l)
         for (auto& kept : q::kept_at_prefill_end(layers[l], arm, db.block, db.keep)) mask.kept.push_back(std::move(kept));
-      DecodeRow r = decode_one(ck, prompt, answer, &mask, chunk);
+      masks.push_back(std::move(mask));
+      DecodeRow r;
       r.arm = q::to_string(arm);
       r.block = db.block;
       r.keep = db.keep;
       r.budget = db.k_blocks * db.block;
       rows.push_back(std::move(r));
     }
+  std::vector<const SelectionMask*> of_row = {nullptr};
+  for (const auto& m : masks) of_row.push_back(&m);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto decoded = greedy_decode_cached_cpu(ck, cap, prefill.next_token, static_cast<int>(answer.size()), of_row);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    DecodeRow& r = rows[i];
+    r.decoded = std::move(decoded[i]);
+    r.seconds = seconds;
+    while (r.matched_prefix < answer.size() && r.decoded[r.matched_prefix] == answer[r.matched_prefix]) ++r.matched_prefix;
+    r.exact = r.matched_prefix == answer.size();
+  }
   return rows;
 }
 

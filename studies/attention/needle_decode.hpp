@@ -2,8 +2,8 @@
 // full attention, then with each block and token selection of the sweep applied in every layer, exact match
 // against the answer the user planted. The selection is what a cache compressed at the end of the prefill would
 // hold (quality::kept_at_prefill_end: routed on the last prompt row, per layer and kv head); the decoded tokens
-// themselves stay visible. Each decode is answer-length forward passes over the whole sequence (no KV-cached
-// decode yet), so the run's estimate counts them first.
+// themselves stay visible. Every row decodes together from the prefill's K/V (forward.hpp:
+// greedy_decode_cached_cpu): one pass over the weights per answer token after the first, one row per selection.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -23,7 +23,7 @@ struct DecodeRow {
   std::vector<std::int32_t> decoded;
   std::size_t matched_prefix = 0;  // leading tokens equal to the answer's
   bool exact = false;              // every token equal
-  double seconds = 0;
+  double seconds = 0;              // of the one batched decode every row took part in
 };
 
 // One captured layer as the quality library reads it (the last M rows of a causal prefill; the pass's own
@@ -40,14 +40,15 @@ struct DecodeBudget {
 std::vector<DecodeBudget> decode_budgets(int context, const std::vector<std::uint32_t>& blocks,
                                          const std::vector<double>& keeps);
 
+// The prefill: forward_cpu over the prompt capturing every layer (its K/V are the decode's prompt cache, its
+// next_token the answer's first decoded token under every selection).
 // UsageError: a capture without every layer (the selection applies in every layer), an empty answer.
-std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const std::vector<std::int32_t>& prompt,
-                                     const AttentionCapture& cap, const std::vector<std::int32_t>& answer,
-                                     const std::vector<std::uint32_t>& blocks, const std::vector<double>& keeps,
-                                     int chunk);
+std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const ForwardResult& prefill,
+                                     const std::vector<std::int32_t>& answer, const std::vector<std::uint32_t>& blocks,
+                                     const std::vector<double>& keeps);
 
-// needle_decode.csv: arm, block, keep, budget, answer_tokens, matched_prefix, exact_match, seconds, decoded (ids
-// separated by spaces).
+// needle_decode.csv: arm, block, keep, budget, answer_tokens, matched_prefix, exact_match, seconds (of the batched
+// decode, the same in every row), decoded (ids separated by spaces).
 void write_needle_decode(const std::filesystem::path& file, const std::vector<DecodeRow>& rows,
                          std::size_t answer_tokens);
 

@@ -244,6 +244,18 @@ TEST(AttentionCheckpoint, RefusesNonFloatWeights) {
   EXPECT_NE(w.find("is I16; a model's weights must be BF16, F16 or F32"), std::string::npos) << w;
 }
 
+// The cached decode: tokens - 1 passes over the weights, one row per decode; nothing after the first token.
+TEST(AttentionRunEstimate, DecodeCountsOnePassPerTokenAfterTheFirst) {
+  test::TinySpec s;  // hidden 64, intermediate 96, 3 layers, 4 heads, 2 kv heads of 16, vocab 64
+  const auto c = parse_hf_config(test::tiny_config(s), "config.json");
+  const double per_row_layer = 2.0 * (64 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 96) + 4.0 * 64 * (100 + 5);
+  const auto e = estimate_decode(c, 100, 7, 5, 1e9);
+  EXPECT_DOUBLE_EQ(e.flops, 4 * 7 * (3 * per_row_layer + 2.0 * 64 * 64));
+  EXPECT_DOUBLE_EQ(e.seconds, e.flops / 1e9);
+  EXPECT_EQ(e.cache_bytes, std::uint64_t(2) * 7 * 3 * 32 * 5 * 4);
+  EXPECT_EQ(estimate_decode(c, 100, 7, 1, 1e9).flops, 0);
+}
+
 TEST(AttentionRunEstimate, RefusesWhatMemoryCannotHold) {
   test::TinySpec s;
   const auto c = parse_hf_config(test::tiny_config(s), "config.json");

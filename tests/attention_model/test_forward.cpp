@@ -280,6 +280,77 @@ TEST(AttentionForward, SelectionMaskMatchesTheReference) {
   }
 }
 
+// The KV-cached decode against the oracle that recomputes the whole sequence for every token: the same tokens for
+// full attention and under each mask, all decoded in one batch, on two model variants (GQA; Qwen2 bias, tied
+// embeddings, linear RoPE scaling).
+TEST(AttentionForward, CachedDecodeEqualsRecomputingEveryStep) {
+  for (const bool qwen : {false, true}) {
+    const fs::path d = test::fresh_dir(qwen ? "cached_qwen" : "cached");
+    test::TinySpec s;
+    if (qwen) {  // Qwen2 has biases; tied embeddings and linear RoPE scaling ride along
+      s.arch = "Qwen2ForCausalLM";
+      s.tie = true;
+      s.rope = "linear";
+      s.head_dim = 24;
+    }
+    test::write_tiny_checkpoint(d, s);
+    const Checkpoint ck(d);
+    const auto mask = some_mask(s, 34);
+    SelectionMask sinks = mask;  // the sink block only, each position listed twice (repeats allowed)
+    for (auto& k : sinks.kept) k = {0, 1, 2, 3, 3, 2, 1, 0};
+    const std::vector<const SelectionMask*> masks = {nullptr, &mask, &sinks, nullptr};
+    int changed = 0;  // prompts whose decode the sink-only selection changes: the test can tell a mask ignored
+    for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+      const auto p = prompt(34, s.vocab, seed);
+      ForwardOptions o;
+      o.chunk = 16;
+      const auto prefill = forward_cpu(ck, p, o);
+      std::string gemm;
+      const int n = 5;
+      const auto got = greedy_decode_cached_cpu(ck, prefill.capture, prefill.next_token, n, masks, &gemm);
+      ASSERT_EQ(got.size(), masks.size());
+      EXPECT_FALSE(gemm.empty());
+      for (std::size_t i = 0; i < masks.size(); ++i)
+        EXPECT_EQ(got[i], greedy_decode_cpu(ck, p, n, masks[i], 16))
+            << "selection " << i << ", prompt seed " << seed << (qwen ? " (qwen2)" : "");
+      EXPECT_EQ(got[0], got[3]);
+      changed += got[0] != got[2];
+    }
+    EXPECT_GT(changed, 0) << (qwen ? "qwen2: " : "") << "the sink-only selection changed no decode";
+  }
+}
+
+TEST(AttentionForward, CachedDecodeRefusesWhatItCannotUse) {
+  const fs::path d = test::fresh_dir("cached_bad");
+  test::TinySpec s;
+  test::write_tiny_checkpoint(d, s);
+  const Checkpoint ck(d);
+  const auto p = prompt(34, s.vocab);
+  ForwardOptions o;
+  o.chunk = 16;
+  const auto full = forward_cpu(ck, p, o);
+  o.capture_layers = {0, 2};
+  const auto partial = forward_cpu(ck, p, o);
+  auto what = [&](const AttentionCapture& cap, std::int32_t first, int n, std::vector<const SelectionMask*> m) {
+    try {
+      greedy_decode_cached_cpu(ck, cap, first, n, m);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(what(partial.capture, 1, 3, {nullptr}).find("must hold K and V of every layer"), std::string::npos);
+  EXPECT_NE(what(full.capture, 64, 3, {nullptr}).find("first token 64 is not in [0, 64)"), std::string::npos);
+  EXPECT_NE(what(full.capture, 1, 0, {nullptr}).find("tokens 0 must be at least 1"), std::string::npos);
+  EXPECT_NE(what(full.capture, 1, 3, {}).find("no selection"), std::string::npos);
+  const auto early = some_mask(s, 30);
+  EXPECT_NE(what(full.capture, 1, 3, {&early}).find("from the prompt's end 34"), std::string::npos);
+  auto beyond = some_mask(s, 34);
+  beyond.kept[1].push_back(34);
+  EXPECT_NE(what(full.capture, 1, 3, {&beyond}).find("kept position 34 is not in [0, from 34)"), std::string::npos);
+  EXPECT_EQ(what(full.capture, 1, 1, {nullptr}), "no error");
+}
+
 TEST(AttentionForward, BadInputsGiveOneLine) {
   const fs::path d = test::fresh_dir("bad");
   test::TinySpec s;

@@ -66,6 +66,18 @@ RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_
   return e;
 }
 
+DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s) {
+  const auto& m = c.shape;
+  const double H = m.hidden, D = m.head_dim, qd = double(m.n_heads) * D, kvd = double(m.n_kv_heads) * D;
+  const double I = m.intermediate, V = m.vocab, L = m.layers, R = rows, steps = std::max(0, tokens - 1);
+  const double gemm_params = H * (qd + 2 * kvd) + H * qd + 3 * H * I;
+  DecodeEstimate e;
+  e.flops = steps * R * (L * (2 * gemm_params + 4 * qd * (double(context) + tokens)) + 2 * H * V);
+  e.seconds = flops_per_s > 0 ? e.flops / flops_per_s : 0;
+  e.cache_bytes = std::uint64_t(2 * R * L * kvd * std::max(tokens, 1) * 4.0);
+  return e;
+}
+
 std::string describe(const RunEstimate& e, std::uint64_t available) {
   char rate[64];
   std::snprintf(rate, sizeof rate, "%.0f GFLOP at %.1f GFLOP/s", e.flops / 1e9, e.flops_per_s / 1e9);

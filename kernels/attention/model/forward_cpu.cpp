@@ -177,23 +177,27 @@ struct LayerState {
   int mask_from = 0;
 };
 
+// Bias and RoPE of one [q | k | v] row at the position whose cos/sin row is `cs`, in place.
+void bias_rope_row(const Geometry& g, float* row, const std::vector<float>& bias, const float* cs) {
+  const int half = g.D / 2;
+  if (!bias.empty())
+    for (int j = 0; j < g.qo; ++j) row[j] += bias[j];
+  for (int hh = 0; hh < g.nh + g.nkv; ++hh) {  // q heads, then k heads (they follow in the row)
+    float* x = row + std::size_t(hh) * g.D;
+    for (int j = 0; j < half; ++j) {
+      const auto r = frontier::rope_rotate(x[j], x[j + half], cs[j], cs[half + j]);
+      x[j] = r.lo;
+      x[j + half] = r.hi;
+    }
+  }
+}
+
 // Bias, RoPE, K/V write of rows t0 .. t0 + nt (qkv: [T][qo]); q is left rotated in place.
 void qkv_post(const Geometry& g, float* qkv, const std::vector<float>& bias, const float* cos_sin, int t0, int nt,
               LayerState& s) {
-  const int half = g.D / 2;
   for (int i = 0; i < nt; ++i) {
     float* row = qkv + std::size_t(i) * g.qo;
-    if (!bias.empty())
-      for (int j = 0; j < g.qo; ++j) row[j] += bias[j];
-    const float* cs = cos_sin + std::size_t(t0 + i) * g.D;
-    for (int hh = 0; hh < g.nh + g.nkv; ++hh) {  // q heads, then k heads (they follow in the row)
-      float* x = row + std::size_t(hh) * g.D;
-      for (int j = 0; j < half; ++j) {
-        const auto r = frontier::rope_rotate(x[j], x[j + half], cs[j], cs[half + j]);
-        x[j] = r.lo;
-        x[j + half] = r.hi;
-      }
-    }
+    bias_rope_row(g, row, bias, cos_sin + std::size_t(t0 + i) * g.D);
     for (int h = 0; h < g.nkv; ++h) {
       std::copy_n(row + g.qd + h * g.D, g.D, s.k + (std::size_t(h) * g.C + t0 + i) * g.D);
       std::copy_n(row + g.qd + g.kvd + h * g.D, g.D, s.v + (std::size_t(h) * g.C + t0 + i) * g.D);
@@ -243,15 +247,8 @@ struct Scratch {
   }
 };
 
-// One chunk of one layer: h rows t0 .. t0 + T (rows past C are padding, computed and ignored).
-void layer_chunk(const Geometry& g, const LayerW& w, double eps, float* h, const float* cos_sin, int t0,
-                 LayerState& s, Scratch& x) {
-  const int nt = std::min(g.T, g.C - t0);
-  float* hc = h + std::size_t(t0) * g.H;
-  rmsnorm(hc, w.g_in.data(), eps, g.T, g.H, x.xn.data());
-  w.qkv.run(x.xn.data(), x.qkv.data(), x.xb);
-  qkv_post(g, x.qkv.data(), w.bias, cos_sin, t0, nt, s);
-  attention_chunk(g, x.qkv.data(), t0, nt, s, x.attn.data(), x.scores);
+// The layer after attention, over T rows of which the first nt are real: h += attn Wo^T, then the MLP.
+void finish_layer(const Geometry& g, const LayerW& w, double eps, float* hc, int nt, Scratch& x) {
   w.o.run(x.attn.data(), x.tmp.data(), x.xb);
   for (std::size_t i = 0; i < std::size_t(nt) * g.H; ++i) hc[i] += x.tmp[i];
   rmsnorm(hc, w.g_post.data(), eps, g.T, g.H, x.xn.data());
@@ -263,6 +260,38 @@ void layer_chunk(const Geometry& g, const LayerW& w, double eps, float* h, const
     }
   w.d.run(x.act.data(), x.tmp.data(), x.xb);
   for (std::size_t i = 0; i < std::size_t(nt) * g.H; ++i) hc[i] += x.tmp[i];
+}
+
+// One chunk of one layer: h rows t0 .. t0 + T (rows past C are padding, computed and ignored).
+void layer_chunk(const Geometry& g, const LayerW& w, double eps, float* h, const float* cos_sin, int t0,
+                 LayerState& s, Scratch& x) {
+  const int nt = std::min(g.T, g.C - t0);
+  float* hc = h + std::size_t(t0) * g.H;
+  rmsnorm(hc, w.g_in.data(), eps, g.T, g.H, x.xn.data());
+  w.qkv.run(x.xn.data(), x.qkv.data(), x.xb);
+  qkv_post(g, x.qkv.data(), w.bias, cos_sin, t0, nt, s);
+  attention_chunk(g, x.qkv.data(), t0, nt, s, x.attn.data(), x.scores);
+  finish_layer(g, w, eps, hc, nt, x);
+}
+
+Scratch make_scratch(const Geometry& g, std::size_t score_floats) {
+  Scratch x;
+  x.xn.resize(std::size_t(g.T) * g.H);
+  x.qkv.resize(std::size_t(g.T) * g.qo);
+  x.attn.assign(std::size_t(g.T) * g.qd, 0.0f);
+  x.gu.resize(std::size_t(g.T) * 2 * g.I);
+  x.act.assign(std::size_t(g.T) * g.I, 0.0f);
+  x.tmp.resize(std::size_t(g.T) * std::max(g.H, g.qd));
+  x.xb.resize(std::size_t(g.T) * std::max({g.H, g.qd, g.I}));
+  x.scores.resize(score_floats);
+  return x;
+}
+
+Geometry model_geometry(const models::ModelShape& m) {
+  Geometry g;
+  g.H = m.hidden, g.D = m.head_dim, g.nh = m.n_heads, g.nkv = m.n_kv_heads, g.qd = m.q_dim(), g.kvd = m.kv_dim();
+  g.qo = g.qd + 2 * g.kvd, g.I = m.intermediate, g.V = m.vocab;
+  return g;
 }
 
 // logits [M][V] of the last M rows of h: final norm, then lm_head in 4096-row blocks widened to fp32 (an 8B
@@ -295,12 +324,10 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   const auto& m = cfg.shape;
   validate(cfg, tokens, opt);
   frontier::blas_on_openmp();
-  Geometry g;
+  Geometry g = model_geometry(m);
   g.C = int(tokens.size());
   g.M = opt.queries;
   g.T = std::min(opt.chunk, g.C);
-  g.H = m.hidden, g.D = m.head_dim, g.nh = m.n_heads, g.nkv = m.n_kv_heads, g.qd = m.q_dim(), g.kvd = m.kv_dim();
-  g.qo = g.qd + 2 * g.kvd, g.I = m.intermediate, g.V = m.vocab;
   const int C_pad = (g.C + g.T - 1) / g.T * g.T;
   const auto cos_sin = frontier::rope_table(hf_inv_freq(m), g.C);
   std::vector<float> h(std::size_t(C_pad) * g.H, 0.0f);
@@ -322,15 +349,7 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
     cap.v.assign(cap.k.size(), 0.0f);
   }
   std::vector<float> k_own, v_own;  // a layer not captured keeps its K/V here
-  Scratch x;
-  x.xn.resize(std::size_t(g.T) * g.H);
-  x.qkv.resize(std::size_t(g.T) * g.qo);
-  x.attn.assign(std::size_t(g.T) * g.qd, 0.0f);
-  x.gu.resize(std::size_t(g.T) * 2 * g.I);
-  x.act.assign(std::size_t(g.T) * g.I, 0.0f);
-  x.tmp.resize(std::size_t(g.T) * std::max(g.H, g.qd));
-  x.xb.resize(std::size_t(g.T) * std::max({g.H, g.qd, g.I}));
-  x.scores.resize(std::size_t(omp_get_max_threads()) * g.T * g.C);
+  Scratch x = make_scratch(g, std::size_t(omp_get_max_threads()) * g.T * g.C);
   std::uint64_t layer_bytes = 0;
   for (int l = 0; l < m.layers; ++l) {
     const LayerW w = load_layer(ck, l, g.T);
@@ -375,6 +394,169 @@ std::vector<std::int32_t> greedy_decode_cpu(const Checkpoint& ck, const std::vec
     const auto r = forward_cpu(ck, seq, opt);
     out.push_back(r.next_token);
     seq.push_back(r.next_token);
+  }
+  return out;
+}
+
+namespace {
+
+// The cached decode's keys and values: the prompt's (the capture's, shared by every row) and each row's own decoded
+// tokens ([row][layer][kv head][n][D]); per (row, layer, kv head) the kept prompt positions, sorted and unique
+// (a row without a mask keeps them all).
+struct DecodeCache {
+  const AttentionCapture* prompt = nullptr;
+  int rows = 0, layers = 0, n = 0;
+  std::vector<float> k, v;
+  std::vector<std::vector<std::int32_t>> kept;
+  std::vector<std::uint8_t> dense;  // per row
+  std::size_t slot(const Geometry& g, int row, int l, int hk) const {
+    return ((std::size_t(row) * layers + l) * g.nkv + hk) * n;
+  }
+};
+
+// softmax(q k^T / sqrt(D)) v of one decode row per (row, q head) over its kept prompt keys and its decoded keys
+// 0 .. step (the row's own, the current one included); q from x.qkv, out to x.attn. Scores in fp32 as the prefill's,
+// one buffer of prompt + n floats per thread.
+void decode_attention(const Geometry& g, const DecodeCache& c, int l, int step, Scratch& x) {
+  const AttentionCapture& p = *c.prompt;
+  const int G = g.nh / g.nkv, C = p.context, D = g.D;
+  const float scale = 1.0f / std::sqrt(float(D));
+  const std::size_t per_thread = std::size_t(C) + c.n;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int row = 0; row < c.rows; ++row)
+    for (int hq = 0; hq < g.nh; ++hq) {
+      const int hk = hq / G;
+      float* sc = x.scores.data() + std::size_t(omp_get_thread_num()) * per_thread;
+      const float* q = x.qkv.data() + std::size_t(row) * g.qo + std::size_t(hq) * D;
+      const float* pk = p.k_at(l, hk);
+      const float* pv = p.v_at(l, hk);
+      const auto& kept = c.kept[(std::size_t(row) * c.layers + l) * g.nkv + hk];
+      const bool all = c.dense[row] != 0;
+      const int nk = all ? C : int(kept.size());
+      const std::size_t own = c.slot(g, row, l, hk);
+      auto dot = [&](const float* k) {
+        float s = 0;
+        for (int j = 0; j < D; ++j) s += q[j] * k[j];
+        return s * scale;
+      };
+      for (int j = 0; j < nk; ++j) sc[j] = dot(pk + std::size_t(all ? j : kept[j]) * D);
+      for (int t = 0; t <= step; ++t) sc[nk + t] = dot(c.k.data() + (own + t) * D);
+      const int total = nk + step + 1;
+      frontier::causal_softmax_row(sc, total, total);
+      float* out = x.attn.data() + std::size_t(row) * g.qd + std::size_t(hq) * D;
+      std::fill(out, out + D, 0.0f);
+      auto axpy = [&](float w, const float* v) {
+        for (int j = 0; j < D; ++j) out[j] += w * v[j];
+      };
+      for (int j = 0; j < nk; ++j) axpy(sc[j], pv + std::size_t(all ? j : kept[j]) * D);
+      for (int t = 0; t <= step; ++t) axpy(sc[nk + t], c.v.data() + (own + t) * D);
+    }
+}
+
+void check_cached_decode(const HfConfig& cfg, const AttentionCapture& p, std::int32_t first, int n,
+                         const std::vector<const SelectionMask*>& masks) {
+  const auto& m = cfg.shape;
+  bool every_layer = int(p.layer_ids.size()) == m.layers;
+  for (int l = 0; every_layer && l < m.layers; ++l) every_layer = p.layer_ids[l] == l;
+  if (!every_layer || p.q_heads != m.n_heads || p.kv_heads != m.n_kv_heads || p.head_dim != m.head_dim ||
+      p.context < 1 || p.k.size() != std::size_t(m.layers) * p.kv_heads * p.context * p.head_dim ||
+      p.v.size() != p.k.size())
+    throw UsageError("cached decode: the prompt's capture must hold K and V of every layer of this model (" +
+                     std::to_string(m.layers) + " layers, " + std::to_string(m.n_kv_heads) + " kv heads of " +
+                     std::to_string(m.head_dim) + "); it holds " + std::to_string(p.layer_ids.size()) + " layers");
+  if (first < 0 || first >= m.vocab)
+    throw UsageError("cached decode: first token " + std::to_string(first) + " is not in [0, " + std::to_string(m.vocab) + ")");
+  if (n < 1) throw UsageError("cached decode: tokens " + std::to_string(n) + " must be at least 1");
+  if (masks.empty()) throw UsageError("cached decode: no selection to decode under (nullptr: full attention)");
+  if (cfg.sliding_window > 0 && p.context + n > cfg.sliding_window)
+    throw UsageError(cfg.source + ": sliding_window " + std::to_string(cfg.sliding_window) + " is below the context " +
+                     std::to_string(p.context + n) + "; sliding-window attention is not built (not available: only full attention)");
+  for (const SelectionMask* k : masks) {
+    if (!k) continue;
+    if (k->layers != m.layers || k->kv_heads != m.n_kv_heads || k->kept.size() != std::size_t(k->layers) * k->kv_heads ||
+        k->from != p.context)
+      throw UsageError("selection mask: " + std::to_string(k->layers) + " layers x " + std::to_string(k->kv_heads) +
+                       " kv heads from position " + std::to_string(k->from) + "; the cached decode needs " +
+                       std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " from the prompt's end " +
+                       std::to_string(p.context));
+    for (const auto& v : k->kept)
+      for (auto pos : v)
+        if (pos < 0 || pos >= k->from)
+          throw UsageError("selection mask: kept position " + std::to_string(pos) + " is not in [0, from " +
+                           std::to_string(k->from) + ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint& ck, const AttentionCapture& prompt_kv,
+                                                                std::int32_t first, int n,
+                                                                const std::vector<const SelectionMask*>& masks,
+                                                                std::string* gemm) {
+  const auto& cfg = ck.config();
+  const auto& m = cfg.shape;
+  check_cached_decode(cfg, prompt_kv, first, n, masks);
+  std::vector<std::vector<std::int32_t>> out(masks.size(), std::vector<std::int32_t>{first});
+  if (n == 1) return out;
+  frontier::blas_on_openmp();
+  const int A = int(masks.size()), C = prompt_kv.context;
+  Geometry g = model_geometry(m);
+  g.C = A;  // the rows of h: one per selection (logits_cpu reads the last M rows of C)
+  g.M = A;
+  g.T = A;
+  DecodeCache c;
+  c.prompt = &prompt_kv;
+  c.rows = A;
+  c.layers = m.layers;
+  c.n = n;
+  c.k.assign(std::size_t(A) * m.layers * g.nkv * n * g.D, 0.0f);
+  c.v.assign(c.k.size(), 0.0f);
+  c.kept.resize(std::size_t(A) * m.layers * g.nkv);
+  c.dense.assign(A, 0);
+  for (int row = 0; row < A; ++row) {
+    if (!masks[row]) {
+      c.dense[row] = 1;
+      continue;
+    }
+    for (std::size_t i = 0; i < masks[row]->kept.size(); ++i) {
+      auto kept = masks[row]->kept[i];  // repeats allowed in a mask: a key is attended once
+      std::sort(kept.begin(), kept.end());
+      kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+      c.kept[std::size_t(row) * m.layers * g.nkv + i] = std::move(kept);
+    }
+  }
+  const auto cos_sin = frontier::rope_table(hf_inv_freq(m), C + n);
+  const TensorView embed = ck.tensor("model.embed_tokens.weight", {g.V, g.H});
+  std::vector<float> h(std::size_t(A) * g.H);
+  Scratch x = make_scratch(g, std::size_t(omp_get_max_threads()) * (std::size_t(C) + n));
+  for (int step = 0; step + 1 < n; ++step) {
+    // the query of the token decoded last, at position C + step; it makes token step + 1
+    for (int row = 0; row < A; ++row)
+      to_f32(embed, h.data() + std::size_t(row) * g.H, std::int64_t(out[row][step]) * g.H, g.H);
+    const float* cs = cos_sin.data() + std::size_t(C + step) * g.D;
+    for (int l = 0; l < m.layers; ++l) {
+      const LayerW w = load_layer(ck, l, A);
+      if (gemm && gemm->empty()) *gemm = w.qkv.impl();
+      rmsnorm(h.data(), w.g_in.data(), m.rms_eps, A, g.H, x.xn.data());
+      w.qkv.run(x.xn.data(), x.qkv.data(), x.xb);
+      for (int row = 0; row < A; ++row) {
+        float* r = x.qkv.data() + std::size_t(row) * g.qo;
+        bias_rope_row(g, r, w.bias, cs);
+        for (int hk = 0; hk < g.nkv; ++hk) {
+          const std::size_t at = (c.slot(g, row, l, hk) + step) * g.D;
+          std::copy_n(r + g.qd + hk * g.D, g.D, c.k.data() + at);
+          std::copy_n(r + g.qd + g.kvd + hk * g.D, g.D, c.v.data() + at);
+        }
+      }
+      decode_attention(g, c, l, step, x);
+      finish_layer(g, w, m.rms_eps, h.data(), A, x);
+    }
+    ForwardResult r;
+    logits_cpu(ck, g, h.data(), r);
+    for (int row = 0; row < A; ++row) {
+      const float* lr = r.logits.data() + std::size_t(row) * g.V;
+      out[row].push_back(std::int32_t(std::max_element(lr, lr + g.V) - lr));
+    }
   }
   return out;
 }

@@ -46,6 +46,17 @@ struct RunEstimate {
 // bf16/f16 files, 4 for f32. UsageError for a shape outside [1, ...] (naming it).
 RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_bytes_per_param, const RunShape& r,
                          double flops_per_s, const std::string& rate_source);
+// The KV-cached decode of `tokens` tokens for `rows` selections at once after a prompt of `context`
+// (forward.hpp: greedy_decode_cached_cpu): tokens - 1 steps, each the projections and MLP of every layer over
+// `rows` rows (2 x params x rows FLOPs, the layer's weights converted once per step), attention over at most the
+// context plus the tokens decoded (4 x q_dim x keys per row and layer: an upper bound, every row taken dense), and
+// the logits of every row. Memory beyond the prefill: the rows' own K/V (2 x rows x layers x kv_dim x tokens fp32)
+// and one layer's weights.
+struct DecodeEstimate {
+  double flops = 0, seconds = 0;
+  std::uint64_t cache_bytes = 0;
+};
+DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s);
 // One line: "estimate: <time> (<GFLOP> at <rate>, <source>); memory <resident> resident of <available> available
 // (hidden .., weights/layer .., K/V .., activations .., capture .., logits ..), weights mapped <mapped>".
 std::string describe(const RunEstimate& e, std::uint64_t available);

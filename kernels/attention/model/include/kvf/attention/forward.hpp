@@ -71,9 +71,25 @@ struct ForwardResult {
 ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt);
 
 // `n` greedy tokens after the prompt, each step a forward_cpu over prompt + tokens so far with `mask` (its
-// `from` is normally the prompt length). Exact but O(n) prefills: a KV-cached decode is not built yet.
+// `from` is normally the prompt length): n prefills. The oracle of greedy_decode_cached_cpu.
 std::vector<std::int32_t> greedy_decode_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& prompt, int n,
                                             const SelectionMask* mask, int chunk);
+
+// `n` greedy tokens after the prompt for several selections at once, from the prompt's keys and values as a
+// capture of every layer holds them (forward_cpu with no capture_layers): the prompt is not computed again. A
+// selection applies to queries at or after the prompt's end (each mask's `from` is the prompt length), so the
+// prompt's own K/V are the same under every selection; masks[i] == nullptr decodes with full attention.
+// Token 0 is `first` (the prefill's argmax: the last prompt row attends to everything, whatever the selection);
+// each later step runs every layer once over one row per selection, the layer's weights converted once per step
+// and shared by the rows, each row attending to its selection's kept prompt keys and to its own decoded tokens.
+// Cost: (n - 1) passes over the weights with masks.size() rows each, against n prefills per selection for
+// greedy_decode_cpu. *gemm (if given) says which GEMM ran the projections.
+// UsageError: a capture without every layer or of another model's shape, `first` or n out of range, a mask of the
+// wrong geometry or with `from` other than the prompt length.
+std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint& ck, const AttentionCapture& prompt_kv,
+                                                                std::int32_t first, int n,
+                                                                const std::vector<const SelectionMask*>& masks,
+                                                                std::string* gemm = nullptr);
 
 // The RoPE inverse frequencies transformers uses for this config (default, linear: / factor, llama3).
 std::vector<double> hf_inv_freq(const models::ModelShape& m);
