@@ -121,12 +121,16 @@ std::string section_idle(ReportContext& cx) {
   std::string table;
   std::set<std::string> present;
   std::size_t pm = 0;
-  for (const auto& rs : cx.sets)
-    for (const auto& st : idle_stats(rs)) present.insert(st.metric);
+  std::vector<std::vector<IdleStat>> stats_of;  // per set, computed once
   for (const auto& rs : cx.sets) {
+    stats_of.push_back(idle_stats(rs));
+    for (const auto& st : stats_of.back()) present.insert(st.metric);
+  }
+  for (std::size_t si = 0; si < cx.sets.size(); ++si) {
+    const auto& rs = cx.sets[si];
     // One row per case, one column per definition measured anywhere.
     std::map<std::string, std::pair<const IdleStat*, std::map<std::string, double>>> by_case;
-    const auto stats = idle_stats(rs);
+    const auto& stats = stats_of[si];
     for (const auto& st : stats) {
       auto& c = by_case[st.case_name];
       c.first = &st;
