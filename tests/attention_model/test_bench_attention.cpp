@@ -16,6 +16,7 @@
 
 #include "kvf/attention/checkpoint.hpp"
 #include "kvf/attention/forward.hpp"
+#include "kvf/table.hpp"
 #include "tiny_checkpoint.hpp"
 #ifdef KVF_HAVE_ATTENTION_REPORT
 #include "kvf/attention_report.hpp"
@@ -43,24 +44,14 @@ BenchRun bench(const std::string& args) {
   return r;
 }
 
+// Rows by column name, through the suite's own reader (quoted fields, limits).
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::vector<std::string> head;
+  const kvf::CsvTable t = kvf::read_csv_table(p.string());
   std::vector<std::map<std::string, std::string>> rows;
-  auto split = [](const std::string& l) {
-    std::vector<std::string> v;
-    std::stringstream ss(l);
-    std::string x;
-    while (std::getline(ss, x, ',')) v.push_back(x);
-    return v;
-  };
-  if (std::getline(in, line)) head = split(line);
-  while (std::getline(in, line)) {
-    const auto v = split(line);
+  for (const auto& fields : t.rows) {
     std::map<std::string, std::string> r;
-    for (std::size_t i = 0; i < head.size() && i < v.size(); ++i) r[head[i]] = v[i];
-    rows.push_back(r);
+    for (std::size_t i = 0; i < t.header.size(); ++i) r[t.header[i]] = fields[i];
+    rows.push_back(std::move(r));
   }
   return rows;
 }
