@@ -26,6 +26,19 @@ void StudyFlags::flag(const std::string& name, bool& on, const std::string& help
 void StudyFlags::footer(const std::string& text) { app_->footer(text); }
 bool StudyFlags::given(const std::string& name) const { return app_->count(name) > 0; }
 
+bool parse_own_flags(int argc, char** argv, const std::function<void(StudyFlags&)>& declare) {
+  CLI::App app;
+  StudyFlags flags(app);
+  declare(flags);
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace kvf
 
 namespace kvf::bench {

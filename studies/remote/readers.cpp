@@ -1,7 +1,6 @@
 // Ranks 2.. of a many-to-one run: each reads one region of the holder's pool in a loop, from the handshake to the
 // holder's stop flag, so that rank 0's rows are measured with N readers on one holder. They take no part in the
 // control messages; the holder's heartbeat word tells them it is alive.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,16 +19,15 @@ constexpr std::int64_t kReaderRegion = 2 << 20;  // one 16-token page of Llama-3
 
 int reader_main(int argc, char** argv, const Place& p, const char* prog) {
   RemoteFlags f;
-  CLI::App app;
-  StudyFlags study_flags(app);
-  f.add_to(study_flags);
-  app.add_flag("--quick", f.quick);
-  app.allow_extras();
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
   long reads = 0;
   try {
-    app.parse(argc, argv);
+    if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
+          f.add_to(sf);
+          sf.flag("--quick", f.quick, "");
+        }))
+      throw UsageError("bad flags");  // rank 0 says what is wrong
     Env env;
     env.quick = f.quick;
     (void)check_flags(f, env);  // the pool size and deadline; rank 0 says what is wrong with a flag
@@ -50,8 +48,6 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
       s->transfer(Op::read, ds);
       ++reads;
     }
-  } catch (const CLI::ParseError&) {
-    rc = kExitUsage;
   } catch (const UsageError&) {
     rc = kExitUsage;
   } catch (const std::exception& e) {

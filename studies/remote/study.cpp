@@ -6,7 +6,6 @@
 // ranks 2.. read from the holder too (readers.cpp: many-to-one). MPI carries only the start, the ranks' places, one
 // exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
 // messages included, runs over UCX.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cstdio>
@@ -141,15 +140,15 @@ class RemoteStudy final : public Study {
 
 int holder_main(int argc, char** argv, const Place& p) {
   RemoteFlags f;
-  CLI::App app;
-  StudyFlags study_flags(app);
-  f.add_to(study_flags);
-  app.add_flag("--quick", f.quick);
-  app.allow_extras();  // the harness's flags (--out DIR, --budget S, ...) are rank 0's business
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
   try {
-    app.parse(argc, argv);
+    // The harness's flags (--out DIR, --budget S, ...) are rank 0's business, and so is saying what is wrong.
+    if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
+          f.add_to(sf);
+          sf.flag("--quick", f.quick, "");
+        }))
+      throw UsageError("bad flags");
     Env env;
     env.quick = f.quick;
     env.readers = p.size - 1;
@@ -158,8 +157,6 @@ int holder_main(int argc, char** argv, const Place& p) {
     handshake(*s, p, plan_digest(cases, env), cases.size());
     env.session = s.get();
     rc = serve_holder(*s, cases, kProg);
-  } catch (const CLI::ParseError&) {
-    rc = kExitUsage;
   } catch (const UsageError&) {
     rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
   } catch (const std::exception& e) {

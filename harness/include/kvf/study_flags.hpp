@@ -7,6 +7,7 @@
 // EPYC CI machines, GCC -O2 and clang with ASan alike), and every bench binary compiled its own copy.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,10 @@ class StudyFlags {
  private:
   CLI::App* app_;
 };
+
+// A helper process's view of the bench's command line (the remote study's holder and reader ranks): the flags
+// `declare` names are parsed, every other one is left to the main process. False when one of them is malformed
+// or --help was asked: the main process, parsing the same line, says why.
+bool parse_own_flags(int argc, char** argv, const std::function<void(StudyFlags&)>& declare);
 
 }  // namespace kvf
