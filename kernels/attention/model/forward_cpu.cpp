@@ -125,6 +125,27 @@ struct Geometry {
   int C = 0, M = 0, T = 0, H = 0, D = 0, nh = 0, nkv = 0, qd = 0, kvd = 0, qo = 0, I = 0, V = 0;
 };
 
+// Only full attention is built: a context past the config's sliding window is refused.
+void check_no_sliding_window(const HfConfig& cfg, int context) {
+  if (cfg.sliding_window > 0 && context > cfg.sliding_window)
+    throw UsageError(cfg.source + ": sliding_window " + std::to_string(cfg.sliding_window) + " is below the context " +
+                     std::to_string(context) + "; sliding-window attention is not built (not available: only full attention)");
+}
+
+// A mask's geometry against the model and its kept positions against its `from`. from_ok: whether `from` suits the
+// caller; wanted: what the caller's message says it needs.
+void check_mask(const models::ModelShape& m, const SelectionMask& k, bool from_ok, const std::string& wanted) {
+  if (k.layers != m.layers || k.kv_heads != m.n_kv_heads || k.kept.size() != std::size_t(k.layers) * k.kv_heads ||
+      !from_ok)
+    throw UsageError("selection mask: " + std::to_string(k.layers) + " layers x " + std::to_string(k.kv_heads) +
+                     " kv heads from position " + std::to_string(k.from) + "; " + wanted);
+  for (const auto& v : k.kept)
+    for (auto p : v)
+      if (p < 0 || p >= k.from)
+        throw UsageError("selection mask: kept position " + std::to_string(p) + " is not in [0, from " +
+                         std::to_string(k.from) + ")");
+}
+
 void validate(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
   const auto& m = cfg.shape;
   const int C = int(tokens.size());
@@ -141,22 +162,11 @@ void validate(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, cons
     if (l < 0 || l >= m.layers)
       throw UsageError("attention forward: capture layer " + std::to_string(l) + " is not in [0, " +
                        std::to_string(m.layers) + ")");
-  if (cfg.sliding_window > 0 && C > cfg.sliding_window)
-    throw UsageError(cfg.source + ": sliding_window " + std::to_string(cfg.sliding_window) + " is below the context " +
-                     std::to_string(C) + "; sliding-window attention is not built (not available: only full attention)");
-  if (const SelectionMask* k = opt.mask) {
-    if (k->layers != m.layers || k->kv_heads != m.n_kv_heads || k->kept.size() != std::size_t(k->layers) * k->kv_heads ||
-        k->from < 0 || k->from > C)
-      throw UsageError("selection mask: " + std::to_string(k->layers) + " layers x " + std::to_string(k->kv_heads) +
-                       " kv heads from position " + std::to_string(k->from) + "; the model has " +
-                       std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " and the context " +
-                       std::to_string(C));
-    for (const auto& v : k->kept)
-      for (auto p : v)
-        if (p < 0 || p >= k->from)
-          throw UsageError("selection mask: kept position " + std::to_string(p) + " is not in [0, from " +
-                           std::to_string(k->from) + ")");
-  }
+  check_no_sliding_window(cfg, C);
+  if (const SelectionMask* k = opt.mask)
+    check_mask(m, *k, k->from >= 0 && k->from <= C,
+               "the model has " + std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " and the context " +
+                   std::to_string(C));
 }
 
 // Per layer and kv head, whether a key below mask.from is kept ([kv head][from]).
@@ -468,23 +478,12 @@ void check_cached_decode(const HfConfig& cfg, const AttentionCapture& p, std::in
     throw UsageError("cached decode: first token " + std::to_string(first) + " is not in [0, " + std::to_string(m.vocab) + ")");
   if (n < 1) throw UsageError("cached decode: tokens " + std::to_string(n) + " must be at least 1");
   if (masks.empty()) throw UsageError("cached decode: no selection to decode under (nullptr: full attention)");
-  if (cfg.sliding_window > 0 && p.context + n > cfg.sliding_window)
-    throw UsageError(cfg.source + ": sliding_window " + std::to_string(cfg.sliding_window) + " is below the context " +
-                     std::to_string(p.context + n) + "; sliding-window attention is not built (not available: only full attention)");
-  for (const SelectionMask* k : masks) {
-    if (!k) continue;
-    if (k->layers != m.layers || k->kv_heads != m.n_kv_heads || k->kept.size() != std::size_t(k->layers) * k->kv_heads ||
-        k->from != p.context)
-      throw UsageError("selection mask: " + std::to_string(k->layers) + " layers x " + std::to_string(k->kv_heads) +
-                       " kv heads from position " + std::to_string(k->from) + "; the cached decode needs " +
-                       std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " from the prompt's end " +
-                       std::to_string(p.context));
-    for (const auto& v : k->kept)
-      for (auto pos : v)
-        if (pos < 0 || pos >= k->from)
-          throw UsageError("selection mask: kept position " + std::to_string(pos) + " is not in [0, from " +
-                           std::to_string(k->from) + ")");
-  }
+  check_no_sliding_window(cfg, p.context + n);
+  for (const SelectionMask* k : masks)
+    if (k)
+      check_mask(m, *k, k->from == p.context,
+                 "the cached decode needs " + std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) +
+                     " from the prompt's end " + std::to_string(p.context));
 }
 
 }  // namespace
