@@ -24,7 +24,7 @@ void StudyFlags::list(const std::string& name, std::vector<std::string>& values,
 }
 void StudyFlags::flag(const std::string& name, bool& on, const std::string& help) { app_->add_flag(name, on, help); }
 void StudyFlags::footer(const std::string& text) { app_->footer(text); }
-bool StudyFlags::given(const std::string& name) const { return app_->count(name) > 0; }
+bool StudyFlags::given(const std::string& name) const { return app_ && app_->count(name) > 0; }
 
 bool parse_own_flags(int argc, char** argv, const std::function<void(StudyFlags&)>& declare) {
   CLI::App app;

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <optional>
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
@@ -204,15 +203,12 @@ class AccessStudy final : public Study {
   // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
   std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
-  std::optional<StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
-
-  // A flag given with an empty value is refused, never taken for "not given".
-  bool given(const char* flag) const { return flags_ && flags_->given(flag); }
+  StudyFlags flags_;  // its command line outlives cases(): bench_main owns it
   bool want(const std::string& part) const {
     return parts_.empty() || std::find(parts_.begin(), parts_.end(), part) != parts_.end();
   }
   void choice(const char* flag, const std::string& v, std::initializer_list<const char*> allowed) const {
-    if (!given(flag)) return;
+    if (!flags_.given(flag)) return;
     std::string list;
     for (const char* a : allowed) {
       if (v == a) return;
@@ -250,15 +246,15 @@ class AccessStudy final : public Study {
 
   void parse_shape(AccessEnv& env) const {
     // Grid y and z of the kernels are kv heads and batch (< 65536); lists are batch x kv heads in 32 bits.
-    if (given("--hq")) env.hq = static_cast<std::uint32_t>(parse_whole(hq_text_, "--hq", 1, 4096));
-    if (given("--hkv")) env.hkv = static_cast<std::uint32_t>(parse_whole(hkv_text_, "--hkv", 1, 1024));
-    if (given("--batch")) env.batch = static_cast<std::uint32_t>(parse_whole(batch_text_, "--batch", 1, 1024));
+    if (flags_.given("--hq")) env.hq = static_cast<std::uint32_t>(parse_whole(hq_text_, "--hq", 1, 4096));
+    if (flags_.given("--hkv")) env.hkv = static_cast<std::uint32_t>(parse_whole(hkv_text_, "--hkv", 1, 1024));
+    if (flags_.given("--batch")) env.batch = static_cast<std::uint32_t>(parse_whole(batch_text_, "--batch", 1, 1024));
     else env.batch_sweep = declared_u32("attention", "batch", env.target);
     if (env.hq % env.hkv || !pow2(env.hq / env.hkv) || env.hq / env.hkv > 16)
       throw UsageError("--hq " + std::to_string(env.hq) + " --hkv " + std::to_string(env.hkv) +
                        ": hq must be hkv times 1, 2, 4, 8 or 16 (the query heads of one KV head)");
     // The clustered arm draws run lengths up to 2 x the mean in 32 bits.
-    if (given("--cluster-mean"))
+    if (flags_.given("--cluster-mean"))
       env.cluster_mean = static_cast<std::uint32_t>(parse_whole(cluster_mean_text_, "--cluster-mean", 1, 65536));
   }
 
@@ -313,7 +309,7 @@ class AccessStudy final : public Study {
     const Target& t = env.target;
     // Placement: page sizes per case (0 = contiguous); the page size must divide every context.
     std::uint32_t page_tokens = declared_u32("attention", "page_tokens", t).front();
-    if (given("--page-tokens")) {
+    if (flags_.given("--page-tokens")) {
       if (placement_ == "contiguous")
         bad_flag("--page-tokens", page_tokens_text_, "--placement contiguous has no pages (give shuffled or both)");
       page_tokens = static_cast<std::uint32_t>(parse_whole(page_tokens_text_, "--page-tokens", 1, kMaxCtx));
@@ -395,7 +391,7 @@ class AccessStudy final : public Study {
         bad_flag("--pool-mib", t, "more than half of the memory (" + format_bytes(double(dev_mem)) + ")");
       env.pools.push_back(m << 20);
     }
-    if (given("--gather-mib")) env.gather_bytes = parse_whole(gather_mib_text_, "--gather-mib", 1, 1u << 20) << 20;
+    if (flags_.given("--gather-mib")) env.gather_bytes = parse_whole(gather_mib_text_, "--gather-mib", 1, 1u << 20) << 20;
     if (!want("gather")) return;
     const Target& t = env.target;
     // The pool holds 4x the LLC (at most kPoolCapBytes), so that a gather reads memory, not cache.

@@ -9,7 +9,6 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <optional>
 
 #include "frontier.hpp"
 #include "kvf/errors.hpp"
@@ -92,7 +91,7 @@ class FrontierStudy final : public kvf::Study {
   std::string models_file_, file_size_text_, onednn_isa_;
   // Numbers are kept as text and parsed in cases(): plain digits in a stated range, one clear line otherwise.
   std::vector<std::string> tokens_text_, pages_text_, layers_text_, prefix_text_;
-  std::optional<kvf::StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
+  kvf::StudyFlags flags_;  // its command line outlives cases(): bench_main owns it
   Env env_;                  // outlives the cases, which read it
   kvf::UserLists user_;
 
@@ -113,11 +112,10 @@ void FrontierStudy::check_flags(Backend& be) {
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_frontier has no CUDA kernels");
 #endif
   // A flag given with an empty value is refused, never taken for "not given".
-  const auto given = [&](const char* flag) { return flags_ && flags_->given(flag); };
-  if (given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
-  if (given("--file-dir") && env_.file_dir.empty()) kvf::study::check_file_dir_flag(env_.file_dir);
-  kvf::study::apply_onednn_isa_flag(onednn_isa_, given(kvf::study::kOnednnIsaFlag));
-  if (given("--file-size") && file_size_text_.empty())
+  if (flags_.given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
+  if (flags_.given("--file-dir") && env_.file_dir.empty()) kvf::study::check_file_dir_flag(env_.file_dir);
+  kvf::study::apply_onednn_isa_flag(onednn_isa_, flags_.given(kvf::study::kOnednnIsaFlag));
+  if (flags_.given("--file-size") && file_size_text_.empty())
     kvf::bad_flag("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
   kvf::check_arm_names("--arms", arms_, unique_names(frontier_arms(env_)));
   const auto tokens = parse_ints(tokens_text_, "--tokens", 16, 4096, fr::kBlockTokens,

@@ -80,8 +80,7 @@ class IdlenessStudy final : public kvf::Study {
   }
   kvf::ArmList<Env> arms_;
   Env env_;
-  std::optional<kvf::StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
-  bool flag_given(const char* flag) const { return flags_ && flags_->given(flag); }
+  kvf::StudyFlags flags_;  // its command line outlives cases(): bench_main owns it
   // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
   // clear line otherwise.
   std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_;
@@ -125,7 +124,7 @@ void IdlenessStudy::validate_counters_flags() {
     kvf::bad_flag("--metric-set", env_.metric_set,
                   "unknown metric set; allowed: decode_idleness "
                   "(the one-pass range-profiler set; idleness_timeline is the PM-sampling set)");
-  if (flag_given("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
+  if (flags_.given("--chip") && chip_.empty()) kvf::bad_flag("--chip", chip_, "allowed GA100, GH100, GB100");
   for (const auto& m : env_.metrics)
     if (m.empty()) kvf::bad_flag("--metrics", m, "a metric name (e.g. sm__cycles_active.avg)");
 #if defined(KVF_HAVE_CUPTI)
@@ -157,18 +156,18 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
     user["--contexts"].push_back(
         i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
                           "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
-  if (flag_given("--prefill-tokens"))
+  if (flags_.given("--prefill-tokens"))
     user["--prefill-tokens"] = {i2s(kvf::flag_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1,
                                                   "must be a whole number in 16..4096"))};
   // The device's own limits are checked once the GPU is known (probe_green); the CPU backend ignores the flag.
-  if (flag_given("--green-sms"))
+  if (flags_.given("--green-sms"))
     env_.green_sms = kvf::flag_int(green_sms_text_, "--green-sms", 0, 4096, 1,
                                    "must be 0 (no green-context cases) or 1..4096 SMs (and leave the rest of the "
                                    "device a partition)");
-  if (flag_given("--layers"))
+  if (flags_.given("--layers"))
     user["--layers"] = {
         i2s(kvf::flag_int(layers_text_, "--layers", 1, 1 << 16, 1, "must be a whole number in 1..the model's layers"))};
-  if (flag_given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
+  if (flags_.given("--models-file") && models_file_.empty()) kvf::bad_flag("--models-file", "", "the path of a model shape file");
   return user;
 }
 
@@ -240,11 +239,11 @@ std::vector<std::unique_ptr<kvf::Case>> IdlenessStudy::cases(const kvf::StudyCon
   if (env_.gpu) throw kvf::UsageError("--backend cuda: this build of bench_idleness has no CUDA kernels");
 #endif
   validate_counters_flags();
-  kvf::study::apply_onednn_isa_flag(onednn_isa_, flag_given(kvf::study::kOnednnIsaFlag));
+  kvf::study::apply_onednn_isa_flag(onednn_isa_, flags_.given(kvf::study::kOnednnIsaFlag));
   kvf::check_arm_names("--arms", arms_flag_, selectable());
   const kvf::UserLists given = parse_sweep_flags();
   resolve_models(t, given);
-  probe_file_dir(env_, flag_given("--file-dir"), selected(arms_.at("corun")) && !env_.gpu && !t.quick);
+  probe_file_dir(env_, flags_.given("--file-dir"), selected(arms_.at("corun")) && !env_.gpu && !t.quick);
   probe_backend(be, t);
 
   std::vector<std::unique_ptr<kvf::Case>> out;

@@ -81,7 +81,7 @@ class StreamStudy final : public Study {
     const std::size_t llc = info.llc_bytes ? info.llc_bytes : std::size_t{32} << 20;
     std::size_t bytes;
     // Given but empty is refused, never taken for "not given".
-    if (flags_ && flags_->given("--size")) {
+    if (flags_.given("--size")) {
       if (size_text_.empty()) throw UsageError("--size '': a size is needed, e.g. 512MiB (at least 4 KiB)");
       bytes = parse_bytes(size_text_, "--size");
     } else if (be.name() == "cuda") {
@@ -110,7 +110,7 @@ class StreamStudy final : public Study {
   StreamEnv env_;
   std::string size_text_;
   std::vector<std::string> arms_;
-  std::optional<StudyFlags> flags_;  // its command line outlives cases(): bench_main owns it
+  StudyFlags flags_;  // its command line outlives cases(): bench_main owns it
 };
 
 }  // namespace

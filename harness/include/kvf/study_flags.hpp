@@ -19,6 +19,7 @@ namespace kvf {
 
 class StudyFlags {
  public:
+  StudyFlags() = default;  // no command line (yet): nothing is given, nothing may be declared
   explicit StudyFlags(CLI::App& app) : app_(&app) {}
 
   // --name VALUE
@@ -35,7 +36,7 @@ class StudyFlags {
   bool given(const std::string& name) const;
 
  private:
-  CLI::App* app_;
+  CLI::App* app_ = nullptr;
 };
 
 // A helper process's view of the bench's command line (the remote study's holder and reader ranks): the flags
