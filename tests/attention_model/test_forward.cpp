@@ -438,6 +438,10 @@ TEST(AttentionForward, DISABLED_Llama31_8bEstimateOnThisMachine) {
     r.threads = omp_get_max_threads();
     const auto e = estimate_run(c, 16060522496ull, 2, r, rate, "measured: " + what);
     std::printf("Llama-3.1-8B, C=%d, M=16: %s\n", ctx, describe(e, available_memory_bytes()).c_str());
+    // bench_attention's default sweep at this context (49 decodes at 8K) and an 8-token answer
+    const auto d = estimate_decode(c, ctx, 49, 8, rate);
+    std::printf("Llama-3.1-8B, C=%d: needle decode of 49 selections x 8 tokens: %.2f TFLOP, %.0f s at that rate\n", ctx,
+                d.flops / 1e12, d.seconds);
   }
 }
 
