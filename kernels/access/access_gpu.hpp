@@ -30,6 +30,10 @@ struct AttnPlan {
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
   std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
   AttnMerge merge = AttnMerge::kernel;
+  // L2 prefetch distance in token steps (0: none): the CTA's first kStep threads ask L2 for the K and V rows
+  // of the step this many ahead (sm_90+: one bulk prefetch per row; sm_80: prefetch.global.L2 per 128-byte
+  // line), so the step's own loads find them in L2. At most kAttnMaxPrefetchSteps.
+  std::uint32_t l2_prefetch_steps = 0;
 };
 struct AttnDims {
   std::uint32_t batch, hq, hkv, d, ctx;

@@ -264,6 +264,8 @@ KVF_HD SplitGeom make_splits(std::uint64_t n_tokens, std::uint64_t items_without
 // 7 steps took 10.9, 16.2 and 21.1 us, ~1.7 us per step over a ~9 us per-launch floor; a CTA's own
 // prologue and epilogue (a few dependent memory round trips) is taken as 3 steps.
 inline constexpr std::uint32_t kAttnMaxSplits = 64;
+// GPU attention: the farthest L2 prefetch distance, in token steps (gpu::AttnPlan::l2_prefetch_steps).
+inline constexpr std::uint32_t kAttnMaxPrefetchSteps = 8;
 inline constexpr std::uint64_t kAttnCtaOverheadSteps = 3;
 // waves x (steps per split + overhead): the cost gpu_attn_splits minimises over the split count.
 KVF_HD std::uint64_t gpu_attn_makespan_steps(std::uint64_t steps, std::uint64_t n_splits, std::uint64_t items,

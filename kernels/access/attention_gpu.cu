@@ -23,6 +23,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -44,6 +45,8 @@ struct Args {
   std::uint32_t span_shift;  // log2(sel.span): spans are powers of two (no 64-bit division per token)
   SplitGeom split;
   bool fused_merge;
+  std::uint32_t l2_prefetch_steps;  // AttnPlan::l2_prefetch_steps
+  std::uint32_t pf_run_shift;       // log2 of the rows of one head that lie back to back at a run start
 };
 
 // Workspace: partial acc [batch][hq][split][d] (16-byte aligned rows for the merge's float4 loads),
@@ -92,6 +95,17 @@ __device__ __forceinline__ float loop_exp2(float x) {
   } else {
     return exp2f(x);
   }
+}
+
+// Asks L2 for `bytes` (a multiple of 16, 16-byte aligned) without waiting for them or holding a register:
+// sm_90+ one bulk prefetch, below that one prefetch per 128-byte line.
+__device__ __forceinline__ void prefetch_l2(const unsigned char* p, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(bytes) : "memory");
+#else
+  for (std::uint32_t o = 0; o < bytes; o += 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p + o)) : "memory");
+#endif
 }
 
 template <DType T>
@@ -321,12 +335,41 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
       r[u] = ok ? __ldg(reinterpret_cast<const uint4*>(base_ptr + off)) : make_uint4(0, 0, 0, 0);
     }
   };
+  // L2 prefetch (AttnPlan::l2_prefetch_steps = P > 0): thread x < kStep looks at token x of the step P
+  // ahead; where a run of back-to-back rows starts there (2^pf_run_shift rows: a page or entry of one head in
+  // HND, one row in NHD) it asks L2 for the whole run of K and of V, one request each. Its selection-list
+  // word is loaded just before (no register carried across steps: the 128-register variants have none to
+  // spare); a list line covers 32 entries, so that load mostly hits L1 and stalls only the first warp, briefly.
+  const std::uint32_t pf = a.l2_prefetch_steps;
+  const bool pf_thread = pf > 0 && threadIdx.x < kStep;
+  constexpr std::uint32_t kRowBytes = D * EB;
+  auto pf_entry = [&](std::uint32_t t) {
+    return t < t1 ? __ldg(list + (t >> a.span_shift)) : 0u;
+  };
+  // Row addresses from the kernel parameters (constant bank), not from kb/vb: no registers held across the
+  // loop for them (the 128-register variants have none to spare).
+  auto pf_rows = [&](std::uint32_t t, std::uint32_t e) {
+    if (t >= t1) return;
+    const std::uint32_t rows = 1;
+    const std::uint64_t off = (a.kl.head_base(b, h, a.ctx) + a.kl.token_off_u32((e << a.span_shift) + (t & in_span))) * EB;
+    prefetch_l2(k + off, rows * kRowBytes);
+    prefetch_l2(v + off, rows * kRowBytes);
+  };
+  if (pf_thread)
+    for (std::uint32_t s = 1; s < pf; ++s) {
+      const std::uint32_t t = t0 + s * kStep + threadIdx.x;
+      pf_rows(t, pf_entry(t));
+    }
   uint4 kr[U], vr[U];
   load_entries(t0, ent);
   load_rows(kb, t0, ent, kr);
   load_rows(vb, t0, ent, vr);
   load_entries(t0 + kStep, ent_next);
   for (std::uint32_t base = t0; base < t1; base += kStep) {
+    if (pf_thread) {
+      const std::uint32_t t = base + pf * kStep + threadIdx.x;
+      pf_rows(t, pf_entry(t));
+    }
     bool ok[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) ok[u] = base + static_cast<std::uint32_t>(u * TPC + grp) < t1;
@@ -532,8 +575,15 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   if (s.page && ((s.page & (s.page - 1)) || s.ctx % s.page))
     throw std::invalid_argument("gpu::attention: page must be 0 or a power of two dividing the context");
   Args a{s.hq,  s.hkv, s.ctx, p.head_groups, make_kv_layout(s.layout, s.hkv, s.d, s.page), s.scale * kLog2e, sel, shift,
-         p.split, p.merge == AttnMerge::fused};
+         p.split, p.merge == AttnMerge::fused, p.l2_prefetch_steps, 0};
+  // Rows of one head back to back from a run start: within one selection entry, and within one page (HND);
+  // NHD interleaves the heads, so one row.
+  const std::uint32_t run = a.kl.tok_elems != s.d ? 1u : s.page ? std::min(sel.span, s.page) : sel.span;
+  while ((2u << a.pf_run_shift) <= run) ++a.pf_run_shift;
   if (!a.kl.fits_u32()) throw std::invalid_argument("gpu::attention: a page of this layout exceeds 2^32 elements");
+  if (p.l2_prefetch_steps > kAttnMaxPrefetchSteps)
+    throw std::invalid_argument("gpu::attention: l2_prefetch_steps " + std::to_string(p.l2_prefetch_steps) +
+                                " exceeds " + std::to_string(kAttnMaxPrefetchSteps));
   if (p.merge == AttnMerge::fused && p.split.n_splits > kAttnMaxSplits)
     throw std::invalid_argument("gpu::attention: the fused merge takes at most kAttnMaxSplits splits");
   const Workspace w = carve(workspace, s, p);

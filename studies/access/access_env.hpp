@@ -87,6 +87,7 @@ struct AccessEnv {
   std::vector<std::string> selects, scatters;
   std::string attn_huge = "on";
   std::vector<std::uint32_t> reuse_steps, proxy_ranks;
+  std::vector<std::string> l2_prefetch_steps = {"0"};  // GPU attention rows: --l2-prefetch-steps
   std::vector<std::uint32_t> routing_ctxs;  // --contexts, else the side context
   // A list of the attention sweep was given: the side sweeps at one context give way to it.
   bool user_sweep = false;

@@ -36,7 +36,10 @@ Product product(const Row& r, const AccessEnv& env) {
                   {"placement", {r.placement}},
                   {"page_tokens", {r.page_tokens}},
                   {"huge", {r.huge}}}};
-  if (env.target.gpu) p.lists.push_back({"launch", r.launch});
+  if (env.target.gpu) {
+    p.lists.push_back({"l2_prefetch_steps", env.l2_prefetch_steps});
+    p.lists.push_back({"launch", r.launch});  // last: a graph row runs right after its eager row
+  }
   return p;
 }
 

@@ -44,6 +44,7 @@ struct AttnSpec {
   std::uint32_t proxy_rank = 0;  // routed token arm: 0 scores every key, r > 0 the rank-r key proxy
   std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
   bool graph = false;  // GPU launch "graph": run() replays one CUDA graph of what the eager row enqueues
+  std::uint32_t l2_prefetch_steps = 0;  // GPU: AttnPlan::l2_prefetch_steps (--l2-prefetch-steps)
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -76,6 +77,7 @@ class AttnCase final : public kvf::Case {
       dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale(), sp.s.page};
       const int sms = kvf::cuda_props(be).multiProcessorCount;
       plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms, ka::gpu::AttnMerge::fused);
+      plan_.l2_prefetch_steps = sp.l2_prefetch_steps;
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
       // The fused merge's tickets start at zero once; every call leaves them zero.
@@ -225,7 +227,8 @@ class AttnCase final : public kvf::Case {
     if (gpu_)
       n += "; grid=" + std::to_string(plan_.split.n_splits) + " splits x " +
            std::to_string(std::uint64_t{sp.s.batch} * sp.s.hkv * plan_.head_groups) + " items, " +
-           std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs";
+           std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs" +
+           "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
     if (sp.routing != Routing::none) return n;
     if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
@@ -486,6 +489,7 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
   sp.cluster_mean = env.cluster_mean;
   sp.graph = p.has("launch") && p["launch"] == "graph";
+  sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
   // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
   sp.s.page = sp.page;
   return sp;
@@ -495,7 +499,8 @@ std::string cfg_name(const AttnSpec& sp) {
   const auto& s = sp.s;
   return ctx_name(s.ctx) + "/" + ka::to_string(s.layout) + "/" + ka::to_string(s.dtype) + "/d" + std::to_string(s.d) +
          "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) + "/b" + std::to_string(s.batch) +
-         (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous"));
+         (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous")) +
+         (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string());
 }
 
 std::string keep_name(const AttnSpec& sp) {
@@ -549,6 +554,7 @@ std::string attn_case_name(const Point& p) {
   sp.s.batch = static_cast<std::uint32_t>(p.integer("batch"));
   sp.huge = p["huge"] == "on";
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
+  sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
   sp.arm = parse_arm(p["arm"]);
   sp.routing = parse_routing(p["routing"]);
   sp.scatter = p["scatter"] == "clustered" ? ka::Scatter::clustered : ka::Scatter::uniform;

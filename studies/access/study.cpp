@@ -168,6 +168,8 @@ class AccessStudy final : public Study {
                "tokens per page of the shuffled placement: a power of two dividing every context (default 16)");
     flags.list("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
                "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)");
+    flags.list("--l2-prefetch-steps", l2_prefetch_, "GPU attention: L2 prefetch distance in token steps, 0 (off) "
+               "to 8; a list gives a row per value, the note and case name say which (default 0)");
     flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
                "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)");
   }
@@ -199,7 +201,7 @@ class AccessStudy final : public Study {
 
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
-      reuse_, proxy_rank_;
+      reuse_, proxy_rank_, l2_prefetch_;
   // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
   std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
@@ -302,6 +304,13 @@ class AccessStudy final : public Study {
     if (env.keeps.empty()) env.keeps = declared("attention", "keep", t);
     if (env.selects.empty()) env.selects = declared("attention", "select", t);
     env.routing_ctxs = contexts_.empty() ? declared_u32("routing", "ctx", t) : env.ctxs;
+    if (!l2_prefetch_.empty()) {
+      if (!t.gpu)
+        bad_flag("--l2-prefetch-steps", l2_prefetch_.front(), "GPU attention only (the CPU gather has --prefetch)");
+      env.l2_prefetch_steps.clear();
+      for (const auto& v : l2_prefetch_)
+        env.l2_prefetch_steps.push_back(std::to_string(parse_whole(v, "--l2-prefetch-steps", 0, ka::kAttnMaxPrefetchSteps)));
+    }
     if (env.ctxs.empty()) env.ctxs = declared_u32("attention", "ctx", t);
   }
 
