@@ -344,13 +344,13 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
   const bool pf_thread = pf > 0 && threadIdx.x < kStep;
   constexpr std::uint32_t kRowBytes = D * EB;
   auto pf_entry = [&](std::uint32_t t) {
-    return t < t1 ? __ldg(list + (t >> a.span_shift)) : 0u;
+    return t < t1 && !(t & ((1u << a.pf_run_shift) - 1u)) ? __ldg(list + (t >> a.span_shift)) : 0u;
   };
   // Row addresses from the kernel parameters (constant bank), not from kb/vb: no registers held across the
   // loop for them (the 128-register variants have none to spare).
   auto pf_rows = [&](std::uint32_t t, std::uint32_t e) {
-    if (t >= t1) return;
-    const std::uint32_t rows = 1;
+    if (t >= t1 || (t & ((1u << a.pf_run_shift) - 1u))) return;
+    const std::uint32_t rows = min(1u << a.pf_run_shift, t1 - t);
     const std::uint64_t off = (a.kl.head_base(b, h, a.ctx) + a.kl.token_off_u32((e << a.span_shift) + (t & in_span))) * EB;
     prefetch_l2(k + off, rows * kRowBytes);
     prefetch_l2(v + off, rows * kRowBytes);
