@@ -305,11 +305,11 @@ class AccessStudy final : public Study {
     if (env.selects.empty()) env.selects = declared("attention", "select", t);
     env.routing_ctxs = contexts_.empty() ? declared_u32("routing", "ctx", t) : env.ctxs;
     if (!l2_prefetch_.empty()) {
-      if (!t.gpu)
-        bad_flag("--l2-prefetch-steps", l2_prefetch_.front(), "GPU attention only (the CPU gather has --prefetch)");
       env.l2_prefetch_steps.clear();
       for (const auto& v : l2_prefetch_)
         env.l2_prefetch_steps.push_back(std::to_string(parse_whole(v, "--l2-prefetch-steps", 0, ka::kAttnMaxPrefetchSteps)));
+      if (!t.gpu)
+        bad_flag("--l2-prefetch-steps", l2_prefetch_.front(), "GPU attention only (the CPU gather has --prefetch)");
     }
     if (env.ctxs.empty()) env.ctxs = declared_u32("attention", "ctx", t);
   }
