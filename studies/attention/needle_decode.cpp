@@ -59,17 +59,14 @@ std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const ForwardResult& 
   rows[0].arm = "dense";
   rows[0].budget = static_cast<std::uint32_t>(C);
   std::vector<SelectionMask> masks;
-  std::vector<q::LayerAttention> layers;
-  for (int c = 0; c < L; ++c) layers.push_back(captured_layer(cap, c));
   const auto budgets = decode_budgets(C, blocks, keeps);
-  for (const q::Arm arm : {q::Arm::block, q::Arm::token})
+  const q::Arm arms[] = {q::Arm::block, q::Arm::token};
+  for (const q::Arm arm : arms)
     for (const DecodeBudget& db : budgets) {
       SelectionMask mask;
       mask.layers = L;
       mask.kv_heads = cap.kv_heads;
       mask.from = C;
-      for (int l = 0; l < L; ++l)
-        for (auto& kept : q::kept_at_prefill_end(layers[l], arm, db.block, db.keep)) mask.kept.push_back(std::move(kept));
       masks.push_back(std::move(mask));
       DecodeRow r;
       r.arm = q::to_string(arm);
@@ -78,6 +75,18 @@ std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const ForwardResult& 
       r.budget = db.k_blocks * db.block;
       rows.push_back(std::move(r));
     }
+  // Layer by layer (one layer's bf16 keys alive at a time), every selection routed from one router: the keys
+  // converted once per layer, centroids and scores once per block size, then one top-k per budget.
+  for (int l = 0; l < L; ++l) {
+    const q::LayerAttention layer = captured_layer(cap, l);
+    q::PrefillEndRouter router(layer);
+    std::size_t m = 0;
+    for (const q::Arm arm : arms)
+      for (const DecodeBudget& db : budgets) {
+        SelectionMask& mask = masks[m++];
+        for (auto& kept : router.kept(arm, db.block, db.keep)) mask.kept.push_back(std::move(kept));
+      }
+  }
   std::vector<const SelectionMask*> of_row = {nullptr};
   for (const auto& m : masks) of_row.push_back(&m);
   const auto t0 = std::chrono::steady_clock::now();

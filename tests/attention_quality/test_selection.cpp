@@ -303,3 +303,27 @@ TEST(AttentionQualityDecode, KeptAtPrefillEndIsTheArmsSelectionPerKvHead) {
   EXPECT_THROW(kept_at_prefill_end(a, Arm::block, 48, 0.25), std::invalid_argument);
   EXPECT_THROW(kept_at_prefill_end(a, Arm::block, 128, 0.25), std::invalid_argument);  // 1 block < sink + latest
 }
+
+// One router answering a budget sweep in mixed order (block sizes interleaved, token after block, a repeat) gives
+// exactly what a fresh kept_at_prefill_end gives for each: scores cached per block size, token scores shared.
+TEST(AttentionQualityDecode, PrefillEndRouterEqualsFreshRoutingInAnyOrder) {
+  const Planted p = spread_plant();
+  const LayerAttention a = p.view();
+  struct Ask {
+    Arm arm;
+    std::uint32_t block;
+    double keep;
+  };
+  const Ask asks[] = {{Arm::block, 16, 0.25}, {Arm::token, 16, 0.25}, {Arm::block, 32, 0.5},  {Arm::token, 32, 0.5},
+                      {Arm::block, 16, 0.5},  {Arm::token, 64, 0.5},  {Arm::block, 64, 0.75}, {Arm::block, 16, 0.25}};
+  PrefillEndRouter router(a);
+  std::set<std::vector<std::vector<std::int32_t>>> distinct;
+  for (const Ask& q : asks) {
+    const auto got = router.kept(q.arm, q.block, q.keep);
+    EXPECT_EQ(got, kept_at_prefill_end(a, q.arm, q.block, q.keep)) << to_string(q.arm) << " B" << q.block << " keep " << q.keep;
+    distinct.insert(got);
+  }
+  EXPECT_GE(distinct.size(), 6u);  // the asks differ, so a cache keyed wrongly would show
+  EXPECT_THROW(router.kept(Arm::oracle, 16, 0.25), std::invalid_argument);
+  EXPECT_THROW(router.kept(Arm::block, 48, 0.25), std::invalid_argument);
+}

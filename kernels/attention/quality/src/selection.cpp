@@ -480,9 +480,18 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   return out;
 }
 
-std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention& a, Arm arm, std::uint32_t block,
-                                                           double keep) {
+PrefillEndRouter::PrefillEndRouter(const LayerAttention& a) : a_(a) {
   validate(a);
+  kbf_ = keys_bf16(a);
+  qbf_.resize(std::size_t(a.hq) * a.d);
+  const std::uint32_t r = a.rows - 1;
+  for (std::uint32_t h = 0; h < a.hq; ++h)
+    for (std::uint32_t j = 0; j < a.d; ++j)
+      qbf_[std::size_t(h) * a.d + j] = acc::f32_to_bf16(a.q[(std::uint64_t{h} * a.rows + r) * a.d + j]);
+}
+
+std::vector<std::vector<std::int32_t>> PrefillEndRouter::kept(Arm arm, std::uint32_t block, double keep) {
+  const LayerAttention& a = a_;
   if (arm == Arm::oracle)
     throw std::invalid_argument("the oracle arm is not a cache policy (it reads every query head's true probabilities): "
                                 "decoding takes block or token");
@@ -490,22 +499,19 @@ std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention&
     throw std::invalid_argument("block " + std::to_string(block) + ": must divide the ctx (" + std::to_string(a.ctx) + ")");
   const std::uint32_t k_blocks = acc::sparse_blocks(a.ctx, block, keep);
   const acc::AttnShape s = routing_shape(a);
-  const std::vector<std::uint16_t> kbf = keys_bf16(a);
-  std::vector<std::uint16_t> qbf(std::size_t(a.hq) * a.d);
-  const std::uint32_t r = a.rows - 1;
-  for (std::uint32_t h = 0; h < a.hq; ++h)
-    for (std::uint32_t j = 0; j < a.d; ++j)
-      qbf[std::size_t(h) * a.d + j] = acc::f32_to_bf16(a.q[(std::uint64_t{h} * a.rows + r) * a.d + j]);
-  std::vector<float> scores;
   acc::Selection sel;
   if (arm == Arm::block) {
-    std::vector<float> cent;
-    acc::build_centroids(s, kbf.data(), block, cent);
-    acc::score_blocks(s, qbf.data(), cent, block, false, scores);
-    sel = acc::select_blocks_by_score(s, block, k_blocks, false, scores);
+    auto it = block_scores_.find(block);
+    if (it == block_scores_.end()) {
+      std::vector<float> cent, scores;
+      acc::build_centroids(s, kbf_.data(), block, cent);
+      acc::score_blocks(s, qbf_.data(), cent, block, false, scores);
+      it = block_scores_.emplace(block, std::move(scores)).first;
+    }
+    sel = acc::select_blocks_by_score(s, block, k_blocks, false, it->second);
   } else {
-    acc::score_tokens(s, qbf.data(), kbf.data(), false, scores);
-    sel = acc::select_tokens_by_score(s, block, k_blocks, false, scores);
+    if (token_scores_.empty()) acc::score_tokens(s, qbf_.data(), kbf_.data(), false, token_scores_);
+    sel = acc::select_tokens_by_score(s, block, k_blocks, false, token_scores_);
   }
   std::vector<std::vector<std::int32_t>> kept(a.hkv);
   for (std::uint32_t l = 0; l < a.hkv; ++l) {
@@ -515,6 +521,11 @@ std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention&
     std::sort(kept[l].begin(), kept[l].end());
   }
   return kept;
+}
+
+std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention& a, Arm arm, std::uint32_t block,
+                                                           double keep) {
+  return PrefillEndRouter(a).kept(arm, block, keep);
 }
 
 LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt) {

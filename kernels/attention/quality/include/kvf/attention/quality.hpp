@@ -4,6 +4,7 @@
 // README.md. The selections are the access study's own (kernels/access/access.hpp), called, not rewritten.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -185,6 +186,21 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
 // a block not dividing ctx, a budget below sink + latest block (sparse_blocks).
 std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention& a, Arm arm, std::uint32_t block,
                                                            double keep);
+// The same for many (arm, block, keep) of one layer: the keys are converted and the last row's query taken once,
+// centroids and block scores built once per block size, token scores once (they do not depend on the block), so
+// a budget sweep costs one top-k per budget. kept(...) == kept_at_prefill_end(a, ...) for any order of calls.
+// The layer must outlive the router. Throws as kept_at_prefill_end (the layer is validated at construction).
+class PrefillEndRouter {
+ public:
+  explicit PrefillEndRouter(const LayerAttention& a);
+  std::vector<std::vector<std::int32_t>> kept(Arm arm, std::uint32_t block, double keep);
+
+ private:
+  const LayerAttention& a_;
+  std::vector<std::uint16_t> kbf_, qbf_;          // keys and the last row's queries, bf16 as the access study reads them
+  std::map<std::uint32_t, std::vector<float>> block_scores_;  // per block size
+  std::vector<float> token_scores_;                           // empty until the token arm is asked
+};
 
 // ---------------------------------------------------------------------------------------------- all
 struct QualityOptions {
