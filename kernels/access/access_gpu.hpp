@@ -43,7 +43,10 @@ struct AttnDims {
   std::uint32_t page = 0;  // tokens per page of the physical layout (AttnShape::page; 0 unpaged)
 };
 // Throws std::invalid_argument for shapes the kernels do not instantiate (d not 64/128, group > 16...).
-AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge = AttnMerge::kernel);
+// fixed_splits > 0: that many splits per item (gpu_attn_fixed_splits, at most kAttnMaxSplits) instead of the
+// wave-aware policy, to measure the fixed cost against the steps per CTA.
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge = AttnMerge::kernel,
+                        std::uint32_t fixed_splits = 0);
 // Floats of scratch: per (batch, query head, split) acc[d] and (m, l); with the fused merge then one
 // 32-bit ticket per (batch, kv head, head group).
 std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);

@@ -298,6 +298,21 @@ KVF_HD SplitGeom gpu_attn_splits(std::uint64_t n_tokens, std::uint64_t items, st
   if (g.n_splits == 0) g.n_splits = 1;
   return g;
 }
+// A given split count instead of the policy (the access study's --attn-splits, to read the fixed cost against
+// the steps per CTA): splits of whole steps of `quantum` tokens, as even as that allows; fewer than asked when
+// there are fewer steps than splits (no split is empty). n_splits 0 counts as 1.
+KVF_HD SplitGeom gpu_attn_fixed_splits(std::uint64_t n_tokens, std::uint32_t n_splits, std::uint64_t quantum) {
+  if (quantum == 0) quantum = 1;
+  const std::uint64_t steps = (n_tokens + quantum - 1) / quantum;
+  const std::uint64_t ns = n_splits == 0 ? 1 : n_splits;
+  const std::uint64_t per_split = steps == 0 ? 1 : (steps + ns - 1) / ns;
+  SplitGeom g;
+  g.n_tokens = n_tokens;
+  g.chunk = per_split * quantum;
+  g.n_splits = static_cast<std::uint32_t>((n_tokens + g.chunk - 1) / g.chunk);
+  if (g.n_splits == 0) g.n_splits = 1;
+  return g;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Merging split-KV partials (online softmax, log2 domain). The partial of a token set for one query

@@ -533,7 +533,7 @@ void check_launch(const char* what) {
 
 }  // namespace
 
-AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge) {
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge, std::uint32_t fixed_splits) {
   if (s.d != 64 && s.d != 128) throw std::invalid_argument("gpu::attention: head dim must be 64 or 128");
   if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
   const std::uint32_t G = s.hq / s.hkv;
@@ -554,10 +554,15 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   const std::uint64_t quantum =
       static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
       unroll_for(p.heads_per_cta, s.dtype);
-  p.split = gpu_attn_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
-                            static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1),
-                            static_cast<std::uint32_t>(min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype)),
-                            quantum);
+  if (fixed_splits > kAttnMaxSplits)
+    throw std::invalid_argument("gpu::attention: " + std::to_string(fixed_splits) + " splits: at most " +
+                                std::to_string(kAttnMaxSplits));
+  p.split = fixed_splits
+                ? gpu_attn_fixed_splits(sel.n_tokens(), fixed_splits, quantum)
+                : gpu_attn_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
+                                  static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1),
+                                  static_cast<std::uint32_t>(min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype)),
+                                  quantum);
   return p;
 }
 

@@ -45,6 +45,8 @@ struct AttnSpec {
   std::vector<std::uint32_t> reuse_steps;  // routing end_to_end: derived amortized times for these S
   bool graph = false;  // GPU launch "graph": run() replays one CUDA graph of what the eager row enqueues
   std::uint32_t l2_prefetch_steps = 0;  // GPU: AttnPlan::l2_prefetch_steps (--l2-prefetch-steps)
+  std::uint32_t fixed_splits = 0;       // GPU: splits per item, 0 = the wave-aware policy (--attn-splits)
+  bool merge_kernel = false;            // GPU: the merge as a second kernel, not fused (--attn-merge kernel)
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -76,7 +78,9 @@ class AttnCase final : public kvf::Case {
         throw std::logic_error("access: gpu_launch_modes() and kvf::launch_modes() differ");
       dims_ = {sp.s.batch, sp.s.hq, sp.s.hkv, sp.s.d, sp.s.ctx, sp.s.dtype, sp.s.layout, sp.s.scale(), sp.s.page};
       const int sms = kvf::cuda_props(be).multiProcessorCount;
-      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms, ka::gpu::AttnMerge::fused);
+      plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms,
+                                      sp.merge_kernel ? ka::gpu::AttnMerge::kernel : ka::gpu::AttnMerge::fused,
+                                      sp.fixed_splits);
       plan_.l2_prefetch_steps = sp.l2_prefetch_steps;
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
@@ -228,6 +232,8 @@ class AttnCase final : public kvf::Case {
       n += "; grid=" + std::to_string(plan_.split.n_splits) + " splits x " +
            std::to_string(std::uint64_t{sp.s.batch} * sp.s.hkv * plan_.head_groups) + " items, " +
            std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs" +
+           (sp.fixed_splits ? " (fixed by --attn-splits)" : " (wave-aware policy)") +
+           "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") +
            "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
     if (sp.routing != Routing::none) return n;
@@ -490,6 +496,8 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.cluster_mean = env.cluster_mean;
   sp.graph = p.has("launch") && p["launch"] == "graph";
   sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
+  sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
+  sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
   // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
   sp.s.page = sp.page;
   return sp;
@@ -500,7 +508,8 @@ std::string cfg_name(const AttnSpec& sp) {
   return ctx_name(s.ctx) + "/" + ka::to_string(s.layout) + "/" + ka::to_string(s.dtype) + "/d" + std::to_string(s.d) +
          "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) + "/b" + std::to_string(s.batch) +
          (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous")) +
-         (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string());
+         (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string()) +
+         (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) + (sp.merge_kernel ? "/merge_kernel" : "");
 }
 
 std::string keep_name(const AttnSpec& sp) {
@@ -555,6 +564,8 @@ std::string attn_case_name(const Point& p) {
   sp.huge = p["huge"] == "on";
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
   sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
+  sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
+  sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
   sp.arm = parse_arm(p["arm"]);
   sp.routing = parse_routing(p["routing"]);
   sp.scatter = p["scatter"] == "clustered" ? ka::Scatter::clustered : ka::Scatter::uniform;

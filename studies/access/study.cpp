@@ -170,6 +170,11 @@ class AccessStudy final : public Study {
                "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)");
     flags.list("--l2-prefetch-steps", l2_prefetch_, "GPU attention: L2 prefetch distance in token steps, 0 (off) "
                "to 8; a list gives a row per value, the note and case name say which (default 0)");
+    flags.list("--attn-splits", attn_splits_, "GPU attention: splits per (batch, kv head) item, auto (the wave-aware "
+               "policy) or 1 to 64 fixed, to read the fixed cost against the steps per CTA; a list gives a row per "
+               "value (default auto)");
+    flags.list("--attn-merge", attn_merge_, "GPU attention: how the splits merge, fused (the last CTA of an item) "
+               "or kernel (a second kernel); a list gives a row per value (default fused)");
     flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
                "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)");
   }
@@ -201,7 +206,7 @@ class AccessStudy final : public Study {
 
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
-      reuse_, proxy_rank_, l2_prefetch_;
+      reuse_, proxy_rank_, l2_prefetch_, attn_splits_, attn_merge_;
   // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
   std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
@@ -310,6 +315,25 @@ class AccessStudy final : public Study {
         env.l2_prefetch_steps.push_back(std::to_string(parse_whole(v, "--l2-prefetch-steps", 0, ka::kAttnMaxPrefetchSteps)));
       if (!t.gpu)
         bad_flag("--l2-prefetch-steps", l2_prefetch_.front(), "GPU attention only (the CPU gather has --prefetch)");
+    }
+    if (!attn_splits_.empty()) {
+      env.attn_splits.clear();
+      for (const auto& v : attn_splits_) {
+        std::uint64_t n = 0;
+        std::string rest;
+        if (v != "auto" && (!leading_digits(v, n, rest) || !rest.empty() || n < 1 || n > ka::kAttnMaxSplits))
+          bad_flag("--attn-splits", v, "auto or a whole number in 1.." + std::to_string(ka::kAttnMaxSplits));
+        env.attn_splits.push_back(v == "auto" ? v : std::to_string(n));
+      }
+      if (!t.gpu) bad_flag("--attn-splits", attn_splits_.front(), "GPU attention only (the CPU kernel splits by threads)");
+    }
+    if (!attn_merge_.empty()) {
+      env.attn_merge.clear();
+      for (const auto& v : attn_merge_) {
+        if (v != "fused" && v != "kernel") bad_flag("--attn-merge", v, "allowed fused, kernel");
+        env.attn_merge.push_back(v);
+      }
+      if (!t.gpu) bad_flag("--attn-merge", attn_merge_.front(), "GPU attention only");
     }
     if (env.ctxs.empty()) env.ctxs = declared_u32("attention", "ctx", t);
   }

@@ -203,3 +203,27 @@ TEST(AttnSplitMerge, GpuSplitWalkVisitsEachTokenOnce) {
     }
   }
 }
+
+// --attn-splits: a fixed split count covers every token once in whole steps, no split empty, as many splits as
+// asked unless there are fewer steps.
+TEST(AttnSplitPolicy, FixedSplitsCoverEveryTokenInWholeSteps) {
+  for (std::uint64_t n : {1ull, 23ull, 24ull, 512ull, 4096ull, 65536ull, 262144ull})
+    for (std::uint32_t ns : {0u, 1u, 2u, 7u, 43u, 64u}) {
+      const std::uint64_t q = 24;
+      const SplitGeom g = gpu_attn_fixed_splits(n, ns, q);
+      const std::uint64_t steps = (n + q - 1) / q;
+      EXPECT_EQ(g.chunk % q, 0u) << n << " " << ns;
+      EXPECT_LE(g.n_splits, std::max<std::uint32_t>(ns, 1u)) << n << " " << ns;
+      EXPECT_GE(g.n_splits, std::min<std::uint64_t>(std::max<std::uint32_t>(ns, 1u), steps) / 2) << n << " " << ns;
+      std::uint64_t covered = 0;
+      for (std::uint32_t s = 0; s < g.n_splits; ++s) {
+        EXPECT_EQ(g.begin(s), covered) << n << " " << ns << " split " << s;
+        EXPECT_GT(g.end(s), g.begin(s)) << n << " " << ns << " split " << s;
+        covered = g.end(s);
+      }
+      EXPECT_EQ(covered, n) << n << " " << ns;
+    }
+  EXPECT_EQ(gpu_attn_fixed_splits(4096, 43, 24).n_splits, 43u);  // 171 steps: 4 per split, the last shorter
+  EXPECT_EQ(gpu_attn_fixed_splits(4096, 43, 24).chunk, 96u);
+  EXPECT_EQ(gpu_attn_fixed_splits(96, 8, 24).n_splits, 4u);       // 4 steps: 4 splits, not 8
+}
