@@ -548,15 +548,6 @@ void item_avx2(const Item& it) {
     for (int hp = 0; hp < npos; ++hp)
       for (int i = 0; i < C; ++i)  // past a short last step: its last token again (weight 0 below)
         pos[hp][i] = it.kl.token_off(it.sg.token(it.list[hp], t + static_cast<std::uint64_t>(i < n ? i : n - 1)));
-    if (it.prefetch)  // the rows two steps ahead, into L1 (the hardware prefetchers stop at page boundaries)
-      for (int hp = 0; hp < nh; ++hp)
-        for (std::uint64_t tt = t + 2 * C; tt < std::min<std::uint64_t>(t + 3 * C, it.t1); ++tt) {
-          const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[hp], tt)) * sizeof(E);
-          for (int x = 0; x < kRowBytes; x += 64) {
-            _mm_prefetch(static_cast<const char*>(it.kb[hp]) + off + x, _MM_HINT_T0);
-            _mm_prefetch(static_cast<const char*>(it.vb[hp]) + off + x, _MM_HINT_T0);
-          }
-        }
     const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
     for (int h = 0; h < nh; ++h) {
       const std::uint64_t* p = pos[it.shared ? 0 : h];
@@ -565,6 +556,15 @@ void item_avx2(const Item& it) {
       const float* q = it.q + std::size_t(h) * G * D;
       float* acc = acc_of(h);
       for (int i = 0; i < n; ++i) {
+        // This head's row i two steps ahead, into L1 (the hardware prefetchers stop at page boundaries), one row
+        // per token of the QK: spread over the step, not every head's rows in one burst at its start.
+        if (it.prefetch && t + 2 * C + i < it.t1) {
+          const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
+          for (int x = 0; x < kRowBytes; x += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T0);
+          }
+        }
         const E* kr = kb + p[i];
         for (int g0 = 0; g0 < G; g0 += HU) {
           __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
