@@ -556,13 +556,23 @@ void item_avx2(const Item& it) {
       const float* q = it.q + std::size_t(h) * G * D;
       float* acc = acc_of(h);
       for (int i = 0; i < n; ++i) {
-        // This head's row i two steps ahead, into L1 (the hardware prefetchers stop at page boundaries), one row
-        // per token of the QK: spread over the step, not every head's rows in one burst at its start.
-        if (it.prefetch && t + 2 * C + i < it.t1) {
-          const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
-          for (int x = 0; x < kRowBytes; x += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T0);
+        // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
+        // this head's row i two steps ahead into L2 (the hardware prefetchers stop at page boundaries), and the
+        // next head's row i of this step into L1 (two steps of K and V outgrow L1 before they are read).
+        if (it.prefetch) {
+          if (t + 2 * C + i < it.t1) {
+            const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
+            for (int x = 0; x < kRowBytes; x += 64) {
+              _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
+              _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
+            }
+          }
+          if (h + 1 < nh) {
+            const std::uint64_t off = pos[it.shared ? 0 : h + 1][i] * sizeof(E);
+            for (int x = 0; x < kRowBytes; x += 64) {
+              _mm_prefetch(static_cast<const char*>(it.kb[h + 1]) + off + x, _MM_HINT_T0);
+              _mm_prefetch(static_cast<const char*>(it.vb[h + 1]) + off + x, _MM_HINT_T0);
+            }
           }
         }
         const E* kr = kb + p[i];
