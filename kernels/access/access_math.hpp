@@ -267,6 +267,22 @@ inline constexpr std::uint32_t kAttnMaxSplits = 64;
 // GPU attention: the farthest L2 prefetch distance, in token steps (gpu::AttnPlan::l2_prefetch_steps).
 inline constexpr std::uint32_t kAttnMaxPrefetchSteps = 8;
 inline constexpr std::uint64_t kAttnCtaOverheadSteps = 3;
+// The geometry of a split count: splits of whole steps of `quantum` tokens, as even as that allows; fewer than
+// asked when there are fewer steps than splits (no split is empty). n_splits 0 counts as 1. Used for the count
+// the policy below picks, and for a count given instead of it (the access study's --attn-splits, to read the
+// fixed cost against the steps per CTA).
+KVF_HD SplitGeom gpu_attn_fixed_splits(std::uint64_t n_tokens, std::uint32_t n_splits, std::uint64_t quantum) {
+  if (quantum == 0) quantum = 1;
+  const std::uint64_t steps = (n_tokens + quantum - 1) / quantum;
+  const std::uint64_t ns = n_splits == 0 ? 1 : n_splits;
+  const std::uint64_t per_split = steps == 0 ? 1 : (steps + ns - 1) / ns;
+  SplitGeom g;
+  g.n_tokens = n_tokens;
+  g.chunk = per_split * quantum;
+  g.n_splits = static_cast<std::uint32_t>((n_tokens + g.chunk - 1) / g.chunk);
+  if (g.n_splits == 0) g.n_splits = 1;
+  return g;
+}
 // waves x (steps per split + overhead): the cost gpu_attn_splits minimises over the split count.
 KVF_HD std::uint64_t gpu_attn_makespan_steps(std::uint64_t steps, std::uint64_t n_splits, std::uint64_t items,
                                              std::uint64_t slots) {
@@ -290,29 +306,9 @@ KVF_HD SplitGeom gpu_attn_splits(std::uint64_t n_tokens, std::uint64_t items, st
   // The fewest splits within 3% of the least cost: the model does not resolve finer than that.
   std::uint64_t best_ns = 1;
   while (best_ns < most && gpu_attn_makespan_steps(steps, best_ns, items, slots) * 100 > least * 103) ++best_ns;
-  SplitGeom g;
-  g.n_tokens = n_tokens;
-  const std::uint64_t per_split = steps == 0 ? 1 : (steps + best_ns - 1) / best_ns;
-  g.chunk = per_split * quantum;
-  g.n_splits = static_cast<std::uint32_t>((n_tokens + g.chunk - 1) / g.chunk);
-  if (g.n_splits == 0) g.n_splits = 1;
-  return g;
+  return gpu_attn_fixed_splits(n_tokens, static_cast<std::uint32_t>(best_ns), quantum);
 }
-// A given split count instead of the policy (the access study's --attn-splits, to read the fixed cost against
-// the steps per CTA): splits of whole steps of `quantum` tokens, as even as that allows; fewer than asked when
-// there are fewer steps than splits (no split is empty). n_splits 0 counts as 1.
-KVF_HD SplitGeom gpu_attn_fixed_splits(std::uint64_t n_tokens, std::uint32_t n_splits, std::uint64_t quantum) {
-  if (quantum == 0) quantum = 1;
-  const std::uint64_t steps = (n_tokens + quantum - 1) / quantum;
-  const std::uint64_t ns = n_splits == 0 ? 1 : n_splits;
-  const std::uint64_t per_split = steps == 0 ? 1 : (steps + ns - 1) / ns;
-  SplitGeom g;
-  g.n_tokens = n_tokens;
-  g.chunk = per_split * quantum;
-  g.n_splits = static_cast<std::uint32_t>((n_tokens + g.chunk - 1) / g.chunk);
-  if (g.n_splits == 0) g.n_splits = 1;
-  return g;
-}
+
 
 // ---------------------------------------------------------------------------------------------------
 // Merging split-KV partials (online softmax, log2 domain). The partial of a token set for one query
