@@ -470,6 +470,13 @@ std::vector<std::uint32_t> parse_steps(const std::string& t) {
   return out;
 }
 
+// The GPU-only columns (--l2-prefetch-steps, --attn-splits, --attn-merge): absent on CPU rows, so the defaults.
+void read_gpu_variant(const Point& p, AttnSpec& sp) {
+  sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
+  sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
+  sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
+}
+
 // The point's columns back to the spec the case runs; columns a row leaves empty (a dense row's block and
 // selection) take the spec's defaults, which that arm does not read.
 AttnSpec spec_of(const Point& p, const AccessEnv& env) {
@@ -495,9 +502,7 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
   sp.cluster_mean = env.cluster_mean;
   sp.graph = p.has("launch") && p["launch"] == "graph";
-  sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
-  sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
-  sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
+  read_gpu_variant(p, sp);
   // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
   sp.s.page = sp.page;
   return sp;
@@ -563,9 +568,7 @@ std::string attn_case_name(const Point& p) {
   sp.s.batch = static_cast<std::uint32_t>(p.integer("batch"));
   sp.huge = p["huge"] == "on";
   sp.page = p["page_tokens"].empty() ? 0 : static_cast<std::uint32_t>(p.integer("page_tokens"));
-  sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
-  sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
-  sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
+  read_gpu_variant(p, sp);
   sp.arm = parse_arm(p["arm"]);
   sp.routing = parse_routing(p["routing"]);
   sp.scatter = p["scatter"] == "clustered" ? ka::Scatter::clustered : ka::Scatter::uniform;
