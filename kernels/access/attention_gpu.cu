@@ -343,33 +343,25 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
   const std::uint32_t pf = a.l2_prefetch_steps;
   const bool pf_thread = pf > 0 && threadIdx.x < kStep;
   constexpr std::uint32_t kRowBytes = D * EB;
-  auto pf_entry = [&](std::uint32_t t) {
-    return t < t1 && !(t & ((1u << a.pf_run_shift) - 1u)) ? __ldg(list + (t >> a.span_shift)) : 0u;
-  };
   // Row addresses from the kernel parameters (constant bank), not from kb/vb: no registers held across the
   // loop for them (the 128-register variants have none to spare).
-  auto pf_rows = [&](std::uint32_t t, std::uint32_t e) {
+  auto prefetch_run_at = [&](std::uint32_t t) {
     if (t >= t1 || (t & ((1u << a.pf_run_shift) - 1u))) return;
+    const std::uint32_t e = __ldg(list + (t >> a.span_shift));
     const std::uint32_t rows = min(1u << a.pf_run_shift, t1 - t);
     const std::uint64_t off = (a.kl.head_base(b, h, a.ctx) + a.kl.token_off_u32((e << a.span_shift) + (t & in_span))) * EB;
     prefetch_l2(k + off, rows * kRowBytes);
     prefetch_l2(v + off, rows * kRowBytes);
   };
   if (pf_thread)
-    for (std::uint32_t s = 1; s < pf; ++s) {
-      const std::uint32_t t = t0 + s * kStep + threadIdx.x;
-      pf_rows(t, pf_entry(t));
-    }
+    for (std::uint32_t s = 1; s < pf; ++s) prefetch_run_at(t0 + s * kStep + threadIdx.x);
   uint4 kr[U], vr[U];
   load_entries(t0, ent);
   load_rows(kb, t0, ent, kr);
   load_rows(vb, t0, ent, vr);
   load_entries(t0 + kStep, ent_next);
   for (std::uint32_t base = t0; base < t1; base += kStep) {
-    if (pf_thread) {
-      const std::uint32_t t = base + pf * kStep + threadIdx.x;
-      pf_rows(t, pf_entry(t));
-    }
+    if (pf_thread) prefetch_run_at(base + pf * kStep + threadIdx.x);
     bool ok[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) ok[u] = base + static_cast<std::uint32_t>(u * TPC + grp) < t1;
