@@ -11,9 +11,7 @@
 
 namespace kvf::attention {
 
-namespace {
 namespace q = quality;
-}  // namespace
 
 quality::LayerAttention captured_layer(const AttentionCapture& cap, int c) {
   const std::size_t H = cap.q_heads, K = cap.kv_heads, M = cap.queries, C = cap.context, D = cap.head_dim;
