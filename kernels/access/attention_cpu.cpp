@@ -473,10 +473,15 @@ void item_avx512(const Item& it) {
 
 // AVX2 + FMA + F16C path (x86-64-v3: every x86 server of the last decade; compiled when the -march baseline
 // has them, run where AVX-512 is absent or capped by KVF_CPU_ISA=avx2). Per 8-token step and head: QK as
-// fp32 FMAs on widened rows, four dots per horizontal reduction; one softmax step per 8 tokens (the max,
+// fp32 FMAs, two tokens x four query heads per pass (eight independent accumulators: two FMA pipes x four
+// cycles of latency; four dependent chains left half the pipes idle); one softmax step per 8 tokens (the max,
 // exp2 and rescale of the scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7
-// GB/s on a Zen 3 core); V rows of the step widened once into L1 and applied to the query heads four at
-// a time, the accumulators of 8 dims in registers over the step's tokens.
+// GB/s on a Zen 3 core); PV with four query heads x 16 dims of accumulators in registers over the step's
+// tokens. A head's 16 tokens (one page of the paged layouts) are read before the next head's, so the rows
+// come in address order. bf16 rows are never widened in memory (bf16_even/odd below). On a 2-core Zen 3 VM
+// (2026-11-27), against the step-by-step, widen-first loop: 1.4x in a one-thread loop over 4K in cache,
+// ~1.07x at 64K from DRAM, where compute and memory barely overlap on that VM (a load-only walk of the same
+// rows read ~16 GB/s, this loop ~8, its compute alone ~12-20: about the sum of the two times).
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
 template <DType T>
@@ -519,6 +524,9 @@ inline float hsum8(__m256 x) {
   const __m128 z = _mm_add_ps(y, _mm_movehl_ps(y, y));
   return _mm_cvtss_f32(_mm_add_ss(z, _mm_movehdup_ps(z)));
 }
+// The even and odd elements of 16 bf16 values, as fp32.
+inline __m256 bf16_even(__m256i x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
+inline __m256 bf16_odd(__m256i x) { return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))); }
 // [sum a, sum b, sum c, sum d]
 inline __m128 reduce4_8(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -528,93 +536,166 @@ inline __m128 reduce4_8(__m256 a, __m256 b, __m256 c, __m256 d) {
 template <int D, int G, DType T>
 void item_avx2(const Item& it) {
   using E = Elem8<T>;
-  constexpr int C = 8;                 // tokens per softmax step: one vector of scores per query head
-  constexpr int HU = G < 4 ? G : 4;    // query heads per QK reduction and per PV pass
+  constexpr int C = 8;               // tokens per softmax step: one vector of scores per query head
+  constexpr int HU = G < 4 ? G : 4;  // query heads per QK reduction and per PV pass
+  constexpr int TU = 8 / HU;         // tokens per QK pass
+  constexpr int JU = 8 / HU;         // 8-dim vectors per PV pass
+  constexpr bool kWidenV = G > HU;
+  // bf16 rows are not widened: a 32-bit lane holds an even element (low half) and the next odd one (high
+  // half), so one 16-element load gives both as fp32 (bf16_even/odd); q and the accumulators are kept in the
+  // same [even 8 | odd 8] order per 16 dims (qp; acc, put back in order at the end).
+  constexpr bool kSplitBf16 = T == DType::bf16;
+  constexpr int SS = kChunk / C;  // steps per head before the next head: one 16-token page of a head
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
   const int nh = it.nh;
   const int npos = it.shared ? 1 : nh;
   float ms[kMaxItemQHeads], ls[kMaxItemQHeads];
   alignas(32) float s[G][C];
   alignas(32) float vf[C][D];
-  std::uint64_t pos[kMaxItemHeads][C];
+  std::uint64_t pos[kMaxItemHeads][C * SS];
   auto acc_of = [&](int h) { return it.state + std::size_t(h) * G * (D + 32); };
   for (int h = 0; h < nh; ++h) {
     std::fill(acc_of(h), acc_of(h) + G * D, 0.0f);
     for (int g = 0; g < G; ++g) ms[h * G + g] = kNegBig, ls[h * G + g] = 0.0f;
   }
+  // q of every head with each 16-element block split into its even and odd elements (the bf16 QK below).
+  alignas(32) float qp[kSplitBf16 ? kMaxItemQHeads * D : 1];
+  if constexpr (kSplitBf16)
+    for (int r = 0; r < nh * G; ++r)
+      for (int j = 0; j < D; j += 16)
+        for (int l = 0; l < 8; ++l) {
+          qp[r * D + j + l] = it.q[r * D + j + 2 * l];
+          qp[r * D + j + 8 + l] = it.q[r * D + j + 2 * l + 1];
+        }
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (std::uint64_t t = it.t0; t < it.t1; t += C) {
-    const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - t));
+  for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C * SS) {
     for (int hp = 0; hp < npos; ++hp)
-      for (int i = 0; i < C; ++i)  // past a short last step: its last token again (weight 0 below)
-        pos[hp][i] = it.kl.token_off(it.sg.token(it.list[hp], t + static_cast<std::uint64_t>(i < n ? i : n - 1)));
-    const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+      for (int i = 0; i < C * SS; ++i)  // past the item's end: its last token again (weight 0 below)
+        pos[hp][i] = it.kl.token_off(it.sg.token(it.list[hp], std::min<std::uint64_t>(t0 + i, it.t1 - 1)));
     for (int h = 0; h < nh; ++h) {
-      const std::uint64_t* p = pos[it.shared ? 0 : h];
-      const E* kb = static_cast<const E*>(it.kb[h]);
-      const E* vb = static_cast<const E*>(it.vb[h]);
-      const float* q = it.q + std::size_t(h) * G * D;
-      float* acc = acc_of(h);
-      for (int i = 0; i < n; ++i) {
-        // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
-        // this head's row i two steps ahead into L2 (the hardware prefetchers stop at page boundaries), and the
-        // next head's row i of this step into L1 (two steps of K and V outgrow L1 before they are read).
-        if (it.prefetch) {
-          if (t + 2 * C + i < it.t1) {
-            const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
-            for (int x = 0; x < kRowBytes; x += 64) {
-              _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
-              _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
+      for (int ss = 0; ss < SS && t0 + ss * C < it.t1; ++ss) {
+        const std::uint64_t t = t0 + ss * C;
+        const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - t));
+        const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+        const std::uint64_t* p = pos[it.shared ? 0 : h] + ss * C;
+        const E* kb = static_cast<const E*>(it.kb[h]);
+        const E* vb = static_cast<const E*>(it.vb[h]);
+        const float* q = it.q + std::size_t(h) * G * D;
+        float* acc = acc_of(h);
+        for (int i0 = 0; i0 < C; i0 += TU) {
+          // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
+          // this head's row i two steps ahead into L2 (the hardware prefetchers stop at page boundaries), and the
+          // next head's row i of this step into L1 (two steps of K and V outgrow L1 before they are read).
+          if (it.prefetch)
+            for (int i = i0; i < i0 + TU && i < n; ++i) {
+              if (t + 2 * C + i < it.t1) {
+                const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
+                for (int x = 0; x < kRowBytes; x += 64) {
+                  _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
+                  _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
+                }
+              }
+              if (h + 1 < nh) {
+                const std::uint64_t off = pos[it.shared ? 0 : h + 1][ss * C + i] * sizeof(E);
+                for (int x = 0; x < kRowBytes; x += 64) {
+                  _mm_prefetch(static_cast<const char*>(it.kb[h + 1]) + off + x, _MM_HINT_T0);
+                  _mm_prefetch(static_cast<const char*>(it.vb[h + 1]) + off + x, _MM_HINT_T0);
+                }
+              }
             }
-          }
-          if (h + 1 < nh) {
-            const std::uint64_t off = pos[it.shared ? 0 : h + 1][i] * sizeof(E);
-            for (int x = 0; x < kRowBytes; x += 64) {
-              _mm_prefetch(static_cast<const char*>(it.kb[h + 1]) + off + x, _MM_HINT_T0);
-              _mm_prefetch(static_cast<const char*>(it.vb[h + 1]) + off + x, _MM_HINT_T0);
+          // TU tokens x HU query heads: eight independent FMA chains. Tokens past a short last step repeat its
+          // last (weight 0).
+          for (int g0 = 0; g0 < G; g0 += HU) {
+            __m256 a[8];
+            for (auto& x : a) x = _mm256_setzero_ps();
+            if constexpr (kSplitBf16) {
+              const float* qh = qp + std::size_t(h) * G * D;
+              for (int j = 0; j < D; j += 16) {
+                for (int u = 0; u < TU; ++u) {
+                  const __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + p[i0 + u] + j));
+                  const __m256 ke = bf16_even(kk), ko = bf16_odd(kk);
+                  for (int x = 0; x < HU; ++x) {
+                    a[u * HU + x] = _mm256_fmadd_ps(ke, _mm256_load_ps(qh + (g0 + x) * D + j), a[u * HU + x]);
+                    a[u * HU + x] = _mm256_fmadd_ps(ko, _mm256_load_ps(qh + (g0 + x) * D + j + 8), a[u * HU + x]);
+                  }
+                }
+              }
+            } else {
+              for (int j = 0; j < D; j += 8) {
+                __m256 qv[HU];
+                for (int x = 0; x < HU; ++x) qv[x] = _mm256_loadu_ps(q + (g0 + x) * D + j);
+                for (int u = 0; u < TU; ++u) {
+                  const __m256 k = load8<T>(kb + p[i0 + u] + j);
+                  for (int x = 0; x < HU; ++x) a[u * HU + x] = _mm256_fmadd_ps(k, qv[x], a[u * HU + x]);
+                }
+              }
             }
+            alignas(32) float r[8];
+            _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
+            _mm_store_ps(r + 4, reduce4_8(a[4], a[5], a[6], a[7]));
+            for (int u = 0; u < TU; ++u)
+              for (int x = 0; x < HU; ++x) s[g0 + x][i0 + u] = r[u * HU + x];
           }
         }
-        const E* kr = kb + p[i];
-        for (int g0 = 0; g0 < G; g0 += HU) {
-          __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-          for (int j = 0; j < D; j += 8) {
-            const __m256 k = load8<T>(kr + j);
-            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + (g0 + x) * D + j), a[x]);
-          }
-          alignas(16) float r[4];
-          _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
-          for (int x = 0; x < HU; ++x) s[g0 + x][i] = r[x];
+        float alpha[G];
+        bool rescale = false;
+        for (int g = 0; g < G; ++g) {
+          const __m256 sv = _mm256_blendv_ps(_mm256_set1_ps(kNegBig),
+                                             _mm256_mul_ps(_mm256_load_ps(s[g]), _mm256_set1_ps(it.qscale)), valid);
+          const float mo = ms[h * G + g], mn = std::max(mo, hmax8(sv));
+          const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv, _mm256_set1_ps(mn))), valid);
+          _mm256_store_ps(s[g], pv);
+          alpha[g] = mn > mo ? std::exp2(mo - mn) : 1.0f;
+          rescale |= mn > mo;
+          ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
+          ms[h * G + g] = mn;
         }
+        // V rows widened once into L1 when more than one pass of HU heads reads them; with one pass, widened
+        // where they are used. HU heads x JU vectors of 8 dims: again eight independent chains.
+        if constexpr (kWidenV)
+          for (int i = 0; i < C; ++i)
+            for (int j = 0; j < D; j += 16) {
+              if constexpr (kSplitBf16) {
+                const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j));
+                _mm256_store_ps(&vf[i][j], bf16_even(vv));
+                _mm256_store_ps(&vf[i][j + 8], bf16_odd(vv));
+              } else {
+                _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
+                _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
+              }
+            }
+        for (int g0 = 0; g0 < G; g0 += HU)
+          for (int j = 0; j < D; j += 8 * JU) {
+            __m256 a[HU][JU];
+            for (int x = 0; x < HU; ++x)
+              for (int u = 0; u < JU; ++u) {
+                a[x][u] = _mm256_loadu_ps(acc + (g0 + x) * D + j + 8 * u);
+                if (rescale) a[x][u] = _mm256_mul_ps(a[x][u], _mm256_set1_ps(alpha[g0 + x]));
+              }
+            for (int i = 0; i < C; ++i) {
+              __m256 v[JU];
+              for (int u = 0; u < JU; u += 2) {
+                if constexpr (kWidenV) {
+                  v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
+                  v[u + 1] = _mm256_load_ps(&vf[i][j + 8 * u + 8]);
+                } else if constexpr (kSplitBf16) {
+                  const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j + 8 * u));
+                  v[u] = bf16_even(vv);
+                  v[u + 1] = bf16_odd(vv);
+                } else {
+                  v[u] = load8<T>(vb + p[i] + j + 8 * u);
+                  v[u + 1] = load8<T>(vb + p[i] + j + 8 * u + 8);
+                }
+              }
+              for (int x = 0; x < HU; ++x) {
+                const __m256 w = _mm256_broadcast_ss(&s[g0 + x][i]);
+                for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
+              }
+            }
+            for (int x = 0; x < HU; ++x)
+              for (int u = 0; u < JU; ++u) _mm256_storeu_ps(acc + (g0 + x) * D + j + 8 * u, a[x][u]);
+          }
       }
-      float alpha[G];
-      bool rescale = false;
-      for (int g = 0; g < G; ++g) {
-        const __m256 sv = _mm256_blendv_ps(_mm256_set1_ps(kNegBig),
-                                           _mm256_mul_ps(_mm256_load_ps(s[g]), _mm256_set1_ps(it.qscale)), valid);
-        const float mo = ms[h * G + g], mn = std::max(mo, hmax8(sv));
-        const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv, _mm256_set1_ps(mn))), valid);
-        _mm256_store_ps(s[g], pv);
-        alpha[g] = mn > mo ? std::exp2(mo - mn) : 1.0f;
-        rescale |= mn > mo;
-        ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
-        ms[h * G + g] = mn;
-      }
-      for (int i = 0; i < n; ++i)
-        for (int j = 0; j < D; j += 8) _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
-      for (int g0 = 0; g0 < G; g0 += HU)
-        for (int j = 0; j < D; j += 8) {
-          __m256 a[HU];
-          for (int x = 0; x < HU; ++x) {
-            a[x] = _mm256_loadu_ps(acc + (g0 + x) * D + j);
-            if (rescale) a[x] = _mm256_mul_ps(a[x], _mm256_set1_ps(alpha[g0 + x]));
-          }
-          for (int i = 0; i < n; ++i) {
-            const __m256 v = _mm256_load_ps(&vf[i][j]);
-            for (int x = 0; x < HU; ++x) a[x] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s[g0 + x][i]), v, a[x]);
-          }
-          for (int x = 0; x < HU; ++x) _mm256_storeu_ps(acc + (g0 + x) * D + j, a[x]);
-        }
     }
   }
   for (int h = 0; h < nh; ++h)
@@ -622,7 +703,13 @@ void item_avx2(const Item& it) {
       const int x = h * G + g;
       it.m_out[x] = ms[x];
       it.l_out[x] = ls[x];
-      std::memcpy(it.acc_out + std::size_t(x) * D, acc_of(h) + std::size_t(g) * D, sizeof(float) * D);
+      const float* a = acc_of(h) + std::size_t(g) * D;
+      float* o = it.acc_out + std::size_t(x) * D;
+      if constexpr (kSplitBf16)  // back from [even | odd] per 16 dims
+        for (int j = 0; j < D; j += 16)
+          for (int l = 0; l < 8; ++l) o[j + 2 * l] = a[j + l], o[j + 2 * l + 1] = a[j + 8 + l];
+      else
+        std::memcpy(o, a, sizeof(float) * D);
     }
 }
 #endif
