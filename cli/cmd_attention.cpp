@@ -1,5 +1,5 @@
 // `kvf attention ARGS...`: bench_attention (studies/attention/README.md, issue 19) with ARGS as given: a real
-// model's attention captured by the CPU forward pass, or a user's dump, and what block and token selection keep of
+// model's attention captured by the forward pass (CPU or GPU), or a user's dump, and what block and token selection keep of
 // it. kvf finds the binary as it finds every bench (beside it in the build tree, or installed).
 #include <unistd.h>
 

@@ -134,23 +134,13 @@ struct LayerBuffers {
   std::vector<float> h0_host;
   fr::gpu::LtGemm g_qkv, g_o, g_gu, g_d;
 
-  void init_layer(const fr::LayerWeights& w, const md::ModelShape& m, int rows, std::uint64_t h0_seed) {
+  // Dimensions, activations and GEMM plans of `rows` rows (no weights, no h).
+  void init_shape(const md::ModelShape& m, int rows) {
     H = m.hidden; Hq = m.n_heads; Hkv = m.n_kv_heads; D = m.head_dim; I = m.intermediate;
     eps = float(m.rms_eps);
     const int qd = Hq * D;
     qo = qd + 2 * Hkv * D;
-    wqkv = upload_bf16(w.wqkv);
-    wo = upload_bf16(w.wo);
-    wgu = upload_bf16(w.wgu);
-    wd = upload_bf16(w.wd);
-    if (!w.bqkv.empty()) bqkv = upload(w.bqkv);
-    g_attn = upload(w.g_attn);
-    g_mlp = upload(w.g_mlp);
     const std::size_t r = std::size_t(rows);
-    h0_host.resize(r * H);
-    fr::fill_f32_uniform(h0_host.data(), h0_host.size(), h0_seed, 1.0f);
-    h0 = upload(h0_host);
-    h = Dev(h0_host.size() * 4);
     xn = Dev(r * H * 2);
     qkv = Dev(r * qo * 4);
     q = Dev(r * qd * 2);
@@ -162,6 +152,46 @@ struct LayerBuffers {
     g_o.plan(rows, H, qd);
     g_gu.plan(rows, 2 * I, H);
     g_d.plan(rows, H, I);
+  }
+  void init_layer(const fr::LayerWeights& w, const md::ModelShape& m, int rows, std::uint64_t h0_seed) {
+    init_shape(m, rows);
+    wqkv = upload_bf16(w.wqkv);
+    wo = upload_bf16(w.wo);
+    wgu = upload_bf16(w.wgu);
+    wd = upload_bf16(w.wd);
+    if (!w.bqkv.empty()) bqkv = upload(w.bqkv);
+    g_attn = upload(w.g_attn);
+    g_mlp = upload(w.g_mlp);
+    h0_host.resize(std::size_t(rows) * H);
+    fr::fill_f32_uniform(h0_host.data(), h0_host.size(), h0_seed, 1.0f);
+    h0 = upload(h0_host);
+    h = Dev(h0_host.size() * 4);
+  }
+
+  // One prefill layer over dims.T rows of h at positions dims.N .. (PrefillGpu::layer, ModelPrefillGpu::layer_chunk):
+  // their K/V appended to kc/vc, h updated in place.
+  void prefill_layer(float* hr, const float* cs, std::uint16_t* kc, std::uint16_t* vc, float* ws,
+                     const PrefillAttnDims& dims, const elems::PfPlan& plan, cudaStream_t s) {
+    const int T = dims.T;
+    add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(hr, nullptr, g_attn.as<float>(), eps, H, xn.as<std::uint16_t>());
+    DC_CHECK(cudaGetLastError());
+    g_qkv.run(xn.p, wqkv.p, qkv.p, s);
+    const std::int64_t nq = std::int64_t(T) * (Hq + 2 * Hkv) * (D / 2);
+    prefill_qkv_post_kernel<<<grid_for(nq), kThreads, 0, s>>>(nq, qkv.as<float>(), bqkv.as<float>(), Hq, Hkv, D,
+                                                               dims.N, dims.cap, cs, q.as<std::uint16_t>(), kc, vc);
+    DC_CHECK(cudaGetLastError());
+    prefill_attention(dims, plan, q.as<std::uint16_t>(), kc, vc, ws, attn_b.as<std::uint16_t>(), s);
+    g_o.run(attn_b.p, wo.p, tmp.p, s);
+    add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(hr, tmp.as<float>(), g_mlp.as<float>(), eps, H, xn.as<std::uint16_t>());
+    DC_CHECK(cudaGetLastError());
+    g_gu.run(xn.p, wgu.p, gu.p, s);
+    const std::int64_t ni = std::int64_t(T) * I;
+    swiglu_kernel<<<grid_for(ni), kThreads, 0, s>>>(ni, gu.as<float>(), I, act.as<std::uint16_t>());
+    DC_CHECK(cudaGetLastError());
+    g_d.run(act.p, wd.p, tmp.p, s);
+    const std::int64_t nh = std::int64_t(T) * H;
+    add_kernel<<<grid_for(nh), kThreads, 0, s>>>(nh, hr, tmp.as<float>());
+    DC_CHECK(cudaGetLastError());
   }
 };
 
@@ -347,31 +377,8 @@ int PrefillGpu::attention_splits() const { return impl_->plan.splits; }
 
 void PrefillGpu::layer(cudaStream_t s) {
   Impl& d = *impl_;
-  const int T = d.T;
-  add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(d.h.as<float>(), nullptr, d.g_attn.as<float>(), d.eps, d.H,
-                                            d.xn.as<std::uint16_t>());
-  DC_CHECK(cudaGetLastError());
-  d.g_qkv.run(d.xn.p, d.wqkv.p, d.qkv.p, s);
-  const std::int64_t nq = std::int64_t(T) * (d.Hq + 2 * d.Hkv) * (d.D / 2);
-  prefill_qkv_post_kernel<<<grid_for(nq), kThreads, 0, s>>>(nq, d.qkv.as<float>(), d.bqkv.as<float>(), d.Hq, d.Hkv,
-                                                             d.D, d.N, d.cap, d.cs.as<float>(),
-                                                             d.q.as<std::uint16_t>(), d.k.as<std::uint16_t>(),
-                                                             d.v.as<std::uint16_t>());
-  DC_CHECK(cudaGetLastError());
-  prefill_attention(d.dims, d.plan, d.q.as<std::uint16_t>(), d.k.as<std::uint16_t>(), d.v.as<std::uint16_t>(),
-                    d.ws.as<float>(), d.attn_b.as<std::uint16_t>(), s);
-  d.g_o.run(d.attn_b.p, d.wo.p, d.tmp.p, s);
-  add_rmsnorm_kernel<<<T, kThreads, 0, s>>>(d.h.as<float>(), d.tmp.as<float>(), d.g_mlp.as<float>(), d.eps, d.H,
-                                            d.xn.as<std::uint16_t>());
-  DC_CHECK(cudaGetLastError());
-  d.g_gu.run(d.xn.p, d.wgu.p, d.gu.p, s);
-  const std::int64_t ni = std::int64_t(T) * d.I;
-  swiglu_kernel<<<grid_for(ni), kThreads, 0, s>>>(ni, d.gu.as<float>(), d.I, d.act.as<std::uint16_t>());
-  DC_CHECK(cudaGetLastError());
-  d.g_d.run(d.act.p, d.wd.p, d.tmp.p, s);
-  const std::int64_t nh = std::int64_t(T) * d.H;
-  add_kernel<<<grid_for(nh), kThreads, 0, s>>>(nh, d.h.as<float>(), d.tmp.as<float>());
-  DC_CHECK(cudaGetLastError());
+  d.prefill_layer(d.h.as<float>(), d.cs.as<float>(), d.k.as<std::uint16_t>(), d.v.as<std::uint16_t>(), d.ws.as<float>(),
+                  d.dims, d.plan, s);
 }
 
 void PrefillGpu::step(int L, cudaStream_t s) {
@@ -460,6 +467,134 @@ VerifyResult PrefillGpu::verify_kv(const fr::LayerWeights& w, const std::vector<
   DC_CHECK(cudaMemcpyAsync(vc.data(), d.v.p, vc.size() * 2, cudaMemcpyDeviceToHost, s));
   DC_CHECK(cudaStreamSynchronize(s));
   return check_appended_kv(w, d.m, d.T, d.N, d.h0_host.data(), kc.data(), vc.data(), rows);
+}
+
+// ---------------------------------------------------------------- a checkpoint's prefill
+struct ModelPrefillGpu::Impl : LayerBuffers {
+  int T = 0, cap = 0, sm_count = 0;
+  Dev cs, h_all, k, v, ws;  // h_all [cap][H] fp32; k, v bf16 [Hkv][cap][D]
+};
+
+namespace {
+// The largest split workspace of the chunks t0 = 0, T, .. cap - T (the plan splits more as the prefix grows).
+std::int64_t model_prefill_ws_floats(const md::ModelShape& m, int T, int cap, int sm_count) {
+  std::int64_t most = 0;
+  for (int t0 = 0; t0 + T <= cap; t0 += T)
+    most = std::max(most, elems::pf_workspace_floats(
+                              elems::pf_plan(T, t0, m.n_kv_heads, m.n_heads / m.n_kv_heads, sm_count), T, m.n_heads,
+                              m.head_dim));
+  return most;
+}
+}  // namespace
+
+std::size_t ModelPrefillGpu::device_bytes(const md::ModelShape& m, int T, int cap, int sm_count) {
+  const std::size_t t = std::size_t(T), c = std::size_t(cap), H = std::size_t(m.hidden), I = std::size_t(m.intermediate);
+  const std::size_t qd = std::size_t(m.q_dim()), qo = qd + 2 * std::size_t(m.kv_dim());
+  return std::size_t(layer_params(m) * 2) + (qo + 2 * H) * 4 +                  // one layer's weights
+         t * (H * 2 + qo * 4 + qd * 2 * 2 + H * 4 + 2 * I * 4 + I * 2) +       // a chunk's activations
+         c * H * 4 + 2 * c * std::size_t(m.kv_dim()) * 2 +                   // h, the K/V cache
+         c * std::size_t(m.head_dim) * 4 +                                    // the RoPE table
+         std::size_t(model_prefill_ws_floats(m, T, cap, sm_count)) * 4 +
+         std::size_t(4) * (std::size_t(32) << 20);                            // four LtGemm workspaces of 32 MiB
+}
+
+ModelPrefillGpu::ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const std::vector<float>& cos_sin,
+                                 int sm_count, cudaStream_t s)
+    : impl_(std::make_unique<Impl>()) {
+  if (T < kMinPrefillTokens || T > kMaxPrefillTokens)
+    throw std::invalid_argument("ModelPrefillGpu: T " + std::to_string(T) + ": chunk tokens must be 1..4096");
+  if (cap < T || cap % T != 0)
+    throw std::invalid_argument("ModelPrefillGpu: cap " + std::to_string(cap) + ": a positive multiple of T " +
+                                std::to_string(T));
+  if (const std::string why = unsupported_reason(m); !why.empty())
+    throw std::invalid_argument("ModelPrefillGpu: " + m.name + ": " + why);
+  if (cos_sin.size() != std::size_t(cap) * m.head_dim)
+    throw std::invalid_argument("ModelPrefillGpu: the RoPE table holds " + std::to_string(cos_sin.size()) +
+                                " values, not cap x head dim = " + std::to_string(std::size_t(cap) * m.head_dim));
+  Impl& d = *impl_;
+  d.T = T; d.cap = cap; d.sm_count = sm_count;
+  d.init_shape(m, T);
+  const std::size_t H = std::size_t(d.H), qd = std::size_t(d.Hq) * d.D;
+  d.wqkv = Dev(std::size_t(d.qo) * H * 2);
+  d.wo = Dev(H * qd * 2);
+  d.wgu = Dev(2 * std::size_t(d.I) * H * 2);
+  d.wd = Dev(H * std::size_t(d.I) * 2);
+  d.g_attn = Dev(H * 4);
+  d.g_mlp = Dev(H * 4);
+  if (m.qkv_bias) d.bqkv = Dev(std::size_t(d.qo) * 4);
+  d.cs = upload(cos_sin);
+  d.h_all = Dev(std::size_t(cap) * H * 4);
+  d.k = Dev(std::size_t(d.Hkv) * cap * d.D * 2);
+  d.v = Dev(d.k.bytes);
+  d.ws = Dev(std::size_t(model_prefill_ws_floats(m, T, cap, sm_count)) * 4);
+  (void)s;
+}
+
+ModelPrefillGpu::~ModelPrefillGpu() = default;
+
+void ModelPrefillGpu::set_hidden(const std::vector<float>& h, cudaStream_t s) {
+  const Impl& d = *impl_;
+  if (h.size() * 4 != d.h_all.bytes)
+    throw std::invalid_argument("ModelPrefillGpu::set_hidden: " + std::to_string(h.size()) + " values, not cap x hidden");
+  DC_CHECK(cudaMemcpyAsync(d.h_all.p, h.data(), d.h_all.bytes, cudaMemcpyHostToDevice, s));
+}
+
+void ModelPrefillGpu::upload_layer(const ModelLayerHost& w, cudaStream_t s) {
+  Impl& d = *impl_;
+  if (!w.wqkv || !w.wo || !w.wgu || !w.wd || !w.g_attn || !w.g_mlp || (w.bqkv != nullptr) != (d.bqkv.p != nullptr))
+    throw std::invalid_argument("ModelPrefillGpu::upload_layer: a weight is missing (or a bias the model has not)");
+  // Pageable sources: each call returns once its bytes are staged, so the host arrays may be reused.
+  DC_CHECK(cudaMemcpyAsync(d.wqkv.p, w.wqkv, d.wqkv.bytes, cudaMemcpyHostToDevice, s));
+  DC_CHECK(cudaMemcpyAsync(d.wo.p, w.wo, d.wo.bytes, cudaMemcpyHostToDevice, s));
+  DC_CHECK(cudaMemcpyAsync(d.wgu.p, w.wgu, d.wgu.bytes, cudaMemcpyHostToDevice, s));
+  DC_CHECK(cudaMemcpyAsync(d.wd.p, w.wd, d.wd.bytes, cudaMemcpyHostToDevice, s));
+  DC_CHECK(cudaMemcpyAsync(d.g_attn.p, w.g_attn, d.g_attn.bytes, cudaMemcpyHostToDevice, s));
+  DC_CHECK(cudaMemcpyAsync(d.g_mlp.p, w.g_mlp, d.g_mlp.bytes, cudaMemcpyHostToDevice, s));
+  if (w.bqkv) DC_CHECK(cudaMemcpyAsync(d.bqkv.p, w.bqkv, d.bqkv.bytes, cudaMemcpyHostToDevice, s));
+}
+
+void ModelPrefillGpu::layer_chunk(int t0, cudaStream_t s) {
+  Impl& d = *impl_;
+  if (t0 < 0 || t0 % d.T != 0 || t0 + d.T > d.cap)
+    throw std::invalid_argument("ModelPrefillGpu::layer_chunk: t0 " + std::to_string(t0) + ": a multiple of T below cap");
+  const PrefillAttnDims dims{d.T, t0, d.cap, d.Hq, d.Hkv, d.D};
+  const elems::PfPlan plan = elems::pf_plan(d.T, t0, d.Hkv, d.Hq / d.Hkv, d.sm_count);
+  d.prefill_layer(d.h_all.as<float>() + std::size_t(t0) * d.H, d.cs.as<float>(), d.k.as<std::uint16_t>(),
+                  d.v.as<std::uint16_t>(), d.ws.as<float>(), dims, plan, s);
+}
+
+std::vector<float> ModelPrefillGpu::hidden_rows(int r0, int n, cudaStream_t s) const {
+  const Impl& d = *impl_;
+  if (r0 < 0 || n < 0 || r0 + n > d.cap) throw std::invalid_argument("ModelPrefillGpu::hidden_rows: rows past cap");
+  std::vector<float> h(std::size_t(n) * d.H);
+  DC_CHECK(cudaMemcpyAsync(h.data(), d.h_all.as<float>() + std::size_t(r0) * d.H, h.size() * 4, cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return h;
+}
+
+void ModelPrefillGpu::kv(int n, std::vector<std::uint16_t>& k, std::vector<std::uint16_t>& v, cudaStream_t s) const {
+  const Impl& d = *impl_;
+  if (n < 0 || n > d.cap) throw std::invalid_argument("ModelPrefillGpu::kv: positions past cap");
+  const std::size_t per_head = std::size_t(n) * d.D;
+  k.resize(std::size_t(d.Hkv) * per_head);
+  v.resize(k.size());
+  // One 2D copy each: Hkv rows of n * D values, cap * D apart on the device, packed on the host.
+  DC_CHECK(cudaMemcpy2DAsync(k.data(), per_head * 2, d.k.p, std::size_t(d.cap) * d.D * 2, per_head * 2, d.Hkv,
+                             cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaMemcpy2DAsync(v.data(), per_head * 2, d.v.p, std::size_t(d.cap) * d.D * 2, per_head * 2, d.Hkv,
+                             cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+}
+
+std::vector<std::uint16_t> ModelPrefillGpu::q_rows(int i0, int n, cudaStream_t s) const {
+  const Impl& d = *impl_;
+  if (i0 < 0 || n < 0 || i0 + n > d.T) throw std::invalid_argument("ModelPrefillGpu::q_rows: rows past the chunk");
+  const std::size_t qd = std::size_t(d.Hq) * d.D;
+  std::vector<std::uint16_t> q(std::size_t(n) * qd);
+  DC_CHECK(cudaMemcpyAsync(q.data(), d.q.as<std::uint16_t>() + std::size_t(i0) * qd, q.size() * 2,
+                           cudaMemcpyDeviceToHost, s));
+  DC_CHECK(cudaStreamSynchronize(s));
+  return q;
 }
 
 // ---------------------------------------------------------------- recompute from X

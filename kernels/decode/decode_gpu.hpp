@@ -81,6 +81,47 @@ class PrefillGpu {
   std::unique_ptr<Impl> impl_;
 };
 
+// One layer of a real checkpoint, in host memory: bf16 matrices, row-major [out][in], the stacked products as the
+// CPU forward stacks them (wqkv [q | k | v][H], wgu [gate | up][H]); fp32 norms; bqkv [q | k | v] or null.
+struct ModelLayerHost {
+  const std::uint16_t* wqkv = nullptr;
+  const std::uint16_t* wo = nullptr;
+  const std::uint16_t* wgu = nullptr;
+  const std::uint16_t* wd = nullptr;
+  const float* g_attn = nullptr;
+  const float* g_mlp = nullptr;
+  const float* bqkv = nullptr;
+};
+
+// A checkpoint's prefill on the device (bench_attention's GPU forward, kernels/attention/model): PrefillGpu::layer's
+// kernels and rounding points over a whole context, one layer at a time in chunks of T rows, with the weights the
+// caller uploads for each layer, the caller's RoPE table (the checkpoint's scaling), and one bf16 K/V cache
+// [Hkv][cap][D] that a layer's chunks append to (positions t0 .. t0 + T - 1) and the next layer overwrites.
+class ModelPrefillGpu {
+ public:
+  // T in 1..4096; cap a multiple of T (the context rounded up: rows past it are padding whose outputs nobody reads);
+  // cos_sin: cap rows of [cos | sin] (D/2 each). Throws as PrefillGpu.
+  ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const std::vector<float>& cos_sin, int sm_count,
+                  cudaStream_t s);
+  ~ModelPrefillGpu();
+  ModelPrefillGpu(const ModelPrefillGpu&) = delete;
+  ModelPrefillGpu& operator=(const ModelPrefillGpu&) = delete;
+
+  void set_hidden(const std::vector<float>& h, cudaStream_t s);  // h [cap][H]: the embeddings
+  void upload_layer(const ModelLayerHost& w, cudaStream_t s);    // the host arrays may be reused on return
+  void layer_chunk(int t0, cudaStream_t s);                      // rows t0 .. t0 + T through the uploaded layer
+  // Copies back (synchronize): rows r0 .. r0 + n - 1 of h; positions 0 .. n - 1 of the K/V cache, [Hkv][n][D];
+  // rows i0 .. i0 + n - 1 of the last chunk's rotated q, [n][Hq][D] (bf16).
+  std::vector<float> hidden_rows(int r0, int n, cudaStream_t s) const;
+  void kv(int n, std::vector<std::uint16_t>& k, std::vector<std::uint16_t>& v, cudaStream_t s) const;
+  std::vector<std::uint16_t> q_rows(int i0, int n, cudaStream_t s) const;
+  static std::size_t device_bytes(const md::ModelShape& m, int T, int cap, int sm_count);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Recompute from X (the frontier study's arm): P pages of T tokens, K/V GEMM (cuBLASLt), RoPE + paged bf16 write.
 class RecomputeGpu {
  public:

@@ -1,6 +1,6 @@
 // bench_attention (issue 19): what block and token selection keep of a real model's attention. Reads a Hugging
 // Face Llama-family checkpoint and a token-id file, says what the run will cost (time, memory) before it starts,
-// runs the CPU forward pass capturing the last M query rows of every layer (kernels/attention/model), computes
+// runs the forward pass (CPU, or GPU: --backend) capturing the last M query rows of every layer (kernels/attention/model), computes
 // every quality figure per layer and head (kernels/attention/quality) and writes them as CSV files beside a
 // meta.json. studies/attention/README.md says what each file holds.
 #include <CLI/CLI.hpp>
@@ -20,6 +20,7 @@
 #include "kvf/attention/forward.hpp"
 #include "kvf/attention/quality.hpp"
 #include "kvf/attention/run_estimate.hpp"
+#include "kvf/backend.hpp"
 #include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
@@ -46,7 +47,38 @@ struct Flags {
   double entropy_threshold = 0.5;
   double gflops = 0;  // stated GEMM rate for the estimate; 0: measured
   bool estimate_only = false;
+  std::string backend = "auto", device;  // the prefill's: cpu, or cuda (forward_gpu) on GPU `device`
 };
+
+// The prefill's backend: cuda where --backend says so or (auto) where this build has the GPU forward and a GPU is
+// visible; `why` says which and why. --backend cuda without either is a usage error.
+bool use_gpu(const Flags& f, int* ordinal, std::string* why) {
+  const kvf::DeviceChoice dev = f.device.empty() ? kvf::DeviceChoice{} : kvf::parse_device(f.device);
+  if (dev.kind == kvf::DeviceChoice::Kind::all)
+    throw UsageError("--device all: bench_attention runs one prefill; name one GPU ordinal, or cpu");
+  if (f.backend == "cpu" || dev.kind == kvf::DeviceChoice::Kind::cpu) {
+    if (f.backend == "cuda") throw UsageError("--device cpu with --backend cuda: name a GPU ordinal");
+    *why = "cpu (" + std::string(f.backend == "cpu" ? "--backend cpu" : "--device cpu") + ")";
+    return false;
+  }
+  std::string none;
+  const auto gpus = kvf::attention::forward_gpu_built() ? kvf::list_gpus(&none)
+                                                         : std::vector<kvf::GpuListing>{};
+  if (!kvf::attention::forward_gpu_built()) none = "this build has no CUDA";
+  *ordinal = dev.kind == kvf::DeviceChoice::Kind::gpu ? dev.ordinal : 0;
+  if (!gpus.empty() && *ordinal >= int(gpus.size()))
+    throw UsageError("--device " + f.device + ": " + std::to_string(gpus.size()) + " GPU(s) visible (0 .. " +
+                     std::to_string(gpus.size() - 1) + ")");
+  if (gpus.empty()) {
+    if (f.backend == "cuda" || dev.kind == kvf::DeviceChoice::Kind::gpu)
+      throw UsageError("--backend cuda: no usable GPU (" + none + "); --backend cpu runs the prefill on the CPU");
+    *why = "cpu (auto: no usable GPU: " + none + ")";
+    return false;
+  }
+  *why = "cuda (" + std::string(f.backend == "cuda" ? "--backend cuda" : "auto") + "): GPU " +
+         std::to_string(*ordinal) + ", " + gpus[std::size_t(*ordinal)].name;
+  return true;
+}
 
 std::string num(double v) { return kvf::csv_number(v); }
 
@@ -127,6 +159,9 @@ int run_dump(const Flags& f) {
 }
 
 int run(const Flags& f) {
+  int ordinal = 0;
+  std::string backend_why;
+  const bool gpu = use_gpu(f, &ordinal, &backend_why);
   const kvf::attention::Checkpoint ck(f.model_dir);
   const auto& cfg = ck.config();
   const auto tokens = kvf::attention::read_token_ids(f.tokens, cfg.shape.vocab);
@@ -149,7 +184,9 @@ int run(const Flags& f) {
     if (answer.empty()) throw UsageError("--answer " + f.answer + ": the planted answer holds no token");
   }
 
-  // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
+  std::fprintf(stderr, "%s: prefill backend: %s\n", kProg, backend_why.c_str());
+  // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it. (On a GPU the
+  // estimate is the CPU's; the device memory is checked when the pass starts.)
   kvf::attention::RunShape rs;
   rs.context = C;
   rs.queries = f.queries;
@@ -185,9 +222,12 @@ int run(const Flags& f) {
   fo.chunk = f.chunk;
   fo.queries = f.queries;
   fo.capture_layers = capture;
+  std::string gpu_note;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto fw = kvf::attention::forward_cpu(ck, tokens, fo);
+  const auto fw = gpu ? kvf::attention::forward_gpu(ck, tokens, fo, ordinal, &gpu_note)
+                      : kvf::attention::forward_cpu(ck, tokens, fo);
   const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (gpu) std::fprintf(stderr, "%s: GPU forward: %s\n", kProg, gpu_note.c_str());
 
   const q::QualityOptions qo = quality_options(f, static_cast<std::uint32_t>(C), needles);
 
@@ -211,6 +251,9 @@ int run(const Flags& f) {
   meta["queries"] = f.queries;
   meta["captured_layers"] = cap.layer_ids;
   meta["gemm"] = fw.gemm;
+  meta["backend"] = gpu ? "cuda" : "cpu";
+  meta["backend_choice"] = backend_why;
+  if (gpu) meta["gpu_forward"] = gpu_note;
   meta["next_token"] = fw.next_token;
   meta["forward_s"] = forward_s;
   meta["figures_s"] = figures_s;
@@ -262,6 +305,11 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-threshold", f.entropy_threshold, "normalized entropy of the first_below boundary (default 0.5)");
   app.add_option("--gflops", f.gflops, "state the GEMM rate for the estimate instead of measuring it");
   app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop");
+  app.add_option("--backend", f.backend,
+                 "where the prefill runs: auto (cuda where this build has CUDA and a GPU is visible), cpu, or cuda "
+                 "(bf16 weights, K/V and q, checked on layer 0 against the fp64 reference first); the needle decode "
+                 "and the figures run on the CPU either way");
+  app.add_option("--device", f.device, "cpu, or the GPU ordinal of --backend cuda/auto (default 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -269,6 +317,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");
+    if (f.backend != "auto" && f.backend != "cpu" && f.backend != "cuda")
+      throw UsageError("--backend " + kvf::shown_value(f.backend) + ": auto, cpu or cuda");
     for (double k : f.keeps)
       if (!(k > 0 && k <= 1)) throw UsageError("--keeps " + num(k) + ": a fraction in (0, 1]");
     for (auto b : f.blocks)

@@ -16,6 +16,7 @@
 
 #include "kvf/attention/checkpoint.hpp"
 #include "kvf/attention/forward.hpp"
+#include "kvf/backend.hpp"
 #include "kvf/table.hpp"
 #include "tiny_checkpoint.hpp"
 #ifdef KVF_HAVE_ATTENTION_REPORT
@@ -26,6 +27,11 @@ namespace fs = std::filesystem;
 using namespace kvf::attention::test;
 
 namespace {
+
+bool gpu_visible() {
+  std::string why;
+  return !kvf::list_gpus(&why).empty();
+}
 
 struct BenchRun {
   int code = -1;
@@ -221,12 +227,23 @@ TEST(BenchAttention, BadInputIsOneLineAndExit2) {
       {" --keeps 2", "--keeps 2"},
       {" --layers 3", "--layers 3"},
       {" --entropy-threshold 1", "--entropy-threshold 1"},
+      {" --backend gpu", "--backend gpu: auto, cpu or cuda"},
+      {" --device all", "--device all: bench_attention runs one prefill"},
+      {" --device 3x", "--device 3x: allowed: cpu, all, or a GPU ordinal"},
+      {" --device cpu --backend cuda", "--device cpu with --backend cuda"},
   };
   for (const auto& c : cases) {
     const BenchRun r = bench(fx.args(out) + c.extra);
     EXPECT_EQ(r.code, 2) << c.extra << ": " << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << c.extra << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.extra << ": " << r.err;
+  }
+  // --backend cuda where there is no GPU forward: refused before the checkpoint is read (on a GPU box it runs).
+  if (!kvf::attention::forward_gpu_built() || !gpu_visible()) {
+    const BenchRun r = bench(fx.args(out) + " --backend cuda");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--backend cuda: no usable GPU ("), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   const BenchRun m0 = bench(fx.args(out, "0"));
   EXPECT_EQ(m0.code, 2) << m0.err;

@@ -9,6 +9,7 @@
 
 #include "gemm_onednn.hpp"
 #include "kvf/attention/forward.hpp"
+#include "forward_detail.hpp"
 #include "kvf/errors.hpp"
 #include "layers.hpp"  // causal_softmax_row
 #include "recompute.hpp"
@@ -304,30 +305,54 @@ Geometry model_geometry(const models::ModelShape& m) {
   return g;
 }
 
-// logits [M][V] of the last M rows of h: final norm, then lm_head in 4096-row blocks widened to fp32 (an 8B
+}  // namespace
+
+namespace detail {
+
+// logits [M][V] of the M rows `rows` ([M][H]): final norm, then lm_head in 4096-row blocks widened to fp32 (an 8B
 // model's lm_head is 1 GB in bf16: never copied whole).
-void logits_cpu(const Checkpoint& ck, const Geometry& g, const float* h, ForwardResult& r) {
+void logits_of_rows(const Checkpoint& ck, const float* rows, int M, ForwardResult& r) {
   const auto& cfg = ck.config();
-  const auto norm = vec_f32(ck.tensor("model.norm.weight", {g.H}));
-  std::vector<float> xn(std::size_t(g.M) * g.H);
-  rmsnorm(h + std::size_t(g.C - g.M) * g.H, norm.data(), cfg.shape.rms_eps, g.M, g.H, xn.data());
+  const int H = cfg.shape.hidden, V = cfg.shape.vocab;
+  const auto norm = vec_f32(ck.tensor("model.norm.weight", {H}));
+  std::vector<float> xn(std::size_t(M) * H);
+  rmsnorm(rows, norm.data(), cfg.shape.rms_eps, M, H, xn.data());
   const std::string head = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  const TensorView w = ck.tensor(head, {g.V, g.H});
+  const TensorView w = ck.tensor(head, {V, H});
   constexpr int kBlock = 4096;
-  std::vector<float> wb(std::size_t(std::min(kBlock, g.V)) * g.H), yb(std::size_t(g.M) * std::min(kBlock, g.V));
-  r.logits.assign(std::size_t(g.M) * g.V, 0.0f);
-  for (int v0 = 0; v0 < g.V; v0 += kBlock) {
-    const int nv = std::min(kBlock, g.V - v0);
-    to_f32(w, wb.data(), std::int64_t(v0) * g.H, std::int64_t(nv) * g.H);
-    frontier::gemm_xwT(xn.data(), wb.data(), yb.data(), g.M, nv, g.H);
-    for (int mm = 0; mm < g.M; ++mm) std::copy_n(yb.data() + std::size_t(mm) * nv, nv, r.logits.data() + std::size_t(mm) * g.V + v0);
+  std::vector<float> wb(std::size_t(std::min(kBlock, V)) * H), yb(std::size_t(M) * std::min(kBlock, V));
+  r.logits.assign(std::size_t(M) * V, 0.0f);
+  for (int v0 = 0; v0 < V; v0 += kBlock) {
+    const int nv = std::min(kBlock, V - v0);
+    to_f32(w, wb.data(), std::int64_t(v0) * H, std::int64_t(nv) * H);
+    frontier::gemm_xwT(xn.data(), wb.data(), yb.data(), M, nv, H);
+    for (int mm = 0; mm < M; ++mm) std::copy_n(yb.data() + std::size_t(mm) * nv, nv, r.logits.data() + std::size_t(mm) * V + v0);
   }
-  const float* last = r.logits.data() + std::size_t(g.M - 1) * g.V;
-  r.next_token = std::int32_t(std::max_element(last, last + g.V) - last);
+  const float* last = r.logits.data() + std::size_t(M - 1) * V;
+  r.next_token = std::int32_t(std::max_element(last, last + V) - last);
   r.allocated_bytes += 4 * (xn.size() + wb.size() + yb.size() + r.logits.size());
 }
 
-}  // namespace
+void validate_forward(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
+  validate(cfg, tokens, opt);
+}
+
+}  // namespace detail
+
+void fill_probs_from_qk(AttentionCapture& cap, int c) {
+  if (c < 0 || std::size_t(c) >= cap.layer_ids.size())
+    throw std::invalid_argument("fill_probs_from_qk: layer index " + std::to_string(c) + " not captured");
+  const int C = cap.context, M = cap.queries, D = cap.head_dim, G = cap.q_heads / cap.kv_heads;
+  const float scale = 1.0f / std::sqrt(float(D));
+  frontier::blas_on_openmp();
+#pragma omp parallel for schedule(dynamic)
+  for (int hq = 0; hq < cap.q_heads; ++hq) {
+    float* p = cap.probs.data() + ((std::size_t(c) * cap.q_heads + hq) * M) * C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, C, D, scale, cap.q_at(c, hq, 0), D, cap.k_at(c, hq / G), D,
+                0.0f, p, C);
+    for (int m = 0; m < M; ++m) frontier::causal_softmax_row(p + std::size_t(m) * C, C - M + m + 1, C);
+  }
+}
 
 ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
   const auto& cfg = ck.config();
@@ -389,7 +414,7 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   }
   r.allocated_bytes = layer_bytes + x.bytes() + 4 * (h.size() + cos_sin.size() + k_own.size() + v_own.size()) +
                       4 * (cap.probs.size() + cap.q.size() + cap.k.size() + cap.v.size());
-  logits_cpu(ck, g, h.data(), r);
+  detail::logits_of_rows(ck, h.data() + std::size_t(g.C - g.M) * g.H, g.M, r);
   return r;
 }
 
@@ -500,7 +525,7 @@ std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint
   frontier::blas_on_openmp();
   const int A = int(masks.size()), C = prompt_kv.context;
   Geometry g = model_geometry(m);
-  g.C = A;  // the rows of h: one per selection (logits_cpu reads the last M rows of C)
+  g.C = A;  // the rows of h: one per selection
   g.M = A;
   g.T = A;
   DecodeCache c;
@@ -551,7 +576,7 @@ std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint
       finish_layer(g, w, m.rms_eps, h.data(), A, x);
     }
     ForwardResult r;
-    logits_cpu(ck, g, h.data(), r);
+    detail::logits_of_rows(ck, h.data(), A, r);
     for (int row = 0; row < A; ++row) {
       const float* lr = r.logits.data() + std::size_t(row) * g.V;
       out[row].push_back(std::int32_t(std::max_element(lr, lr + g.V) - lr));

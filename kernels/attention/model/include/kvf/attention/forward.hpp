@@ -70,6 +70,25 @@ struct ForwardResult {
 // mask of the wrong geometry, a context beyond a sliding window (not built), a missing or misshapen tensor.
 ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt);
 
+// The same pass with the projections, RoPE, attention and MLP on a GPU (only in builds with CUDA; the idleness
+// study's prefill kernels, kvf::decode::gpu::ModelPrefillGpu): the weights rounded to bf16 (exact for a bf16
+// checkpoint) and uploaded one layer at a time, the K/V cache and q in bf16 as engines keep them (the CPU pass keeps
+// them in fp32), fp32 residual stream. The capture holds those bf16 values widened; its probabilities are computed
+// from them on the host (fill_probs_from_qk); logits on the host. Before any layer past the first runs, rows of layer
+// 0 (h, K and V) are checked against kvf::decode's fp64 reference (decode.hpp's tolerances): a mismatch throws
+// std::runtime_error naming the figures. No mask (opt.mask must be null: the needle decode runs cached on the CPU).
+// device: a CUDA ordinal. *gpu_note (if given): the device and the check's figures.
+// UsageError: as forward_cpu, a mask, or a context the device memory cannot hold; std::runtime_error: no CUDA in
+// this build or no usable device, a CUDA error, the check failing.
+ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt,
+                          int device = 0, std::string* gpu_note = nullptr);
+// Whether this build has the GPU forward (KVF_HAVE_CUDA).
+bool forward_gpu_built();
+
+// probs of captured layer c from its q and k: softmax(q k^T / sqrt(D)) over positions 0 .. C - M + m (causal), 0
+// past them; what forward_cpu's attention computes for those rows, in the same fp32 arithmetic.
+void fill_probs_from_qk(AttentionCapture& cap, int c);
+
 // `n` greedy tokens after the prompt, each step a forward_cpu over prompt + tokens so far with `mask` (its
 // `from` is normally the prompt length): n prefills. The oracle of greedy_decode_cached_cpu.
 std::vector<std::int32_t> greedy_decode_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& prompt, int n,

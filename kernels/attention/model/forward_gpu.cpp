@@ -1,0 +1,257 @@
+// The Llama-family forward pass on a GPU (kvf/attention/forward.hpp: forward_gpu). Host code only: the layer runs
+// through the idleness study's prefill kernels (kvf::decode::gpu::ModelPrefillGpu: cuBLASLt GEMMs, the fused small
+// kernels, the causal prefill attention), checked against kvf::decode's fp64 reference on rows of layer 0.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "forward_detail.hpp"
+#include "kvf/attention/forward.hpp"
+#include "kvf/errors.hpp"
+
+#if defined(KVF_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "decode.hpp"
+#include "decode_gpu.hpp"
+#include "layers.hpp"
+#include "recompute.hpp"
+#endif
+
+namespace kvf::attention {
+
+#if !defined(KVF_HAVE_CUDA)
+bool forward_gpu_built() { return false; }
+ForwardResult forward_gpu(const Checkpoint&, const std::vector<std::int32_t>&, const ForwardOptions&, int,
+                          std::string*) {
+  throw std::runtime_error("forward_gpu: not available: this build has no CUDA (configure with the CUDA toolkit)");
+}
+#else
+bool forward_gpu_built() { return true; }
+
+namespace {
+
+namespace dg = kvf::decode::gpu;
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("forward_gpu: ") + what + ": " + cudaGetErrorString(e));
+}
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() { (void)cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// One layer in host memory as ModelPrefillGpu takes it: bf16 matrices stacked as the CPU pass stacks them.
+struct LayerHost {
+  std::vector<std::uint16_t> wqkv, wo, wgu, wd;
+  std::vector<float> g_attn, g_mlp, bias;
+  dg::ModelLayerHost view() const {
+    return {wqkv.data(), wo.data(), wgu.data(), wd.data(), g_attn.data(), g_mlp.data(),
+            bias.empty() ? nullptr : bias.data()};
+  }
+};
+
+std::vector<std::uint16_t> stacked_bf16(const std::vector<TensorView>& parts) {
+  std::size_t n = 0;
+  for (const auto& p : parts) n += std::size_t(p.info->numel());
+  std::vector<std::uint16_t> out(n);
+  std::size_t at = 0;
+  for (const auto& p : parts) {
+    to_bf16(p, out.data() + at);
+    at += std::size_t(p.info->numel());
+  }
+  return out;
+}
+
+std::vector<float> f32_of(const TensorView& v) {
+  std::vector<float> out(std::size_t(v.info->numel()));
+  to_f32(v, out.data());
+  return out;
+}
+
+LayerHost load_layer_host(const Checkpoint& ck, int l) {
+  const auto& m = ck.config().shape;
+  const std::int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
+  auto t = [&](const char* s, std::vector<std::int64_t> shape) { return ck.tensor(layer_tensor(l, s), shape); };
+  LayerHost w;
+  w.wqkv = stacked_bf16({t("self_attn.q_proj.weight", {qd, H}), t("self_attn.k_proj.weight", {kvd, H}),
+                         t("self_attn.v_proj.weight", {kvd, H})});
+  w.wo = stacked_bf16({t("self_attn.o_proj.weight", {H, qd})});
+  w.wgu = stacked_bf16({t("mlp.gate_proj.weight", {I, H}), t("mlp.up_proj.weight", {I, H})});
+  w.wd = stacked_bf16({t("mlp.down_proj.weight", {H, I})});
+  w.g_attn = f32_of(t("input_layernorm.weight", {H}));
+  w.g_mlp = f32_of(t("post_attention_layernorm.weight", {H}));
+  if (m.qkv_bias)
+    for (auto [name, n] : {std::pair{"self_attn.q_proj.bias", qd}, std::pair{"self_attn.k_proj.bias", kvd},
+                           std::pair{"self_attn.v_proj.bias", kvd}}) {
+      const auto f = f32_of(t(name, {n}));
+      w.bias.insert(w.bias.end(), f.begin(), f.end());
+    }
+  return w;
+}
+
+// The same layer as kvf::decode's reference reads it (fp32 arrays holding the bf16 values the GPU multiplies).
+frontier::LayerWeights reference_weights(const LayerHost& w, const models::ModelShape& m) {
+  frontier::LayerWeights r;
+  r.hidden = m.hidden, r.n_heads = m.n_heads, r.n_kv_heads = m.n_kv_heads, r.head_dim = m.head_dim;
+  r.intermediate = m.intermediate, r.eps = float(m.rms_eps);
+  auto widen = [](const std::vector<std::uint16_t>& b) {
+    std::vector<float> f(b.size());
+    frontier::bf16_to_f32(b.data(), f.data(), b.size());
+    return f;
+  };
+  r.wqkv = widen(w.wqkv), r.wo = widen(w.wo), r.wgu = widen(w.wgu), r.wd = widen(w.wd);
+  r.g_attn = w.g_attn, r.g_mlp = w.g_mlp, r.bqkv = w.bias;
+  return r;
+}
+
+decode::RopeRow rope_row_at(const std::vector<double>& inv_freq, int pos) {
+  const int half = int(inv_freq.size());
+  decode::RopeRow r;
+  r.cs.resize(2 * half);
+  r.ang.resize(half);
+  for (int i = 0; i < half; ++i) {
+    r.ang[i] = double(pos) * inv_freq[i];
+    r.cs[i] = float(std::cos(r.ang[i]));
+    r.cs[half + i] = float(std::sin(r.ang[i]));
+  }
+  return r;
+}
+
+// Layer 0 of the pass at rows 0, C/2 and C-1: each row's h after the layer against decode::reference_layer over
+// the pass's own K/V before it (the row's own computed by the reference, as check_prefill_rows does), and the K/V
+// the pass wrote there against decode::reference_qkv. Throws std::runtime_error with the figures when either fails.
+std::string check_layer0(const dg::ModelPrefillGpu& gpu, const LayerHost& w0, const models::ModelShape& m,
+                         const std::vector<float>& h0, const std::vector<double>& inv_freq, int C, cudaStream_t s) {
+  const frontier::LayerWeights rw = reference_weights(w0, m);
+  std::vector<int> rows{0, C / 2, C - 1};
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const int H = m.hidden, kvd = m.kv_dim(), D = m.head_dim;
+  std::vector<float> h_got, kv_got;
+  std::vector<std::vector<double>> h_ref, kv_ref;
+  std::vector<int> at;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int r = rows[i];
+    std::vector<std::uint16_t> kb, vb;
+    gpu.kv(r + 1, kb, vb, s);  // [Hkv][r + 1][D]
+    const auto hr = gpu.hidden_rows(r, 1, s);
+    h_got.insert(h_got.end(), hr.begin(), hr.end());
+    const auto rope = rope_row_at(inv_freq, r);
+    h_ref.emplace_back();
+    decode::reference_layer(rw, h0.data() + std::size_t(r) * H, kb.data(), vb.data(), r + 1, rope, h_ref.back());
+    std::vector<float> q, kn, vn;
+    decode::reference_qkv(rw, h0.data() + std::size_t(r) * H, rope, q, kn, vn);
+    kv_ref.emplace_back();
+    for (const auto* ref : {&kn, &vn}) kv_ref.back().insert(kv_ref.back().end(), ref->begin(), ref->end());
+    for (const auto* got : {&kb, &vb})
+      for (int hk = 0; hk < m.n_kv_heads; ++hk)
+        for (int d = 0; d < D; ++d)
+          kv_got.push_back(frontier::bf16_to_f32((*got)[(std::size_t(hk) * (r + 1) + r) * D + d]));
+    at.push_back(int(i));
+  }
+  const decode::VerifyResult hv = decode::compare_rows(h_got, H, at, h_ref);
+  const decode::VerifyResult kv = decode::compare_rows(kv_got, 2 * kvd, at, kv_ref);
+  const std::string text = "layer 0 at rows 0, C/2, C-1 against the fp64 reference: h " + hv.text() + "; K/V " + kv.text();
+  if (!hv.ok() || !kv.ok()) throw std::runtime_error("forward_gpu: verify failed: " + text);
+  return text;
+}
+
+}  // namespace
+
+ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt,
+                          int device, std::string* gpu_note) {
+  const auto& cfg = ck.config();
+  const auto& m = cfg.shape;
+  detail::validate_forward(cfg, tokens, opt);
+  if (opt.mask)
+    throw UsageError("forward_gpu: a selection mask is not built on the GPU (the needle decode runs on the CPU, cached)");
+  if (const std::string why = decode::unsupported_reason(m); !why.empty())
+    throw UsageError(cfg.source + ": the GPU forward does not support this model (" + why + "); --backend cpu runs it");
+  int count = 0;
+  cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw UsageError("forward_gpu: device " + std::to_string(device) + ": " + std::to_string(count) + " GPU(s) visible");
+  cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  const Stream stream;
+  const cudaStream_t s = stream.s;
+
+  const int C = int(tokens.size()), M = opt.queries, H = m.hidden, D = m.head_dim;
+  const int T = std::min({opt.chunk, C, decode::kMaxPrefillTokens});
+  const int cap = (C + T - 1) / T * T;
+  std::size_t free_b = 0, total_b = 0;
+  cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  const std::size_t need = dg::ModelPrefillGpu::device_bytes(m, T, cap, prop.multiProcessorCount);
+  if (need > free_b)
+    throw UsageError("forward_gpu: " + std::to_string(C) + " tokens in chunks of " + std::to_string(T) + " need " +
+                     std::to_string(need >> 20) + " MiB of device memory; " + prop.name + " has " +
+                     std::to_string(free_b >> 20) + " MiB free (a shorter prompt or --chunk, or --backend cpu)");
+
+  const auto inv_freq = hf_inv_freq(m);
+  std::vector<float> h(std::size_t(cap) * H, 0.0f);
+  const TensorView embed = ck.tensor("model.embed_tokens.weight", {m.vocab, H});
+  for (int t = 0; t < C; ++t) to_f32(embed, h.data() + std::size_t(t) * H, std::int64_t(tokens[t]) * H, H);
+  dg::ModelPrefillGpu gpu(m, T, cap, frontier::rope_table(inv_freq, cap), prop.multiProcessorCount, s);
+  gpu.set_hidden(h, s);
+
+  ForwardResult r;
+  std::vector<int> layers = opt.capture_layers;
+  if (layers.empty())
+    for (int l = 0; l < m.layers; ++l) layers.push_back(l);
+  auto& cap_ = r.capture;
+  if (opt.capture) {
+    cap_.layer_ids = layers;
+    cap_.q_heads = m.n_heads, cap_.kv_heads = m.n_kv_heads, cap_.head_dim = D, cap_.queries = M, cap_.context = C;
+    const std::size_t nl = layers.size();
+    cap_.probs.assign(nl * m.n_heads * M * std::size_t(C), 0.0f);
+    cap_.q.assign(nl * m.n_heads * M * std::size_t(D), 0.0f);
+    cap_.k.assign(nl * m.n_kv_heads * std::size_t(C) * D, 0.0f);
+    cap_.v.assign(cap_.k.size(), 0.0f);
+  }
+  std::string check;
+  std::uint64_t layer_bytes = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    const LayerHost w = load_layer_host(ck, l);
+    layer_bytes = std::max<std::uint64_t>(layer_bytes, 2 * (w.wqkv.size() + w.wo.size() + w.wgu.size() + w.wd.size()));
+    gpu.upload_layer(w.view(), s);
+    const auto it = std::find(cap_.layer_ids.begin(), cap_.layer_ids.end(), l);
+    const int c = opt.capture && it != cap_.layer_ids.end() ? int(it - cap_.layer_ids.begin()) : -1;
+    for (int t0 = 0; t0 < C; t0 += T) {
+      gpu.layer_chunk(t0, s);
+      const int i0 = std::max(C - M, t0), i1 = std::min(t0 + T, C);  // captured query rows in this chunk
+      if (c >= 0 && i0 < i1) {
+        const auto qb = gpu.q_rows(i0 - t0, i1 - i0, s);  // [n][Hq][D]
+        for (int i = i0; i < i1; ++i)
+          for (int hq = 0; hq < m.n_heads; ++hq)
+            frontier::bf16_to_f32(qb.data() + (std::size_t(i - i0) * m.n_heads + hq) * D,
+                                  cap_.q.data() + ((std::size_t(c) * m.n_heads + hq) * M + (i - (C - M))) * D, D);
+      }
+    }
+    if (c >= 0) {
+      std::vector<std::uint16_t> kb, vb;
+      gpu.kv(C, kb, vb, s);
+      const std::size_t n = kb.size(), at = std::size_t(c) * n;
+      frontier::bf16_to_f32(kb.data(), cap_.k.data() + at, n);
+      frontier::bf16_to_f32(vb.data(), cap_.v.data() + at, n);
+      fill_probs_from_qk(cap_, c);
+    }
+    if (l == 0) check = check_layer0(gpu, w, m, h, inv_freq, C, s);
+  }
+  const auto last = gpu.hidden_rows(C - M, M, s);
+  detail::logits_of_rows(ck, last.data(), M, r);
+  r.gemm = std::string("cuBLASLt bf16 x bf16 -> fp32 on ") + prop.name;
+  r.allocated_bytes += layer_bytes + 4 * h.size() + 4 * (cap_.probs.size() + cap_.q.size() + cap_.k.size() + cap_.v.size());
+  if (gpu_note)
+    *gpu_note = std::string(prop.name) + " (device " + std::to_string(device) + "), chunks of " + std::to_string(T) +
+                " rows; " + check;
+  return r;
+}
+#endif
+
+}  // namespace kvf::attention

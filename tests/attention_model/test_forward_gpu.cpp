@@ -1,0 +1,124 @@
+// The GPU forward (forward_gpu) and what it shares with the CPU pass. Without a GPU (or without CUDA in the build)
+// the comparison is skipped after checking that forward_gpu refuses with a reason; the host math it relies on
+// (fill_probs_from_qk) is checked here on any machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "kvf/attention/forward.hpp"
+#include "kvf/errors.hpp"
+#include "tiny_checkpoint.hpp"
+
+namespace kvf::attention {
+namespace {
+
+std::vector<std::int32_t> tokens_of(int n, int vocab) {
+  std::vector<std::int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = std::int32_t((i * 37 + 11) % vocab);
+  return t;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+double rms(const std::vector<float>& a) {
+  double ss = 0;
+  for (float x : a) ss += double(x) * x;
+  return std::sqrt(ss / std::max<std::size_t>(1, a.size()));
+}
+
+// The GPU kernels take head dims 64 and 128 and GQA groups of powers of two.
+test::TinySpec gpu_shaped() {
+  test::TinySpec s;
+  s.hidden = 128, s.heads = 4, s.kv_heads = 2, s.head_dim = 64, s.intermediate = 192;
+  return s;
+}
+
+TEST(AttentionForwardGpu, ProbsFromQkAreTheCpuPasss) {
+  const auto d = test::fresh_dir("probs_from_qk");
+  const test::TinySpec s = gpu_shaped();
+  test::write_tiny_checkpoint(d, s);
+  const Checkpoint ck(d);
+  ForwardOptions o;
+  o.chunk = 16;
+  o.queries = 8;
+  const auto r = forward_cpu(ck, tokens_of(40, s.vocab), o);
+  AttentionCapture cap = r.capture;
+  std::fill(cap.probs.begin(), cap.probs.end(), -1.0f);
+  for (int c = 0; c < int(cap.layer_ids.size()); ++c) fill_probs_from_qk(cap, c);
+  const double err = max_abs_diff(cap.probs, r.capture.probs);
+  std::printf("max |probs from q, k - the pass's| = %.2e\n", err);
+  EXPECT_LE(err, 1e-6);
+  EXPECT_THROW(fill_probs_from_qk(cap, int(cap.layer_ids.size())), std::invalid_argument);
+}
+
+// The GPU pass against the CPU pass on the same checkpoint: the GPU keeps q and K/V in bf16 (2^-9 relative per
+// element) where the CPU keeps fp32, so the tolerances are the bf16 ones of test_forward.cpp's unrounded reference.
+TEST(AttentionForwardGpu, MatchesTheCpuPassOnATinyCheckpoint) {
+  const auto d = test::fresh_dir("gpu_vs_cpu");
+  const test::TinySpec s = gpu_shaped();
+  test::write_tiny_checkpoint(d, s);
+  const Checkpoint ck(d);
+  ForwardOptions o;
+  o.chunk = 16;
+  o.queries = 8;
+  const auto t = tokens_of(40, s.vocab);  // chunks of 16: 16, 16, 8 (padded)
+  ForwardResult g;
+  std::string note;
+  try {
+    g = forward_gpu(ck, t, o, 0, &note);
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    // Refusals for want of a GPU are skips; anything else (a failed verify, a CUDA error mid-pass) fails.
+    if (why.find("not available") != std::string::npos || why.find("cudaGetDeviceCount") != std::string::npos ||
+        why.find("GPU(s) visible") != std::string::npos)
+      GTEST_SKIP() << "no GPU forward here: " << why;
+    FAIL() << why;
+  }
+  std::printf("GPU forward: %s\n", note.c_str());
+  const auto c = forward_cpu(ck, t, o);
+  ASSERT_EQ(g.capture.layer_ids, c.capture.layer_ids);
+  const double probs = max_abs_diff(g.capture.probs, c.capture.probs);
+  const double logits = max_abs_diff(g.logits, c.logits) / rms(c.logits);
+  const double k = max_abs_diff(g.capture.k, c.capture.k) / rms(c.capture.k);
+  const double v = max_abs_diff(g.capture.v, c.capture.v) / rms(c.capture.v);
+  const double q = max_abs_diff(g.capture.q, c.capture.q) / rms(c.capture.q);
+  std::printf("GPU - CPU: probs %.2e, logits %.2e, q %.2e, k %.2e, v %.2e (of rms)\n", probs, logits, q, k, v);
+  EXPECT_LE(probs, 0.02);
+  EXPECT_LE(logits, 0.05);
+  EXPECT_LE(q, 0.05);
+  EXPECT_LE(k, 0.05);
+  EXPECT_LE(v, 0.05);
+}
+
+TEST(AttentionForwardGpu, RefusesAMaskAndUnsupportedShapes) {
+  const auto d = test::fresh_dir("gpu_refusals");
+  const test::TinySpec s;  // head dim 16: not a GPU kernel's
+  test::write_tiny_checkpoint(d, s);
+  const Checkpoint ck(d);
+  ForwardOptions o;
+  o.queries = 4;
+  const auto t = tokens_of(24, s.vocab);
+  if (!forward_gpu_built()) {
+    EXPECT_THROW(forward_gpu(ck, t, o), std::runtime_error);
+    return;
+  }
+  try {
+    forward_gpu(ck, t, o);
+    FAIL() << "head dim 16 ran on the GPU forward";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 16"), std::string::npos) << e.what();
+  }
+  SelectionMask mask;
+  o.mask = &mask;
+  EXPECT_THROW(forward_gpu(ck, t, o), UsageError);
+}
+
+}  // namespace
+}  // namespace kvf::attention
