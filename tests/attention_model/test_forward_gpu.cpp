@@ -58,8 +58,11 @@ TEST(AttentionForwardGpu, ProbsFromQkAreTheCpuPasss) {
   EXPECT_THROW(fill_probs_from_qk(cap, int(cap.layer_ids.size())), std::invalid_argument);
 }
 
-// The GPU pass against the CPU pass on the same checkpoint: the GPU keeps q and K/V in bf16 (2^-9 relative per
-// element) where the CPU keeps fp32, so the tolerances are the bf16 ones of test_forward.cpp's unrounded reference.
+// The GPU pass against the CPU pass on the same checkpoint: both round the GEMM inputs to bf16; the GPU also keeps q
+// and K/V in bf16 (2^-9 relative per element) where the CPU keeps fp32. One such rounding of every GEMM input moved
+// the probabilities by up to 0.013 and logits/q/K/V by up to 2.8% of their RMS on these tiny models
+// (test_forward.cpp); q, k and v rounded once more: 0.03 and 8%. A wrong RoPE or a missing term misses them by
+// tens of times (AttentionForward.WrongRopeScalingMissesTheTolerance).
 TEST(AttentionForwardGpu, MatchesTheCpuPassOnATinyCheckpoint) {
   const auto d = test::fresh_dir("gpu_vs_cpu");
   const test::TinySpec s = gpu_shaped();
@@ -90,11 +93,11 @@ TEST(AttentionForwardGpu, MatchesTheCpuPassOnATinyCheckpoint) {
   const double v = max_abs_diff(g.capture.v, c.capture.v) / rms(c.capture.v);
   const double q = max_abs_diff(g.capture.q, c.capture.q) / rms(c.capture.q);
   std::printf("GPU - CPU: probs %.2e, logits %.2e, q %.2e, k %.2e, v %.2e (of rms)\n", probs, logits, q, k, v);
-  EXPECT_LE(probs, 0.02);
-  EXPECT_LE(logits, 0.05);
-  EXPECT_LE(q, 0.05);
-  EXPECT_LE(k, 0.05);
-  EXPECT_LE(v, 0.05);
+  EXPECT_LE(probs, 0.03);
+  EXPECT_LE(logits, 0.08);
+  EXPECT_LE(q, 0.08);
+  EXPECT_LE(k, 0.08);
+  EXPECT_LE(v, 0.08);
 }
 
 TEST(AttentionForwardGpu, RefusesAMaskAndUnsupportedShapes) {
