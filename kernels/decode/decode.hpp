@@ -87,6 +87,8 @@ struct RopeRow {  // cos/sin of one position, D/2 each (double-computed, stored 
   std::vector<double> ang;
 };
 RopeRow rope_row(const md::ModelShape& m, int pos);
+// The same from the inverse frequencies (D/2 of them), e.g. a checkpoint's (kvf::attention::hf_inv_freq).
+RopeRow rope_row(const std::vector<double>& inv_freq, int pos);
 
 // KV cache and scratch of a batch of B sequences at context C.
 struct DecodeState {

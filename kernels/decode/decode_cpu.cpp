@@ -149,14 +149,15 @@ double dot8d(const double* a, const float* b, int n) {
 }
 }  // namespace
 
-RopeRow rope_row(const md::ModelShape& m, int pos) {
-  const auto inv = fr::rope_inv_freq(m, m.head_dim);
-  const int half = m.head_dim / 2;
+RopeRow rope_row(const md::ModelShape& m, int pos) { return rope_row(fr::rope_inv_freq(m, m.head_dim), pos); }
+
+RopeRow rope_row(const std::vector<double>& inv_freq, int pos) {
+  const int half = int(inv_freq.size());
   RopeRow r;
-  r.cs.resize(m.head_dim);
+  r.cs.resize(2 * half);
   r.ang.resize(half);
   for (int i = 0; i < half; ++i) {
-    r.ang[i] = double(pos) * inv[i];
+    r.ang[i] = double(pos) * inv_freq[i];
     r.cs[i] = float(std::cos(r.ang[i]));
     r.cs[half + i] = float(std::sin(r.ang[i]));
   }

@@ -33,22 +33,27 @@ double rms(const std::vector<float>& a) {
   return std::sqrt(ss / std::max<std::size_t>(1, a.size()));
 }
 
-// The GPU kernels take head dims 64 and 128 and GQA groups of powers of two.
-test::TinySpec gpu_shaped() {
-  test::TinySpec s;
-  s.hidden = 128, s.heads = 4, s.kv_heads = 2, s.head_dim = 64, s.intermediate = 192;
-  return s;
-}
+// A tiny checkpoint the GPU kernels take (head dim 64, GQA group 2), a 40-token prompt in chunks of 16 (16, 16, 8
+// padded), the last 8 rows captured.
+struct GpuShaped {
+  test::TinySpec spec;
+  std::filesystem::path dir;
+  ForwardOptions opt;
+  std::vector<std::int32_t> tokens;
+  explicit GpuShaped(const std::string& name) {
+    spec.hidden = 128, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64, spec.intermediate = 192;
+    dir = test::fresh_dir(name);
+    test::write_tiny_checkpoint(dir, spec);
+    opt.chunk = 16;
+    opt.queries = 8;
+    tokens = tokens_of(40, spec.vocab);
+  }
+};
 
 TEST(AttentionForwardGpu, ProbsFromQkAreTheCpuPasss) {
-  const auto d = test::fresh_dir("probs_from_qk");
-  const test::TinySpec s = gpu_shaped();
-  test::write_tiny_checkpoint(d, s);
-  const Checkpoint ck(d);
-  ForwardOptions o;
-  o.chunk = 16;
-  o.queries = 8;
-  const auto r = forward_cpu(ck, tokens_of(40, s.vocab), o);
+  const GpuShaped x("probs_from_qk");
+  const Checkpoint ck(x.dir);
+  const auto r = forward_cpu(ck, x.tokens, x.opt);
   AttentionCapture cap = r.capture;
   std::fill(cap.probs.begin(), cap.probs.end(), -1.0f);
   for (int c = 0; c < int(cap.layer_ids.size()); ++c) fill_probs_from_qk(cap, c);
@@ -64,18 +69,12 @@ TEST(AttentionForwardGpu, ProbsFromQkAreTheCpuPasss) {
 // (test_forward.cpp); q, k and v rounded once more: 0.03 and 8%. A wrong RoPE or a missing term misses them by
 // tens of times (AttentionForward.WrongRopeScalingMissesTheTolerance).
 TEST(AttentionForwardGpu, MatchesTheCpuPassOnATinyCheckpoint) {
-  const auto d = test::fresh_dir("gpu_vs_cpu");
-  const test::TinySpec s = gpu_shaped();
-  test::write_tiny_checkpoint(d, s);
-  const Checkpoint ck(d);
-  ForwardOptions o;
-  o.chunk = 16;
-  o.queries = 8;
-  const auto t = tokens_of(40, s.vocab);  // chunks of 16: 16, 16, 8 (padded)
+  const GpuShaped x("gpu_vs_cpu");
+  const Checkpoint ck(x.dir);
   ForwardResult g;
   std::string note;
   try {
-    g = forward_gpu(ck, t, o, 0, &note);
+    g = forward_gpu(ck, x.tokens, x.opt, 0, &note);
   } catch (const std::exception& e) {
     const std::string why = e.what();
     // Refusals for want of a GPU are skips; anything else (a failed verify, a CUDA error mid-pass) fails.
@@ -85,7 +84,7 @@ TEST(AttentionForwardGpu, MatchesTheCpuPassOnATinyCheckpoint) {
     FAIL() << why;
   }
   std::printf("GPU forward: %s\n", note.c_str());
-  const auto c = forward_cpu(ck, t, o);
+  const auto c = forward_cpu(ck, x.tokens, x.opt);
   ASSERT_EQ(g.capture.layer_ids, c.capture.layer_ids);
   const double probs = max_abs_diff(g.capture.probs, c.capture.probs);
   const double logits = max_abs_diff(g.logits, c.logits) / rms(c.logits);

@@ -337,6 +337,26 @@ void validate_forward(const HfConfig& cfg, const std::vector<std::int32_t>& toke
   validate(cfg, tokens, opt);
 }
 
+void embed_rows(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, float* h) {
+  const int H = ck.config().shape.hidden;
+  const TensorView embed = ck.tensor("model.embed_tokens.weight", {ck.config().shape.vocab, H});
+  for (std::size_t t = 0; t < tokens.size(); ++t) to_f32(embed, h + t * H, std::int64_t(tokens[t]) * H, H);
+}
+
+void init_capture(const models::ModelShape& m, int C, const ForwardOptions& opt, AttentionCapture& cap) {
+  if (!opt.capture) return;
+  cap.layer_ids = opt.capture_layers;
+  if (cap.layer_ids.empty())
+    for (int l = 0; l < m.layers; ++l) cap.layer_ids.push_back(l);
+  cap.q_heads = m.n_heads, cap.kv_heads = m.n_kv_heads, cap.head_dim = m.head_dim, cap.queries = opt.queries;
+  cap.context = C;
+  const std::size_t nl = cap.layer_ids.size(), M = std::size_t(opt.queries), D = std::size_t(m.head_dim);
+  cap.probs.assign(nl * m.n_heads * M * std::size_t(C), 0.0f);
+  cap.q.assign(nl * m.n_heads * M * D, 0.0f);
+  cap.k.assign(nl * m.n_kv_heads * std::size_t(C) * D, 0.0f);
+  cap.v.assign(cap.k.size(), 0.0f);
+}
+
 }  // namespace detail
 
 void fill_probs_from_qk(AttentionCapture& cap, int c) {
@@ -366,23 +386,11 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   const int C_pad = (g.C + g.T - 1) / g.T * g.T;
   const auto cos_sin = frontier::rope_table(hf_inv_freq(m), g.C);
   std::vector<float> h(std::size_t(C_pad) * g.H, 0.0f);
-  const TensorView embed = ck.tensor("model.embed_tokens.weight", {g.V, g.H});
-  for (int t = 0; t < g.C; ++t) to_f32(embed, h.data() + std::size_t(t) * g.H, std::int64_t(tokens[t]) * g.H, g.H);
+  detail::embed_rows(ck, tokens, h.data());
 
   ForwardResult r;
-  std::vector<int> layers = opt.capture_layers;
-  if (layers.empty())
-    for (int l = 0; l < m.layers; ++l) layers.push_back(l);
   auto& cap = r.capture;
-  if (opt.capture) {
-    cap.layer_ids = layers;
-    cap.q_heads = g.nh, cap.kv_heads = g.nkv, cap.head_dim = g.D, cap.queries = g.M, cap.context = g.C;
-    const std::size_t nl = layers.size();
-    cap.probs.assign(nl * g.nh * g.M * std::size_t(g.C), 0.0f);
-    cap.q.assign(nl * g.nh * g.M * std::size_t(g.D), 0.0f);
-    cap.k.assign(nl * g.nkv * std::size_t(g.C) * g.D, 0.0f);
-    cap.v.assign(cap.k.size(), 0.0f);
-  }
+  detail::init_capture(m, g.C, opt, cap);
   std::vector<float> k_own, v_own;  // a layer not captured keeps its K/V here
   Scratch x = make_scratch(g, std::size_t(omp_get_max_threads()) * g.T * g.C);
   std::uint64_t layer_bytes = 0;

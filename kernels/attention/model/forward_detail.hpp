@@ -9,6 +9,10 @@ namespace kvf::attention::detail {
 
 // forward_cpu's checks of the tokens and options (UsageError).
 void validate_forward(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt);
+// h rows 0 .. tokens.size() - 1 = the tokens' embeddings, fp32 (rows past them untouched).
+void embed_rows(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, float* h);
+// When opt.capture: the capture's geometry and zeroed arrays for opt.capture_layers (empty: every layer).
+void init_capture(const models::ModelShape& m, int C, const ForwardOptions& opt, AttentionCapture& cap);
 // r.logits [M][vocab] and r.next_token from the M residual rows `rows` ([M][hidden], fp32): final norm, lm_head.
 void logits_of_rows(const Checkpoint& ck, const float* rows, int M, ForwardResult& r);
 

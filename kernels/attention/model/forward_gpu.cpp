@@ -110,19 +110,6 @@ frontier::LayerWeights reference_weights(const LayerHost& w, const models::Model
   return r;
 }
 
-decode::RopeRow rope_row_at(const std::vector<double>& inv_freq, int pos) {
-  const int half = int(inv_freq.size());
-  decode::RopeRow r;
-  r.cs.resize(2 * half);
-  r.ang.resize(half);
-  for (int i = 0; i < half; ++i) {
-    r.ang[i] = double(pos) * inv_freq[i];
-    r.cs[i] = float(std::cos(r.ang[i]));
-    r.cs[half + i] = float(std::sin(r.ang[i]));
-  }
-  return r;
-}
-
 // Layer 0 of the pass at rows 0, C/2 and C-1: each row's h after the layer against decode::reference_layer over
 // the pass's own K/V before it (the row's own computed by the reference, as check_prefill_rows does), and the K/V
 // the pass wrote there against decode::reference_qkv. Throws std::runtime_error with the figures when either fails.
@@ -141,7 +128,7 @@ std::string check_layer0(const dg::ModelPrefillGpu& gpu, const LayerHost& w0, co
     gpu.kv(r + 1, kb, vb, s);  // [Hkv][r + 1][D]
     const auto hr = gpu.hidden_rows(r, 1, s);
     h_got.insert(h_got.end(), hr.begin(), hr.end());
-    const auto rope = rope_row_at(inv_freq, r);
+    const auto rope = decode::rope_row(inv_freq, r);
     h_ref.emplace_back();
     decode::reference_layer(rw, h0.data() + std::size_t(r) * H, kb.data(), vb.data(), r + 1, rope, h_ref.back());
     std::vector<float> q, kn, vn;
@@ -195,25 +182,13 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
 
   const auto inv_freq = hf_inv_freq(m);
   std::vector<float> h(std::size_t(cap) * H, 0.0f);
-  const TensorView embed = ck.tensor("model.embed_tokens.weight", {m.vocab, H});
-  for (int t = 0; t < C; ++t) to_f32(embed, h.data() + std::size_t(t) * H, std::int64_t(tokens[t]) * H, H);
+  detail::embed_rows(ck, tokens, h.data());
   dg::ModelPrefillGpu gpu(m, T, cap, frontier::rope_table(inv_freq, cap), prop.multiProcessorCount, s);
   gpu.set_hidden(h, s);
 
   ForwardResult r;
-  std::vector<int> layers = opt.capture_layers;
-  if (layers.empty())
-    for (int l = 0; l < m.layers; ++l) layers.push_back(l);
   auto& cap_ = r.capture;
-  if (opt.capture) {
-    cap_.layer_ids = layers;
-    cap_.q_heads = m.n_heads, cap_.kv_heads = m.n_kv_heads, cap_.head_dim = D, cap_.queries = M, cap_.context = C;
-    const std::size_t nl = layers.size();
-    cap_.probs.assign(nl * m.n_heads * M * std::size_t(C), 0.0f);
-    cap_.q.assign(nl * m.n_heads * M * std::size_t(D), 0.0f);
-    cap_.k.assign(nl * m.n_kv_heads * std::size_t(C) * D, 0.0f);
-    cap_.v.assign(cap_.k.size(), 0.0f);
-  }
+  detail::init_capture(m, C, opt, cap_);
   std::string check;
   std::uint64_t layer_bytes = 0;
   for (int l = 0; l < m.layers; ++l) {
