@@ -65,10 +65,10 @@ std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
 // A tiny model (3 layers, 4 query heads, 2 kv heads) and a 64-token prompt.
 struct Fixture {
   fs::path model, tokens;
-  Fixture() {
+  explicit Fixture(const TinySpec& spec = {}) {
     const fs::path root = fresh_dir("bench_attention");
     model = fresh_dir("bench_attention_model");
-    write_tiny_checkpoint(model, TinySpec{});
+    write_tiny_checkpoint(model, spec);
     tokens = root / "prompt.tokens.json";
     std::string ids = "[";
     for (int i = 0; i < 64; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 5) % 64);
@@ -125,6 +125,30 @@ TEST(BenchAttention, WritesEveryFigureAndTheyHoldTheirInvariants) {
   const auto ndl = read_csv(out / "needle.csv");
   ASSERT_FALSE(ndl.empty());
   for (const auto& n : ndl) EXPECT_LE(std::stod(n.at("kept_mass")), std::stod(n.at("mass")) + 1e-9);
+}
+
+// Where a GPU is visible: the same prompt with --backend cuda and --backend cpu on a tiny model the GPU kernels take
+// (head dim 64): both write their files, meta.json says which ran, and the per-layer entropies agree within the bf16
+// tolerance of the GPU pass (AttentionForwardGpu: probabilities within 0.03). Skipped elsewhere.
+TEST(BenchAttention, GpuBackendAgreesWithTheCpuOne) {
+  if (!kvf::attention::forward_gpu_built() || !gpu_visible()) GTEST_SKIP() << "no GPU forward here";
+  TinySpec spec;
+  spec.hidden = 128, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64, spec.intermediate = 192;
+  const Fixture fx(spec);
+  std::map<std::string, std::vector<std::map<std::string, std::string>>> entropy;
+  for (const std::string backend : {"cpu", "cuda"}) {
+    const fs::path out = fresh_dir("bench_attention_" + backend);
+    const BenchRun r = bench(fx.args(out) + " --backend " + backend);
+    ASSERT_EQ(r.code, 0) << backend << ": " << r.err;
+    const auto meta = nlohmann::json::parse(std::ifstream(out / "meta.json"));
+    EXPECT_EQ(meta["backend"], backend);
+    entropy[backend] = read_csv(out / "layer_entropy.csv");
+  }
+  ASSERT_EQ(entropy["cpu"].size(), entropy["cuda"].size());
+  for (std::size_t i = 0; i < entropy["cpu"].size(); ++i)
+    for (const auto& [col, v] : entropy["cpu"][i])
+      if (col == "normalized")
+        EXPECT_NEAR(std::stod(entropy["cuda"][i].at(col)), std::stod(v), 0.03) << "row " << i << " " << col;
 }
 
 #ifdef KVF_HAVE_ATTENTION_REPORT
