@@ -71,7 +71,8 @@ bool use_gpu(const Flags& f, int* ordinal, std::string* why) {
                      std::to_string(gpus.size() - 1) + ")");
   if (gpus.empty()) {
     if (f.backend == "cuda" || dev.kind == kvf::DeviceChoice::Kind::gpu)
-      throw UsageError("--backend cuda: no usable GPU (" + none + "); --backend cpu runs the prefill on the CPU");
+      throw UsageError((f.backend == "cuda" ? std::string("--backend cuda") : "--device " + f.device) +
+                       ": no usable GPU (" + none + "); --backend cpu runs the prefill on the CPU");
     *why = "cpu (auto: no usable GPU: " + none + ")";
     return false;
   }
@@ -185,8 +186,7 @@ int run(const Flags& f) {
   }
 
   std::fprintf(stderr, "%s: prefill backend: %s\n", kProg, backend_why.c_str());
-  // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it. (On a GPU the
-  // estimate is the CPU's; the device memory is checked when the pass starts.)
+  // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
   kvf::attention::RunShape rs;
   rs.context = C;
   rs.queries = f.queries;
@@ -205,6 +205,9 @@ int run(const Flags& f) {
   const auto avail = kvf::attention::available_memory_bytes();
   std::fprintf(stderr, "%s: %s, %d tokens, M=%d: %s\n", kProg, cfg.architecture.c_str(), C, f.queries,
                kvf::attention::describe(est, avail).c_str());
+  if (gpu)
+    std::fprintf(stderr, "%s: the prefill runs on the GPU: the time above is the CPU pass's (the needle decode and the "
+                 "figures stay on the CPU); the device memory is checked when the pass starts\n", kProg);
   kvf::attention::check_memory(est, avail, rs);
   if (!answer.empty()) {
     // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
