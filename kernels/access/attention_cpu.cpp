@@ -481,7 +481,7 @@ void item_avx512(const Item& it) {
 // come in address order. bf16 rows are never widened in memory (bf16_even/odd below). On a 2-core Zen 3 VM
 // (2026-11-27), against the step-by-step, widen-first loop: 1.4x in a one-thread loop over 4K in cache,
 // ~1.07x at 64K from DRAM, where compute and memory barely overlap on that VM (a load-only walk of the same
-// rows read ~16 GB/s, this loop ~8, its compute alone ~12-20: about the sum of the two times).
+// rows read ~16 GB/s, this loop ~8, its compute alone ~12-17: about the sum of the two times).
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
 template <DType T>
