@@ -478,10 +478,11 @@ void item_avx512(const Item& it) {
 // exp2 and rescale of the scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7
 // GB/s on a Zen 3 core); PV with four query heads x 16 dims of accumulators in registers over the step's
 // tokens. A head's 16 tokens (one page of the paged layouts) are read before the next head's, so the rows
-// come in address order. bf16 rows are never widened in memory (bf16_even/odd below). On a 2-core Zen 3 VM
-// (2026-11-27), against the step-by-step, widen-first loop: 1.4x in a one-thread loop over 4K in cache,
-// ~1.07x at 64K from DRAM, where compute and memory barely overlap on that VM (a load-only walk of the same
-// rows read ~16 GB/s, this loop ~8, its compute alone ~12-17: about the sum of the two times).
+// come in address order. bf16 K rows are read in place (bf16_even/odd below), V rows widened into L1 first. On a
+// 2-core Zen 3 VM (2026-11-27), against the step-by-step loop with four chains: 1.4x in a one-thread loop over 4K
+// in cache; at 64K from DRAM, alternated bench_access runs, faster in 4 of 5 against it and 5 of 5 (1.13x in
+// medians) against the same loop with V widened inside the PV. Compute and memory overlap poorly there (a
+// load-only walk of the same rows read ~16 GB/s, this loop ~8-10, its compute alone ~12-17).
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
 template <DType T>
@@ -540,10 +541,9 @@ void item_avx2(const Item& it) {
   constexpr int HU = G < 4 ? G : 4;  // query heads per QK reduction and per PV pass
   constexpr int TU = 8 / HU;         // tokens per QK pass
   constexpr int JU = 8 / HU;         // 8-dim vectors per PV pass
-  constexpr bool kWidenV = G > HU;
-  // bf16 rows are not widened: a 32-bit lane holds an even element (low half) and the next odd one (high
-  // half), so one 16-element load gives both as fp32 (bf16_even/odd); q and the accumulators are kept in the
-  // same [even 8 | odd 8] order per 16 dims (qp; acc, put back in order at the end).
+  // bf16 K rows are read in place: a 32-bit lane holds an even element (low half) and the next odd one (high
+  // half), so one 16-element load gives both as fp32 (bf16_even/odd); q, the widened V rows and the accumulators
+  // are kept in the same [even 8 | odd 8] order per 16 dims (qp; vf; acc, put back in order at the end).
   constexpr bool kSplitBf16 = T == DType::bf16;
   constexpr int SS = kChunk / C;  // steps per head before the next head: one 16-token page of a head
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
@@ -650,20 +650,21 @@ void item_avx2(const Item& it) {
           ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
           ms[h * G + g] = mn;
         }
-        // V rows widened once into L1 when more than one pass of HU heads reads them; with one pass, widened
-        // where they are used. HU heads x JU vectors of 8 dims: again eight independent chains.
-        if constexpr (kWidenV)
-          for (int i = 0; i < C; ++i)
-            for (int j = 0; j < D; j += 16) {
-              if constexpr (kSplitBf16) {
-                const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j));
-                _mm256_store_ps(&vf[i][j], bf16_even(vv));
-                _mm256_store_ps(&vf[i][j + 8], bf16_odd(vv));
-              } else {
-                _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
-                _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
-              }
+        // The step's V rows widened into L1 first, in one tight loop of loads (bf16 in the [even | odd] order):
+        // from DRAM that beat widening them inside the PV on this Zen 3 VM (64K cold, two threads, 3 of 4 paired
+        // rounds, median of minimums 42.3 -> 34.1 ms; hq = hkv 16K 5 of 6, 7.4 -> 6.4 ms), the same in cache.
+        // Then HU heads x JU vectors of 8 dims: again eight independent chains.
+        for (int i = 0; i < C; ++i)
+          for (int j = 0; j < D; j += 16) {
+            if constexpr (kSplitBf16) {
+              const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j));
+              _mm256_store_ps(&vf[i][j], bf16_even(vv));
+              _mm256_store_ps(&vf[i][j + 8], bf16_odd(vv));
+            } else {
+              _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
+              _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
             }
+          }
         for (int g0 = 0; g0 < G; g0 += HU)
           for (int j = 0; j < D; j += 8 * JU) {
             __m256 a[HU][JU];
@@ -674,19 +675,7 @@ void item_avx2(const Item& it) {
               }
             for (int i = 0; i < C; ++i) {
               __m256 v[JU];
-              for (int u = 0; u < JU; u += 2) {
-                if constexpr (kWidenV) {
-                  v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
-                  v[u + 1] = _mm256_load_ps(&vf[i][j + 8 * u + 8]);
-                } else if constexpr (kSplitBf16) {
-                  const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j + 8 * u));
-                  v[u] = bf16_even(vv);
-                  v[u + 1] = bf16_odd(vv);
-                } else {
-                  v[u] = load8<T>(vb + p[i] + j + 8 * u);
-                  v[u + 1] = load8<T>(vb + p[i] + j + 8 * u + 8);
-                }
-              }
+              for (int u = 0; u < JU; ++u) v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
               for (int x = 0; x < HU; ++x) {
                 const __m256 w = _mm256_broadcast_ss(&s[g0 + x][i]);
                 for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
