@@ -75,11 +75,6 @@ Proj make_proj(const std::vector<TensorView>& parts, int M, int K) {
   return p;
 }
 
-std::vector<float> vec_f32(const TensorView& v) {
-  std::vector<float> out(std::size_t(v.info->numel()));
-  to_f32(v, out.data());
-  return out;
-}
 
 struct LayerW {
   Proj qkv, o, gu, d;
@@ -91,23 +86,15 @@ struct LayerW {
 
 LayerW load_layer(const Checkpoint& ck, int l, int T) {
   const auto& m = ck.config().shape;
-  const std::int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
-  auto t = [&](const char* s, std::vector<std::int64_t> shape) { return ck.tensor(layer_tensor(l, s), shape); };
+  const detail::LayerTensors t = detail::layer_tensors(ck, l);
   LayerW w;
-  w.qkv = make_proj({t("self_attn.q_proj.weight", {qd, H}), t("self_attn.k_proj.weight", {kvd, H}),
-                     t("self_attn.v_proj.weight", {kvd, H})}, T, int(H));
-  w.o = make_proj({t("self_attn.o_proj.weight", {H, qd})}, T, int(qd));
-  w.gu = make_proj({t("mlp.gate_proj.weight", {I, H}), t("mlp.up_proj.weight", {I, H})}, T, int(H));
-  w.d = make_proj({t("mlp.down_proj.weight", {H, I})}, T, int(I));
-  w.g_in = vec_f32(t("input_layernorm.weight", {H}));
-  w.g_post = vec_f32(t("post_attention_layernorm.weight", {H}));
-  if (m.qkv_bias) {
-    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
-      const auto v = t(b, {std::string(b).find("q_proj") != std::string::npos ? qd : kvd});
-      const auto f = vec_f32(v);
-      w.bias.insert(w.bias.end(), f.begin(), f.end());
-    }
-  }
+  w.qkv = make_proj(t.qkv, T, m.hidden);
+  w.o = make_proj({t.o}, T, m.q_dim());
+  w.gu = make_proj(t.gu, T, m.hidden);
+  w.d = make_proj({t.d}, T, m.intermediate);
+  w.g_in = detail::vec_f32(t.g_in);
+  w.g_post = detail::vec_f32(t.g_post);
+  w.bias = detail::vec_f32(t.bias);
   return w;
 }
 
@@ -147,28 +134,6 @@ void check_mask(const models::ModelShape& m, const SelectionMask& k, bool from_o
                          std::to_string(k.from) + ")");
 }
 
-void validate(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
-  const auto& m = cfg.shape;
-  const int C = int(tokens.size());
-  if (C < 1) throw UsageError("attention forward: no tokens");
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] < 0 || tokens[i] >= m.vocab)
-      throw UsageError("attention forward: position " + std::to_string(i) + ": token id " + std::to_string(tokens[i]) +
-                       " is not in [0, " + std::to_string(m.vocab) + ")");
-  if (opt.queries < 1 || opt.queries > C)
-    throw UsageError("attention forward: queries " + std::to_string(opt.queries) + " must be in [1, context " +
-                     std::to_string(C) + "]");
-  if (opt.chunk < 1) throw UsageError("attention forward: chunk " + std::to_string(opt.chunk) + " must be at least 1");
-  for (int l : opt.capture_layers)
-    if (l < 0 || l >= m.layers)
-      throw UsageError("attention forward: capture layer " + std::to_string(l) + " is not in [0, " +
-                       std::to_string(m.layers) + ")");
-  check_no_sliding_window(cfg, C);
-  if (const SelectionMask* k = opt.mask)
-    check_mask(m, *k, k->from >= 0 && k->from <= C,
-               "the model has " + std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " and the context " +
-                   std::to_string(C));
-}
 
 // Per layer and kv head, whether a key below mask.from is kept ([kv head][from]).
 std::vector<std::uint8_t> keep_bits(const SelectionMask& k, int l) {
@@ -314,7 +279,7 @@ namespace detail {
 void logits_of_rows(const Checkpoint& ck, const float* rows, int M, ForwardResult& r) {
   const auto& cfg = ck.config();
   const int H = cfg.shape.hidden, V = cfg.shape.vocab;
-  const auto norm = vec_f32(ck.tensor("model.norm.weight", {H}));
+  const auto norm = detail::vec_f32(ck.tensor("model.norm.weight", {H}));
   std::vector<float> xn(std::size_t(M) * H);
   rmsnorm(rows, norm.data(), cfg.shape.rms_eps, M, H, xn.data());
   const std::string head = cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
@@ -334,7 +299,58 @@ void logits_of_rows(const Checkpoint& ck, const float* rows, int M, ForwardResul
 }
 
 void validate_forward(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
-  validate(cfg, tokens, opt);
+  const auto& m = cfg.shape;
+  const int C = int(tokens.size());
+  if (C < 1) throw UsageError("attention forward: no tokens");
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= m.vocab)
+      throw UsageError("attention forward: position " + std::to_string(i) + ": token id " + std::to_string(tokens[i]) +
+                       " is not in [0, " + std::to_string(m.vocab) + ")");
+  if (opt.queries < 1 || opt.queries > C)
+    throw UsageError("attention forward: queries " + std::to_string(opt.queries) + " must be in [1, context " +
+                     std::to_string(C) + "]");
+  if (opt.chunk < 1) throw UsageError("attention forward: chunk " + std::to_string(opt.chunk) + " must be at least 1");
+  for (int l : opt.capture_layers)
+    if (l < 0 || l >= m.layers)
+      throw UsageError("attention forward: capture layer " + std::to_string(l) + " is not in [0, " +
+                       std::to_string(m.layers) + ")");
+  check_no_sliding_window(cfg, C);
+  if (const SelectionMask* k = opt.mask)
+    check_mask(m, *k, k->from >= 0 && k->from <= C,
+               "the model has " + std::to_string(m.layers) + " x " + std::to_string(m.n_kv_heads) + " and the context " +
+                   std::to_string(C));
+}
+
+std::vector<float> vec_f32(const TensorView& v) {
+  std::vector<float> out(std::size_t(v.info->numel()));
+  to_f32(v, out.data());
+  return out;
+}
+
+std::vector<float> vec_f32(const std::vector<TensorView>& vs) {
+  std::vector<float> out;
+  for (const auto& v : vs) {
+    const auto f = vec_f32(v);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+LayerTensors layer_tensors(const Checkpoint& ck, int l) {
+  const auto& m = ck.config().shape;
+  const std::int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
+  auto t = [&](const char* s, std::vector<std::int64_t> shape) { return ck.tensor(layer_tensor(l, s), shape); };
+  LayerTensors r;
+  r.qkv = {t("self_attn.q_proj.weight", {qd, H}), t("self_attn.k_proj.weight", {kvd, H}),
+           t("self_attn.v_proj.weight", {kvd, H})};
+  r.o = t("self_attn.o_proj.weight", {H, qd});
+  r.gu = {t("mlp.gate_proj.weight", {I, H}), t("mlp.up_proj.weight", {I, H})};
+  r.d = t("mlp.down_proj.weight", {H, I});
+  r.g_in = t("input_layernorm.weight", {H});
+  r.g_post = t("post_attention_layernorm.weight", {H});
+  if (m.qkv_bias)
+    r.bias = {t("self_attn.q_proj.bias", {qd}), t("self_attn.k_proj.bias", {kvd}), t("self_attn.v_proj.bias", {kvd})};
+  return r;
 }
 
 void embed_rows(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, float* h) {
@@ -377,7 +393,7 @@ void fill_probs_from_qk(AttentionCapture& cap, int c) {
 ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
   const auto& cfg = ck.config();
   const auto& m = cfg.shape;
-  validate(cfg, tokens, opt);
+  detail::validate_forward(cfg, tokens, opt);
   frontier::blas_on_openmp();
   Geometry g = model_geometry(m);
   g.C = int(tokens.size());

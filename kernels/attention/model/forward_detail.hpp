@@ -9,6 +9,16 @@ namespace kvf::attention::detail {
 
 // forward_cpu's checks of the tokens and options (UsageError).
 void validate_forward(const HfConfig& cfg, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt);
+// A view's values widened to fp32.
+std::vector<float> vec_f32(const TensorView& v);
+std::vector<float> vec_f32(const std::vector<TensorView>& vs);  // one after another
+// Layer l's tensors, shapes checked against the config: the rows of [q; k; v] and [gate; up] in stacking order,
+// o_proj, down_proj, the two norms, and the q/k/v biases (Qwen2; empty otherwise).
+struct LayerTensors {
+  std::vector<TensorView> qkv, gu, bias;
+  TensorView o, d, g_in, g_post;
+};
+LayerTensors layer_tensors(const Checkpoint& ck, int l);
 // h rows 0 .. tokens.size() - 1 = the tokens' embeddings, fp32 (rows past them untouched).
 void embed_rows(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, float* h);
 // When opt.capture: the capture's geometry and zeroed arrays for opt.capture_layers (empty: every layer).

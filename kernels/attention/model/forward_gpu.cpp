@@ -68,30 +68,16 @@ std::vector<std::uint16_t> stacked_bf16(const std::vector<TensorView>& parts) {
   return out;
 }
 
-std::vector<float> f32_of(const TensorView& v) {
-  std::vector<float> out(std::size_t(v.info->numel()));
-  to_f32(v, out.data());
-  return out;
-}
-
 LayerHost load_layer_host(const Checkpoint& ck, int l) {
-  const auto& m = ck.config().shape;
-  const std::int64_t H = m.hidden, qd = m.q_dim(), kvd = m.kv_dim(), I = m.intermediate;
-  auto t = [&](const char* s, std::vector<std::int64_t> shape) { return ck.tensor(layer_tensor(l, s), shape); };
+  const detail::LayerTensors t = detail::layer_tensors(ck, l);
   LayerHost w;
-  w.wqkv = stacked_bf16({t("self_attn.q_proj.weight", {qd, H}), t("self_attn.k_proj.weight", {kvd, H}),
-                         t("self_attn.v_proj.weight", {kvd, H})});
-  w.wo = stacked_bf16({t("self_attn.o_proj.weight", {H, qd})});
-  w.wgu = stacked_bf16({t("mlp.gate_proj.weight", {I, H}), t("mlp.up_proj.weight", {I, H})});
-  w.wd = stacked_bf16({t("mlp.down_proj.weight", {H, I})});
-  w.g_attn = f32_of(t("input_layernorm.weight", {H}));
-  w.g_mlp = f32_of(t("post_attention_layernorm.weight", {H}));
-  if (m.qkv_bias)
-    for (auto [name, n] : {std::pair{"self_attn.q_proj.bias", qd}, std::pair{"self_attn.k_proj.bias", kvd},
-                           std::pair{"self_attn.v_proj.bias", kvd}}) {
-      const auto f = f32_of(t(name, {n}));
-      w.bias.insert(w.bias.end(), f.begin(), f.end());
-    }
+  w.wqkv = stacked_bf16(t.qkv);
+  w.wo = stacked_bf16({t.o});
+  w.wgu = stacked_bf16(t.gu);
+  w.wd = stacked_bf16({t.d});
+  w.g_attn = detail::vec_f32(t.g_in);
+  w.g_mlp = detail::vec_f32(t.g_post);
+  w.bias = detail::vec_f32(t.bias);
   return w;
 }
 
