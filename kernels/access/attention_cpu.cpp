@@ -77,6 +77,17 @@ inline float to_f32(DType t, const void* p, std::uint64_t i) {
   return t == DType::bf16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
 
+// The bf16 paths keep dims as [half even | half odd] per 2 * half (what a shift and a mask of 32-bit lanes give):
+// to_pairs puts D dims in that order, from_pairs back in order.
+inline void to_pairs(const float* x, float* o, int D, int half) {
+  for (int b = 0; b < D; b += 2 * half)
+    for (int k = 0; k < half; ++k) o[b + k] = x[b + 2 * k], o[b + half + k] = x[b + 2 * k + 1];
+}
+inline void from_pairs(const float* a, float* o, int D, int half) {
+  for (int b = 0; b < D; b += 2 * half)
+    for (int k = 0; k < half; ++k) o[b + 2 * k] = a[b + k], o[b + 2 * k + 1] = a[b + half + k];
+}
+
 // One work item: the tokens [t0, t1) of the selection for nh kv heads of one batch. Heads whose rows
 // share pages (NHD, paged HND) are read together so a core walks each physical page once, in address
 // order: with pages of 16 tokens a page is one chunk, and the chunk's tasks (one per head) cover it.
@@ -449,15 +460,8 @@ void item_avx512_impl(const Item& it) {
       it.l_out[x] = l;
       const float* a = acc_of(h) + g * D;
       float* o = it.acc_out + std::size_t(x) * D;
-      if constexpr (kPairs) {
-        for (int b = 0; b < D; b += 32)
-          for (int k = 0; k < 16; ++k) {
-            o[b + 2 * k] = a[b + k];
-            o[b + 2 * k + 1] = a[b + 16 + k];
-          }
-      } else {
-        std::memcpy(o, a, sizeof(float) * D);
-      }
+      if constexpr (kPairs) from_pairs(a, o, D, 16);
+      else std::memcpy(o, a, sizeof(float) * D);
     }
 }
 // One kv head per item (unpaged HND) compiles to the single-stream loop: no head indexing left.
@@ -561,12 +565,7 @@ void item_avx2(const Item& it) {
   // q of every head with each 16-element block split into its even and odd elements (the bf16 QK below).
   alignas(32) float qp[kSplitBf16 ? kMaxItemQHeads * D : 1];
   if constexpr (kSplitBf16)
-    for (int r = 0; r < nh * G; ++r)
-      for (int j = 0; j < D; j += 16)
-        for (int l = 0; l < 8; ++l) {
-          qp[r * D + j + l] = it.q[r * D + j + 2 * l];
-          qp[r * D + j + 8 + l] = it.q[r * D + j + 2 * l + 1];
-        }
+    for (int r = 0; r < nh * G; ++r) to_pairs(it.q + r * D, qp + r * D, D, 8);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C * SS) {
     for (int hp = 0; hp < npos; ++hp)
@@ -694,11 +693,8 @@ void item_avx2(const Item& it) {
       it.l_out[x] = ls[x];
       const float* a = acc_of(h) + std::size_t(g) * D;
       float* o = it.acc_out + std::size_t(x) * D;
-      if constexpr (kSplitBf16)  // back from [even | odd] per 16 dims
-        for (int j = 0; j < D; j += 16)
-          for (int l = 0; l < 8; ++l) o[j + 2 * l] = a[j + l], o[j + 2 * l + 1] = a[j + 8 + l];
-      else
-        std::memcpy(o, a, sizeof(float) * D);
+      if constexpr (kSplitBf16) from_pairs(a, o, D, 8);
+      else std::memcpy(o, a, sizeof(float) * D);
     }
 }
 #endif
