@@ -16,7 +16,6 @@
 
 #include "kvf/attention/checkpoint.hpp"
 #include "kvf/attention/forward.hpp"
-#include "kvf/backend.hpp"
 #include "kvf/table.hpp"
 #include "tiny_checkpoint.hpp"
 #ifdef KVF_HAVE_ATTENTION_REPORT
@@ -27,11 +26,6 @@ namespace fs = std::filesystem;
 using namespace kvf::attention::test;
 
 namespace {
-
-bool gpu_visible() {
-  std::string why;
-  return !kvf::list_gpus(&why).empty();
-}
 
 struct BenchRun {
   int code = -1;
@@ -147,8 +141,9 @@ TEST(BenchAttention, GpuBackendAgreesWithTheCpuOne) {
   ASSERT_EQ(entropy["cpu"].size(), entropy["cuda"].size());
   for (std::size_t i = 0; i < entropy["cpu"].size(); ++i)
     for (const auto& [col, v] : entropy["cpu"][i])
-      if (col == "normalized")
+      if (col == "normalized") {
         EXPECT_NEAR(std::stod(entropy["cuda"][i].at(col)), std::stod(v), 0.03) << "row " << i << " " << col;
+      }
 }
 
 #ifdef KVF_HAVE_ATTENTION_REPORT

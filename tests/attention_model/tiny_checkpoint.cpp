@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "kvf/backend.hpp"
 #include "kvf/bf16.hpp"
 
 namespace kvf::attention::test {
@@ -137,6 +138,11 @@ void write_tiny_checkpoint(const fs::path& dir, const TinySpec& s) {
   write_text(dir / "model-00001-of-00002.safetensors", safetensors_image(a));
   write_text(dir / "model-00002-of-00002.safetensors", safetensors_image(b));
   write_text(dir / "model.safetensors.index.json", nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", wm}}.dump(2));
+}
+
+bool gpu_visible() {
+  std::string why;
+  return !kvf::list_gpus(&why).empty();
 }
 
 }  // namespace kvf::attention::test

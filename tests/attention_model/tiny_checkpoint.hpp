@@ -36,6 +36,8 @@ std::string raw_image(const std::string& header, const std::string& data);
 // config.json and the weights into `dir` (made fresh).
 void write_tiny_checkpoint(const std::filesystem::path& dir, const TinySpec& s);
 void write_text(const std::filesystem::path& p, const std::string& bytes);
+// Whether the CUDA runtime sees a GPU (the GPU forward's tests run only then).
+bool gpu_visible();
 // A directory of this test process under the build's temporary directory, fresh each call.
 std::filesystem::path fresh_dir(const std::string& name);
 
