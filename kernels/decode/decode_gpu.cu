@@ -499,7 +499,7 @@ std::size_t ModelPrefillGpu::device_bytes(const md::ModelShape& m, int T, int ca
 }
 
 ModelPrefillGpu::ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const std::vector<float>& cos_sin,
-                                 int sm_count, cudaStream_t s)
+                                 int sm_count)
     : impl_(std::make_unique<Impl>()) {
   if (T < kMinPrefillTokens || T > kMaxPrefillTokens)
     throw std::invalid_argument("ModelPrefillGpu: T " + std::to_string(T) + ": chunk tokens must be 1..4096");
@@ -527,7 +527,6 @@ ModelPrefillGpu::ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const 
   d.k = Dev(std::size_t(d.Hkv) * cap * d.D * 2);
   d.v = Dev(d.k.bytes);
   d.ws = Dev(std::size_t(model_prefill_ws_floats(m, T, cap, sm_count)) * 4);
-  (void)s;
 }
 
 ModelPrefillGpu::~ModelPrefillGpu() = default;

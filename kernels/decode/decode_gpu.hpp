@@ -101,8 +101,7 @@ class ModelPrefillGpu {
  public:
   // T in 1..4096; cap a multiple of T (the context rounded up: rows past it are padding whose outputs nobody reads);
   // cos_sin: cap rows of [cos | sin] (D/2 each). Throws as PrefillGpu.
-  ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const std::vector<float>& cos_sin, int sm_count,
-                  cudaStream_t s);
+  ModelPrefillGpu(const md::ModelShape& m, int T, int cap, const std::vector<float>& cos_sin, int sm_count);
   ~ModelPrefillGpu();
   ModelPrefillGpu(const ModelPrefillGpu&) = delete;
   ModelPrefillGpu& operator=(const ModelPrefillGpu&) = delete;

@@ -169,7 +169,7 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   const auto inv_freq = hf_inv_freq(m);
   std::vector<float> h(std::size_t(cap) * H, 0.0f);
   detail::embed_rows(ck, tokens, h.data());
-  dg::ModelPrefillGpu gpu(m, T, cap, frontier::rope_table(inv_freq, cap), prop.multiProcessorCount, s);
+  dg::ModelPrefillGpu gpu(m, T, cap, frontier::rope_table(inv_freq, cap), prop.multiProcessorCount);
   gpu.set_hidden(h, s);
 
   ForwardResult r;
