@@ -172,30 +172,46 @@ void gemm_xwT_sbgemm(const std::uint16_t* X, const std::uint16_t* W, float* Y, i
   });
 }
 
+namespace {
+// One row: RoPE on its K heads, bias on K and V where kBias, bf16 into the row's K and V slots (each
+// n_kv_heads * D contiguous: cache_index). The row pointers are taken once and marked restrict so the
+// loops vectorize with no aliasing checks: with the addressing inside them, the epilogue of a 128-row
+// Llama-3.1-8B page took 0.72 ms on a Zen 5 core against 0.03 ms like this, 20% of the arm beside a
+// 2.8 ms GEMM.
+template <bool kBias>
+void rope_write_row(const float* __restrict y, const float* __restrict bias, KvGeom g, const float* __restrict cs,
+                    std::uint16_t* __restrict kd, std::uint16_t* __restrict vd) {
+  const int D = g.head_dim, half = D / 2, kvd = g.kv_dim();
+  for (int h = 0; h < g.n_kv_heads; ++h) {
+    const float* __restrict yk = y + h * D;
+    const float* __restrict bk = kBias ? bias + h * D : nullptr;
+    std::uint16_t* __restrict k = kd + h * D;
+    for (int i = 0; i < half; ++i) {
+      const float lo = yk[i] + (kBias ? bk[i] : 0.f), hi = yk[i + half] + (kBias ? bk[i + half] : 0.f);
+      const RopePair o = rope_rotate(lo, hi, cs[i], cs[half + i]);
+      k[i] = f32_to_bf16(o.lo);
+      k[i + half] = f32_to_bf16(o.hi);
+    }
+  }
+  const float* __restrict yv = y + kvd;
+  const float* __restrict bv = kBias ? bias + kvd : nullptr;
+  for (int i = 0; i < kvd; ++i) vd[i] = f32_to_bf16(yv[i] + (kBias ? bv[i] : 0.f));
+}
+}  // namespace
+
 void rope_write_cpu(const float* Y, const float* bias, int rows, KvGeom g, const float* cos_sin,
                     const std::int32_t* pos, const std::int64_t* slot, std::uint16_t* cache) {
-  const int D = g.head_dim, half = D / 2, kvd = g.kv_dim();
+  const int D = g.head_dim, kvd = g.kv_dim();
   // Small pages stay on the calling thread: an OpenMP fork/join beside OpenBLAS's own spinning
   // threads costs more than the work on a 2-core machine.
 #pragma omp parallel for schedule(static) if (std::int64_t(rows) * kvd > (std::int64_t(1) << 21))
   for (int r = 0; r < rows; ++r) {
     const float* y = Y + std::size_t(r) * 2 * kvd;
     const float* cs = cos_sin + std::size_t(pos[r]) * D;
-    for (int h = 0; h < g.n_kv_heads; ++h) {
-      std::uint16_t* kd = cache + cache_index(slot[r], 0, h, 0, g.n_kv_heads, D);
-      std::uint16_t* vd = cache + cache_index(slot[r], 1, h, 0, g.n_kv_heads, D);
-      const float* yk = y + h * D;
-      const float* yv = y + kvd + h * D;
-      const float* bk = bias ? bias + h * D : nullptr;
-      const float* bv = bias ? bias + kvd + h * D : nullptr;
-      for (int i = 0; i < half; ++i) {
-        const float lo = yk[i] + (bk ? bk[i] : 0.f), hi = yk[i + half] + (bk ? bk[i + half] : 0.f);
-        const RopePair o = rope_rotate(lo, hi, cs[i], cs[half + i]);
-        kd[i] = f32_to_bf16(o.lo);
-        kd[i + half] = f32_to_bf16(o.hi);
-      }
-      for (int i = 0; i < D; ++i) vd[i] = f32_to_bf16(yv[i] + (bv ? bv[i] : 0.f));
-    }
+    std::uint16_t* kd = cache + cache_index(slot[r], 0, 0, 0, g.n_kv_heads, D);
+    std::uint16_t* vd = cache + cache_index(slot[r], 1, 0, 0, g.n_kv_heads, D);
+    if (bias) rope_write_row<true>(y, bias, g, cs, kd, vd);
+    else rope_write_row<false>(y, nullptr, g, cs, kd, vd);
   }
 }
 
@@ -229,19 +245,26 @@ namespace {
 template <class Out, class Conv>
 void dequant_impl(const std::uint8_t* q, const float* scales, int rows, int hidden, int bits, Out* x, Conv conv) {
   const int groups = (hidden + kQuantGroup - 1) / kQuantGroup;
+  // One scale per group, loops over a group's bytes: the compiler vectorizes these (a scale looked up and an
+  // int4 pair split per element kept the int4 arm ~0.9 ms behind bf16 X at 128 rows of Llama-3.1-8B).
+  // kQuantGroup is even, so an int4 byte's two values share their group.
 #pragma omp parallel for schedule(static) if (std::int64_t(rows) * hidden > (std::int64_t(1) << 22))
   for (int r = 0; r < rows; ++r) {
     const float* sc = scales + std::size_t(r) * groups;
-    Out* xr = x + std::size_t(r) * hidden;
-    if (bits == 8) {
-      const std::int8_t* qr = reinterpret_cast<const std::int8_t*>(q) + std::size_t(r) * hidden;
-      for (int c = 0; c < hidden; ++c) xr[c] = conv(f32_to_bf16(dequant(qr[c], sc[c / kQuantGroup])));
-    } else {
-      const std::uint8_t* qr = q + std::size_t(r) * hidden / 2;
-      for (int c = 0; c < hidden; c += 2) {
-        const std::uint8_t b = qr[c / 2];
-        xr[c] = conv(f32_to_bf16(dequant(int4_lo(b), sc[c / kQuantGroup])));
-        xr[c + 1] = conv(f32_to_bf16(dequant(int4_hi(b), sc[(c + 1) / kQuantGroup])));
+    Out* __restrict xr = x + std::size_t(r) * hidden;
+    for (int gi = 0; gi < groups; ++gi) {
+      const int c0 = gi * kQuantGroup, c1 = std::min(hidden, c0 + kQuantGroup);
+      const float s = sc[gi];
+      if (bits == 8) {
+        const std::int8_t* __restrict qr = reinterpret_cast<const std::int8_t*>(q) + std::size_t(r) * hidden;
+        for (int c = c0; c < c1; ++c) xr[c] = conv(f32_to_bf16(dequant(qr[c], s)));
+      } else {
+        const std::uint8_t* __restrict qr = q + std::size_t(r) * hidden / 2;
+        for (int j = c0 / 2; j < c1 / 2; ++j) {
+          const std::uint8_t b = qr[j];
+          xr[2 * j] = conv(f32_to_bf16(dequant(int4_lo(b), s)));
+          xr[2 * j + 1] = conv(f32_to_bf16(dequant(int4_hi(b), s)));
+        }
       }
     }
   }
