@@ -16,6 +16,9 @@ namespace kvf::access {
 // pattern_word(seed, i) at word i for the reference to agree.
 std::uint64_t gather_cpu(const void* pool, const GatherGeom& g, bool prefetch = true);
 std::uint64_t gather_ref(std::uint64_t seed, const GatherGeom& g);
+// The same sum by a plain OpenMP loop (no intrinsics, no software prefetch): the control gather_cpu is judged
+// against, in the same run.
+std::uint64_t gather_plain_cpu(const void* pool, const GatherGeom& g);
 // std::invalid_argument for a run size that is not a power of two in [32 B, 1 GiB], a pool that is not a
 // multiple of it, a gather that is not or does not fit in the pool.
 void validate_gather(const GatherGeom& g);

@@ -1,5 +1,7 @@
 // The gather part: runs of R bytes at random run-aligned offsets, without replacement, from a pool of at
-// least 4x the LLC (1 GiB at most), beside a sequential read of the same pool (the figure each gather row is stated against).
+// least 4x the LLC (1 GiB at most), beside a sequential read of the same pool (the figure each gather row is
+// stated against) and, on the CPU, the same runs read by a plain OpenMP loop (the control the tuned gather must
+// not lose to: issue 14's Xeon read 256 B runs faster with one).
 #include <algorithm>
 #include <chrono>
 
@@ -29,8 +31,9 @@ class GatherCase final : public Case {
   ka::GatherGeom g;
   bool huge = true, prefetch = true;
   bool calibrate_prefetch = false;  // prefetch "auto"
-  std::string seq_key;  // sequential arm of the same pool/huge setting (for the vs_seq note)
-  bool is_seq = false;
+  std::string seq_key;    // sequential arm of the same pool/huge setting (for the vs_seq note)
+  std::string plain_key;  // plain loop over the same runs (for the vs_plain note)
+  bool is_seq = false, is_plain = false;
 #if defined(KVF_HAVE_CUDA)
   BufferHandle dsum;
   int sms = 0;
@@ -49,7 +52,7 @@ class GatherCase final : public Case {
   }
   bool has_verify() const override { return true; }
   std::uint64_t once(Backend& be) {
-    if (!is_cuda(be)) return ka::gather_cpu(sh->pool->ptr, g, prefetch);
+    if (!is_cuda(be)) return gather_host();
 #if defined(KVF_HAVE_CUDA)
     KVF_CUDA_CHECK(cudaMemsetAsync(dsum->ptr, 0, 8, cuda_stream(be)));
     ka::gpu::gather(sh->pool->ptr, g, dsum.get().as<unsigned long long>(), sms, cuda_stream(be));
@@ -69,7 +72,7 @@ class GatherCase final : public Case {
   }
   void run(Backend& be) override {
     if (!is_cuda(be)) {
-      sh->sink += ka::gather_cpu(sh->pool->ptr, g, prefetch);
+      sh->sink += gather_host();
       return;
     }
 #if defined(KVF_HAVE_CUDA)
@@ -101,19 +104,28 @@ class GatherCase final : public Case {
   std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
     std::string n = note_ + prefetch_note_;
     note_.clear();
+    if (is_plain) {
+      sh->record(plain_key, mode, m.median);
+      return n + "control: a plain OpenMP loop over the same runs, no intrinsics, no software prefetch";
+    }
     if (is_seq) sh->record(seq_key, mode, m.median);
     if (!is_seq)
       if (auto s = sh->median(seq_key, mode)) n += "vs_seq=" + fmt(*s / m.median);
+    if (auto s = sh->median(plain_key, mode)) n += " vs_plain=" + fmt(*s / m.median);
     return n;
   }
 
  private:
+  std::uint64_t gather_host() const {
+    return is_plain ? ka::gather_plain_cpu(sh->pool->ptr, g) : ka::gather_cpu(sh->pool->ptr, g, prefetch);
+  }
   std::string note_, prefetch_note_;  // note_: the first mode's only; prefetch_note_: every mode's
 };
 
 std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
-  const bool gpu = env.target.gpu, seq = p["arm"] == "sequential", huge = p["huge"] == "on";
-  const bool pf = p["prefetch"] != "off", calibrate = !gpu && p["prefetch"] == "auto";
+  const bool gpu = env.target.gpu, seq = p["arm"] == "sequential", plain = p["arm"] == "plain";
+  const bool huge = p["huge"] == "on";
+  const bool pf = p["prefetch"] != "off", calibrate = !gpu && !plain && p["prefetch"] == "auto";
   const std::uint64_t pool = std::uint64_t(p.integer("pool_mib")) << 20, R = std::uint64_t(p.integer("run_bytes"));
   const std::uint64_t total = gather_total(env, pool);
   ka::GatherGeom g{pool, R, total / R * R, kSeed, seq};
@@ -125,7 +137,9 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   c->prefetch = pf;
   c->calibrate_prefetch = calibrate;
   c->is_seq = seq;
+  c->is_plain = plain;
   c->seq_key = "seq" + std::to_string(pool) + (huge ? "h" : "n") + p["prefetch"];
+  if (!seq) c->plain_key = "plain" + std::to_string(pool) + (huge ? "h" : "n") + "R" + std::to_string(R);
   const double llc = double(env.llc);
   c->params = {{"working_set_bytes", std::to_string(g.total_bytes)},
                {"llc_bytes", std::to_string(env.llc)},
@@ -141,25 +155,28 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   return c;
 }
 
-// Per (pool, huge pages, prefetch): the sequential read first, so every gather row finds its vs_seq median.
-Grid gather_grid(const Target&, const AccessEnv& env) {
+// Per (pool, huge pages): on the CPU the plain loop over every run length first, then
+// per prefetch setting the sequential read and the gathers, so every row finds its vs_seq and vs_plain medians.
+Grid gather_grid(const Target& t, const AccessEnv& env) {
   Grid grid;
+  std::vector<std::string> runs;
+  for (auto r : env.runs) runs.push_back(std::to_string(r));
   for (auto pool : env.pools)
-    for (const auto& huge : env.gather_huge)
+    for (const auto& huge : env.gather_huge) {
+      const auto prod = [&](const char* arm, std::vector<std::string> rs, const std::string& pf) {
+        return Product{{{"part", {"gather"}},
+                        {"arm", {arm}},
+                        {"run_bytes", std::move(rs)},
+                        {"pool_mib", {std::to_string(pool >> 20)}},
+                        {"huge", {huge}},
+                        {"prefetch", {pf}}}};
+      };
+      if (!t.gpu) grid.push_back(prod("plain", runs, ""));
       for (const auto& pf : env.prefetch) {
-        const auto prod = [&](const char* arm, std::vector<std::string> runs) {
-          return Product{{{"part", {"gather"}},
-                          {"arm", {arm}},
-                          {"run_bytes", std::move(runs)},
-                          {"pool_mib", {std::to_string(pool >> 20)}},
-                          {"huge", {huge}},
-                          {"prefetch", {pf}}}};
-        };
-        grid.push_back(prod("sequential", {std::to_string(kSeqRun)}));
-        std::vector<std::string> runs;
-        for (auto r : env.runs) runs.push_back(std::to_string(r));
-        grid.push_back(prod("gather", runs));
+        grid.push_back(prod("sequential", {std::to_string(kSeqRun)}, pf));
+        grid.push_back(prod("gather", runs, pf));
       }
+    }
   return grid;
 }
 
@@ -178,7 +195,9 @@ Arm<AccessEnv> gather_arm() {
       .doc = "runs of R bytes at random run-aligned offsets, without replacement, from a pool of 4x the LLC (128 MiB .. 1 GiB), "
              "beside a sequential read of the pool",
       .axes = {everywhere_axis("part", {"gather"}),
-               everywhere_axis("arm", {"sequential", "gather"}, "sequential (64 KiB runs in order) or gather"),
+               everywhere_axis("arm", {"sequential", "gather", "plain"},
+                               "sequential (64 KiB runs in order), gather, or plain (CPU: the same random runs read by a "
+                               "plain OpenMP loop, no intrinsics or software prefetch: the control)"),
                {.name = "run_bytes", .doc = "bytes of one run, a power of two from 32",
                 .cpu = {"32", "64", "128", "256", "512", "1024", "4096", "16384", "65536"}, .quick = {"256"},
                 .flag = "--run-bytes"},
@@ -195,7 +214,9 @@ Arm<AccessEnv> gather_arm() {
             const bool seq = p["arm"] == "sequential";
             return std::string("gather/") + (seq ? "seq" : "R" + p["run_bytes"]) + "/pool" + p["pool_mib"] + "MiB/" +
                    (p["huge"] == "on" ? "huge" : "nohuge") +
-                   (p["prefetch"] == "off" ? "/noprefetch" : p["prefetch"] == "on" ? "/prefetch" : "");
+                   (p["arm"] == "plain" ? "/plain"
+                    : p["prefetch"] == "off" ? "/noprefetch"
+                    : p["prefetch"] == "on" ? "/prefetch" : "");
           },
       .make = make_gather};
 }

@@ -29,6 +29,8 @@ TEST(Gather, TwinMatchesReferenceEveryRunSize) {
         validate_gather(g);
         EXPECT_EQ(gather_cpu(pool.p, g, pf), gather_ref(42, g)) << "R=" << R << " seq=" << seq << " pf=" << pf;
       }
+      GatherGeom g{pool.bytes, R, 2u << 20, 7, seq};
+      EXPECT_EQ(gather_plain_cpu(pool.p, g), gather_ref(42, g)) << "plain R=" << R << " seq=" << seq;
     }
   }
 }
@@ -41,6 +43,7 @@ TEST(Gather, ChecksumDetectsWrongRuns) {
   EXPECT_NE(gather_ref(1, g), gather_ref(1, other));
   pool.p[g.run_offset(0, g.slot_bits()) / 8] ^= 1;  // corrupt one word of a selected run
   EXPECT_NE(gather_cpu(pool.p, g), gather_ref(1, g));
+  EXPECT_NE(gather_plain_cpu(pool.p, g), gather_ref(1, g));
 }
 
 TEST(Gather, RejectsBadGeometry) {

@@ -123,8 +123,11 @@ std::string section_gather(ReportContext& cx) {
         q.pts = {{*rb, *r->gbps}};
         p.lines.push_back(q);
       } else {
-        auto& l = lines[key];
-        l.title = r->param("arm");
+        // The plain loop (CPU) is its own line: the control the tuned gather is read against.
+        auto lkey = key;
+        lkey["arm"] = r->param("arm");
+        auto& l = lines[lkey];
+        l.title = r->param("arm") == "plain" ? "plain loop (control)" : r->param("arm");
         l.key = key;
         l.pts.emplace_back(*rb, *r->gbps);
       }
