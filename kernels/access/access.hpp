@@ -172,6 +172,13 @@ void attention_ref(const AttnShape& s, const void* q, const void* k, const void*
 double attention_rel_error(const float* out, const float* ref, std::size_t n);
 inline constexpr double kAttnTolerance = 2e-3;  // fp32 accumulation over <= 1M tokens, fast exp2
 
+// The control of the dense arm on the CPU: every byte of K and V read once by a plain OpenMP loop (no intrinsics,
+// no software prefetch), chunk by chunk in the order the attention kernel walks them, placed by pm; no compute.
+// Returns the wrapping sum of the 8-byte words, which equals kv_sum_ref. std::invalid_argument where a chunk's
+// bytes are not a multiple of 8.
+std::uint64_t kv_read_cpu(const AttnShape& s, const PageMap& pm, const void* k, const void* v);
+std::uint64_t kv_sum_ref(const AttnShape& s, const void* k, const void* v);
+
 // Bytes the attention reads: q + selected K and V rows (+ the index lists); flops: 4*d per (query head,
 // token) for QK and PV.
 double attention_bytes(const AttnShape& s, const Selection& sel);

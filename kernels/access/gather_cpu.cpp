@@ -218,6 +218,15 @@ std::uint64_t gather_cpu(const void* pool_v, const GatherGeom& g, bool prefetch)
   return total;
 }
 
+namespace {
+// The plain sum of one run of 8-byte words (the loop both controls share).
+inline std::uint64_t plain_run_sum(const std::uint64_t* w, std::uint64_t words) {
+  std::uint64_t s = 0;
+  for (std::uint64_t i = 0; i < words; ++i) s += w[i];
+  return s;
+}
+}  // namespace
+
 // The control: a gather as anyone would write it first (issue 14's "40-line two-thread gather", which read 256 B
 // runs faster on a Xeon than the tuned one did). OpenMP static over the runs, each run's words summed by a loop
 // the compiler vectorizes for the -march baseline; no intrinsics, no software prefetch, the same run order.
@@ -228,12 +237,43 @@ std::uint64_t gather_plain_cpu(const void* pool_v, const GatherGeom& g) {
   std::uint64_t total = 0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
   for (std::uint64_t r = 0; r < nruns; ++r) {
-    const std::uint64_t* w = pool + g.run_offset(r, k) / 8;
-    std::uint64_t s = 0;
-    for (std::uint64_t i = 0; i < words; ++i) s += w[i];
-    total += s;
+    total += plain_run_sum(pool + g.run_offset(r, k) / 8, words);
   }
   return total;
+}
+
+// The attention kernel walks, per batch, the chunks of a context in logical order (a page of the paged layouts,
+// 16 tokens otherwise), each chunk's K rows and then its V rows; a chunk holds every kv head where the layout keeps
+// them side by side (NHD, paged HND), one head otherwise (unpaged HND, head by head as its items go). Every byte of
+// K and V is read once, so the sum is the plain sum of both buffers (kv_sum_ref).
+std::uint64_t kv_read_cpu(const AttnShape& s, const PageMap& pm, const void* k, const void* v) {
+  const KvLayout lay = make_kv_layout(s.layout, s.hkv, s.d, pm.page);
+  const bool all_heads = s.layout == Layout::NHD || lay.paged;
+  std::uint64_t chunk = pm.page ? pm.page : 16;
+  while (s.ctx % chunk) chunk /= 2;
+  const std::uint64_t eb = dtype_bytes(s.dtype), groups = all_heads ? 1 : s.hkv, chunks = s.ctx / chunk;
+  const std::uint64_t run_bytes = chunk * s.d * (all_heads ? s.hkv : 1) * eb, run_words = run_bytes / 8;
+  if (run_bytes % 8)
+    throw std::invalid_argument("kv read: a chunk of " + std::to_string(run_bytes) + " bytes is not a multiple of 8");
+  const auto* kw = static_cast<const unsigned char*>(k);
+  const auto* vw = static_cast<const unsigned char*>(v);
+  const std::uint64_t n = std::uint64_t{s.batch} * groups * chunks;
+  std::uint64_t total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t c = i % chunks, h = (i / chunks) % groups, b = i / chunks / groups;
+    const std::uint64_t off = lay.row(b, pm.phys_token(b, c * chunk), h, s.ctx) * eb;
+    total += plain_run_sum(reinterpret_cast<const std::uint64_t*>(kw + off), run_words);
+    total += plain_run_sum(reinterpret_cast<const std::uint64_t*>(vw + off), run_words);
+  }
+  return total;
+}
+
+std::uint64_t kv_sum_ref(const AttnShape& s, const void* k, const void* v) {
+  if (s.kv_bytes() % 8) throw std::invalid_argument("kv sum: K of " + std::to_string(s.kv_bytes()) + " bytes");
+  const std::uint64_t words = s.kv_bytes() / 8;
+  return plain_run_sum(static_cast<const std::uint64_t*>(k), words) +
+         plain_run_sum(static_cast<const std::uint64_t*>(v), words);
 }
 
 std::uint64_t gather_ref(std::uint64_t seed, const GatherGeom& g) {

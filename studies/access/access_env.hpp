@@ -21,6 +21,8 @@ namespace kvf::access_study {
 namespace ka = kvf::access;
 
 constexpr std::uint64_t kSeed = 0xacce55;
+// Seed of the shuffled placement's page tables (ka::make_page_map): the attention rows and their kv read control.
+constexpr std::uint64_t kPageMapKey = kSeed ^ 0x9a9e;
 // The side sweeps (keep, block size, NHD, shared selection, dtype, head dim) and routing run at one context.
 constexpr std::uint32_t kSideCtx = 65536, kSideCtxQuick = 16384;
 // The flags that set a sparse budget (kvf::access::sparse_blocks), for kernel_check.
@@ -118,6 +120,11 @@ std::uint64_t gather_total(const AccessEnv& env, std::uint64_t pool_bytes);
 // The attention and routing parts make the same case (routing is attention with its lists routed first).
 std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env);
 std::string attn_case_name(const Point& p);
+// The dense arm's control on the CPU (arm=read, kv_read.cpp): the dense row's K and V read by a plain loop in its
+// order. Its median is recorded under kv_read_key(the dense row's config key), for the dense row's vs_kv_read.
+std::unique_ptr<Case> make_kv_read_case(const AccessEnv& env, const ka::AttnShape& s, bool huge,
+                                        const std::string& config_key, std::vector<Param> params);
+std::string kv_read_key(const std::string& config_key);
 // Tokens a row attends to (the budget_tokens column): the context for dense rows (block empty), else
 // round(ctx / block * keep) blocks. An axis the grids fill, so that it keeps its column beside ctx and keep.
 std::string budget_tokens(std::uint32_t ctx, const std::string& block, const std::string& keep);

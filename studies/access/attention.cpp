@@ -56,6 +56,11 @@ void add_arms(Grid& grid, Row base, bool with_dense, const std::vector<std::stri
       d.arm = "dense";
       d.keep = "1";
       d.block = d.select = "";
+      if (!env.target.gpu) {  // the dense row's control first, so the dense row finds its median
+        Row r = d;
+        r.arm = "read";
+        grid.push_back(product(r, env));
+      }
       grid.push_back(product(d, env));
     }
     Row b = base;
@@ -178,7 +183,9 @@ Arm<AccessEnv> attention_arm() {
       .doc = "split-KV sparse decode: dense, block (centroid top-k, sink + latest kept) and token (same budget, "
              "uniform or clustered scatter), selection made before timing",
       .axes = {everywhere_axis("part", {"attention"}),
-               everywhere_axis("arm", {"dense", "block", "token"}, "dense, block or token"),
+               everywhere_axis("arm", {"dense", "block", "token", "read"},
+                               "dense, block or token; read (CPU, before each dense row: its K and V read by a plain "
+                               "loop in its order, no compute: the bound of its access pattern)"),
                {.name = "ctx", .doc = "context in tokens", .cpu = {"4096", "16384", "65536", "131072"},
                 .gpu = {"4096", "8192", "16384", "32768", "65536", "131072", "262144"}, .quick = {"16384"},
                 .flag = "--contexts"},

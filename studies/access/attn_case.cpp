@@ -61,7 +61,7 @@ class AttnCase final : public kvf::Case {
   void setup(Backend& be) override {
     KvData& d = sh->ensure_kv(be, sp.s, sp.huge);
     data_ = &d;
-    pm_ = ka::make_page_map(sp.s.ctx, sp.page, kSeed ^ 0x9a9e);
+    pm_ = ka::make_page_map(sp.s.ctx, sp.page, kPageMapKey);
     kb_ = sp.arm == ka::Arm::dense ? 0 : ka::sparse_blocks(sp.s.ctx, sp.block, sp.keep);
     sel_ = make_selection();
     if (sp.routing != Routing::none) {
@@ -237,7 +237,10 @@ class AttnCase final : public kvf::Case {
            "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
     if (sp.routing != Routing::none) return n;
-    if (sp.arm == ka::Arm::dense) sh->record(config_key, mode, m.median);
+    if (sp.arm == ka::Arm::dense) {
+      sh->record(config_key, mode, m.median);
+      if (auto rm = sh->median(kv_read_key(config_key), mode)) n += "; vs_kv_read=" + fmt(*rm / m.median);
+    }
     if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
     if (sp.arm != ka::Arm::dense)
       if (auto dm = sh->median(config_key, mode)) n += "; speedup_vs_dense=" + fmt(*dm / m.median);
@@ -575,8 +578,9 @@ std::string attn_case_name(const Point& p) {
   const std::string& router = p["router"];
   if (router.rfind("lowrank", 0) == 0) sp.proxy_rank = static_cast<std::uint32_t>(std::stoul(router.substr(7)));
   sp.keep_text = p["keep"];
+  const bool read = p["arm"] == "read";  // the dense row's control (kv_read.cpp)
   std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
-                   arm_name(sp) + "/" + cfg_name(sp);
+                   (read ? std::string("read") : arm_name(sp)) + "/" + cfg_name(sp);
   if (sp.arm != ka::Arm::dense) nm += "/keep" + keep_name(sp) + "/B" + p["block"] + "/" + p["select"];
   if (p.has("launch") && p["launch"] == "graph") nm += "/graph";
   return nm;
@@ -608,6 +612,7 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
                {"llc_bytes", std::to_string(env.llc)},
                {"working_set_vs_llc", fmt(ws / double(env.llc))},
                {"kv_bytes", fmt(2.0 * double(s.kv_bytes()), 12)}};
+  if (p["arm"] == "read") return make_kv_read_case(env, s, sp.huge, c->config_key, c->params);
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
   const double rate = gpu ? 2e12 : 8e9;
   const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
