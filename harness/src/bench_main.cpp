@@ -1,6 +1,8 @@
 // bench_main: everything a bench binary does besides defining its cases: the command line
 // (bench_flags.cpp), choosing the backend and the cases, --list, meta.json, then measuring and writing the
 // cases (bench_run.cpp).
+#include <omp.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -72,17 +74,34 @@ double load_average_1m() {
   return l;
 }
 // What a reader needs to judge a shared machine: the load and the OpenMP wait policy the process started with
-// (libgomp reads it at load time; spinning workers of an idle team take cores from other threads on a loaded box).
+// (libgomp reads it at load time; spinning workers of an idle team take cores from other threads on a loaded box),
+// and where its threads may run: the CPUs the process is allowed (taskset, a cgroup) and the OpenMP binding
+// (OMP_PROC_BIND/OMP_PLACES as set, omp_get_proc_bind() as the runtime took them). The suite leaves placement
+// to them (the CPU arms run one thread per allowed CPU); a bandwidth figure from a multi-socket host reads
+// differently with threads spread or packed, so the row's directory says which.
 nlohmann::json machine_load_json() {
   auto env = [](const char* n) -> nlohmann::json {
     const char* v = std::getenv(n);
     return v ? nlohmann::json(v) : nlohmann::json(nullptr);
   };
+  static const char* const binds[] = {"false", "true", "master", "close", "spread"};
+  const int pb = static_cast<int>(omp_get_proc_bind());
+  // With binding on, the runtime has already pinned this thread to its first place, so its affinity is no
+  // longer the process's: then the places say it (omp_num_places).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const nlohmann::json allowed = pb == 0 && sched_getaffinity(0, sizeof set, &set) == 0
+                                     ? nlohmann::json(CPU_COUNT(&set)) : nlohmann::json(nullptr);
   return {{"loadavg_1m", load_average_1m()},
           {"hardware_threads", std::thread::hardware_concurrency()},
+          {"cpus_allowed", allowed},
           {"OMP_WAIT_POLICY", env("OMP_WAIT_POLICY")},
           {"GOMP_SPINCOUNT", env("GOMP_SPINCOUNT")},
-          {"OMP_NUM_THREADS", env("OMP_NUM_THREADS")}};
+          {"OMP_NUM_THREADS", env("OMP_NUM_THREADS")},
+          {"OMP_PROC_BIND", env("OMP_PROC_BIND")},
+          {"OMP_PLACES", env("OMP_PLACES")},
+          {"omp_proc_bind", pb >= 0 && pb < 5 ? nlohmann::json(binds[pb]) : nlohmann::json(pb)},
+          {"omp_num_places", omp_get_num_places()}};
 }
 
 std::string utc_now() {
