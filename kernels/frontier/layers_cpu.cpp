@@ -22,9 +22,12 @@ std::vector<float> bf16_weights(std::size_t n, std::uint64_t seed, float scale,
   if (keep) *keep = std::move(b);
   return f;
 }
-// OpenMP only for large work: on a loaded 2-core machine a fork/join can stall for a scheduler
-// quantum (~20 ms measured), more than these loops cost on one thread at T = 128.
-constexpr std::int64_t kOmpMin = std::int64_t(1) << 22;
+// OpenMP only where the work outweighs a fork/join: on a loaded 2-core machine one can stall for a scheduler
+// quantum (~20 ms measured). The layer's GEMMs (oneDNN) fork the same libgomp team anyway, and at T = 128 the
+// element-wise loops (SiLU: 1.8M expf per Llama-3.1-8B layer) cost milliseconds on one thread: with the bar at
+// 2^22 elements they ran serially, and lowering it to 2^16 took the two-layer page from 110-117 ms to 106-110
+// (best of 6, three alternated rounds, 2-core Zen 5 VM, 2026-11-27).
+constexpr std::int64_t kOmpMin = std::int64_t(1) << 16;
 
 void rmsnorm(const float* x, const float* g, float eps, int rows, int n, float* y) {
 #pragma omp parallel for schedule(static) if (std::int64_t(rows) * n > kOmpMin)
