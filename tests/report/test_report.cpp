@@ -688,3 +688,41 @@ TEST(Provenance, SameCommitDifferentResultsIsSaidInBothDirectories) {
       << sets[0].warnings[0];
   EXPECT_TRUE(load_all({make("three", 1.0), make("four", 1.01)})[0].warnings.empty());  // within 5%: nothing to say
 }
+
+// A CPU gather or dense row sits beside its control (arm plain / read) of the same bytes and mode, and nothing else.
+TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
+  ResultSet rs;
+  rs.label = "X (cpu)";
+  auto add = [&](const std::string& name, std::map<std::string, std::string> params, const char* mode, double gbps) {
+    CaseRow r;
+    r.study = "access";
+    r.case_name = name;
+    r.mode = mode;
+    r.params = std::move(params);
+    r.samples = 5;
+    r.median_s = 1e-3;
+    r.gbps = gbps;
+    r.ceiling_value = 40;
+    rs.cases.push_back(r);
+  };
+  const std::map<std::string, std::string> g = {{"part", "gather"}, {"run_bytes", "256"}, {"pool_mib", "1024"}, {"huge", "on"}};
+  auto with = [](std::map<std::string, std::string> p, const char* k, const char* v) { p[k] = v; return p; };
+  add("gather/R256/plain", with(g, "arm", "plain"), "cold", 4);
+  add("gather/R256/nohuge/plain", with(with(g, "arm", "plain"), "huge", "off"), "cold", 100);
+  add("gather/R256", with(g, "arm", "gather"), "cold", 8);
+  add("gather/R256", with(g, "arm", "gather"), "hot", 9);  // no hot control: not listed
+  const std::map<std::string, std::string> a = {{"part", "attention"}, {"ctx", "65536"}, {"placement", "shuffled"},
+                                                {"page_tokens", "16"}, {"huge", "on"}};
+  add("attn/read/64K", with(a, "arm", "read"), "cold", 20);
+  add("attn/dense/64K", with(a, "arm", "dense"), "cold", 30);
+  add("attn/dense/64K/contiguous", with(with(a, "arm", "dense"), "placement", "contiguous"), "cold", 35);
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown({rs}, o, {});
+  EXPECT_NE(md.find("### The gather against its control"), std::string::npos);
+  EXPECT_NE(md.find("| X (cpu) | gather/R256 | cold | 8 GB/s | 20 | 4 GB/s | 10 | 2 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| X (cpu) | gather/R256 | hot |"), std::string::npos);
+  EXPECT_NE(md.find("### Dense attention against the read of its own bytes"), std::string::npos);
+  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | cold | 30 GB/s | 75 | 20 GB/s | 50 | 1.5 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| X (cpu) | attn/dense/64K/contiguous |"), std::string::npos);
+}
