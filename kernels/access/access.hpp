@@ -173,7 +173,8 @@ double attention_rel_error(const float* out, const float* ref, std::size_t n);
 inline constexpr double kAttnTolerance = 2e-3;  // fp32 accumulation over <= 1M tokens, fast exp2
 
 // The control of the dense arm on the CPU: every byte of K and V read once by a plain OpenMP loop (no intrinsics,
-// no software prefetch), chunk by chunk in the order the attention kernel walks them, placed by pm; no compute.
+// no software prefetch), chunk by chunk in the order the attention kernel walks them, a chunk's K and V together,
+// placed by pm; no compute.
 // Returns the wrapping sum of the 8-byte words, which equals kv_sum_ref. std::invalid_argument where a chunk's
 // bytes are not a multiple of 8.
 std::uint64_t kv_read_cpu(const AttnShape& s, const PageMap& pm, const void* k, const void* v);

@@ -1,9 +1,9 @@
 // The dense arm's control on the CPU (arm=read): the K and V bytes a dense row reads, in its order and placement,
 // read once by a plain OpenMP loop and nothing computed. The stream read ceiling is a sequential read; a paged
-// cache read in shuffled page order is not one, and on the 2-core Zen 5 VM of 2026-11-27 a plain read of 32 KiB
-// K and V pages in random order ran at about half the sequential rate. This row measures that bound in the same
-// run, so a dense row's distance from the ceiling splits into what its access pattern costs (this row against the
-// ceiling) and what its compute costs (the dense row against this one: vs_kv_read in its note).
+// cache read in shuffled page order is not one (on the 2-core Zen 5 VM of 2026-11-27 this control read shuffled
+// 16-token pages at 0.74-0.97 of the sequential rate, run to run). Measured in the same run, it splits a dense
+// row's distance from the ceiling into what its access pattern costs (this row against the ceiling) and what its
+// compute and overlap cost (the dense row against this one: vs_kv_read in its note).
 #include "access_env.hpp"
 #include "kvf/units.hpp"
 
