@@ -194,14 +194,18 @@ int run(const Flags& f) {
   rs.capture_layers = capture.empty() ? -1 : static_cast<int>(capture.size());
   rs.threads = omp_get_max_threads();
   std::string rate_what;
-  double rate = f.gflops * 1e9;
+  double rate = f.gflops * 1e9, attention_rate = rate;
   if (rate > 0) {
     rate_what = "stated: --gflops " + num(f.gflops);
   } else {
-    rate = kvf::attention::measure_gemm_rate(std::min(f.chunk, C), static_cast<int>(cfg.shape.hidden), &rate_what);
-    rate_what = "measured: " + rate_what;
+    const int T = std::min(f.chunk, C);
+    rate = kvf::attention::measure_gemm_rate(T, static_cast<int>(cfg.shape.hidden), &rate_what);
+    // The attention's rate at a chunk halfway through the context (its keys: the mean of the causal triangle).
+    attention_rate = kvf::attention::measure_attention_rate(cfg.shape, T, std::max(T, std::min(C, C / 2 + T)));
+    rate_what = "measured: " + rate_what + "; attention: OpenBLAS sgemm fp32 per query head";
   }
-  const auto est = kvf::attention::estimate_run(cfg, ck.mapped_bytes(), ck.weight_bytes_per_param(), rs, rate, rate_what);
+  const auto est = kvf::attention::estimate_run(cfg, ck.mapped_bytes(), ck.weight_bytes_per_param(), rs, rate, rate_what,
+                                                attention_rate);
   const auto avail = kvf::attention::available_memory_bytes();
   std::fprintf(stderr, "%s: %s, %d tokens, M=%d: %s\n", kProg, cfg.architecture.c_str(), C, f.queries,
                kvf::attention::describe(est, avail).c_str());

@@ -256,6 +256,24 @@ TEST(AttentionRunEstimate, DecodeCountsOnePassPerTokenAfterTheFirst) {
   EXPECT_EQ(estimate_decode(c, 100, 7, 1, 1e9).flops, 0);
 }
 
+// The causal attention runs at its own rate (fp32 OpenBLAS per head), not the GEMM's: its FLOPs are timed apart.
+TEST(AttentionRunEstimate, AttentionFlopsAtTheirOwnRate) {
+  test::TinySpec s;  // 3 layers, 4 heads of 16
+  const auto c = parse_hf_config(test::tiny_config(s), "config.json");
+  RunShape r;
+  r.context = 1000;
+  r.queries = 8;
+  r.chunk = 256;
+  const auto one = estimate_run(c, 0, 2, r, 1e9, "stated");
+  const auto two = estimate_run(c, 0, 2, r, 1e9, "stated", 1e8);
+  EXPECT_DOUBLE_EQ(two.attention_flops, 3 * 4.0 * 64 * 1000 * (1000 + 256) / 2);
+  EXPECT_DOUBLE_EQ(two.flops, one.flops);
+  EXPECT_DOUBLE_EQ(one.seconds, one.flops / 1e9);
+  EXPECT_DOUBLE_EQ(two.seconds, (two.flops - two.attention_flops) / 1e9 + two.attention_flops / 1e8);
+  EXPECT_NE(describe(two, 0).find(", attention "), std::string::npos) << describe(two, 0);
+  EXPECT_EQ(describe(one, 0).find(", attention "), std::string::npos) << describe(one, 0);
+}
+
 TEST(AttentionRunEstimate, RefusesWhatMemoryCannotHold) {
   test::TinySpec s;
   const auto c = parse_hf_config(test::tiny_config(s), "config.json");

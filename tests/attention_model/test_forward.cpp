@@ -404,6 +404,17 @@ TEST(AttentionForward, AllocationWithinTheEstimate) {
 
 // The numbers the issue asks for (Llama-3.1-8B at 8K and 32K on this machine), printed; not run by default
 // (it measures this machine's GEMM): --gtest_also_run_disabled_tests --gtest_filter='*Llama31*'.
+// The attention's rate is timed on the pass's own chunk code (a positive, finite rate) and refuses a chunk with
+// fewer keys than rows.
+TEST(AttentionForward, AttentionRateIsMeasuredOnTheChunkCode) {
+  test::TinySpec s;
+  const auto c = parse_hf_config(test::tiny_config(s), "config.json");
+  const double r = measure_attention_rate(c.shape, 32, 256);
+  EXPECT_GT(r, 0);
+  EXPECT_TRUE(std::isfinite(r));
+  EXPECT_THROW(measure_attention_rate(c.shape, 64, 32), std::invalid_argument);
+}
+
 TEST(AttentionForward, DISABLED_Llama31_8bEstimateOnThisMachine) {
   const auto j = nlohmann::json::parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":4096,
     "intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
@@ -436,7 +447,8 @@ TEST(AttentionForward, DISABLED_Llama31_8bEstimateOnThisMachine) {
     r.queries = 16;
     r.chunk = 256;
     r.threads = omp_get_max_threads();
-    const auto e = estimate_run(c, 16060522496ull, 2, r, rate, "measured: " + what);
+    const double attention_rate = measure_attention_rate(c.shape, 256, ctx / 2 + 256);
+    const auto e = estimate_run(c, 16060522496ull, 2, r, rate, "measured: " + what, attention_rate);
     std::printf("Llama-3.1-8B, C=%d, M=16: %s\n", ctx, describe(e, available_memory_bytes()).c_str());
     // bench_attention's default sweep at this context (49 decodes at 8K) and an 8-token answer
     const auto d = estimate_decode(c, ctx, 49, 8, rate);

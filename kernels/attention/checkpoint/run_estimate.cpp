@@ -34,7 +34,7 @@ std::string seconds_text(double s) {
 }  // namespace
 
 RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_bytes_per_param, const RunShape& r,
-                         double flops_per_s, const std::string& rate_source) {
+                         double flops_per_s, const std::string& rate_source, double attention_flops_per_s) {
   const auto& m = c.shape;
   if (r.context < 1 || r.queries < 1 || r.queries > r.context || r.chunk < 1 || r.threads < 1)
     throw UsageError("attention run: context " + std::to_string(r.context) + ", queries " + std::to_string(r.queries) +
@@ -59,9 +59,12 @@ RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_
   e.resident_bytes = e.hidden_bytes + e.layer_weight_bytes + e.kv_bytes + e.activation_bytes + e.capture_bytes +
                      e.logits_bytes;
   const double gemm_params = H * qkv + H * qd + 3 * H * I;
-  e.flops = L * (2 * gemm_params * C_pad + 4 * qd * C * (C + T) / 2) + 2 * M * H * V;
+  e.attention_flops = L * 4 * qd * C * (C + T) / 2;
+  e.flops = L * 2 * gemm_params * C_pad + e.attention_flops + 2 * M * H * V;
   e.flops_per_s = flops_per_s;
-  e.seconds = flops_per_s > 0 ? e.flops / flops_per_s : 0;
+  e.attention_flops_per_s = attention_flops_per_s > 0 ? attention_flops_per_s : flops_per_s;
+  e.seconds = flops_per_s > 0 ? (e.flops - e.attention_flops) / flops_per_s + e.attention_flops / e.attention_flops_per_s
+                              : 0;
   e.rate_source = rate_source;
   return e;
 }
@@ -79,8 +82,13 @@ DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tok
 }
 
 std::string describe(const RunEstimate& e, std::uint64_t available) {
-  char rate[64];
-  std::snprintf(rate, sizeof rate, "%.0f GFLOP at %.1f GFLOP/s", e.flops / 1e9, e.flops_per_s / 1e9);
+  char rate[160];
+  if (e.attention_flops_per_s > 0 && e.attention_flops_per_s != e.flops_per_s)
+    std::snprintf(rate, sizeof rate, "%.0f GFLOP: %.0f at %.1f GFLOP/s, attention %.0f at %.1f GFLOP/s",
+                  e.flops / 1e9, (e.flops - e.attention_flops) / 1e9, e.flops_per_s / 1e9, e.attention_flops / 1e9,
+                  e.attention_flops_per_s / 1e9);
+  else
+    std::snprintf(rate, sizeof rate, "%.0f GFLOP at %.1f GFLOP/s", e.flops / 1e9, e.flops_per_s / 1e9);
   return "estimate: " + (e.flops_per_s > 0 ? seconds_text(e.seconds) : std::string("time unknown")) + " (" + rate +
          ", " + e.rate_source + "); memory " + bytes_text(double(e.resident_bytes)) + " resident of " +
          (available ? bytes_text(double(available)) : std::string("unknown")) + " available (hidden " +

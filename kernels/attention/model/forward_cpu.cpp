@@ -609,6 +609,37 @@ std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint
   return out;
 }
 
+double measure_attention_rate(const models::ModelShape& m, int rows, int keys) {
+  if (rows < 1 || keys < rows) throw std::invalid_argument("measure_attention_rate: rows " + std::to_string(rows) +
+                                                           ", keys " + std::to_string(keys));
+  Geometry g;
+  g.C = keys;
+  g.M = 1;
+  g.T = rows;
+  g.D = m.head_dim;
+  g.nh = m.n_heads;
+  g.nkv = m.n_kv_heads;
+  g.qd = g.nh * g.D;
+  g.kvd = g.nkv * g.D;
+  g.qo = g.qd + 2 * g.kvd;
+  std::vector<float> k(std::size_t(g.kvd) * keys), v(k.size()), qkv(std::size_t(rows) * g.qo),
+      out(std::size_t(rows) * g.qd), scores(std::size_t(omp_get_max_threads()) * rows * keys);
+  frontier::fill_f32_uniform(k.data(), k.size(), 11, 1.0f);
+  frontier::fill_f32_uniform(v.data(), v.size(), 12, 1.0f);
+  frontier::fill_f32_uniform(qkv.data(), qkv.size(), 13, 1.0f);
+  LayerState s;
+  s.k = k.data();
+  s.v = v.data();
+  frontier::blas_on_openmp();
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    attention_chunk(g, qkv.data(), keys - rows, rows, s, out.data(), scores);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 4.0 * g.nh * g.D * double(rows) * keys / best;
+}
+
 double measure_gemm_rate(int rows, int hidden, std::string* what) {
   std::vector<std::uint16_t> w(std::size_t(hidden) * hidden), x(std::size_t(rows) * hidden);
   frontier::fill_bf16_uniform(w.data(), w.size(), 7, 1.0f);

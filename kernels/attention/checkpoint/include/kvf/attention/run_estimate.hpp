@@ -16,7 +16,9 @@
 // pass needs one layer's pages at a time, so they are listed, not required.
 // FLOPs: 2 x params x C_pad for the projections and MLP (C rounded up to whole chunks), 4 x q_dim x C x (C +
 // chunk) / 2 for causal attention (scores and P.V, the chunk's keys included), 2 x M x hidden x vocab for the
-// logits. Time = FLOPs / a rate the caller measured or stated (forward.hpp: measure_gemm_rate).
+// logits. Time = the projection, MLP and logit FLOPs at the GEMM rate (forward.hpp: measure_gemm_rate) plus the
+// attention FLOPs at the attention's own rate (measure_attention_rate: fp32 OpenBLAS per query head, well below a
+// bf16 oneDNN or AMX GEMM), each measured or stated by the caller.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,14 +40,16 @@ struct RunEstimate {
   std::uint64_t layer_weight_bytes = 0;   // one layer: working copy + its mapped pages
   std::uint64_t hidden_bytes = 0, kv_bytes = 0, activation_bytes = 0, capture_bytes = 0, logits_bytes = 0;
   std::uint64_t resident_bytes = 0;       // the sum of the six above
-  double flops = 0, flops_per_s = 0, seconds = 0;
+  double flops = 0, flops_per_s = 0, seconds = 0;  // flops: every FLOP; flops_per_s: the GEMM rate
+  double attention_flops = 0, attention_flops_per_s = 0;  // the causal attention's share and its rate
   std::string rate_source;                // "measured: ..." or "stated: ..."
 };
 
 // mapped: Checkpoint::mapped_bytes() (or the files' size for a model not at hand); weight_bytes_per_param: 2 for
 // bf16/f16 files, 4 for f32. UsageError for a shape outside [1, ...] (naming it).
+// attention_flops_per_s: the attention's rate, 0 for the GEMM rate.
 RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_bytes_per_param, const RunShape& r,
-                         double flops_per_s, const std::string& rate_source);
+                         double flops_per_s, const std::string& rate_source, double attention_flops_per_s = 0);
 // The KV-cached decode of `tokens` tokens for `rows` selections at once after a prompt of `context`
 // (forward.hpp: greedy_decode_cached_cpu): tokens - 1 steps, each the projections and MLP of every layer over
 // `rows` rows (2 x params x rows FLOPs, the layer's weights converted once per step), attention over at most the

@@ -116,6 +116,10 @@ std::vector<double> hf_inv_freq(const models::ModelShape& m);
 // FLOP/s of this machine's projection GEMM at a layer's shape (rows x hidden x hidden, best of a few runs);
 // *what says which GEMM ("oneDNN ..." or "OpenBLAS sgemm fp32 ...").
 double measure_gemm_rate(int rows, int hidden, std::string* what);
+// FLOP/s of the prefill's attention at this shape: one chunk of `rows` queries over `keys` keys (the chunk's own
+// included), scores and P.V per query head by fp32 OpenBLAS as the CPU pass runs them (best of a few runs). It is
+// not the projection rate: on a bf16 oneDNN or AMX host the projections run several times faster.
+double measure_attention_rate(const models::ModelShape& m, int rows, int keys);
 
 // ---------------------------------------------------------------- fp64 reference (small models only)
 // Plain loops in double from the same weights, the RoPE frequencies computed independently of hf_inv_freq.
