@@ -447,3 +447,32 @@ TEST(RecomputeFromX, GemmSlicesMatchNaiveProduct) {
     for (std::size_t i = 0; i < Y.size(); ++i) ASSERT_NEAR(Y2[i], Y[i], 1e-4 * (std::fabs(Y[i]) + 1)) << i;
   }
 }
+
+// The softmax's exp (layers.hpp): as close to exp as libm's expf over the range that matters, exact 0 for a masked
+// (-inf) key and below 2^-125, NaN kept; the row sums to 1 and the masked tail is 0.
+TEST(CausalSoftmax, ExpWithinLibmAccuracyAndRowsSumToOne) {
+  double worst = 0;
+  for (float x = 0; x > -86.5f; x -= 1.37e-3f) {
+    const double want = std::exp(double(x));
+    worst = std::max(worst, std::fabs(double(kvf::frontier::exp_nonpositive(x)) - want) / want);
+  }
+  EXPECT_LT(worst, 1e-7);
+  EXPECT_EQ(kvf::frontier::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(kvf::frontier::exp_nonpositive(-INFINITY), 0.0f);
+  EXPECT_EQ(kvf::frontier::exp_nonpositive(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(kvf::frontier::exp_nonpositive(NAN)));
+  std::vector<float> row(1000);
+  for (int j = 0; j < 1000; ++j) row[j] = std::sin(0.37f * float(j)) * 8;
+  std::vector<double> want(700);
+  double mx = -1e30, sum = 0;
+  for (int j = 0; j < 700; ++j) mx = std::max(mx, double(row[j]));
+  for (int j = 0; j < 700; ++j) sum += want[j] = std::exp(double(row[j]) - mx);
+  kvf::frontier::causal_softmax_row(row.data(), 700, 1000);
+  double total = 0;
+  for (int j = 0; j < 700; ++j) {
+    EXPECT_NEAR(row[j], want[j] / sum, 1e-6 * want[j] / sum + 1e-12) << j;
+    total += row[j];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);
+  for (int j = 700; j < 1000; ++j) EXPECT_EQ(row[j], 0.0f);
+}
