@@ -216,11 +216,15 @@ int run(const Flags& f) {
   if (!answer.empty()) {
     // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
     const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();
-    const auto de = kvf::attention::estimate_decode(cfg, C, static_cast<int>(decodes), static_cast<int>(answer.size()), rate);
+    const double read_rate = kvf::attention::measure_read_rate();
+    const auto de = kvf::attention::estimate_decode(cfg, C, static_cast<int>(decodes), static_cast<int>(answer.size()),
+                                                    rate, read_rate);
     std::fprintf(stderr, "%s: needle decoding: %zu decodes (dense, block and token at each budget) of %zu tokens, "
-                 "together from the prefill's K/V: %zu passes over the weights with %zu rows, %.0f GFLOP, about %.3g s "
-                 "more at the estimate's rate (a small-row GEMM runs below it); their own K/V %s\n",
-                 kProg, decodes, answer.size(), answer.size() - 1, decodes, de.flops / 1e9, de.seconds,
+                 "together from the prefill's K/V: %zu passes over the weights with %zu rows, %.0f GFLOP, and their "
+                 "attention reading %s of fp32 K/V (every row taken dense) at %.1f GB/s measured: about %.3g s more "
+                 "(a small-row GEMM runs below the estimate's rate); their own K/V %s\n",
+                 kProg, decodes, answer.size(), answer.size() - 1, decodes, de.flops / 1e9,
+                 kvf::attention::bytes_text(de.attention_bytes).c_str(), read_rate / 1e9, de.seconds,
                  kvf::attention::bytes_text(double(de.cache_bytes)).c_str());
   }
   if (f.estimate_only) return 0;

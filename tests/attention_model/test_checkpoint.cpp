@@ -254,6 +254,13 @@ TEST(AttentionRunEstimate, DecodeCountsOnePassPerTokenAfterTheFirst) {
   EXPECT_DOUBLE_EQ(e.seconds, e.flops / 1e9);
   EXPECT_EQ(e.cache_bytes, std::uint64_t(2) * 7 * 3 * 32 * 5 * 4);
   EXPECT_EQ(estimate_decode(c, 100, 7, 1, 1e9).flops, 0);
+  // The attention reads each row's fp32 K and V (2 x kv_dim x keys x 4 bytes per row, layer and step): with a slow
+  // memory its bytes, not its FLOPs, set its time.
+  const auto slow = estimate_decode(c, 100, 7, 5, 1e9, 1e3);
+  EXPECT_DOUBLE_EQ(slow.attention_bytes, 4.0 * 7 * 3 * 2 * 32 * 105 * 4);
+  EXPECT_DOUBLE_EQ(slow.attention_flops, 4.0 * 7 * 3 * 4 * 64 * 105);
+  EXPECT_DOUBLE_EQ(slow.seconds, (slow.flops - slow.attention_flops) / 1e9 + slow.attention_bytes / 1e3);
+  EXPECT_DOUBLE_EQ(estimate_decode(c, 100, 7, 5, 1e9, 1e15).seconds, e.seconds);  // a fast one: FLOPs bound it
 }
 
 // The causal attention runs at its own rate (fp32 OpenBLAS per head), not the GEMM's: its FLOPs are timed apart.

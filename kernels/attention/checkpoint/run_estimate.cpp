@@ -69,14 +69,20 @@ RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_
   return e;
 }
 
-DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s) {
+DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s,
+                               double read_bytes_per_s) {
   const auto& m = c.shape;
   const double H = m.hidden, D = m.head_dim, qd = double(m.n_heads) * D, kvd = double(m.n_kv_heads) * D;
   const double I = m.intermediate, V = m.vocab, L = m.layers, R = rows, steps = std::max(0, tokens - 1);
   const double gemm_params = H * (qd + 2 * kvd) + H * qd + 3 * H * I;
   DecodeEstimate e;
-  e.flops = steps * R * (L * (2 * gemm_params + 4 * qd * (double(context) + tokens)) + 2 * H * V);
-  e.seconds = flops_per_s > 0 ? e.flops / flops_per_s : 0;
+  const double keys = double(context) + tokens;
+  e.attention_flops = steps * R * L * 4 * qd * keys;
+  e.attention_bytes = steps * R * L * 2 * kvd * keys * 4.0;
+  e.flops = steps * R * (L * 2 * gemm_params + 2 * H * V) + e.attention_flops;
+  const double attention_s = std::max(flops_per_s > 0 ? e.attention_flops / flops_per_s : 0.0,
+                                      read_bytes_per_s > 0 ? e.attention_bytes / read_bytes_per_s : 0.0);
+  e.seconds = flops_per_s > 0 ? (e.flops - e.attention_flops) / flops_per_s + attention_s : 0;
   e.cache_bytes = std::uint64_t(2 * R * L * kvd * std::max(tokens, 1) * 4.0);
   return e;
 }

@@ -640,6 +640,22 @@ double measure_attention_rate(const models::ModelShape& m, int rows, int keys) {
   return 4.0 * g.nh * g.D * double(rows) * keys / best;
 }
 
+double measure_read_rate() {
+  const std::size_t n = std::size_t(32) << 20;  // doubles: 256 MiB
+  std::vector<double> a(n, 1.0);
+  double best = 1e30, sink = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (std::size_t j = 0; j < n; ++j) s += a[j];
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    sink += s;
+  }
+  if (sink != 3.0 * double(n)) throw std::logic_error("measure_read_rate: the sum is wrong");
+  return 8.0 * double(n) / best;
+}
+
 double measure_gemm_rate(int rows, int hidden, std::string* what) {
   std::vector<std::uint16_t> w(std::size_t(hidden) * hidden), x(std::size_t(rows) * hidden);
   frontier::fill_bf16_uniform(w.data(), w.size(), 7, 1.0f);

@@ -56,11 +56,17 @@ RunEstimate estimate_run(const HfConfig& c, std::uint64_t mapped, double weight_
 // context plus the tokens decoded (4 x q_dim x keys per row and layer: an upper bound, every row taken dense), and
 // the logits of every row. Memory beyond the prefill: the rows' own K/V (2 x rows x layers x kv_dim x tokens fp32)
 // and one layer's weights.
+// The attention of a decode step reads, per row and layer, the kv heads' K and V over the keys in fp32: at 32K and
+// 49 rows that is 49 x 256 MiB per layer, which memory, not the FLOP rate, bounds. Its time is taken as the larger of
+// its FLOPs at flops_per_s and its bytes (each kv head's rows read once per row: the G query heads of a row share
+// them in cache) at read_bytes_per_s (0: FLOPs only).
 struct DecodeEstimate {
   double flops = 0, seconds = 0;
+  double attention_flops = 0, attention_bytes = 0;
   std::uint64_t cache_bytes = 0;
 };
-DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s);
+DecodeEstimate estimate_decode(const HfConfig& c, int context, int rows, int tokens, double flops_per_s,
+                               double read_bytes_per_s = 0);
 // One line: "estimate: <time> (<GFLOP> at <rate>, <source>); memory <resident> resident of <available> available
 // (hidden .., weights/layer .., K/V .., activations .., capture .., logits ..), weights mapped <mapped>".
 std::string describe(const RunEstimate& e, std::uint64_t available);

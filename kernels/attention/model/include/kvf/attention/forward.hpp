@@ -120,6 +120,9 @@ double measure_gemm_rate(int rows, int hidden, std::string* what);
 // included), scores and P.V per query head by fp32 OpenBLAS as the CPU pass runs them (best of a few runs). It is
 // not the projection rate: on a bf16 oneDNN or AMX host the projections run several times faster.
 double measure_attention_rate(const models::ModelShape& m, int rows, int keys);
+// Bytes per second this machine reads from memory with every thread (a plain sum over 256 MiB, best of three): the
+// bound of the needle decode's attention, which streams each row's fp32 K and V (run_estimate.hpp).
+double measure_read_rate();
 
 // ---------------------------------------------------------------- fp64 reference (small models only)
 // Plain loops in double from the same weights, the RoPE frequencies computed independently of hf_inv_freq.
