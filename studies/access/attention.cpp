@@ -185,7 +185,7 @@ Arm<AccessEnv> attention_arm() {
       .axes = {everywhere_axis("part", {"attention"}),
                everywhere_axis("arm", {"dense", "block", "token", "read"},
                                "dense, block or token; read (CPU, before each dense row: its K and V read by a plain "
-                               "loop in its order, no compute: the bound of its access pattern)"),
+                               "loop in its order, no compute: what its access pattern costs a plain read)"),
                {.name = "ctx", .doc = "context in tokens", .cpu = {"4096", "16384", "65536", "131072"},
                 .gpu = {"4096", "8192", "16384", "32768", "65536", "131072", "262144"}, .quick = {"16384"},
                 .flag = "--contexts"},
