@@ -303,13 +303,21 @@ int finish_run(ResultsDir& dir, const std::string& study, bench::RunOutcome out,
     if (exit_code == kExitOk) exit_code = kExitFailure;
     status = "stopped: " + out.write_failure;
   }
-  try {
+  // The status matters most: where the disk has no room for the machine load as well, the status alone is written.
+  const auto end_meta = [&](bool with_load) {
     dir.update_meta([&](nlohmann::json& m) {
       auto& s = m["studies"][study];
       s["finished_utc"] = utc_now();
-      s["machine_load_at_end"] = machine_load_json();
+      if (with_load) s["machine_load_at_end"] = machine_load_json();
       s["status"] = status;
     });
+  };
+  try {
+    try {
+      end_meta(true);
+    } catch (const std::exception&) {
+      end_meta(false);
+    }
   } catch (const std::exception& e) {
     // meta.json keeps "running": it cannot be told more (the old file stays whole).
     if (out.write_failure.empty()) {
