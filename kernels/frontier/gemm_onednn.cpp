@@ -145,6 +145,27 @@ void set_onednn_max_isa(const std::string& name) {
   throw std::invalid_argument("oneDNN ISA '" + name + "': unknown; allowed " + allowed);
 }
 
+void onednn_sgemm(bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                  float* C, int ldc) {
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  thread_local dnnl::stream strm(eng);
+  try {
+    const dnnl::memory::desc a({M, K}, dt::f32, dims{lda, 1}), c({M, N}, dt::f32, dims{ldc, 1});
+    const dnnl::memory::desc b({K, N}, dt::f32, trans_b ? dims{1, ldb} : dims{ldb, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, eng);
+    dnnl::memory am(a, eng, const_cast<float*>(A)), bm(b, eng, const_cast<float*>(B)), cm(c, eng, C);
+    dnnl::matmul(pd).execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    throw std::runtime_error("oneDNN f32 matmul " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                             std::to_string(K) + ": " + e.what());
+  }
+}
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);

@@ -87,4 +87,13 @@ const std::vector<std::string>& onednn_isa_names();  // all, avx2, avx512_core, 
 // oneDNN's version, "2.6.3".
 std::string onednn_version();
 
+// C[M][N] = alpha A[M][K] op(B) in fp32 through oneDNN's matmul (row-major with leading dimensions; op(B) = B^T for
+// B[N][K] when trans_b, else B[K][N]): cblas_sgemm's row-major NoTrans/Trans cases with beta 0. Inside an OpenMP
+// parallel region it runs on the calling thread. The primitive is made per call (oneDNN's primitive cache makes a
+// repeated shape cheap). Why not OpenBLAS: for the prefill attention's shapes (256 queries over 16K keys, head dim
+// 128, one thread) Debian's OpenBLAS 0.3.21 runs its Haswell kernel at 83-86 GFLOP/s on a Zen 5 core where this runs
+// 127-153. std::runtime_error when oneDNN refuses the shape.
+void onednn_sgemm(bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                  float* C, int ldc);
+
 }  // namespace kvf::frontier

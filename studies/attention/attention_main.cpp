@@ -202,7 +202,7 @@ int run(const Flags& f) {
     rate = kvf::attention::measure_gemm_rate(T, static_cast<int>(cfg.shape.hidden), &rate_what);
     // The attention's rate at a chunk halfway through the context (its keys: the mean of the causal triangle).
     attention_rate = kvf::attention::measure_attention_rate(cfg.shape, T, std::max(T, std::min(C, C / 2 + T)));
-    rate_what = "measured: " + rate_what + "; attention: OpenBLAS sgemm fp32 per query head";
+    rate_what = "measured: " + rate_what + "; attention: oneDNN f32 matmul per query head";
   }
   const auto est = kvf::attention::estimate_run(cfg, ck.mapped_bytes(), ck.weight_bytes_per_param(), rs, rate, rate_what,
                                                 attention_rate);

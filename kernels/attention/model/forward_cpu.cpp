@@ -192,8 +192,8 @@ void attention_chunk(const Geometry& g, const float* qkv, int t0, int nt, const 
   for (int hq = 0; hq < g.nh; ++hq) {
     const int hk = hq / G;
     float* sc = scores.data() + (team ? std::size_t(omp_get_thread_num()) * per_thread : 0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, g.D, scale, qkv + std::size_t(hq) * g.D, g.qo,
-                s.k + std::size_t(hk) * g.C * g.D, g.D, 0.0f, sc, keys);
+    frontier::onednn_sgemm(true, nt, keys, g.D, scale, qkv + std::size_t(hq) * g.D, g.qo,
+                           s.k + std::size_t(hk) * g.C * g.D, g.D, sc, keys);
     for (int i = 0; i < nt; ++i) {
       float* row = sc + std::size_t(i) * keys;
       const int pos = t0 + i;
@@ -209,8 +209,8 @@ void attention_chunk(const Geometry& g, const float* qkv, int t0, int nt, const 
         std::copy_n(qkv + std::size_t(i) * g.qo + std::size_t(hq) * g.D, g.D, s.qcap + (std::size_t(hq) * g.M + m) * g.D);
       }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, g.D, keys, 1.0f, sc, keys,
-                s.v + std::size_t(hk) * g.C * g.D, g.D, 0.0f, out + std::size_t(hq) * g.D, g.qd);
+    frontier::onednn_sgemm(false, nt, g.D, keys, 1.0f, sc, keys, s.v + std::size_t(hk) * g.C * g.D, g.D,
+                           out + std::size_t(hq) * g.D, g.qd);
   }
 }
 

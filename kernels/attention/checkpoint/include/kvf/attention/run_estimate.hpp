@@ -17,7 +17,7 @@
 // FLOPs: 2 x params x C_pad for the projections and MLP (C rounded up to whole chunks), 4 x q_dim x C x (C +
 // chunk) / 2 for causal attention (scores and P.V, the chunk's keys included), 2 x M x hidden x vocab for the
 // logits. Time = the projection, MLP and logit FLOPs at the GEMM rate (forward.hpp: measure_gemm_rate) plus the
-// attention FLOPs at the attention's own rate (measure_attention_rate: fp32 OpenBLAS per query head, well below a
+// attention FLOPs at the attention's own rate (measure_attention_rate: fp32 per query head with its softmax, well below a
 // bf16 oneDNN or AMX GEMM), each measured or stated by the caller.
 #pragma once
 #include <cstdint>

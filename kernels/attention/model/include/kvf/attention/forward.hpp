@@ -12,7 +12,7 @@
 // matmul or OpenBLAS sgemm on an fp32 copy; f16/f32 files: OpenBLAS sgemm on fp32), and only that layer's K/V
 // and the residual stream (C x hidden) live between chunks: memory stays bounded at long contexts and the
 // mapped weights are read once (run_estimate.hpp gives the bytes). Activations are fp32, rounded to bf16 where
-// a bf16 GEMM reads them; attention is fp32 (OpenBLAS sgemm per head).
+// a bf16 GEMM reads them; attention is fp32 (oneDNN f32 matmul per head).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -117,7 +117,7 @@ std::vector<double> hf_inv_freq(const models::ModelShape& m);
 // *what says which GEMM ("oneDNN ..." or "OpenBLAS sgemm fp32 ...").
 double measure_gemm_rate(int rows, int hidden, std::string* what);
 // FLOP/s of the prefill's attention at this shape: one chunk of `rows` queries over `keys` keys (the chunk's own
-// included), scores and P.V per query head by fp32 OpenBLAS as the CPU pass runs them (best of a few runs). It is
+// included), scores and P.V per query head by oneDNN f32 matmul as the CPU pass runs them (best of a few runs). It is
 // not the projection rate: on a bf16 oneDNN or AMX host the projections run several times faster.
 double measure_attention_rate(const models::ModelShape& m, int rows, int keys);
 // Bytes per second this machine reads from memory with every thread (a plain sum over 256 MiB, best of three): the
