@@ -195,19 +195,18 @@ void through_layers_cpu(const LayerWeights& w, const LayerGemms& g, int L, int T
           qr[i + half] = o.hi;
         }
       }
-    // Attention per query head (one head per thread), queries in chunks: S = q K^T (sgemm), causal
-    // softmax, O = P V; each head writes its own D columns of attn.
+    // Attention per query head (one head per thread), queries in chunks: S = q K^T, causal softmax, O = P V (fp32,
+    // oneDNN's matmul: onednn_sgemm); each head writes its own D columns of attn.
 #pragma omp parallel for schedule(dynamic) if (attn_team)
     for (int hq = 0; hq < nh; ++hq) {
       const int hk = hq / G;
       float* sc = s.s.data() + (attn_team ? std::size_t(omp_get_thread_num()) * s_per_thread : 0);
       for (int t0 = 0; t0 < T; t0 += qchunk) {
         const int nt = std::min(qchunk, T - t0), keys = N + t0 + nt;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, keys, D, scale, q + std::size_t(t0) * ld + hq * D,
-                    ld, pc.k_at(l, hk), D, 0.0f, sc, keys);
+        onednn_sgemm(true, nt, keys, D, scale, q + std::size_t(t0) * ld + hq * D, ld, pc.k_at(l, hk), D, sc, keys);
         for (int i = 0; i < nt; ++i) causal_softmax_row(sc + std::size_t(i) * keys, N + t0 + i + 1, keys);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, D, keys, 1.0f, sc, keys, pc.v_at(l, hk), D, 0.0f,
-                    s.attn.data() + std::size_t(t0) * qd + hq * D, qd);
+        onednn_sgemm(false, nt, D, keys, 1.0f, sc, keys, pc.v_at(l, hk), D, s.attn.data() + std::size_t(t0) * qd + hq * D,
+                     qd);
       }
     }
     // h += attn Wo^T
