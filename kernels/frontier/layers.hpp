@@ -34,7 +34,7 @@ namespace kvf::frontier {
 // by its degree-7 Taylor polynomial, n put into the exponent. Relative error 7.6e-8 at most on [-86.5, 0] (std::exp:
 // 6e-8). Below e^-86.6 (2^-125) it gives 0 (std::exp: a denormal there), 0 for -inf (a masked key), NaN for NaN.
 // std::exp is a libm call per element: 4.25 of the 4.4 ns a softmax element took on a Zen 5 core, 41% of the
-// prefill's attention (scores and P.V by OpenBLAS took the rest).
+// prefill's attention (scores and P.V, then by OpenBLAS, took the rest).
 inline float exp_nonpositive(float x) {
   constexpr float kShift = 12582912.0f, kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606765330187045e-06f;

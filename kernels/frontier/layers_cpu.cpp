@@ -127,9 +127,8 @@ void through_layers_cpu(const LayerWeights& w, const LayerGemms& g, int L, int T
   s.xn.resize(std::size_t(T) * H);
   s.qkv.resize(std::size_t(T) * qo);
   s.attn.resize(std::size_t(T) * qd);
-  // Attention runs one query head per OpenMP thread (single-threaded OpenBLAS, recompute.hpp): one
+  // Attention runs one query head per OpenMP thread (oneDNN runs single-threaded inside the region): one
   // score buffer per thread.
-  blas_on_openmp();
   const std::size_t s_per_thread = std::size_t(std::min(T, qchunk)) * keys_max;
   const bool attn_team = std::int64_t(T) * keys_max * D > kOmpMin;
   s.s.resize(s_per_thread * (attn_team ? omp_get_max_threads() : 1));

@@ -612,6 +612,8 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
                {"llc_bytes", std::to_string(env.llc)},
                {"working_set_vs_llc", fmt(ws / double(env.llc))},
                {"kv_bytes", fmt(2.0 * double(s.kv_bytes()), 12)}};
+  if (env.dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(env.dev_mem))
+    return skipped_case("", c->params, "K and V need " + format_bytes(2.0 * s.kv_bytes()) + ", more than 60% of memory");
   if (p["arm"] == "read") return make_kv_read_case(env, s, sp.huge, c->config_key, c->params);
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
   const double rate = gpu ? 2e12 : 8e9;
@@ -620,8 +622,6 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   const double ref = 4.0 * s.batch * s.hq * double(ntok) * s.d / (gpu ? 8e9 : 2e9);
   // Per mode: warm-up + samples until 1% error or the 0.5 s budget (cold samples add a flush each).
   c->est_seconds = 0.05 + fill / 4 + ref + 2 * std::min(0.6, std::max(0.25, 10 * t + 0.1));
-  if (env.dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(env.dev_mem))
-    return skipped_case("", c->params, "K and V need " + format_bytes(2.0 * s.kv_bytes()) + ", more than 60% of memory");
   return c;
 }
 

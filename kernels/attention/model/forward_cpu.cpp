@@ -630,7 +630,6 @@ double measure_attention_rate(const models::ModelShape& m, int rows, int keys) {
   LayerState s;
   s.k = k.data();
   s.v = v.data();
-  frontier::blas_on_openmp();
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
