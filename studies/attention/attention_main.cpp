@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
                  "needs every layer captured");
   answer->excludes(dump);
   app.add_option("--entropy-threshold", f.entropy_threshold, "normalized entropy of the first_below boundary (default 0.5)");
-  app.add_option("--gflops", f.gflops, "state the GEMM rate for the estimate instead of measuring it");
+  app.add_option("--gflops", f.gflops, "state one rate (GFLOP/s) for the estimate's GEMMs and attention instead of measuring them");
   app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop");
   app.add_option("--backend", f.backend,
                  "where the prefill runs: auto (cuda where this build has CUDA and a GPU is visible), cpu, or cuda "
