@@ -17,7 +17,8 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 
 // Split-KV decode attention (K/V bf16, fp16, or fp8 e4m3 with a bf16 query: sm_89+). One CTA =
 // (split, kv head x head group, batch); 4 warps; a token row is read by d*bytes/16 lanes with 16-byte
-// loads, 2 to 4 rows of K and V per lane group per step, the next step's loads issued during this one's math. Same plan (split policy,
+// loads, 2 to 4 rows of K and V per lane group per step, later steps' loads in flight during this one's math
+// (AttnLoads). Same plan (split policy,
 // gpu_attn_splits) for every arm: it depends on the selected-token count only.
 // Merge of the splits' partials: AttnMerge::fused (one kernel per call; the last CTA of each item
 // merges, through a ticket per item kept in the workspace, which must be ZEROED ONCE before the first
@@ -25,11 +26,20 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 // time per workspace) or AttnMerge::kernel (a merge kernel follows; no zeroing needed). With one split
 // the split kernel writes the output either way.
 enum class AttnMerge { kernel, fused };
+// How K/V rows reach the registers. smem (the default): cp.async into a ring of shared-memory stages,
+// ring_stages - 1 steps in flight per CTA (sm_80+; each thread reads back only its own slots). regs (the
+// control): 16-byte loads straight into registers, the next step's issued during this step's math (at most
+// one step in flight per CTA). On the H200, smem 1.04-1.19x faster on the full grid, 1.37-1.45x where few
+// CTAs run (results/gpu/H200-2026-11-27).
+enum class AttnLoads { regs, smem };
 struct AttnPlan {
   SplitGeom split;
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
   std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
   AttnMerge merge = AttnMerge::kernel;
+  AttnLoads loads = AttnLoads::smem;
+  std::uint32_t ring_stages = 0;  // smem loads: stages of the ring (0: regs)
+  std::uint32_t ctas_per_sm = 0;  // CTAs per SM the split policy planned with (launch bounds; smem: occupancy)
   // L2 prefetch distance in token steps (0: none): the CTA's first kStep threads ask L2 for the K and V rows
   // of the step this many ahead (sm_90+: one bulk prefetch per row; sm_80: prefetch.global.L2 per 128-byte
   // line), so the step's own loads find them in L2. At most kAttnMaxPrefetchSteps.
@@ -45,8 +55,10 @@ struct AttnDims {
 // Throws std::invalid_argument for shapes the kernels do not instantiate (d not 64/128, group > 16...).
 // fixed_splits > 0: that many splits per item (gpu_attn_fixed_splits, at most kAttnMaxSplits) instead of the
 // wave-aware policy, to measure the fixed cost against the steps per CTA.
+// loads: AttnLoads; with smem the policy plans the CTAs per SM the device reports for the ring's shared memory
+// (sets the kernel's shared-memory attributes once per device: plan before any stream capture).
 AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge = AttnMerge::kernel,
-                        std::uint32_t fixed_splits = 0);
+                        std::uint32_t fixed_splits = 0, AttnLoads loads = AttnLoads::smem);
 // Floats of scratch: per (batch, query head, split) acc[d] and (m, l); with the fused merge then one
 // 32-bit ticket per (batch, kv head, head group).
 std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);

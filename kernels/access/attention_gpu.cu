@@ -24,9 +24,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "access_gpu.hpp"
 #include "attn_fp8.hpp"
@@ -107,6 +110,25 @@ __device__ __forceinline__ void prefetch_l2(const unsigned char* p, std::uint32_
     asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p + o)) : "memory");
 #endif
 }
+
+// cp.async (sm_80+): 16 bytes from global memory into this thread's shared-memory slot, in the background
+// (L2 only: the rows are read once). src_bytes 0 reads nothing and fills zeros (rows past the split).
+__device__ __forceinline__ void cp_async16(uint4* dst, const unsigned char* src, bool ok) {
+  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(__cvta_generic_to_global(src)),
+               "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Dynamic shared memory of the smem-ring kernels (AttnLoads::smem): the ring [S][K, V][U][kThreads] of 16-byte
+// slots, reused by the epilogue after the token loop.
+extern __shared__ __align__(16) uint4 attn_dyn_smem[];
 
 template <DType T>
 struct KvType {
@@ -201,16 +223,34 @@ __host__ __device__ constexpr int min_ctas_per_sm(int gb, DType t) {
   return gb <= 2 ? 4 : gb == 4 ? 3 : 2;
 }
 
+// Stages of the smem ring: a stage holds one step's K and V rows (2 x U x 16 bytes per thread), and S - 1
+// steps are in flight while one is computed. The register pipeline keeps at most one step (2 x U x 2 KiB per
+// CTA) in flight, and it read about 3 TB/s on the H100 and on the H200 alike (results/gpu/H200-2026-11-27):
+// bound by the bytes in flight, not by either memory. S is the least that keeps 64 KiB in flight per SM at
+// the CTAs per SM the launch bounds plan, between 2 and 4.
+__host__ __device__ constexpr int ring_stages(int u, int ctas) {
+  const int stage = 2 * u * kThreads * 16, want = 64 * 1024;
+  const int st = 1 + (want + stage * ctas - 1) / (stage * ctas);
+  return st < 2 ? 2 : st > 4 ? 4 : st;
+}
+// Dynamic shared memory of a ring kernel: the ring, or the epilogue's buffer where that is larger.
+template <int D, int GB, int U, DType T, int S>
+constexpr int ring_smem_bytes() {
+  constexpr int ring = S * 2 * U * kThreads * 16;
+  constexpr int epi = 4 * epilogue_floats<D, GB, attn_tokens_per_cta(D, KvType<T>::bytes)>();
+  return ring > epi ? ring : epi;
+}
+
 // The end of a CTA: its lane groups' (m, l, acc) combined into one partial per query head, written as
 // the output (one split) or as the split's record; with the fused merge the CTA that takes the item's
 // last ticket merges every split's record.
 template <int D, int GB, int NG, int EPL>
 __device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (&l)[GB], const float (&acc)[GB][EPL],
                                              int grp, int sub, const Args& a, const Workspace& w, std::uint64_t bq0,
-                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out) {
+                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out,
+                                             float* smem) {  // epilogue_floats<D, GB, NG>(), 16-byte aligned
   // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
   __shared__ float sm_m[NG][GB], sm_l[NG][GB];
-  __shared__ __align__(16) float smem[epilogue_floats<D, GB, NG>()];
   float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
   if (sub == 0)
 #pragma unroll
@@ -261,7 +301,9 @@ __device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (
   merge_splits<D, GB>(w, bq0, ns, out, smem);
 }
 
-template <int D, int GB, int U, DType T>
+// S = 0: the register pipeline; S >= 2: the smem ring of S stages (cp.async; attn_dyn_smem holds
+// ring_smem_bytes<D, GB, U, T, S>()).
+template <int D, int GB, int U, DType T, int S>
 __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict__ q, const unsigned char* __restrict__ k,
                                                 const unsigned char* __restrict__ v,
                                                 const std::uint32_t* __restrict__ idx, const Args& a,
@@ -282,15 +324,19 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
   const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
 
   constexpr bool kF8 = T == DType::fp8_e4m3;
+  constexpr bool kRing = S > 0;
   float qf[GB][EPL];
+  auto load_q = [&] {
 #pragma unroll
-  for (int g = 0; g < GB; ++g) {
-    const uint4* qrow = reinterpret_cast<const uint4*>(q + (bq0 + g) * D + sub * EPL);
+    for (int g = 0; g < GB; ++g) {
+      const uint4* qrow = reinterpret_cast<const uint4*>(q + (bq0 + g) * D + sub * EPL);
 #pragma unroll
-    for (int c = 0; c < EPL / 8; ++c) cvt16B<KvType<T>::q>(__ldg(qrow + c), &qf[g][8 * c]);
+      for (int c = 0; c < EPL / 8; ++c) cvt16B<KvType<T>::q>(__ldg(qrow + c), &qf[g][8 * c]);
 #pragma unroll
-    for (int j = 0; j < EPL; ++j) qf[g][j] *= a.qscale;
-  }
+      for (int j = 0; j < EPL; ++j) qf[g][j] *= a.qscale;
+    }
+  };
+  if constexpr (!kRing) load_q();
   const std::uint64_t row0 = a.kl.head_base(b, h, a.ctx) * EB + static_cast<std::uint64_t>(sub) * 16;
   const unsigned char* kb = k + row0;
   const unsigned char* vb = v + row0;
@@ -355,13 +401,52 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
   };
   if (pf_thread)
     for (std::uint32_t s = 1; s < pf; ++s) prefetch_run_at(t0 + s * kStep + threadIdx.x);
+  // Registers: this step's rows (the register pipeline carries the next step's in them through the math).
   uint4 kr[U], vr[U];
-  load_entries(t0, ent);
-  load_rows(kb, t0, ent, kr);
-  load_rows(vb, t0, ent, vr);
-  load_entries(t0 + kStep, ent_next);
+  // The smem ring (S > 0): every thread copies its own 16-byte slots and reads only those back, so
+  // cp.async.wait_group alone orders them (no barrier in the loop); a slot is refilled one step after its rows
+  // were read into registers and used.
+  uint4* const ring = attn_dyn_smem + threadIdx.x;
+  auto slot = [&](int stage, int kv, int u) { return ring + ((stage * 2 + kv) * U + u) * kThreads; };
+  auto issue_step = [&](int stage, std::uint32_t base, const std::uint32_t* e) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      bool ok;
+      const std::uint64_t off = row_off(base, u, e, ok);
+      cp_async16(slot(stage, 0, u), kb + off, ok);
+      cp_async16(slot(stage, 1, u), vb + off, ok);
+    }
+    cp_async_commit();  // one group per step, empty rows included, so that the group count stays S - 1 ahead
+  };
+  int rd = 0, wr = kRing ? S - 1 : 0;  // ring: the stage of this step, and of the step S - 1 ahead
+  if constexpr (kRing) {
+    // The list words of the first S steps in one round trip, then S - 1 steps of rows in flight.
+    std::uint32_t e0[kRing ? S : 1][U];
+#pragma unroll
+    for (int st = 0; st < S; ++st) load_entries(t0 + st * kStep, e0[st]);
+#pragma unroll
+    for (int st = 0; st + 1 < S; ++st) issue_step(st, t0 + st * kStep, e0[st]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) ent_next[u] = e0[S - 1][u];
+    load_q();
+  } else {
+    load_entries(t0, ent);
+    load_rows(kb, t0, ent, kr);
+    load_rows(vb, t0, ent, vr);
+    load_entries(t0 + kStep, ent_next);
+  }
   for (std::uint32_t base = t0; base < t1; base += kStep) {
     if (pf_thread) prefetch_run_at(base + pf * kStep + threadIdx.x);
+    if constexpr (kRing) {
+      // The slot refilled now was read last step: acc depends on every row read there, so computing it first
+      // keeps the refill behind those reads at the PTX level too.
+      asm volatile("" ::"f"(acc[0][0]));
+      issue_step(wr, base + (S - 1) * kStep, ent_next);
+      load_entries(base + S * kStep, ent_next);
+      cp_async_wait<kRing ? S - 1 : 0>();  // this step's group has landed
+#pragma unroll
+      for (int u = 0; u < U; ++u) kr[u] = *slot(rd, 0, u);
+    }
     bool ok[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) ok[u] = base + static_cast<std::uint32_t>(u * TPC + grp) < t1;
@@ -378,7 +463,7 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
         s[u][g] = x;
       }
     }
-    load_rows(kb, base + kStep, ent_next, kr);
+    if constexpr (!kRing) load_rows(kb, base + kStep, ent_next, kr);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -404,6 +489,9 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
         s[u][g] = kF8 ? p * kFp8PScale : p;  // now p (fp8: scaled for the f16 PV; l carries the same scale)
       }
     }
+    if constexpr (kRing)
+#pragma unroll
+      for (int u = 0; u < U; ++u) vr[u] = *slot(rd, 1, u);
     if constexpr (kF8) {
 #pragma unroll
       for (int g = 0; g < GB; ++g)
@@ -434,17 +522,30 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
         }
       }
     }
-    load_rows(vb, base + kStep, ent_next, vr);
-    load_entries(base + 2 * kStep, ent_next);
+    if constexpr (kRing) {
+      rd = rd + 1 == S ? 0 : rd + 1;
+      wr = wr + 1 == S ? 0 : wr + 1;
+    } else {
+      load_rows(vb, base + kStep, ent_next, vr);
+      load_entries(base + 2 * kStep, ent_next);
+    }
   }
 
-  cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out);
+  if constexpr (kRing) {
+    // The epilogue reuses the ring: every thread's copies (the zero-filled ones past the split too) land first.
+    cp_async_wait<0>();
+    __syncthreads();
+    cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out, reinterpret_cast<float*>(attn_dyn_smem));
+  } else {
+    __shared__ __align__(16) float epi[epilogue_floats<D, GB, NG>()];
+    cta_epilogue<D, GB, NG, EPL>(m, l, acc, grp, sub, a, w, bq0, b, sp, out, epi);
+  }
 }
 
 // fp8 K/V needs the e4m3 conversion instructions of sm_89 and newer, and the study refuses fp8 below that before
 // anything launches (studies/access/study.cpp). Below sm_89 the fp8 kernels are therefore a trap, not a
 // software-emulated copy nothing runs: that copy tripled the file's sm_80 device compile (10 s -> 32 s).
-template <int D, int GB, int U, DType T>
+template <int D, int GB, int U, DType T, int S>
 __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_kernel(const std::uint16_t* __restrict__ q,
                                                               const unsigned char* __restrict__ k,
                                                               const unsigned char* __restrict__ v,
@@ -456,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
   } else
 #endif
   {
-    attn_split_body<D, GB, U, T>(q, k, v, idx, a, w, out);
+    attn_split_body<D, GB, U, T, S>(q, k, v, idx, a, w, out);
   }
 }
 
@@ -477,33 +578,75 @@ __global__ void attn_merge_kernel(const Workspace w, std::uint32_t ns, std::uint
   }
 }
 
-template <int D, int GB, int U, DType T>
-void launch_split(const AttnDims& s, const void* q, const void* k, const void* v, const std::uint32_t* idx,
-                  const Args& a, const Workspace& w, float* out, cudaStream_t st) {
-  const dim3 grid(a.split.n_splits, s.hkv * a.head_groups, s.batch);
-  attn_split_kernel<D, GB, U, T><<<grid, kThreads, 0, st>>>(static_cast<const std::uint16_t*>(q),
-                                                           static_cast<const unsigned char*>(k),
-                                                           static_cast<const unsigned char*>(v), idx, a, w, out);
-}
-
 // Unroll (token rows in flight per lane group) and heads per CTA, chosen so ptxas reports no spills on
 // sm_80, sm_90 and sm_100 under the launch bounds (the pipelined loop keeps the next step's K rows live
 // through the PV): 16-bit K/V: 1 or 2 heads -> 4 rows, 4 heads -> 3, 8 heads -> 2; fp8 K/V (16 elements
 // per lane): at most 4 heads per CTA, 4 rows each.
 constexpr int unroll_for(std::uint32_t gb, DType t) { return gb == 8 ? 2 : gb == 4 && t != DType::fp8_e4m3 ? 3 : 4; }
 
+using SplitKernel = void (*)(const std::uint16_t*, const unsigned char*, const unsigned char*, const std::uint32_t*,
+                             Args, Workspace, float*);
+struct KernelPick {
+  SplitKernel fn;
+  int smem_bytes;  // dynamic shared memory (0: the register pipeline)
+  int stages;      // ring stages (0: the register pipeline)
+};
+
+template <int N>
+using IntC = std::integral_constant<int, N>;
+
+// The instantiation for (D, T, heads per CTA, loads).
 template <int D, DType T>
-void dispatch_gb(std::uint32_t gb, const AttnDims& s, const void* q, const void* k, const void* v,
-                 const std::uint32_t* idx, const Args& a, const Workspace& w, float* out, cudaStream_t st) {
+KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
+  auto pick = [&](auto gbc, auto uc) -> KernelPick {
+    constexpr int GB = decltype(gbc)::value, U = decltype(uc)::value;
+    constexpr int S = ring_stages(U, min_ctas_per_sm(GB, T));
+    if (loads == AttnLoads::smem) return {attn_split_kernel<D, GB, U, T, S>, ring_smem_bytes<D, GB, U, T, S>(), S};
+    return {attn_split_kernel<D, GB, U, T, 0>, 0, 0};
+  };
   switch (gb) {
-    case 1: return launch_split<D, 1, 4, T>(s, q, k, v, idx, a, w, out, st);
-    case 2: return launch_split<D, 2, 4, T>(s, q, k, v, idx, a, w, out, st);
-    case 4: return launch_split<D, 4, unroll_for(4, T), T>(s, q, k, v, idx, a, w, out, st);
+    case 1: return pick(IntC<1>{}, IntC<4>{});
+    case 2: return pick(IntC<2>{}, IntC<4>{});
+    case 4: return pick(IntC<4>{}, IntC<unroll_for(4, T)>{});
     case 8:
-      if constexpr (T != DType::fp8_e4m3) return launch_split<D, 8, 2, T>(s, q, k, v, idx, a, w, out, st);
+      if constexpr (T != DType::fp8_e4m3) return pick(IntC<8>{}, IntC<2>{});
       [[fallthrough]];
     default: throw std::invalid_argument("gpu::attention: unsupported heads per CTA");
   }
+}
+
+KernelPick kernel_for(const AttnDims& s, std::uint32_t gb, AttnLoads loads) {
+  const bool d128 = s.d == 128;
+  switch (s.dtype) {
+    case DType::bf16: return d128 ? pick_kernel<128, DType::bf16>(gb, loads) : pick_kernel<64, DType::bf16>(gb, loads);
+    case DType::fp16: return d128 ? pick_kernel<128, DType::fp16>(gb, loads) : pick_kernel<64, DType::fp16>(gb, loads);
+    case DType::fp8_e4m3:
+      return d128 ? pick_kernel<128, DType::fp8_e4m3>(gb, loads) : pick_kernel<64, DType::fp8_e4m3>(gb, loads);
+  }
+  throw std::invalid_argument("gpu::attention: unsupported K/V type");
+}
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("gpu::attention: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// A ring kernel's opt-in to dynamic shared memory above the 48 KiB default, and to the largest shared-memory
+// carveout (its planned CTAs per SM need it; the driver's default may pick a smaller one): once per kernel and
+// device, at plan time, so never inside a stream capture.
+void prepare_kernel(const KernelPick& kp) {
+  if (kp.smem_bytes == 0) return;
+  int dev = 0;
+  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+  static std::mutex mu;
+  static std::set<std::pair<int, SplitKernel>> done;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (done.count({dev, kp.fn})) return;
+  const void* fn = reinterpret_cast<const void*>(kp.fn);
+  cuda_ok(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kp.smem_bytes),
+          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  cuda_ok(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+          "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+  done.insert({dev, kp.fn});
 }
 
 std::uint32_t max_heads_per_cta(DType t) { return t == DType::fp8_e4m3 ? 4u : 8u; }
@@ -525,7 +668,8 @@ void check_launch(const char* what) {
 
 }  // namespace
 
-AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge, std::uint32_t fixed_splits) {
+AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge, std::uint32_t fixed_splits,
+                        AttnLoads loads) {
   if (s.d != 64 && s.d != 128) throw std::invalid_argument("gpu::attention: head dim must be 64 or 128");
   if (s.hkv == 0 || s.hq % s.hkv) throw std::invalid_argument("gpu::attention: hq must be a multiple of hkv");
   const std::uint32_t G = s.hq / s.hkv;
@@ -543,6 +687,24 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   p.heads_per_cta = G > hmax ? hmax : G;
   p.head_groups = G / p.heads_per_cta;
   p.merge = merge;
+  p.loads = loads;
+  // CTAs per SM: the launch bounds' guarantee; a ring kernel also needs its shared memory, which a smaller
+  // GPU (sm_80: 164 KiB per SM, sm_86: 100 KiB) may hold fewer times: the occupancy the device reports.
+  const KernelPick kp = kernel_for(s, p.heads_per_cta, loads);
+  p.ring_stages = static_cast<std::uint32_t>(kp.stages);
+  int ctas = min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype);
+  if (kp.smem_bytes) {
+    prepare_kernel(kp);
+    int n = 0;
+    cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(kp.fn), kThreads,
+                                                          static_cast<std::size_t>(kp.smem_bytes)),
+            "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (n < 1)
+      throw std::invalid_argument("gpu::attention: the smem loads need " + std::to_string(kp.smem_bytes) +
+                                  " bytes of shared memory per CTA, more than this device gives one CTA");
+    ctas = std::min(ctas, n);
+  }
+  p.ctas_per_sm = static_cast<std::uint32_t>(ctas);
   const std::uint64_t quantum =
       static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
       unroll_for(p.heads_per_cta, s.dtype);
@@ -553,8 +715,7 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
                 ? gpu_attn_fixed_splits(sel.n_tokens(), fixed_splits, quantum)
                 : gpu_attn_splits(sel.n_tokens(), static_cast<std::uint64_t>(s.batch) * s.hkv * p.head_groups,
                                   static_cast<std::uint32_t>(sm_count > 0 ? sm_count : 1),
-                                  static_cast<std::uint32_t>(min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype)),
-                                  quantum);
+                                  p.ctas_per_sm, quantum);
   return p;
 }
 
@@ -584,19 +745,12 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   if (p.merge == AttnMerge::fused && p.split.n_splits > kAttnMaxSplits)
     throw std::invalid_argument("gpu::attention: the fused merge takes at most kAttnMaxSplits splits");
   const Workspace w = carve(workspace, s, p);
-  auto go = [&](auto dc, auto tc) {
-    dispatch_gb<decltype(dc)::value, decltype(tc)::value>(p.heads_per_cta, s, q, k, v, idx, a, w, out, st);
-  };
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  using TB = std::integral_constant<DType, DType::bf16>;
-  using TH = std::integral_constant<DType, DType::fp16>;
-  using T8 = std::integral_constant<DType, DType::fp8_e4m3>;
-  switch (s.dtype) {
-    case DType::bf16: s.d == 128 ? go(D128{}, TB{}) : go(D64{}, TB{}); break;
-    case DType::fp16: s.d == 128 ? go(D128{}, TH{}) : go(D64{}, TH{}); break;
-    case DType::fp8_e4m3: s.d == 128 ? go(D128{}, T8{}) : go(D64{}, T8{}); break;
-  }
+  const KernelPick kp = kernel_for(s, p.heads_per_cta, p.loads);
+  prepare_kernel(kp);  // done at plan time already: a set lookup here
+  const dim3 grid(p.split.n_splits, s.hkv * p.head_groups, s.batch);
+  kp.fn<<<grid, kThreads, static_cast<std::size_t>(kp.smem_bytes), st>>>(
+      static_cast<const std::uint16_t*>(q), static_cast<const unsigned char*>(k), static_cast<const unsigned char*>(v),
+      idx, a, w, out);
   check_launch("attn_split_kernel launch");
   if (p.split.n_splits == 1 || p.merge == AttnMerge::fused) return;
   attn_merge_kernel<<<s.batch * s.hq, s.d, 0, st>>>(w, p.split.n_splits, s.d, out);

@@ -40,6 +40,7 @@ Product product(const Row& r, const AccessEnv& env) {
     p.lists.push_back({"l2_prefetch_steps", env.l2_prefetch_steps});
     p.lists.push_back({"splits", env.attn_splits});
     p.lists.push_back({"merge", env.attn_merge});
+    p.lists.push_back({"loads", env.attn_loads});
     p.lists.push_back({"launch", r.launch});  // last: a graph row runs right after its eager row
   }
   return p;

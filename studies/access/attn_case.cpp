@@ -47,6 +47,7 @@ struct AttnSpec {
   std::uint32_t l2_prefetch_steps = 0;  // GPU: AttnPlan::l2_prefetch_steps (--l2-prefetch-steps)
   std::uint32_t fixed_splits = 0;       // GPU: splits per item, 0 = the wave-aware policy (--attn-splits)
   bool merge_kernel = false;            // GPU: the merge as a second kernel, not fused (--attn-merge kernel)
+  bool loads_regs = false;              // GPU: K/V rows straight into registers, not the ring (--attn-loads regs)
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -80,7 +81,7 @@ class AttnCase final : public kvf::Case {
       const int sms = kvf::cuda_props(be).multiProcessorCount;
       plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms,
                                       sp.merge_kernel ? ka::gpu::AttnMerge::kernel : ka::gpu::AttnMerge::fused,
-                                      sp.fixed_splits);
+                                      sp.fixed_splits, sp.loads_regs ? ka::gpu::AttnLoads::regs : ka::gpu::AttnLoads::smem);
       plan_.l2_prefetch_steps = sp.l2_prefetch_steps;
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
@@ -233,7 +234,9 @@ class AttnCase final : public kvf::Case {
            std::to_string(std::uint64_t{sp.s.batch} * sp.s.hkv * plan_.head_groups) + " items, " +
            std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs" +
            (sp.fixed_splits ? " (fixed by --attn-splits)" : " (wave-aware policy)") +
-           "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") +
+           "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") + "; loads=" +
+           (plan_.ring_stages ? "smem (" + std::to_string(plan_.ring_stages) + " stages)" : std::string("regs")) +
+           ", " + std::to_string(plan_.ctas_per_sm) + " CTAs/SM" +
            "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
     if (sp.routing != Routing::none) return n;
@@ -473,11 +476,12 @@ std::vector<std::uint32_t> parse_steps(const std::string& t) {
   return out;
 }
 
-// The GPU-only columns (--l2-prefetch-steps, --attn-splits, --attn-merge): absent on CPU rows, so the defaults.
+// The GPU-only columns (--l2-prefetch-steps, --attn-splits, --attn-merge, --attn-loads): absent on CPU rows.
 void read_gpu_variant(const Point& p, AttnSpec& sp) {
   sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
   sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
   sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
+  sp.loads_regs = p.has("loads") && p["loads"] == "regs";
 }
 
 // The point's columns back to the spec the case runs; columns a row leaves empty (a dense row's block and
@@ -517,7 +521,8 @@ std::string cfg_name(const AttnSpec& sp) {
          "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) + "/b" + std::to_string(s.batch) +
          (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous")) +
          (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string()) +
-         (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) + (sp.merge_kernel ? "/merge_kernel" : "");
+         (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) + (sp.merge_kernel ? "/merge_kernel" : "") +
+         (sp.loads_regs ? "/regs" : "");
 }
 
 std::string keep_name(const AttnSpec& sp) {

@@ -175,6 +175,9 @@ class AccessStudy final : public Study {
                "value (default auto)");
     flags.list("--attn-merge", attn_merge_, "GPU attention: how the splits merge, fused (the last CTA of an item) "
                "or kernel (a second kernel); a list gives a row per value (default fused)");
+    flags.list("--attn-loads", attn_loads_, "GPU attention: how K/V rows reach the registers, smem (cp.async into "
+               "a ring of shared-memory stages, several steps in flight) or regs (16-byte loads straight into "
+               "registers, one step in flight: the control); a list gives a row per value (default smem)");
     flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
                "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)");
   }
@@ -206,7 +209,7 @@ class AccessStudy final : public Study {
 
  private:
   std::vector<std::string> parts_, contexts_, keeps_, blocks_, dtypes_, layouts_, head_dims_, run_bytes_, pool_mib_,
-      reuse_, proxy_rank_, l2_prefetch_, attn_splits_, attn_merge_;
+      reuse_, proxy_rank_, l2_prefetch_, attn_splits_, attn_merge_, attn_loads_;
   // Scalars are kept as text: parsed and range-checked in cases(), where an empty or malformed value is one clear line.
   std::string hq_text_, hkv_text_, batch_text_, cluster_mean_text_, gather_mib_text_, page_tokens_text_;
   std::string select_, scatter_, huge_, prefetch_, placement_;
@@ -334,6 +337,14 @@ class AccessStudy final : public Study {
         env.attn_merge.push_back(v);
       }
       if (!t.gpu) bad_flag("--attn-merge", attn_merge_.front(), "GPU attention only");
+    }
+    if (!attn_loads_.empty()) {
+      env.attn_loads.clear();
+      for (const auto& v : attn_loads_) {
+        if (v != "regs" && v != "smem") bad_flag("--attn-loads", v, "allowed regs, smem");
+        env.attn_loads.push_back(v);
+      }
+      if (!t.gpu) bad_flag("--attn-loads", attn_loads_.front(), "GPU attention only");
     }
     if (env.ctxs.empty()) env.ctxs = declared_u32("attention", "ctx", t);
   }

@@ -1,7 +1,8 @@
 // gpu::attention on a real device (skips without a usable GPU): the fused merge (one kernel, tickets in
 // the workspace) and the merge-kernel path against the fp32 reference, repeated on one workspace zeroed
 // once (a call that left a ticket dirty fails the next one), over split counts from 1 to
-// kAttnMaxSplits, batch 1..8, bf16/fp16/fp8 and sparse token lists.
+// kAttnMaxSplits, batch 1..8, bf16/fp16/fp8 and sparse token lists; both ways of loading K/V (regs, the
+// smem ring) over every instantiation (heads per CTA 1, 2, 4, 8 and two head groups; d 64 and 128).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +29,8 @@ struct Buf {
   Buf& operator=(const Buf&) = delete;
 };
 
-void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const char* what) {
+void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const char* what,
+           gpu::AttnLoads loads = gpu::AttnLoads::smem) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   std::vector<unsigned char> q(s.q_bytes()), k(s.kv_bytes()), v(s.kv_bytes());
@@ -36,7 +38,7 @@ void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const
   std::vector<float> ref(s.q_elems()), got(s.q_elems());
   attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
   const gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale(), s.page};
-  const gpu::AttnPlan plan = gpu::plan_attention(dims, sel.geom, sms, merge);
+  const gpu::AttnPlan plan = gpu::plan_attention(dims, sel.geom, sms, merge, 0, loads);
   Buf dq(q.size()), dk(k.size()), dv(v.size()), di(sel.idx.size() * 4), dout(got.size() * 4);
   const std::size_t wsb = gpu::attention_workspace_floats(dims, plan) * 4;
   Buf dws(wsb);
@@ -52,19 +54,26 @@ void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     const double err = attention_rel_error(got.data(), ref.data(), got.size());
-    EXPECT_LT(err, kAttnTolerance) << what << " call " << call << " splits " << plan.split.n_splits;
+    EXPECT_LT(err, kAttnTolerance) << what << " call " << call << " splits " << plan.split.n_splits << " hq " << s.hq
+                                   << " d " << s.d << " dtype " << to_string(s.dtype) << " loads "
+                                   << (loads == gpu::AttnLoads::smem ? "smem" : "regs");
   }
-  std::printf("%s: %u splits, rel err ok\n", what, plan.split.n_splits);
+  std::printf("%s: %u splits, %u ring stages, %u CTAs/SM, rel err ok\n", what, plan.split.n_splits, plan.ring_stages,
+              plan.ctas_per_sm);
+}
+
+bool fp8_ok() {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major * 10 + minor >= 89;  // e4m3 conversions need sm_89+
 }
 
 }  // namespace
 
 TEST(AttentionGpu, FusedAndKernelMergeMatchReference) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  const bool fp8 = major * 10 + minor >= 89;  // e4m3 conversions need sm_89+
+  const bool fp8 = fp8_ok();
   for (auto merge : {gpu::AttnMerge::fused, gpu::AttnMerge::kernel}) {
     for (std::uint32_t ctx : {256u, 1024u, 4096u, 65536u}) {
       for (std::uint32_t batch : {1u, 8u}) {
@@ -82,6 +91,40 @@ TEST(AttentionGpu, FusedAndKernelMergeMatchReference) {
             const Selection tok = place(s, make_page_map(ctx, 16, 3),
                                         select_tokens_random(s, 64, kb, false, Scatter::uniform, 8, 9));
             check(s, tok, merge, "token");
+          }
+        }
+      }
+    }
+  }
+}
+
+// The smem ring and the register pipeline against the reference, over every
+// instantiation: heads per CTA 1, 2, 4, 8 (hq 8..64 over hkv 8) and 16 (two head groups), d 64 and 128,
+// each type; contexts of a partial step, a few steps and many splits.
+TEST(AttentionGpu, SmemRingMatchesReferenceForEveryInstantiation) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  const bool fp8 = fp8_ok();
+  for (std::uint32_t hq : {8u, 16u, 32u, 64u, 128u}) {
+    for (std::uint32_t d : {64u, 128u}) {
+      for (DType t : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+        if (t == DType::fp8_e4m3 && !fp8) continue;
+        for (std::uint32_t ctx : {112u, 1024u, 16384u}) {
+          AttnShape s;
+          s.hq = hq;
+          s.hkv = 8;
+          s.d = d;
+          s.ctx = ctx;
+          s.dtype = t;
+          s.page = 16;
+          const Selection dense = place(s, make_page_map(ctx, 16, 3), select_dense(s, ctx < 256 ? 16 : 256));
+          for (auto loads : {gpu::AttnLoads::regs, gpu::AttnLoads::smem}) {
+            check(s, dense, gpu::AttnMerge::fused, "dense", loads);
+            if (ctx >= 1024) {
+              const std::uint32_t kb = sparse_blocks(ctx, 64, 0.125);
+              const Selection tok = place(s, make_page_map(ctx, 16, 3),
+                                          select_tokens_random(s, 64, kb, false, Scatter::uniform, 8, 9));
+              check(s, tok, gpu::AttnMerge::kernel, "token", loads);
+            }
           }
         }
       }
