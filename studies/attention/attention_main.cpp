@@ -239,6 +239,15 @@ int run(const Flags& f) {
                       : kvf::attention::forward_cpu(ck, tokens, fo);
   const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (gpu) std::fprintf(stderr, "%s: GPU forward: %s\n", kProg, gpu_note.c_str());
+  if (!fw.phase_s.empty()) {
+    std::string text;
+    for (const auto& [name, sec] : fw.phase_s) {
+      char b[64];
+      std::snprintf(b, sizeof b, "%s%s %.3g s", text.empty() ? "" : ", ", name.c_str(), sec);
+      text += b;
+    }
+    std::fprintf(stderr, "%s: forward phases: %s\n", kProg, text.c_str());
+  }
 
   const q::QualityOptions qo = quality_options(f, static_cast<std::uint32_t>(C), needles);
 
@@ -267,6 +276,7 @@ int run(const Flags& f) {
   if (gpu) meta["gpu_forward"] = gpu_note;
   meta["next_token"] = fw.next_token;
   meta["forward_s"] = forward_s;
+  for (const auto& [name, sec] : fw.phase_s) meta["forward_phases_s"][name] = sec;
   meta["figures_s"] = figures_s;
   meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
   if (!answer.empty()) {

@@ -2,6 +2,7 @@
 // through the idleness study's prefill kernels (kvf::decode::gpu::ModelPrefillGpu: cuBLASLt GEMMs, the fused small
 // kernels, the causal prefill attention), checked against kvf::decode's fp64 reference on rows of layer 0.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -177,23 +178,38 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   detail::init_capture(m, C, opt, cap_);
   std::string check;
   std::uint64_t layer_bytes = 0;
+  // Phase clock: each tick charges the time since the last one to a phase (the GPU's after a stream sync).
+  r.phase_s = {{"weights_host", 0.0}, {"upload", 0.0}, {"layers_gpu", 0.0}, {"capture", 0.0}, {"check", 0.0},
+               {"logits", 0.0}};
+  auto last = std::chrono::steady_clock::now();
+  auto tick = [&](std::size_t phase, bool sync) {
+    if (sync) cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const auto now = std::chrono::steady_clock::now();
+    r.phase_s[phase].second += std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
   for (int l = 0; l < m.layers; ++l) {
     const LayerHost w = load_layer_host(ck, l);
     layer_bytes = std::max<std::uint64_t>(layer_bytes, 2 * (w.wqkv.size() + w.wo.size() + w.wgu.size() + w.wd.size()));
+    tick(0, false);
     gpu.upload_layer(w.view(), s);
+    tick(1, true);
     const auto it = std::find(cap_.layer_ids.begin(), cap_.layer_ids.end(), l);
     const int c = opt.capture && it != cap_.layer_ids.end() ? int(it - cap_.layer_ids.begin()) : -1;
     for (int t0 = 0; t0 < C; t0 += T) {
       gpu.layer_chunk(t0, s);
       const int i0 = std::max(C - M, t0), i1 = std::min(t0 + T, C);  // captured query rows in this chunk
       if (c >= 0 && i0 < i1) {
+        tick(2, true);
         const auto qb = gpu.q_rows(i0 - t0, i1 - i0, s);  // [n][Hq][D]
         for (int i = i0; i < i1; ++i)
           for (int hq = 0; hq < m.n_heads; ++hq)
             frontier::bf16_to_f32(qb.data() + (std::size_t(i - i0) * m.n_heads + hq) * D,
                                   cap_.q.data() + ((std::size_t(c) * m.n_heads + hq) * M + (i - (C - M))) * D, D);
+        tick(3, false);
       }
     }
+    tick(2, true);
     if (c >= 0) {
       std::vector<std::uint16_t> kb, vb;
       gpu.kv(C, kb, vb, s);
@@ -201,11 +217,14 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
       frontier::bf16_to_f32(kb.data(), cap_.k.data() + at, n);
       frontier::bf16_to_f32(vb.data(), cap_.v.data() + at, n);
       fill_probs_from_qk(cap_, c);
+      tick(3, false);
     }
     if (l == 0) check = check_layer0(gpu, w, m, h, inv_freq, C, s);
+    tick(4, false);
   }
-  const auto last = gpu.hidden_rows(C - M, M, s);
-  detail::logits_of_rows(ck, last.data(), M, r);
+  const auto last_rows = gpu.hidden_rows(C - M, M, s);
+  detail::logits_of_rows(ck, last_rows.data(), M, r);
+  tick(5, true);
   r.gemm = std::string("cuBLASLt bf16 x bf16 -> fp32 on ") + prop.name;
   r.allocated_bytes += layer_bytes + 4 * h.size() + 4 * (cap_.probs.size() + cap_.q.size() + cap_.k.size() + cap_.v.size());
   if (gpu_note)
