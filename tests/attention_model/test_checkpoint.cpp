@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "forward_detail.hpp"  // stack_bf16
 #include "kvf/attention/checkpoint.hpp"
 #include "kvf/attention/run_estimate.hpp"
 #include "kvf/errors.hpp"
@@ -304,4 +306,44 @@ TEST(AttentionRunEstimate, RefusesWhatMemoryCannotHold) {
 }
 
 }  // namespace
+// The parallel stacking of a layer's matrices (the GPU forward's weight reader) and the range form of to_bf16
+// equal the whole-tensor to_bf16 of each part one after another, across chunk boundaries and for every dtype.
+TEST(Safetensors, StackBf16EqualsToBf16OfEachPartInOrder) {
+  std::uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  struct Part { TensorInfo info; std::vector<std::uint8_t> bytes; };
+  std::vector<Part> parts(4);
+  const std::pair<Dtype, std::int64_t> kinds[4] = {{Dtype::bf16, (std::int64_t{5} << 19) + 7}, {Dtype::f32, 300},
+                                                   {Dtype::f16, (std::int64_t{1} << 20) + 1}, {Dtype::bf16, 33}};
+  for (int i = 0; i < 4; ++i) {
+    parts[i].info.dtype = kinds[i].first;
+    parts[i].info.shape = {kinds[i].second};
+    const std::size_t eb = kinds[i].first == Dtype::f32 ? 4 : 2;
+    parts[i].bytes.resize(std::size_t(kinds[i].second) * eb);
+    for (std::size_t j = 0; j < parts[i].bytes.size(); j += eb) {
+      if (eb == 4) {
+        const float f = float(std::int32_t(next() >> 8) - (1 << 23)) / float(1 << 20);
+        std::memcpy(&parts[i].bytes[j], &f, 4);
+      } else {
+        const std::uint16_t b = static_cast<std::uint16_t>((next() >> 16) & 0x3FFF);  // finite f16 and bf16
+        std::memcpy(&parts[i].bytes[j], &b, 2);
+      }
+    }
+  }
+  std::vector<TensorView> views;
+  std::vector<std::uint16_t> want;
+  for (auto& p : parts) {
+    views.push_back({&p.info, p.bytes.data(), "test"});
+    std::vector<std::uint16_t> one(std::size_t(p.info.numel()));
+    to_bf16(views.back(), one.data());
+    want.insert(want.end(), one.begin(), one.end());
+    std::vector<std::uint16_t> tail(7);
+    to_bf16(views.back(), tail.data(), p.info.numel() - 7, 7);
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), one.end() - 7));
+  }
+  std::vector<std::uint16_t> got(want.size(), 0xFFFF);
+  detail::stack_bf16(views, got.data());
+  EXPECT_TRUE(got == want);
+}
+
 }  // namespace kvf::attention

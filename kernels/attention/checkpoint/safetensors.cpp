@@ -212,20 +212,21 @@ void to_f32(const TensorView& v, float* out, std::int64_t first, std::int64_t n)
 
 void to_f32(const TensorView& v, float* out) { to_f32(v, out, 0, v.info->numel()); }
 
-void to_bf16(const TensorView& v, std::uint16_t* out) {
-  const std::int64_t n = v.info->numel();
+void to_bf16(const TensorView& v, std::uint16_t* out, std::int64_t first, std::int64_t n) {
   if (v.info->dtype == Dtype::bf16) {
-    std::memcpy(out, v.data, std::size_t(n) * 2);
+    std::memcpy(out, v.data + std::size_t(first) * 2, std::size_t(n) * 2);
     return;
   }
   constexpr std::int64_t kBlock = 4096;
   float buf[kBlock];
   for (std::int64_t i = 0; i < n; i += kBlock) {
     const std::int64_t m = std::min(kBlock, n - i);
-    to_f32(v, buf, i, m);
+    to_f32(v, buf, first + i, m);
     for (std::int64_t j = 0; j < m; ++j) out[i + j] = f32_to_bf16(buf[j]);
   }
 }
+
+void to_bf16(const TensorView& v, std::uint16_t* out) { to_bf16(v, out, 0, v.info->numel()); }
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path.string()) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);

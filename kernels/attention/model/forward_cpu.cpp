@@ -353,6 +353,21 @@ LayerTensors layer_tensors(const Checkpoint& ck, int l) {
   return r;
 }
 
+void stack_bf16(const std::vector<TensorView>& parts, std::uint16_t* out) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements (2 MiB): many chunks per thread, even shares
+  struct Piece { std::size_t part; std::int64_t first, n, at; };
+  std::vector<Piece> pieces;
+  std::int64_t at = 0;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const std::int64_t n = parts[p].info->numel();
+    for (std::int64_t i = 0; i < n; i += kChunk) pieces.push_back({p, i, std::min(kChunk, n - i), at + i});
+    at += n;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    to_bf16(parts[pieces[i].part], out + pieces[i].at, pieces[i].first, pieces[i].n);
+}
+
 void embed_rows(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, float* h) {
   const int H = ck.config().shape.hidden;
   const TensorView embed = ck.tensor("model.embed_tokens.weight", {ck.config().shape.vocab, H});

@@ -64,8 +64,10 @@ struct TensorView {
 // UsageError for another dtype (naming the file, the tensor and the dtypes a model may use).
 void to_f32(const TensorView& v, float* out, std::int64_t first, std::int64_t n);
 void to_f32(const TensorView& v, float* out);
-// bf16 bits of every element (bf16 copied, f16 and f32 rounded to nearest even).
+// bf16 bits of every element (bf16 copied, f16 and f32 rounded to nearest even); the range form: `n` elements
+// from element `first` into out.
 void to_bf16(const TensorView& v, std::uint16_t* out);
+void to_bf16(const TensorView& v, std::uint16_t* out, std::int64_t first, std::int64_t n);
 float f16_to_f32(std::uint16_t h);
 
 // One memory-mapped file with its checked header.

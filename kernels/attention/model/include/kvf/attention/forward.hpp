@@ -64,9 +64,9 @@ struct ForwardResult {
   AttentionCapture capture;
   std::string gemm;                  // the GEMM that ran the projections (Bf16Gemm::impl or OpenBLAS fp32)
   std::uint64_t allocated_bytes = 0; // the pass's large buffers (weights' working copy, state, capture, logits)
-  // forward_gpu: wall seconds per phase, in order (weights read and converted on the host, their upload, the
-  // layers on the GPU, the capture's copies and probabilities, the layer-0 check, the logits); they sum to the
-  // pass but for its setup. Empty for forward_cpu.
+  // forward_gpu: wall seconds per phase (weights read and converted on the host, their upload's host time, the
+  // layers on the GPU with the pinned uploads, the capture's copies and probabilities, the layer-0 check, the
+  // logits, and the setup before them: device, buffers, embeddings); they sum to the pass. Empty for forward_cpu.
   std::vector<std::pair<std::string, double>> phase_s;
 };
 
