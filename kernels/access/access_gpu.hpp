@@ -26,18 +26,26 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 // time per workspace) or AttnMerge::kernel (a merge kernel follows; no zeroing needed). With one split
 // the split kernel writes the output either way.
 enum class AttnMerge { kernel, fused };
-// How K/V rows reach the registers. smem (the default): cp.async into a ring of shared-memory stages,
-// ring_stages - 1 steps in flight per CTA (sm_80+; each thread reads back only its own slots). regs (the
-// control): 16-byte loads straight into registers, the next step's issued during this step's math (at most
-// one step in flight per CTA). On the H200, smem 1.04-1.19x faster on the full grid, 1.37-1.45x where few
-// CTAs run (results/gpu/H200-2026-11-27).
-enum class AttnLoads { regs, smem };
+// The kernel, named by how K/V rows reach the math (results/gpu/H200-2026-11-27 measured all three):
+//   best (the default): mma for 16-bit K/V, smem for fp8, the fastest of each; plan_attention resolves it.
+//   mma (16-bit K/V only): QK and PV on tensor cores (mma.sync m16n8k16, the CTA's query heads as rows), K/V
+//     through a warp-private cp.async ring and ldmatrix; on the H200 0.97-1.45x smem's speed (median 1.12x; the
+//     token arm at large budgets slightly slower), 1.8x where few CTAs run.
+//   smem: CUDA-core math, K/V cp.async'd into a ring of shared-memory stages, ring_stages - 1 steps in flight per
+//     CTA (sm_80+; each thread reads back only its own slots); on the H200 0.99-1.19x regs' speed, 1.37-1.45x
+//     where few CTAs run.
+//   regs: CUDA-core math, 16-byte loads straight into registers, the next step's issued during this step's
+//     math (at most one step in flight per CTA): the kernel of the H100 runs, kept as the control.
+enum class AttnLoads { regs, smem, mma, best };
+inline const char* to_string(AttnLoads l) {
+  return l == AttnLoads::regs ? "regs" : l == AttnLoads::smem ? "smem" : l == AttnLoads::mma ? "mma" : "best";
+}
 struct AttnPlan {
   SplitGeom split;
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
   std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
   AttnMerge merge = AttnMerge::kernel;
-  AttnLoads loads = AttnLoads::smem;
+  AttnLoads loads = AttnLoads::best;  // resolved by plan_attention (never best in a plan it returns)
   std::uint32_t ring_stages = 0;  // smem loads: stages of the ring (0: regs)
   std::uint32_t ctas_per_sm = 0;  // CTAs per SM the split policy planned with (launch bounds; smem: occupancy)
   // L2 prefetch distance in token steps (0: none): the CTA's first kStep threads ask L2 for the K and V rows
@@ -58,7 +66,7 @@ struct AttnDims {
 // loads: AttnLoads; with smem the policy plans the CTAs per SM the device reports for the ring's shared memory
 // (sets the kernel's shared-memory attributes once per device: plan before any stream capture).
 AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, AttnMerge merge = AttnMerge::kernel,
-                        std::uint32_t fixed_splits = 0, AttnLoads loads = AttnLoads::smem);
+                        std::uint32_t fixed_splits = 0, AttnLoads loads = AttnLoads::best);
 // Floats of scratch: per (batch, query head, split) acc[d] and (m, l); with the fused merge then one
 // 32-bit ticket per (batch, kv head, head group).
 std::size_t attention_workspace_floats(const AttnDims& s, const AttnPlan& p);

@@ -1,5 +1,7 @@
 // GPU split-KV sparse decode attention of the access study (dense, block and token arms run the same
-// kernel; they differ only in the selection list: entries of `span` tokens).
+// kernel; they differ only in the selection list: entries of `span` tokens). Three kernels (AttnLoads):
+// the CUDA-core kernel below with its K/V loaded straight into registers (regs) or through a shared-memory
+// ring (smem), and the tensor-core kernel (mma, attn_mma_kernel further down).
 //
 // CTA = (split, kv head x head group, batch), 4 warps. A token row (d elements of 2 bytes, or 1 byte for
 // fp8 e4m3) is read by d*bytes/16 lanes with one 16-byte non-coherent load each (attn_* tiling in
@@ -19,6 +21,7 @@
 // attn_fp8.hpp) folded into the fp32 accumulator. Row addresses: a per-head base plus KvLayout::token_off_u32 of the physical token (the
 // paged HND layout keeps a page's heads side by side, so one head's rows are runs of P x d elements at a
 // stride of P x hkv x d).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -244,24 +247,15 @@ constexpr int ring_smem_bytes() {
 // The end of a CTA: its lane groups' (m, l, acc) combined into one partial per query head, written as
 // the output (one split) or as the split's record; with the fused merge the CTA that takes the item's
 // last ticket merges every split's record.
-template <int D, int GB, int NG, int EPL>
-__device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (&l)[GB], const float (&acc)[GB][EPL],
-                                             int grp, int sub, const Args& a, const Workspace& w, std::uint64_t bq0,
-                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out,
-                                             float* smem) {  // epilogue_floats<D, GB, NG>(), 16-byte aligned
-  // Combine the lane groups of the CTA (groups without tokens: m = kAttnEmptyM, weight 0).
-  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
-  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
-  if (sub == 0)
-#pragma unroll
-    for (int g = 0; g < GB; ++g) {
-      sm_m[grp][g] = m[g];
-      sm_l[grp][g] = l[g];
-    }
-#pragma unroll
-  for (int g = 0; g < GB; ++g)
-#pragma unroll
-    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
+// The NG partials (m, l, acc) per query head that the CTA's lane groups (or warps) left in shared memory
+// (sm_m, sm_l [NG][GB]; smem as acc [NG][GB][D]) combined (groups without tokens: m = kAttnEmptyM, weight 0)
+// and written as the output (one split) or as the split's record; with the fused merge the CTA that takes
+// the item's last ticket merges every split's record.
+template <int D, int GB, int NG>
+__device__ __forceinline__ void cta_combine(const float (*sm_m)[GB], const float (*sm_l)[GB], float* smem,
+                                            const Args& a, const Workspace& w, std::uint64_t bq0, std::uint32_t b,
+                                            std::uint32_t sp, float* __restrict__ out) {
+  const float(*sm_acc)[GB][D] = reinterpret_cast<const float(*)[GB][D]>(smem);
   __syncthreads();
   const std::uint32_t ns = a.split.n_splits;
   for (int e = threadIdx.x; e < GB * D; e += kThreads) {
@@ -299,6 +293,26 @@ __device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (
   if (!sm_last) return;
   __threadfence();
   merge_splits<D, GB>(w, bq0, ns, out, smem);
+}
+
+template <int D, int GB, int NG, int EPL>
+__device__ __forceinline__ void cta_epilogue(const float (&m)[GB], const float (&l)[GB], const float (&acc)[GB][EPL],
+                                             int grp, int sub, const Args& a, const Workspace& w, std::uint64_t bq0,
+                                             std::uint32_t b, std::uint32_t sp, float* __restrict__ out,
+                                             float* smem) {  // epilogue_floats<D, GB, NG>(), 16-byte aligned
+  __shared__ float sm_m[NG][GB], sm_l[NG][GB];
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (sub == 0)
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      sm_m[grp][g] = m[g];
+      sm_l[grp][g] = l[g];
+    }
+#pragma unroll
+  for (int g = 0; g < GB; ++g)
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) sm_acc[grp][g][sub * EPL + j] = acc[g][j];
+  cta_combine<D, GB, NG>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
 }
 
 // S = 0: the register pipeline; S >= 2: the smem ring of S stages (cp.async; attn_dyn_smem holds
@@ -561,6 +575,250 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
   }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Tensor-core variant (AttnMath::mma; 16-bit K/V, sm_80+). The CTA's query heads (GB <= 8) are the rows of
+// the A operand of mma.sync m16n8k16 (rows GB..15 zero); each warp walks its own tiles of 16 tokens (tile
+// j of the split goes to warp j % 4): S = Q K^T as 2 n-tiles of 8 tokens x D/16 k-steps, the online
+// softmax on S in registers, then O += P V as D/8 n-tiles of one k-step with P (the S fragments, rounded
+// to the input type; bf16 as hi + lo, so P keeps 16 bits of mantissa) as the A operand. K and V tiles
+// reach shared memory through a warp-private cp.async ring of kMmaStages tiles, 16-byte chunks XOR-swizzled
+// by row (ldmatrix reads 8 rows of one chunk column without bank conflicts); ldmatrix (K) and
+// ldmatrix.trans (V) load the B operands. The warps' partials are combined by cta_combine (NG = 4 warps).
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16/.f16): lane = 4 g + t; A regs: (row g, k 2t..2t+1),
+// (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..); B regs: (k 2t..2t+1, n g), (k 2t+8.., n g);
+// C: (row g, n 2t, 2t+1), (row g+8, n 2t, 2t+1).
+constexpr int kMmaTile = 16;  // tokens per warp tile
+constexpr int kMmaStages = 3;
+
+template <int D>
+__host__ __device__ constexpr int mma_ring_bytes() {
+  return kAttnWarps * kMmaStages * 2 * kMmaTile * D * 2;  // [warp][stage][K, V][16 rows][D] 16-bit
+}
+template <int D, int GB>
+__host__ __device__ constexpr int mma_smem_bytes() {
+  constexpr int epi = 4 * kAttnWarps * GB * D;  // the warps' acc for cta_combine
+  return mma_ring_bytes<D>() > epi ? mma_ring_bytes<D>() : epi;
+}
+
+template <DType T>
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+  // Rows g + 8 of A are zero (at most 8 heads): their registers are 0.
+  if constexpr (T == DType::bf16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// Two floats as one register of the input type (x in the low half: the lower k or n index).
+template <DType T>
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+  if constexpr (T == DType::bf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const unsigned*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
+}
+template <DType T>
+__device__ __forceinline__ float2 unpack2(unsigned u) {
+  if constexpr (T == DType::bf16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+  else return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+
+template <int D, int GB, DType T>
+__global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16_t* __restrict__ q,
+                                                               const unsigned char* __restrict__ k,
+                                                               const unsigned char* __restrict__ v,
+                                                               const std::uint32_t* __restrict__ idx, const Args a,
+                                                               const Workspace w, float* __restrict__ out) {
+  static_assert(T != DType::fp8_e4m3 && GB <= 8, "mma: 16-bit K/V, at most 8 heads per CTA");
+  constexpr int CH = D / 8;           // 16-byte chunks per row
+  constexpr int KS = D / 16;          // k-steps of QK
+  constexpr int CPL = kMmaTile * CH / 32;  // chunks per lane per K (or V) tile
+  constexpr int kTileBytes = kMmaTile * D * 2;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t sp = blockIdx.x;
+  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
+  const std::uint32_t b = blockIdx.z;
+  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
+  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  const unsigned char* kb = k + a.kl.head_base(b, h, a.ctx) * 2;
+  const unsigned char* vb = v + a.kl.head_base(b, h, a.ctx) * 2;
+  const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
+  const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
+  const std::uint32_t in_span = (1u << a.span_shift) - 1u;
+  // This warp's tiles: j = warp, warp + 4, ...; tile j starts at t0 + 16 j.
+  const std::uint32_t n_tiles = (t1 - t0 + kMmaTile - 1) / kMmaTile;
+  const std::uint32_t my_tiles = n_tiles > static_cast<std::uint32_t>(warp)
+                                     ? (n_tiles - warp + kAttnWarps - 1) / kAttnWarps : 0u;
+  auto tile_base = [&](std::uint32_t i) { return t0 + (warp + i * kAttnWarps) * kMmaTile; };
+
+  unsigned char* const ring = reinterpret_cast<unsigned char*>(attn_dyn_smem) + warp * kMmaStages * 2 * kTileBytes;
+  // Chunk c of row r of a tile lives at chunk c ^ (r & 7) of that row.
+  auto chunk_at = [&](unsigned char* tile, int r, int c) { return tile + (r * CH + (c ^ (r & 7))) * 16; };
+  // The lane's chunks of a tile: q = lane + 32 i -> row q / CH, chunk q % CH.
+  std::uint32_t ent[CPL];
+  auto load_entries = [&](std::uint32_t i) {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>((lane + 32 * j) / CH);
+      ent[j] = i < my_tiles && tok < t1 ? __ldg(list + (tok >> a.span_shift)) : 0u;
+    }
+  };
+  auto issue_tile = [&](int stage, std::uint32_t i) {
+    unsigned char* kt = ring + stage * 2 * kTileBytes;
+    unsigned char* vt = kt + kTileBytes;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const int qi = lane + 32 * j, r = qi / CH, c = qi % CH;
+      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>(r);
+      const bool ok = i < my_tiles && tok < t1;
+      const std::uint32_t n = ok ? (ent[j] << a.span_shift) + (tok & in_span) : 0u;
+      const std::uint64_t off = static_cast<std::uint64_t>(a.kl.token_off_u32(n)) * 2 + c * 16;
+      cp_async16(reinterpret_cast<uint4*>(chunk_at(kt, r, c)), kb + off, ok);
+      cp_async16(reinterpret_cast<uint4*>(chunk_at(vt, r, c)), vb + off, ok);
+    }
+    cp_async_commit();
+  };
+
+  // Ring prologue (the list words of each tile one tile ahead of its copies).
+  load_entries(0);
+#pragma unroll
+  for (int st = 0; st + 1 < kMmaStages; ++st) {
+    issue_tile(st, static_cast<std::uint32_t>(st));
+    load_entries(static_cast<std::uint32_t>(st + 1));
+  }
+  // The query heads as A fragments (unscaled 16-bit; the scale is applied to S in fp32).
+  unsigned qa[KS][2];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const std::uint16_t* qr = q + (bq0 + (g < GB ? g : 0)) * D + ks * 16 + 2 * t;
+    qa[ks][0] = g < GB ? __ldg(reinterpret_cast<const unsigned*>(qr)) : 0u;
+    qa[ks][1] = g < GB ? __ldg(reinterpret_cast<const unsigned*>(qr + 8)) : 0u;
+  }
+  float m = kAttnEmptyM, l = 0.0f;  // row g's running max (the same in its 4 lanes) and this lane's share of l
+  float acc[2 * KS][4];             // O: n-tile nt holds (row g, d 8 nt + 2t, +1) in [0], [1]; rows g + 8 unused
+#pragma unroll
+  for (int nt = 0; nt < 2 * KS; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+
+  int rd = 0, wr = kMmaStages - 1;
+  for (std::uint32_t i = 0; i < my_tiles; ++i) {
+    __syncwarp();  // every lane's reads of the stage refilled now (tile i - 1) are done
+    issue_tile(wr, i + kMmaStages - 1);
+    load_entries(i + kMmaStages);
+    cp_async_wait<kMmaStages - 1>();
+    __syncwarp();  // every lane's copies of tile i are visible to the warp
+    const unsigned char* kt = ring + rd * 2 * kTileBytes;
+    const unsigned char* vt = kt + kTileBytes;
+    // S = Q K^T: n-tile jn = tokens 8 jn .. 8 jn + 7 of the tile.
+    float s[2][4];
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[jn][e] = 0.0f;
+#pragma unroll
+      for (int kp = 0; kp < KS / 2; ++kp) {
+        // Matrices: rows = tokens 8 jn + (lane & 7), chunks 4 kp + (lane >> 3): k-step 2 kp (lo, hi), 2 kp + 1.
+        unsigned bm[4];
+        const int r = 8 * jn + (lane & 7), c = 4 * kp + (lane >> 3);
+        ldsm_x4(bm, chunk_at(const_cast<unsigned char*>(kt), r, c));
+        mma16816<T>(s[jn], qa[2 * kp][0], qa[2 * kp][1], bm[0], bm[1]);
+        mma16816<T>(s[jn], qa[2 * kp + 1][0], qa[2 * kp + 1][1], bm[2], bm[3]);
+      }
+    }
+    // Online softmax of row g over the tile's 16 tokens (this lane: tokens 8 jn + 2 t + e, e = 0, 1).
+    const std::uint32_t base = tile_base(i);
+    float mx = m;
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = base + static_cast<std::uint32_t>(8 * jn + 2 * t + e) < t1;
+        s[jn][e] = ok ? s[jn][e] * a.qscale : kAttnEmptyM;
+        mx = fmaxf(mx, s[jn][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float alpha = exp2f(m - mx);
+    m = mx;
+    float p[2][2];
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx);
+    l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+#pragma unroll
+    for (int nt = 0; nt < 2 * KS; ++nt) {
+      acc[nt][0] *= alpha;
+      acc[nt][1] *= alpha;
+    }
+    // P as the A operand (k = the tile's 16 tokens): (row g, tokens 2t..) = n-tile 0, (row g, 8 + 2t..) = n-tile 1.
+    const unsigned pa0 = pack2<T>(p[0][0], p[0][1]), pa2 = pack2<T>(p[1][0], p[1][1]);
+    unsigned pl0 = 0u, pl2 = 0u;  // bf16: the rounding residue of P, a second pass (P = hi + lo)
+    if constexpr (T == DType::bf16) {
+      const float2 h0 = unpack2<T>(pa0), h2 = unpack2<T>(pa2);
+      pl0 = pack2<T>(p[0][0] - h0.x, p[0][1] - h0.y);
+      pl2 = pack2<T>(p[1][0] - h2.x, p[1][1] - h2.y);
+    }
+#pragma unroll
+    for (int np = 0; np < KS; ++np) {
+      // Matrices: rows = tokens (lane & 7) + 8 ((lane >> 3) & 1), chunks 2 np + (lane >> 4) (.trans: k = token).
+      unsigned bm[4];
+      const int r = (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * np + (lane >> 4);
+      ldsm_x4_trans(bm, chunk_at(const_cast<unsigned char*>(vt), r, c));
+      mma16816<T>(acc[2 * np], pa0, pa2, bm[0], bm[1]);
+      mma16816<T>(acc[2 * np + 1], pa0, pa2, bm[2], bm[3]);
+      if constexpr (T == DType::bf16) {
+        mma16816<T>(acc[2 * np], pl0, pl2, bm[0], bm[1]);
+        mma16816<T>(acc[2 * np + 1], pl0, pl2, bm[2], bm[3]);
+      }
+    }
+    rd = rd + 1 == kMmaStages ? 0 : rd + 1;
+    wr = wr + 1 == kMmaStages ? 0 : wr + 1;
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  // The warps' partials into shared memory (the ring is free once every copy has landed), then combined.
+  cp_async_wait<0>();
+  __syncthreads();
+  __shared__ float sm_m[kAttnWarps][GB], sm_l[kAttnWarps][GB];
+  float* smem = reinterpret_cast<float*>(attn_dyn_smem);
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (g < GB) {
+    if (t == 0) {
+      sm_m[warp][g] = m;
+      sm_l[warp][g] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2 * KS; ++nt) {
+      sm_acc[warp][g][8 * nt + 2 * t] = acc[nt][0];
+      sm_acc[warp][g][8 * nt + 2 * t + 1] = acc[nt][1];
+    }
+  }
+  cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
+}
+
 // Merge of the unfused path: out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA
 // per (batch, query head).
 __global__ void attn_merge_kernel(const Workspace w, std::uint32_t ns, std::uint32_t D, float* __restrict__ out) {
@@ -601,6 +859,8 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
   auto pick = [&](auto gbc, auto uc) -> KernelPick {
     constexpr int GB = decltype(gbc)::value, U = decltype(uc)::value;
     constexpr int S = ring_stages(U, min_ctas_per_sm(GB, T));
+    if constexpr (T != DType::fp8_e4m3)
+      if (loads == AttnLoads::mma) return {attn_mma_kernel<D, GB, T>, mma_smem_bytes<D, GB>(), kMmaStages};
     if (loads == AttnLoads::smem) return {attn_split_kernel<D, GB, U, T, S>, ring_smem_bytes<D, GB, U, T, S>(), S};
     return {attn_split_kernel<D, GB, U, T, 0>, 0, 0};
   };
@@ -616,6 +876,8 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
 }
 
 KernelPick kernel_for(const AttnDims& s, std::uint32_t gb, AttnLoads loads) {
+  if (loads == AttnLoads::mma && s.dtype == DType::fp8_e4m3)
+    throw std::invalid_argument("gpu::attention: the mma kernel takes 16-bit K/V (fp8 e4m3: regs or smem)");
   const bool d128 = s.d == 128;
   switch (s.dtype) {
     case DType::bf16: return d128 ? pick_kernel<128, DType::bf16>(gb, loads) : pick_kernel<64, DType::bf16>(gb, loads);
@@ -687,12 +949,13 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   p.heads_per_cta = G > hmax ? hmax : G;
   p.head_groups = G / p.heads_per_cta;
   p.merge = merge;
+  if (loads == AttnLoads::best) loads = s.dtype == DType::fp8_e4m3 ? AttnLoads::smem : AttnLoads::mma;
   p.loads = loads;
   // CTAs per SM: the launch bounds' guarantee; a ring kernel also needs its shared memory, which a smaller
   // GPU (sm_80: 164 KiB per SM, sm_86: 100 KiB) may hold fewer times: the occupancy the device reports.
   const KernelPick kp = kernel_for(s, p.heads_per_cta, loads);
   p.ring_stages = static_cast<std::uint32_t>(kp.stages);
-  int ctas = min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype);
+  int ctas = loads == AttnLoads::mma ? 2 : min_ctas_per_sm(static_cast<int>(p.heads_per_cta), s.dtype);  // launch bounds
   if (kp.smem_bytes) {
     prepare_kernel(kp);
     int n = 0;
@@ -706,8 +969,10 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   }
   p.ctas_per_sm = static_cast<std::uint32_t>(ctas);
   const std::uint64_t quantum =
-      static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
-      unroll_for(p.heads_per_cta, s.dtype);
+      loads == AttnLoads::mma
+          ? std::uint64_t{kMmaTile} * kAttnWarps  // one tile per warp
+          : static_cast<std::uint64_t>(attn_tokens_per_cta(static_cast<int>(s.d), static_cast<int>(dtype_bytes(s.dtype)))) *
+                unroll_for(p.heads_per_cta, s.dtype);
   if (fixed_splits > kAttnMaxSplits)
     throw std::invalid_argument("gpu::attention: " + std::to_string(fixed_splits) + " splits: at most " +
                                 std::to_string(kAttnMaxSplits));

@@ -92,7 +92,7 @@ struct AccessEnv {
   std::vector<std::string> l2_prefetch_steps = {"0"};  // GPU attention rows: --l2-prefetch-steps
   std::vector<std::string> attn_splits = {"auto"};     // GPU attention rows: --attn-splits ("auto": the policy)
   std::vector<std::string> attn_merge = {"fused"};     // GPU attention rows: --attn-merge
-  std::vector<std::string> attn_loads = {"smem"};      // GPU attention rows: --attn-loads
+  std::vector<std::string> attn_loads = {"auto"};      // GPU attention rows: --attn-loads
   std::vector<std::uint32_t> routing_ctxs;  // --contexts, else the side context
   // A list of the attention sweep was given: the side sweeps at one context give way to it.
   bool user_sweep = false;

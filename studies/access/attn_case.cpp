@@ -47,7 +47,7 @@ struct AttnSpec {
   std::uint32_t l2_prefetch_steps = 0;  // GPU: AttnPlan::l2_prefetch_steps (--l2-prefetch-steps)
   std::uint32_t fixed_splits = 0;       // GPU: splits per item, 0 = the wave-aware policy (--attn-splits)
   bool merge_kernel = false;            // GPU: the merge as a second kernel, not fused (--attn-merge kernel)
-  bool loads_regs = false;              // GPU: K/V rows straight into registers, not the ring (--attn-loads regs)
+  std::string loads = "auto";           // GPU: auto, mma, smem or regs (--attn-loads; ka::gpu::AttnLoads)
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -81,7 +81,10 @@ class AttnCase final : public kvf::Case {
       const int sms = kvf::cuda_props(be).multiProcessorCount;
       plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms,
                                       sp.merge_kernel ? ka::gpu::AttnMerge::kernel : ka::gpu::AttnMerge::fused,
-                                      sp.fixed_splits, sp.loads_regs ? ka::gpu::AttnLoads::regs : ka::gpu::AttnLoads::smem);
+                                      sp.fixed_splits, sp.loads == "regs"   ? ka::gpu::AttnLoads::regs
+                                      : sp.loads == "mma"  ? ka::gpu::AttnLoads::mma
+                                      : sp.loads == "smem" ? ka::gpu::AttnLoads::smem
+                                                           : ka::gpu::AttnLoads::best);
       plan_.l2_prefetch_steps = sp.l2_prefetch_steps;
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
@@ -235,7 +238,7 @@ class AttnCase final : public kvf::Case {
            std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs" +
            (sp.fixed_splits ? " (fixed by --attn-splits)" : " (wave-aware policy)") +
            "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") + "; loads=" +
-           (plan_.ring_stages ? "smem (" + std::to_string(plan_.ring_stages) + " stages)" : std::string("regs")) +
+           ka::gpu::to_string(plan_.loads) + (plan_.ring_stages ? " (" + std::to_string(plan_.ring_stages) + " stages)" : std::string()) +
            ", " + std::to_string(plan_.ctas_per_sm) + " CTAs/SM" +
            "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
@@ -481,7 +484,7 @@ void read_gpu_variant(const Point& p, AttnSpec& sp) {
   sp.l2_prefetch_steps = p.has("l2_prefetch_steps") ? static_cast<std::uint32_t>(p.integer("l2_prefetch_steps")) : 0;
   sp.fixed_splits = p.has("splits") && p["splits"] != "auto" ? static_cast<std::uint32_t>(p.integer("splits")) : 0;
   sp.merge_kernel = p.has("merge") && p["merge"] == "kernel";
-  sp.loads_regs = p.has("loads") && p["loads"] == "regs";
+  if (p.has("loads") && !p["loads"].empty()) sp.loads = p["loads"];
 }
 
 // The point's columns back to the spec the case runs; columns a row leaves empty (a dense row's block and
@@ -522,7 +525,7 @@ std::string cfg_name(const AttnSpec& sp) {
          (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous")) +
          (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string()) +
          (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) + (sp.merge_kernel ? "/merge_kernel" : "") +
-         (sp.loads_regs ? "/regs" : "");
+         (sp.loads != "auto" ? "/" + sp.loads : std::string());
 }
 
 std::string keep_name(const AttnSpec& sp) {
@@ -620,6 +623,8 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   if (env.dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(env.dev_mem))
     return skipped_case("", c->params, "K and V need " + format_bytes(2.0 * s.kv_bytes()) + ", more than 60% of memory");
   if (p["arm"] == "read") return make_kv_read_case(env, s, sp.huge, c->config_key, c->params);
+  if (gpu && sp.loads == "mma" && s.dtype == ka::DType::fp8_e4m3)
+    return skipped_case("", c->params, "--attn-loads mma takes 16-bit K/V (fp8 e4m3 rows: regs or smem)");
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
   const double rate = gpu ? 2e12 : 8e9;
   const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);

@@ -175,9 +175,11 @@ class AccessStudy final : public Study {
                "value (default auto)");
     flags.list("--attn-merge", attn_merge_, "GPU attention: how the splits merge, fused (the last CTA of an item) "
                "or kernel (a second kernel); a list gives a row per value (default fused)");
-    flags.list("--attn-loads", attn_loads_, "GPU attention: how K/V rows reach the registers, smem (cp.async into "
-               "a ring of shared-memory stages, several steps in flight) or regs (16-byte loads straight into "
-               "registers, one step in flight: the control); a list gives a row per value (default smem)");
+    flags.list("--attn-loads", attn_loads_, "GPU attention kernel: auto (mma for 16-bit K/V, smem for fp8: the "
+               "fastest of each measured), mma (QK and PV on tensor cores, K/V through a warp ring and ldmatrix; "
+               "16-bit K/V), smem (CUDA-core math, cp.async into a ring of shared-memory stages) or regs (CUDA-core "
+               "math, 16-byte loads straight into registers, one step in flight); a list gives a row per value, "
+               "`/<value>` in the name except auto's (default auto)");
     flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "
                "end_to_end rows note attend + routing/S per S, derived from this run's medians (default 1,8,64)");
   }
@@ -341,7 +343,8 @@ class AccessStudy final : public Study {
     if (!attn_loads_.empty()) {
       env.attn_loads.clear();
       for (const auto& v : attn_loads_) {
-        if (v != "regs" && v != "smem") bad_flag("--attn-loads", v, "allowed regs, smem");
+        if (v != "auto" && v != "regs" && v != "smem" && v != "mma")
+          bad_flag("--attn-loads", v, "allowed auto, regs, smem, mma");
         env.attn_loads.push_back(v);
       }
       if (!t.gpu) bad_flag("--attn-loads", attn_loads_.front(), "GPU attention only");

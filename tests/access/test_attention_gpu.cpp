@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <stdexcept>
 #include <vector>
 
 #include "access.hpp"
@@ -56,7 +57,7 @@ void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const
     const double err = attention_rel_error(got.data(), ref.data(), got.size());
     EXPECT_LT(err, kAttnTolerance) << what << " call " << call << " splits " << plan.split.n_splits << " hq " << s.hq
                                    << " d " << s.d << " dtype " << to_string(s.dtype) << " loads "
-                                   << (loads == gpu::AttnLoads::smem ? "smem" : "regs");
+                                   << (loads == gpu::AttnLoads::smem ? "smem" : loads == gpu::AttnLoads::mma ? "mma" : "regs");
   }
   std::printf("%s: %u splits, %u ring stages, %u CTAs/SM, rel err ok\n", what, plan.split.n_splits, plan.ring_stages,
               plan.ctas_per_sm);
@@ -98,10 +99,10 @@ TEST(AttentionGpu, FusedAndKernelMergeMatchReference) {
   }
 }
 
-// The smem ring and the register pipeline against the reference, over every
+// The smem ring, the register pipeline and the tensor-core kernel against the reference, over every
 // instantiation: heads per CTA 1, 2, 4, 8 (hq 8..64 over hkv 8) and 16 (two head groups), d 64 and 128,
 // each type; contexts of a partial step, a few steps and many splits.
-TEST(AttentionGpu, SmemRingMatchesReferenceForEveryInstantiation) {
+TEST(AttentionGpu, EveryLoadsVariantMatchesReferenceForEveryInstantiation) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
   const bool fp8 = fp8_ok();
   for (std::uint32_t hq : {8u, 16u, 32u, 64u, 128u}) {
@@ -117,7 +118,8 @@ TEST(AttentionGpu, SmemRingMatchesReferenceForEveryInstantiation) {
           s.dtype = t;
           s.page = 16;
           const Selection dense = place(s, make_page_map(ctx, 16, 3), select_dense(s, ctx < 256 ? 16 : 256));
-          for (auto loads : {gpu::AttnLoads::regs, gpu::AttnLoads::smem}) {
+          for (auto loads : {gpu::AttnLoads::regs, gpu::AttnLoads::smem, gpu::AttnLoads::mma}) {
+            if (loads == gpu::AttnLoads::mma && t == DType::fp8_e4m3) continue;  // 16-bit K/V only
             check(s, dense, gpu::AttnMerge::fused, "dense", loads);
             if (ctx >= 1024) {
               const std::uint32_t kb = sparse_blocks(ctx, 64, 0.125);
@@ -130,4 +132,17 @@ TEST(AttentionGpu, SmemRingMatchesReferenceForEveryInstantiation) {
       }
     }
   }
+}
+
+// The tensor-core kernel refuses fp8 K/V (it has no e4m3 path) instead of running another kernel.
+TEST(AttentionGpu, MmaRefusesFp8) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  AttnShape s;
+  s.dtype = DType::fp8_e4m3;
+  s.ctx = 1024;
+  s.page = 16;
+  const Selection dense = place(s, make_page_map(s.ctx, 16, 3), select_dense(s, 256));
+  const gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale(), s.page};
+  EXPECT_THROW(gpu::plan_attention(dims, dense.geom, 132, gpu::AttnMerge::fused, 0, gpu::AttnLoads::mma),
+               std::invalid_argument);
 }
