@@ -3,6 +3,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
+#include <new>
 #include <stdexcept>
 
 #include "recompute.hpp"
@@ -17,7 +19,23 @@ struct OnednnGemm::State {
   dnnl::matmul prim;
 };
 
-OnednnGemm::OnednnGemm(int M, int N, int K, const std::uint16_t* W) : s_(std::make_unique<State>()), M_(M), N_(N), K_(K) {
+PackArena::~PackArena() { std::free(p_); }
+
+void* PackArena::reserve(std::size_t bytes) {
+  if (bytes <= n_) return p_;
+  std::free(p_);
+  constexpr std::size_t kPage = 4096;
+  n_ = (bytes + kPage - 1) / kPage * kPage;
+  p_ = std::aligned_alloc(kPage, n_);
+  if (!p_) {
+    n_ = 0;
+    throw std::bad_alloc();
+  }
+  return p_;
+}
+
+OnednnGemm::OnednnGemm(int M, int N, int K, const std::uint16_t* W, PackArena* arena)
+    : s_(std::make_unique<State>()), M_(M), N_(N), K_(K) {
   if (M < 1 || N < 1 || K < 1)
     throw std::invalid_argument("OnednnGemm " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
                                 ": every dimension must be at least 1");
@@ -32,7 +50,8 @@ OnednnGemm::OnednnGemm(int M, int N, int K, const std::uint16_t* W) : s_(std::ma
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s_->x_md, w_any, s_->y_md), s_->eng);
     impl_ = pd.impl_info_str();
     s_->prim = dnnl::matmul(pd);
-    s_->w_packed = dnnl::memory(pd.weights_desc(), s_->eng);
+    s_->w_packed = arena ? dnnl::memory(pd.weights_desc(), s_->eng, arena->reserve(pd.weights_desc().get_size()))
+                         : dnnl::memory(pd.weights_desc(), s_->eng);
     dnnl::memory w_src(w_user, s_->eng, const_cast<std::uint16_t*>(W));
     dnnl::reorder(w_src, s_->w_packed).execute(s_->strm, w_src, s_->w_packed);
     s_->strm.wait();
@@ -83,10 +102,10 @@ bool onednn_bf16_available(std::string* why) {
   return refusal.empty();
 }
 
-Bf16Gemm::Bf16Gemm(int M, int N, int K, const std::uint16_t* W) : M_(M), N_(N), K_(K) {
+Bf16Gemm::Bf16Gemm(int M, int N, int K, const std::uint16_t* W, PackArena* arena) : M_(M), N_(N), K_(K) {
   std::string why;
   if (onednn_bf16_available(&why)) {
-    onednn_ = std::make_unique<OnednnGemm>(M, N, K, W);
+    onednn_ = std::make_unique<OnednnGemm>(M, N, K, W, arena);
     impl_ = onednn_->impl();
     return;
   }

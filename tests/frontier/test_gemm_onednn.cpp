@@ -74,6 +74,28 @@ TEST(OnednnGemm, RunsAgainWithTheSamePackedWeights) {
   EXPECT_GT(sum, 0);
 }
 
+// Products packed one after another into one arena (a model's layers) give what products with memory of their own
+// give, the arena's pages reused (its address stays) when the next product is no larger.
+TEST(OnednnGemm, PackArenaReusedByTheNextProductGivesTheSameResult) {
+  SKIP_WITHOUT_ONEDNN_BF16();
+  fr::PackArena arena;
+  const void* first = nullptr;
+  for (int layer = 0; layer < 3; ++layer) {
+    const int M = 8, N = 48 - 8 * layer, K = 64;  // shrinking: the arena keeps its first allocation
+    std::vector<std::uint16_t> x(M * K), w(N * K);
+    fr::fill_bf16_uniform(x.data(), x.size(), 10 + layer, 1.f);
+    fr::fill_bf16_uniform(w.data(), w.size(), 20 + layer, 1.f);
+    std::vector<float> own(M * N), in_arena(M * N, -1.f);
+    fr::Bf16Gemm(M, N, K, w.data()).run(x.data(), own.data());
+    {
+      const fr::Bf16Gemm g(M, N, K, w.data(), &arena);
+      g.run(x.data(), in_arena.data());
+    }
+    EXPECT_EQ(own, in_arena) << "layer " << layer;
+    if (layer == 0) first = arena.reserve(1);
+    EXPECT_EQ(arena.reserve(1), first);
+  }
+}
 TEST(OnednnGemm, RefusesAnEmptyDimension) {
   std::vector<std::uint16_t> w(16);
   EXPECT_THROW(fr::OnednnGemm(0, 4, 4, w.data()), std::invalid_argument);

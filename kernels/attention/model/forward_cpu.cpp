@@ -47,8 +47,17 @@ struct Proj {
   }
 };
 
-// The row blocks of `parts` stacked into one [sum rows][K] product ([q; k; v], [gate; up]).
-Proj make_proj(const std::vector<TensorView>& parts, int M, int K) {
+// Memory the layers' weights pass through, kept from one layer to the next (the layers of a model have the same
+// sizes): the stacked bf16 rows and, per projection, where oneDNN packs them. Fresh pages per layer cost more than
+// the copy and the packing (frontier::PackArena).
+struct WeightStage {
+  std::vector<std::uint16_t> rows;
+  frontier::PackArena packed[4];  // qkv, o, gate/up, down
+};
+
+// The row blocks of `parts` stacked into one [sum rows][K] product ([q; k; v], [gate; up]); bf16 ones are read by
+// every thread into ws.rows and packed into `arena` (the product must be gone before the arena is reused).
+Proj make_proj(const std::vector<TensorView>& parts, int M, int K, WeightStage& ws, frontier::PackArena& arena) {
   Proj p;
   p.M = M;
   p.K = K;
@@ -59,12 +68,9 @@ Proj make_proj(const std::vector<TensorView>& parts, int M, int K) {
   }
   std::size_t row = 0;
   if (all_bf16) {
-    std::vector<std::uint16_t> w(std::size_t(p.N) * K);
-    for (const auto& v : parts) {
-      to_bf16(v, w.data() + row * K);
-      row += std::size_t(v.info->shape[0]);
-    }
-    p.bf = std::make_unique<Bf16Gemm>(M, p.N, K, w.data());
+    ws.rows.resize(std::size_t(p.N) * K);
+    detail::stack_bf16(parts, ws.rows.data());
+    p.bf = std::make_unique<Bf16Gemm>(M, p.N, K, ws.rows.data(), &arena);
   } else {
     p.wf.resize(std::size_t(p.N) * K);
     for (const auto& v : parts) {
@@ -84,14 +90,15 @@ struct LayerW {
   }
 };
 
-LayerW load_layer(const Checkpoint& ck, int l, int T) {
+// Layer l's weights; ws is reused, so the LayerW of the layer before must be gone.
+LayerW load_layer(const Checkpoint& ck, int l, int T, WeightStage& ws) {
   const auto& m = ck.config().shape;
   const detail::LayerTensors t = detail::layer_tensors(ck, l);
   LayerW w;
-  w.qkv = make_proj(t.qkv, T, m.hidden);
-  w.o = make_proj({t.o}, T, m.q_dim());
-  w.gu = make_proj(t.gu, T, m.hidden);
-  w.d = make_proj({t.d}, T, m.intermediate);
+  w.qkv = make_proj(t.qkv, T, m.hidden, ws, ws.packed[0]);
+  w.o = make_proj({t.o}, T, m.q_dim(), ws, ws.packed[1]);
+  w.gu = make_proj(t.gu, T, m.hidden, ws, ws.packed[2]);
+  w.d = make_proj({t.d}, T, m.intermediate, ws, ws.packed[3]);
   w.g_in = detail::vec_f32(t.g_in);
   w.g_post = detail::vec_f32(t.g_post);
   w.bias = detail::vec_f32(t.bias);
@@ -406,6 +413,7 @@ void fill_probs_from_qk(AttentionCapture& cap, int c) {
 }
 
 ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>& tokens, const ForwardOptions& opt) {
+  auto last = std::chrono::steady_clock::now();
   const auto& cfg = ck.config();
   const auto& m = cfg.shape;
   detail::validate_forward(cfg, tokens, opt);
@@ -424,9 +432,18 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   detail::init_capture(m, g.C, opt, cap);
   std::vector<float> k_own, v_own;  // a layer not captured keeps its K/V here
   Scratch x = make_scratch(g, std::size_t(omp_get_max_threads()) * g.T * g.C);
+  r.phase_s = {{"setup", 0.0}, {"weights_host", 0.0}, {"layers", 0.0}, {"logits", 0.0}};
+  auto tick = [&](std::size_t phase) {  // charges the time since the last tick to a phase
+    const auto now = std::chrono::steady_clock::now();
+    r.phase_s[phase].second += std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
+  tick(0);
   std::uint64_t layer_bytes = 0;
+  WeightStage ws;
   for (int l = 0; l < m.layers; ++l) {
-    const LayerW w = load_layer(ck, l, g.T);
+    const LayerW w = load_layer(ck, l, g.T, ws);
+    tick(1);
     layer_bytes = std::max(layer_bytes, w.bytes());
     if (r.gemm.empty()) r.gemm = w.qkv.impl();
     LayerState s;
@@ -450,10 +467,12 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
       s.mask_from = opt.mask->from;
     }
     for (int t0 = 0; t0 < g.C; t0 += g.T) layer_chunk(g, w, m.rms_eps, h.data(), cos_sin.data(), t0, s, x);
+    tick(2);
   }
   r.allocated_bytes = layer_bytes + x.bytes() + 4 * (h.size() + cos_sin.size() + k_own.size() + v_own.size()) +
                       4 * (cap.probs.size() + cap.q.size() + cap.k.size() + cap.v.size());
   detail::logits_of_rows(ck, h.data() + std::size_t(g.C - g.M) * g.H, g.M, r);
+  tick(3);
   return r;
 }
 
@@ -592,13 +611,14 @@ std::vector<std::vector<std::int32_t>> greedy_decode_cached_cpu(const Checkpoint
   const TensorView embed = ck.tensor("model.embed_tokens.weight", {g.V, g.H});
   std::vector<float> h(std::size_t(A) * g.H);
   Scratch x = make_scratch(g, std::size_t(omp_get_max_threads()) * (std::size_t(C) + n));
+  WeightStage ws;
   for (int step = 0; step + 1 < n; ++step) {
     // the query of the token decoded last, at position C + step; it makes token step + 1
     for (int row = 0; row < A; ++row)
       to_f32(embed, h.data() + std::size_t(row) * g.H, std::int64_t(out[row][step]) * g.H, g.H);
     const float* cs = cos_sin.data() + std::size_t(C + step) * g.D;
     for (int l = 0; l < m.layers; ++l) {
-      const LayerW w = load_layer(ck, l, A);
+      const LayerW w = load_layer(ck, l, A, ws);
       if (gemm && gemm->empty()) *gemm = w.qkv.impl();
       rmsnorm(h.data(), w.g_in.data(), m.rms_eps, A, g.H, x.xn.data());
       w.qkv.run(x.xn.data(), x.qkv.data(), x.xb);

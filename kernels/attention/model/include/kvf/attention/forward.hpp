@@ -64,9 +64,10 @@ struct ForwardResult {
   AttentionCapture capture;
   std::string gemm;                  // the GEMM that ran the projections (Bf16Gemm::impl or OpenBLAS fp32)
   std::uint64_t allocated_bytes = 0; // the pass's large buffers (weights' working copy, state, capture, logits)
-  // forward_gpu: wall seconds per phase (weights read and converted on the host, their upload's host time, the
-  // layers on the GPU with the pinned uploads, the capture's copies and probabilities, the layer-0 check, the
-  // logits, and the setup before them: device, buffers, embeddings); they sum to the pass. Empty for forward_cpu.
+  // Wall seconds per phase, summing to the pass. forward_gpu: setup (device, buffers, embeddings), weights_host
+  // (read and converted on the host), upload (its host time), layers_gpu (with the pinned uploads), capture, check
+  // (layer 0 against fp64), logits. forward_cpu: setup, weights_host (read, converted, packed for the GEMM),
+  // layers (the capture included), logits.
   std::vector<std::pair<std::string, double>> phase_s;
 };
 
