@@ -237,9 +237,10 @@ class AttnCase final : public kvf::Case {
            std::to_string(std::uint64_t{sp.s.batch} * sp.s.hkv * plan_.head_groups) + " items, " +
            std::to_string(plan_.split.chunk) + " tokens per split, " + std::to_string(sms_) + " SMs" +
            (sp.fixed_splits ? " (fixed by --attn-splits)" : " (wave-aware policy)") +
-           "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") + "; loads=" +
-           ka::gpu::to_string(plan_.loads) + (plan_.ring_stages ? " (" + std::to_string(plan_.ring_stages) + " stages)" : std::string()) +
-           ", " + std::to_string(plan_.ctas_per_sm) + " CTAs/SM" +
+           "; merge=" + (plan_.merge == ka::gpu::AttnMerge::fused ? "fused" : "kernel") +
+           "; loads=" + ka::gpu::to_string(plan_.loads) +
+           (plan_.ring_stages ? " (" + std::to_string(plan_.ring_stages) + " stages)" : std::string()) + ", " +
+           std::to_string(plan_.ctas_per_sm) + " CTAs/SM" +
            "; l2_prefetch_steps=" + std::to_string(plan_.l2_prefetch_steps);
 #endif
     if (sp.routing != Routing::none) return n;

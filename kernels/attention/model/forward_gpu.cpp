@@ -275,7 +275,8 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   r.allocated_bytes += 2 * layer_bytes + 4 * h.size() + 4 * (cap_.probs.size() + cap_.q.size() + cap_.k.size() + cap_.v.size());
   if (gpu_note)
     *gpu_note = std::string(prop.name) + " (device " + std::to_string(device) + "), chunks of " + std::to_string(T) +
-                " rows; " + check;
+                " rows, weights staged in " + (stage[0].pinned() ? "pinned" : "pageable (cudaHostAlloc refused)") +
+                " host memory; " + check;
   return r;
 }
 #endif
