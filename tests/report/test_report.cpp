@@ -689,6 +689,38 @@ TEST(Provenance, SameCommitDifferentResultsIsSaidInBothDirectories) {
   EXPECT_TRUE(load_all({make("three", 1.0), make("four", 1.01)})[0].warnings.empty());  // within 5%: nothing to say
 }
 
+// GPU attention rows of one shape timed with several kernels (--attn-loads) sit side by side, matched on every other
+// column and the mode; a shape with one kernel, and CPU rows (no loads column), are not listed.
+TEST(ReportAccess, AttentionKernelsOfOneShapeSitSideBySide) {
+  ResultSet rs;
+  rs.label = "H (cuda)";
+  auto add = [&](const std::string& name, const char* loads, const char* ctx, const char* mode, double us) {
+    CaseRow r;
+    r.study = "access";
+    r.case_name = name;
+    r.mode = mode;
+    r.params = {{"part", "attention"}, {"arm", "dense"}, {"ctx", ctx}, {"dtype", "bf16"}};
+    if (*loads) r.params["loads"] = loads;
+    r.samples = 5;
+    r.median_s = us * 1e-6;
+    rs.cases.push_back(r);
+  };
+  add("attn/dense/64K", "auto", "65536", "cold", 85);
+  add("attn/dense/64K/mma", "mma", "65536", "cold", 86);
+  add("attn/dense/64K/smem", "smem", "65536", "cold", 98);
+  add("attn/dense/64K/regs", "regs", "65536", "hot", 104);  // another mode: alone, not listed
+  add("attn/dense/4K", "auto", "4096", "cold", 17);         // one kernel: not listed
+  add("attn/dense/128K", "", "131072", "cold", 500);       // a CPU row: no loads column
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown({rs}, o, {});
+  EXPECT_NE(md.find("### GPU attention kernels side by side"), std::string::npos) << md;
+  EXPECT_NE(md.find("| H (cuda) | attn/dense/64K | cold | 85 | 86 | 98 | - | auto |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| H (cuda) | attn/dense/64K | hot |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| H (cuda) | attn/dense/4K |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("attn/dense/128K | cold | -"), std::string::npos) << md;
+}
+
 // A CPU gather or dense row sits beside its control (arm plain / read) of the same bytes and mode, and nothing else.
 TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
   ResultSet rs;

@@ -207,6 +207,52 @@ std::string dense_controls(ReportContext& cx) {
          "prefetch reads the pattern faster than the plain loop) or what its compute costs.\n\n" + t;
 }
 
+// GPU attention rows of one shape measured with several kernels (--attn-loads: auto, mma, smem, regs; the column is
+// absent on CPU rows): their medians side by side, each row matched on every other column and the mode, so a
+// kernel's gain is read within one run. "" where no shape has two kernels.
+std::string attention_kernels(ReportContext& cx) {
+  static const char* const kLoads[] = {"auto", "mma", "smem", "regs"};
+  std::string table;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, std::map<std::string, const CaseRow*>> by_shape;  // shape -> loads -> row
+    for (const auto* r : rs.rows("access")) {
+      const std::string loads = r->param("loads");
+      if (loads.empty() || !r->median_s || !r->invalid.empty()) continue;
+      std::string k = r->mode;
+      for (const auto& [name, value] : r->params)
+        if (name != "loads") k += '\x1f' + name + '=' + value;
+      by_shape[k][loads] = r;
+    }
+    for (const auto& [k, rows] : by_shape) {
+      if (rows.size() < 2) continue;
+      const CaseRow& first = *rows.begin()->second;
+      std::string name = first.case_name;  // the configuration: a row's name without its kernel's suffix
+      const std::string suffix = "/" + first.param("loads");
+      if (const auto at = name.find(suffix); at != std::string::npos) name.erase(at, suffix.size());
+      std::vector<std::string> cells = {lbl(rs), txt(name), txt(first.mode)};
+      std::string fastest;
+      double best = 0;
+      for (const char* l : kLoads) {
+        const auto it = rows.find(l);
+        cells.push_back(it == rows.end() ? std::string("-") : fmt(*it->second->median_s * 1e6));
+        if (it != rows.end() && (fastest.empty() || *it->second->median_s < best)) {
+          best = *it->second->median_s;
+          fastest = l;
+        }
+      }
+      cells.push_back(fastest);
+      table += row(cells);
+    }
+  }
+  if (table.empty()) return "";
+  return "### GPU attention kernels side by side\n\nThe same attention row timed with each kernel asked for "
+         "(`--attn-loads`): mma (tensor cores), smem (CUDA-core math, K/V through a shared-memory ring), regs "
+         "(CUDA-core math, K/V straight into registers), and auto (the default: mma for 16-bit K/V, smem for fp8; "
+         "its note names the kernel). Medians in microseconds, matched on every other column and the mode.\n\n" +
+         header({"device", "configuration", "mode", "auto (us)", "mma (us)", "smem (us)", "regs (us)", "fastest"}) +
+         table + "\n";
+}
+
 // The chart answers claim 5 with the evidence the rule reads: token/block with its 95% interval against
 // context, one panel per group measured at >= 2 contexts, "no difference" and the L2/LLC knee drawn.
 Plot block_token_plot(const std::vector<std::pair<const ResultSet*, std::vector<AccessGroup>>>& per_set, int& drawn,
@@ -346,7 +392,9 @@ StudyReport access_report() {
   s.sections = {{"Gather bandwidth against run length",
                  [](ReportContext& cx) { return section_gather(cx) + gather_controls(cx); }},
                 {"Contiguous blocks against scattered tokens, by context length",
-                 [](ReportContext& cx) { return section_block_token(cx) + dense_controls(cx); }}};
+                 [](ReportContext& cx) {
+                   return section_block_token(cx) + dense_controls(cx) + attention_kernels(cx);
+                 }}};
   s.verdicts = {{5, kClaim5, [](const ResultSet& rs) { return std::vector<Verdict>{claim5(rs)}; }, nullptr}};
   s.terms = {{{}, [](Predictor& p) { return p.roof(p.r.backend == "cuda" ? 1 : 0, "roofline(flops, bytes) of the row"); }}};
   return s;
