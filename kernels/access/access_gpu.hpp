@@ -37,6 +37,11 @@ enum class AttnMerge { kernel, fused };
 //   regs: CUDA-core math, 16-byte loads straight into registers, the next step's issued during this step's
 //     math (at most one step in flight per CTA): the kernel of the H100 runs, kept as the control.
 enum class AttnLoads { regs, smem, mma, best };
+// best as a kernel: mma for 16-bit K/V, smem for fp8 (no e4m3 tensor-core path); other values as they are.
+inline AttnLoads resolve_loads(AttnLoads l, DType t) {
+  if (l != AttnLoads::best) return l;
+  return t == DType::fp8_e4m3 ? AttnLoads::smem : AttnLoads::mma;
+}
 inline const char* to_string(AttnLoads l) {
   return l == AttnLoads::regs ? "regs" : l == AttnLoads::smem ? "smem" : l == AttnLoads::mma ? "mma" : "best";
 }
@@ -45,12 +50,13 @@ struct AttnPlan {
   std::uint32_t head_groups = 1;     // CTAs per kv head along the query-head group (group > 8: 2 or more)
   std::uint32_t heads_per_cta = 1;   // query heads per CTA (<= 8)
   AttnMerge merge = AttnMerge::kernel;
-  AttnLoads loads = AttnLoads::best;  // resolved by plan_attention (never best in a plan it returns)
-  std::uint32_t ring_stages = 0;  // smem loads: stages of the ring (0: regs)
+  AttnLoads loads = AttnLoads::best;  // resolve_loads() by plan_attention (never best in a plan it returns) and attention()
+  std::uint32_t ring_stages = 0;  // smem and mma: stages of the ring (0: regs)
   std::uint32_t ctas_per_sm = 0;  // CTAs per SM the split policy planned with (launch bounds; smem: occupancy)
   // L2 prefetch distance in token steps (0: none): the CTA's first kStep threads ask L2 for the K and V rows
   // of the step this many ahead (sm_90+: one bulk prefetch per row; sm_80: prefetch.global.L2 per 128-byte
-  // line), so the step's own loads find them in L2. At most kAttnMaxPrefetchSteps.
+  // line), so the step's own loads find them in L2. At most kAttnMaxPrefetchSteps; regs and smem only (attention()
+  // refuses it with mma).
   std::uint32_t l2_prefetch_steps = 0;
 };
 struct AttnDims {

@@ -229,7 +229,8 @@ __host__ __device__ constexpr int min_ctas_per_sm(int gb, DType t) {
 // Stages of the smem ring: a stage holds one step's K and V rows (2 x U x 16 bytes per thread), and S - 1
 // steps are in flight while one is computed. The register pipeline keeps at most one step (2 x U x 2 KiB per
 // CTA) in flight, and it read about 3 TB/s on the H100 and on the H200 alike (results/gpu/H200-2026-11-27):
-// bound by the bytes in flight, not by either memory. S is the least that keeps 64 KiB in flight per SM at
+// not bound by either memory. With few CTAs the bytes in flight set its pace (the ring made a step 1.45x
+// faster there); on a full grid, the SM's issue rate (attn_mma_kernel). S is the least that keeps 64 KiB in flight per SM at
 // the CTAs per SM the launch bounds plan, between 2 and 4.
 __host__ __device__ constexpr int ring_stages(int u, int ctas) {
   const int stage = 2 * u * kThreads * 16, want = 64 * 1024;
@@ -576,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Tensor-core variant (AttnMath::mma; 16-bit K/V, sm_80+). The CTA's query heads (GB <= 8) are the rows of
+// Tensor-core variant (AttnLoads::mma; 16-bit K/V, sm_80+). The CTA's query heads (GB <= 8) are the rows of
 // the A operand of mma.sync m16n8k16 (rows GB..15 zero); each warp walks its own tiles of 16 tokens (tile
 // j of the split goes to warp j % 4): S = Q K^T as 2 n-tiles of 8 tokens x D/16 k-steps, the online
 // softmax on S in registers, then O += P V as D/8 n-tiles of one k-step with P (the S fragments, rounded
@@ -875,7 +876,10 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
   }
 }
 
+// The kernel of (K/V type, head dim, heads per CTA, loads); best resolved here, so a plan made without
+// plan_attention runs the same kernel as one made with it.
 KernelPick kernel_for(const AttnDims& s, std::uint32_t gb, AttnLoads loads) {
+  loads = resolve_loads(loads, s.dtype);
   if (loads == AttnLoads::mma && s.dtype == DType::fp8_e4m3)
     throw std::invalid_argument("gpu::attention: the mma kernel takes 16-bit K/V (fp8 e4m3: regs or smem)");
   const bool d128 = s.d == 128;
@@ -949,7 +953,7 @@ AttnPlan plan_attention(const AttnDims& s, const SelGeom& sel, int sm_count, Att
   p.heads_per_cta = G > hmax ? hmax : G;
   p.head_groups = G / p.heads_per_cta;
   p.merge = merge;
-  if (loads == AttnLoads::best) loads = s.dtype == DType::fp8_e4m3 ? AttnLoads::smem : AttnLoads::mma;
+  loads = resolve_loads(loads, s.dtype);
   p.loads = loads;
   // CTAs per SM: the launch bounds' guarantee; a ring kernel also needs its shared memory, which a smaller
   // GPU (sm_80: 164 KiB per SM, sm_86: 100 KiB) may hold fewer times: the occupancy the device reports.
@@ -1004,6 +1008,9 @@ void attention(const AttnDims& s, const void* q, const void* k, const void* v, c
   const std::uint32_t run = a.kl.tok_elems != s.d ? 1u : s.page ? std::min(sel.span, s.page) : sel.span;
   while ((2u << a.pf_run_shift) <= run) ++a.pf_run_shift;
   if (!a.kl.fits_u32()) throw std::invalid_argument("gpu::attention: a page of this layout exceeds 2^32 elements");
+  if (p.l2_prefetch_steps > 0 && resolve_loads(p.loads, s.dtype) == AttnLoads::mma)
+    throw std::invalid_argument("gpu::attention: the mma kernel has no L2 prefetch (l2_prefetch_steps " +
+                                std::to_string(p.l2_prefetch_steps) + "); regs or smem have it");
   if (p.l2_prefetch_steps > kAttnMaxPrefetchSteps)
     throw std::invalid_argument("gpu::attention: l2_prefetch_steps " + std::to_string(p.l2_prefetch_steps) +
                                 " exceeds " + std::to_string(kAttnMaxPrefetchSteps));

@@ -17,6 +17,13 @@
 
 namespace kvf::access_study {
 namespace {
+#if defined(KVF_HAVE_CUDA)
+// --attn-loads' value as the kernel's (auto: best, which the library resolves per K/V type).
+ka::gpu::AttnLoads loads_of(const std::string& v) {
+  using L = ka::gpu::AttnLoads;
+  return v == "regs" ? L::regs : v == "mma" ? L::mma : v == "smem" ? L::smem : L::best;
+}
+#endif
 
 using kvf::Backend;
 using kvf::BufferHandle;
@@ -81,10 +88,7 @@ class AttnCase final : public kvf::Case {
       const int sms = kvf::cuda_props(be).multiProcessorCount;
       plan_ = ka::gpu::plan_attention(dims_, sel_.geom, sms,
                                       sp.merge_kernel ? ka::gpu::AttnMerge::kernel : ka::gpu::AttnMerge::fused,
-                                      sp.fixed_splits, sp.loads == "regs"   ? ka::gpu::AttnLoads::regs
-                                      : sp.loads == "mma"  ? ka::gpu::AttnLoads::mma
-                                      : sp.loads == "smem" ? ka::gpu::AttnLoads::smem
-                                                           : ka::gpu::AttnLoads::best);
+                                      sp.fixed_splits, loads_of(sp.loads));
       plan_.l2_prefetch_steps = sp.l2_prefetch_steps;
       didx_ = BufferHandle(be, sel_.idx.size() * 4, MemKind::device);
       KVF_CUDA_CHECK(cudaMemcpy(didx_->ptr, sel_.idx.data(), sel_.idx.size() * 4, cudaMemcpyHostToDevice));
@@ -626,6 +630,10 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   if (p["arm"] == "read") return make_kv_read_case(env, s, sp.huge, c->config_key, c->params);
   if (gpu && sp.loads == "mma" && s.dtype == ka::DType::fp8_e4m3)
     return skipped_case("", c->params, "--attn-loads mma takes 16-bit K/V (fp8 e4m3 rows: regs or smem)");
+#if defined(KVF_HAVE_CUDA)
+  if (gpu && sp.l2_prefetch_steps && ka::gpu::resolve_loads(loads_of(sp.loads), s.dtype) == ka::gpu::AttnLoads::mma)
+    return skipped_case("", c->params, "--l2-prefetch-steps: the mma kernel has none (--attn-loads regs or smem)");
+#endif
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
   const double rate = gpu ? 2e12 : 8e9;
   const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
