@@ -169,7 +169,8 @@ class AccessStudy final : public Study {
     flags.list("--proxy-rank", proxy_rank_, "routing part: ranks of the low-rank key proxy for the token arm, "
                "8, 16, 32, 64 (below the head dim), or 0 for none (default 16)");
     flags.list("--l2-prefetch-steps", l2_prefetch_, "GPU attention: L2 prefetch distance in token steps, 0 (off) "
-               "to 8; a list gives a row per value, the note and case name say which (default 0)");
+               "to 8, regs and smem kernels only (rows that would run mma are skipped); a list gives a row per value, "
+               "the note and case name say which (default 0)");
     flags.list("--attn-splits", attn_splits_, "GPU attention: splits per (batch, kv head) item, auto (the wave-aware "
                "policy) or 1 to 64 fixed, to read the fixed cost against the steps per CTA; a list gives a row per "
                "value (default auto)");
