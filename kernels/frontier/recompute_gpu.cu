@@ -1,12 +1,12 @@
 // GPU side of the frontier arms: cuBLASLt GEMM wrapper and the small kernels around it.
 // Semantics match the CPU twin (recompute_cpu.cpp, layers_cpu.cpp) through frontier_math.hpp.
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "cublaslt_dl.hpp"
 #include "frontier_elems.hpp"
 #include "frontier_math.hpp"
 #include "recompute_gpu.hpp"
@@ -20,8 +20,8 @@ void check(cudaError_t e, const char* what) {
 }
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string(what) + ": " + cublasLtGetStatusName(s) + " (" + cublasLtGetStatusString(s) +
-                             ")");
+    throw std::runtime_error(std::string(what) + ": " + cublaslt().GetStatusName(s) + " (" +
+                             cublaslt().GetStatusString(s) + ")");
 }
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
@@ -136,11 +136,11 @@ struct LtGemm::Impl {
   void* workspace = nullptr;
   std::size_t ws_bytes = std::size_t(32) << 20;
   void release_plan() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) cublaslt().MatmulPreferenceDestroy(pref);
+    if (d) cublaslt().MatrixLayoutDestroy(d);
+    if (b) cublaslt().MatrixLayoutDestroy(b);
+    if (a) cublaslt().MatrixLayoutDestroy(a);
+    if (op) cublaslt().MatmulDescDestroy(op);
     pref = nullptr;
     d = b = a = nullptr;
     op = nullptr;
@@ -148,10 +148,10 @@ struct LtGemm::Impl {
 };
 
 LtGemm::LtGemm() : impl_(std::make_unique<Impl>()) {
-  check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  check(cublaslt().Create(&impl_->handle), "cublasLtCreate");
   const cudaError_t e = cudaMalloc(&impl_->workspace, impl_->ws_bytes);
   if (e != cudaSuccess) {
-    cublasLtDestroy(impl_->handle);
+    cublaslt().Destroy(impl_->handle);
     check(e, "cudaMalloc(cuBLASLt workspace)");
   }
 }
@@ -160,27 +160,27 @@ LtGemm::~LtGemm() {
   if (!impl_) return;
   impl_->release_plan();
   if (impl_->workspace) cudaFree(impl_->workspace);
-  if (impl_->handle) cublasLtDestroy(impl_->handle);
+  if (impl_->handle) cublaslt().Destroy(impl_->handle);
 }
 
 void LtGemm::plan(int M, int N, int K, cudaDataType_t out_type) {
   auto& p = *impl_;
   p.release_plan();
   M_ = M;
-  check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check(cublaslt().MatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
-  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+  check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
+  check(cublaslt().MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
   // Column-major views: A = W as K x N (ld K), B = X as K x M (ld K), D = Y as N x M (ld N).
-  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K), "layout A");
-  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, M, K), "layout B");
-  check(cublasLtMatrixLayoutCreate(&p.d, out_type, N, M, N), "layout D");
-  check(cublasLtMatmulPreferenceCreate(&p.pref), "cublasLtMatmulPreferenceCreate");
-  check(cublasLtMatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.ws_bytes,
-                                             sizeof p.ws_bytes),
+  check(cublaslt().MatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K), "layout A");
+  check(cublaslt().MatrixLayoutCreate(&p.b, CUDA_R_16BF, K, M, K), "layout B");
+  check(cublaslt().MatrixLayoutCreate(&p.d, out_type, N, M, N), "layout D");
+  check(cublaslt().MatmulPreferenceCreate(&p.pref), "cublasLtMatmulPreferenceCreate");
+  check(cublaslt().MatmulPreferenceSetAttribute(p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.ws_bytes,
+                                                sizeof p.ws_bytes),
         "set MAX_WORKSPACE_BYTES");
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(p.handle, p.op, p.a, p.b, p.d, p.d, p.pref, 1, &p.heur, &found),
+  check(cublaslt().MatmulAlgoGetHeuristic(p.handle, p.op, p.a, p.b, p.d, p.d, p.pref, 1, &p.heur, &found),
         "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1)
     throw std::runtime_error("cuBLASLt has no algorithm for bf16 TN GEMM m=" + std::to_string(N) +
@@ -191,8 +191,8 @@ void LtGemm::run(const void* X, const void* W, void* Y, cudaStream_t s) {
   auto& p = *impl_;
   if (!p.op) throw std::runtime_error("LtGemm::run before plan()");
   const float alpha = 1.f, beta = 0.f;
-  check(cublasLtMatmul(p.handle, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.d, Y, p.d, &p.heur.algo, p.workspace,
-                       p.ws_bytes, s),
+  check(cublaslt().Matmul(p.handle, p.op, &alpha, W, p.a, X, p.b, &beta, Y, p.d, Y, p.d, &p.heur.algo,
+                          p.workspace, p.ws_bytes, s),
         "cublasLtMatmul");
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "cublaslt_dl.hpp"
 #include "recompute.hpp"
 #include "recompute_gpu.hpp"
 
@@ -32,6 +33,18 @@ std::vector<T> host(const T* p, std::size_t n) {
   return h;
 }
 }  // namespace
+
+// Runs without a GPU: loading the library, binding its symbols and the host-only calls below need no driver.
+TEST(FrontierGpu, CublasLtLoadsOnFirstUseWithEverySymbol) {
+  const gpu::CublasLt* lt = nullptr;
+  ASSERT_NO_THROW(lt = &gpu::cublaslt());
+  EXPECT_NE(lt->path.find("libcublasLt.so."), std::string::npos) << lt->path;
+  EXPECT_STREQ(lt->GetStatusName(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_EQ(&gpu::cublaslt(), lt) << "loaded once";
+  cublasLtMatrixLayout_t layout = nullptr;
+  ASSERT_EQ(lt->MatrixLayoutCreate(&layout, CUDA_R_16BF, 128, 64, 128), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(lt->MatrixLayoutDestroy(layout), CUBLAS_STATUS_SUCCESS);
+}
 
 TEST(FrontierGpu, RecomputeFromXMatchesTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
