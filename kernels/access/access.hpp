@@ -77,6 +77,12 @@ Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uin
                                Scatter sc, std::uint32_t cluster_mean, std::uint64_t seed);
 Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
                                  const std::vector<float>& scores);
+// The same selection at several budgets of one block size (one Selection per entry of k_blocks, in its order),
+// each equal to select_tokens_by_score at that budget: the budgets cut one order of the scores, so the keys are
+// built and partitioned once per list (nested nth_element), not once per budget.
+std::vector<Selection> select_tokens_by_score(const AttnShape& s, std::uint32_t block,
+                                              const std::vector<std::uint32_t>& k_blocks, bool shared,
+                                              const std::vector<float>& scores);
 
 // The GPU top-k's contract on one list of n scores (logical entries): [0, lo) + the kp candidates of
 // [lo, hi) with the largest order_key(score) (access_math.hpp: -0 below +0), ties to the lower index, in

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -71,17 +72,29 @@ Selection select_dense(const AttnShape& s, std::uint32_t span) {
   return sel;
 }
 
-// Top `k` indices of scores[lo, hi) (ties: lower index), appended to out.
-static void top_k(const float* scores, std::uint32_t lo, std::uint32_t hi, std::uint32_t k,
-                  std::vector<std::uint32_t>& out) {
-  std::vector<std::uint32_t> ids(hi - lo);
-  std::iota(ids.begin(), ids.end(), lo);
+// The order of the top-k selections as one unsigned compare of (order_key(score), ~index): larger score first,
+// ties to the lower index. nth_element then moves 8-byte keys instead of comparing through an index into the
+// scores, and marks give the lists in index order without a sort (a 32K-key list with half kept: about 4x faster
+// on a Zen 5 core). +0 and -0 are one key, as they compare equal as floats.
+static std::uint64_t desc_key(float score, std::uint32_t i) {
+  return std::uint64_t{order_key(score == 0.0f ? 0.0f : score)} << 32 | (0xFFFFFFFFu - i);
+}
+static std::uint32_t key_index(std::uint64_t key) { return 0xFFFFFFFFu - static_cast<std::uint32_t>(key); }
+
+// Top `k` indices of scores[lo, hi) (ties: lower index), marked in keep[lo, hi).
+static void top_k(const float* scores, std::uint32_t lo, std::uint32_t hi, std::uint32_t k, std::vector<char>& keep) {
   k = std::min<std::uint32_t>(k, hi - lo);
-  auto better = [&](std::uint32_t a, std::uint32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  };
-  std::nth_element(ids.begin(), ids.begin() + k, ids.end(), better);
-  out.insert(out.end(), ids.begin(), ids.begin() + k);
+  if (k == 0) return;
+  std::vector<std::uint64_t> keys(hi - lo);
+  for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = desc_key(scores[i], i);
+  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
+  for (std::uint32_t j = 0; j < k; ++j) keep[key_index(keys[j])] = 1;
+}
+
+// The marked indices of keep[0, n), ascending, to out.
+static void write_marked(const std::vector<char>& keep, std::uint32_t n, std::uint32_t* out) {
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (keep[i]) *out++ = i;
 }
 
 std::vector<std::uint32_t> topk_by_key(const float* scores, std::uint32_t n, std::uint32_t lo, std::uint32_t hi,
@@ -116,10 +129,10 @@ Selection select_blocks_by_score(const AttnShape& s, std::uint32_t block, std::u
   sel.idx.resize(std::uint64_t{sel.n_lists} * k_blocks);
 #pragma omp parallel for schedule(static)
   for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
-    std::vector<std::uint32_t> pick{0u, nb - 1};
-    top_k(scores.data() + std::uint64_t{l} * nb, 1, nb - 1, k_blocks - 2, pick);
-    std::sort(pick.begin(), pick.end());
-    std::copy(pick.begin(), pick.end(), sel.idx.begin() + std::uint64_t{l} * k_blocks);
+    std::vector<char> keep(nb, 0);
+    keep[0] = keep[nb - 1] = 1;
+    top_k(scores.data() + std::uint64_t{l} * nb, 1, nb - 1, k_blocks - 2, keep);
+    write_marked(keep, nb, sel.idx.data() + std::uint64_t{l} * k_blocks);
   }
   return sel;
 }
@@ -173,19 +186,39 @@ Selection select_tokens_random(const AttnShape& s, std::uint32_t block, std::uin
 
 Selection select_tokens_by_score(const AttnShape& s, std::uint32_t block, std::uint32_t k_blocks, bool shared,
                                  const std::vector<float>& scores) {
-  Selection sel = token_skeleton(s, block, k_blocks, shared);
-  const std::uint32_t budget = sel.geom.n_entries;
+  return std::move(select_tokens_by_score(s, block, std::vector<std::uint32_t>{k_blocks}, shared, scores)[0]);
+}
+
+std::vector<Selection> select_tokens_by_score(const AttnShape& s, std::uint32_t block,
+                                              const std::vector<std::uint32_t>& k_blocks, bool shared,
+                                              const std::vector<float>& scores) {
+  std::vector<Selection> sels;
+  for (const std::uint32_t kb : k_blocks) sels.push_back(token_skeleton(s, block, kb, shared));
+  std::vector<std::size_t> asc(k_blocks.size());  // budgets ascending
+  std::iota(asc.begin(), asc.end(), std::size_t{0});
+  std::stable_sort(asc.begin(), asc.end(), [&](std::size_t x, std::size_t y) { return k_blocks[x] < k_blocks[y]; });
+  const std::uint32_t lo = block, hi = s.ctx - block, n_lists = sels.empty() ? 0 : sels[0].n_lists;
+  auto middle = [&](std::size_t i) { return std::min<std::uint32_t>(k_blocks[i] * block - 2 * block, hi - lo); };
 #pragma omp parallel for schedule(static)
-  for (std::uint32_t l = 0; l < sel.n_lists; ++l) {
-    std::vector<std::uint32_t> pick;
-    pick.reserve(budget);
-    for (std::uint32_t t = 0; t < block; ++t) pick.push_back(t);
-    for (std::uint32_t t = s.ctx - block; t < s.ctx; ++t) pick.push_back(t);
-    top_k(scores.data() + std::uint64_t{l} * s.ctx, block, s.ctx - block, budget - 2 * block, pick);
-    std::sort(pick.begin(), pick.end());
-    std::copy(pick.begin(), pick.end(), sel.idx.begin() + std::uint64_t{l} * budget);
+  for (std::uint32_t l = 0; l < n_lists; ++l) {
+    const float* sc = scores.data() + std::uint64_t{l} * s.ctx;
+    std::vector<std::uint64_t> keys(hi - lo);
+    for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = desc_key(sc[i], i);
+    // Largest budget first, each on the prefix the previous one left: keys[0, k) is then the top k for every k.
+    for (std::size_t j = asc.size(); j-- > 0;) {
+      const std::uint32_t k = middle(asc[j]), end = j + 1 == asc.size() ? hi - lo : middle(asc[j + 1]);
+      if (k > 0 && k < end) std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.begin() + end, std::greater<>());
+    }
+    std::vector<char> keep(s.ctx, 0);
+    std::fill(keep.begin(), keep.begin() + block, 1);
+    std::fill(keep.end() - block, keep.end(), 1);
+    std::uint32_t marked = 0;
+    for (const std::size_t i : asc) {
+      for (const std::uint32_t k = middle(i); marked < k; ++marked) keep[key_index(keys[marked])] = 1;
+      write_marked(keep, s.ctx, sels[i].idx.data() + std::uint64_t{l} * sels[i].geom.n_entries);
+    }
   }
-  return sel;
+  return sels;
 }
 
 // ---------------------------------------------------------------------------------------------- placement

@@ -206,7 +206,7 @@ class AttnCase final : public kvf::Case {
       if (gpu_)
         n += "; topk=radix_select 11/11/10-bit, " + std::to_string(topk_ctas_) + " CTAs/list, 5 launches";
 #endif
-      if (!gpu_) n += "; topk=nth_element per list";
+      if (!gpu_) n += "; topk=nth_element of (score, index) keys per list";
     }
 #if defined(KVF_HAVE_CUDA)
     if (cgraph_) {

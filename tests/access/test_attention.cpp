@@ -394,6 +394,28 @@ std::vector<std::uint32_t> threshold_topk(const float* s, std::uint32_t n, std::
 }
 }  // namespace
 
+// The CPU selection's order is the float compare's: -0 and +0 tie (and go to the lower index), unlike the
+// GPU's order_key (-0 below +0), whose tests keep such pairs out.
+TEST(Routing, CpuSelectionTiesMinusZeroWithZeroToTheLowerIndex) {
+  AttnShape s;
+  s.batch = 1; s.hq = 1; s.hkv = 1; s.d = 64; s.ctx = 128;
+  const std::uint32_t block = 16, kb = sparse_blocks(s.ctx, block, 3.0 / 8);
+  ASSERT_EQ(kb, 3u);
+  const std::vector<float> bs = {5.0f, -1.0f, -0.0f, 0.0f, -0.0f, -1.0f, -2.0f, 7.0f};
+  const Selection sb = select_blocks_by_score(s, block, kb, false, bs);
+  EXPECT_EQ(sb.idx, (std::vector<std::uint32_t>{0, 2, 7}));
+  std::vector<float> ts(s.ctx, -1.0f);
+  ts[40] = -0.0f;
+  ts[41] = 0.0f;
+  ts[60] = 3.0f;
+  const Selection st = select_tokens_by_score(s, block, kb, false, ts);  // 16 of the middle: 60, then 40, 41, ...
+  std::vector<std::uint32_t> want;
+  for (std::uint32_t t = 0; t < block; ++t) want.push_back(t);
+  for (std::uint32_t t : {16u, 17u, 18u, 19u, 20u, 21u, 22u, 23u, 24u, 25u, 26u, 27u, 28u, 40u, 41u, 60u}) want.push_back(t);
+  for (std::uint32_t t = s.ctx - block; t < s.ctx; ++t) want.push_back(t);
+  EXPECT_EQ(st.idx, want);
+}
+
 TEST(Routing, GpuThresholdTopkMatchesCpuSelection) {
   AttnShape s;
   s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 64; s.ctx = 4096;
@@ -439,4 +461,28 @@ TEST(Routing, GpuThresholdTopkMatchesCpuSelection) {
   EXPECT_LT(order_key(-0.5f), order_key(0.0f));
   EXPECT_LT(order_key(0.0f), order_key(1e-30f));
   EXPECT_LT(order_key(1.0f), order_key(2.0f));
+}
+
+// Several budgets of one block size in one call (the budgets cut one order): each list equals the serial
+// threshold top-k at its budget, whatever order the budgets come in, ties included.
+TEST(Routing, TokenSelectionAtSeveralBudgetsEqualsEachBudgetAlone) {
+  AttnShape s;
+  s.batch = 1; s.hq = 8; s.hkv = 2; s.d = 64; s.ctx = 4096;
+  const std::uint32_t block = 32;
+  std::vector<float> ts(2 * s.ctx);
+  // many ties; + 0 makes every zero +0 (the threshold reference orders -0 below +0, the CPU selection ties them)
+  for (std::size_t i = 0; i < ts.size(); ++i) ts[i] = std::round(pattern_unit(3, i) * 12.0f) / 4.0f + 0.0f;
+  const std::vector<std::uint32_t> k_blocks = {sparse_blocks(s.ctx, block, 1.0 / 8), sparse_blocks(s.ctx, block, 1.0 / 2),
+                                               sparse_blocks(s.ctx, block, 1.0 / 32), sparse_blocks(s.ctx, block, 1.0 / 8)};
+  const std::vector<Selection> sels = select_tokens_by_score(s, block, k_blocks, false, ts);
+  ASSERT_EQ(sels.size(), k_blocks.size());
+  for (std::size_t i = 0; i < k_blocks.size(); ++i) {
+    const std::uint32_t budget = k_blocks[i] * block;
+    ASSERT_EQ(sels[i].geom.n_entries, budget);
+    for (std::uint32_t l = 0; l < 2; ++l) {
+      const auto want = threshold_topk(ts.data() + l * s.ctx, s.ctx, block, s.ctx - block, budget - 2 * block);
+      EXPECT_EQ(want, std::vector<std::uint32_t>(sels[i].idx.begin() + l * budget, sels[i].idx.begin() + (l + 1) * budget))
+          << "budget " << budget << " list " << l;
+    }
+  }
 }

@@ -157,6 +157,59 @@ TEST(AttentionQualitySelection, OrderingsThatHoldForAnyAttention) {
   }
 }
 
+TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone) {
+  // A sweep sums each block size's blocks from a smaller block size it is a multiple of (96 from 48, 32 from 16,
+  // 48 from the 16-token granules) and cuts one order of the scores at every budget of a block size; a block
+  // size run alone has none of that. Every figure must agree to double rounding.
+  Planted p = plant(768, 8, true, [](std::uint32_t, std::uint32_t) { return 0.0f; }, [](std::uint32_t) { return 0.0f; }, 8, 2);
+  p.d = 32;
+  p.q.assign(std::size_t(p.hq) * p.rows * p.d, 0.0f);
+  p.k.assign(std::size_t(p.hkv) * p.ctx * p.d, 0.0f);
+  p.v.assign(p.k.size(), 0.0f);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2001 - 1000) / 1000.0f;
+  };
+  for (float& f : p.q) f = 2.0f * next();
+  for (float& f : p.k) f = next();
+  for (float& f : p.v) f = next();
+  const LayerAttention a = p.view();
+  const std::vector<float> probs = true_probs(a);
+  SelectionOptions opt;
+  opt.blocks = {16, 48, 32, 96};
+  opt.keeps = {0.5, 0.25, 0.125};
+  opt.needles = {{300, 20}};
+  const SelectionFigures all = selection_quality(a, probs, opt);
+  ASSERT_EQ(all.skipped.size(), 1u);  // block 96 at keep 1/8: one block of 8, below sink + latest
+  ASSERT_EQ(all.rows.size(), (4u * 3 - 1) * 3 * 8);
+  std::size_t rows_alone = 0;
+  for (const std::uint32_t block : opt.blocks) {
+    SelectionOptions one = opt;
+    one.blocks = {block};
+    const SelectionFigures f = selection_quality(a, probs, one);
+    rows_alone += f.rows.size();
+    for (const SelectionRow& r : f.rows) {
+      const SelectionRow& w = find(all, r.head, r.arm, r.block, r.keep);
+      EXPECT_NEAR(w.recall, r.recall, 1e-12) << to_string(r.arm) << " block " << block << " keep " << r.keep;
+      EXPECT_NEAR(w.out_error, r.out_error, 1e-9) << to_string(r.arm) << " block " << block << " keep " << r.keep;
+    }
+    for (const NeedleRow& n : f.needles) {
+      bool found = false;
+      for (const NeedleRow& m : all.needles)
+        if (m.head == n.head && m.arm == n.arm && m.block == n.block && m.keep == n.keep) {
+          found = true;
+          EXPECT_NEAR(m.kept_mass, n.kept_mass, 1e-12);
+          EXPECT_EQ(m.all_kept, n.all_kept);
+        }
+      EXPECT_TRUE(found);
+    }
+  }
+  EXPECT_EQ(rows_alone, all.rows.size());
+}
+
 TEST(AttentionQualitySelection, BudgetsBelowSinkAndLatestAreSkippedWithTheReason) {
   const Planted p = spread_plant();
   const LayerAttention a = p.view();
