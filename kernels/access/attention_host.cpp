@@ -379,25 +379,41 @@ void score_blocks(const AttnShape& s, const void* q, const std::vector<float>& c
   }
 }
 
+// Token by token within runs of one page (one page-table lookup per run, not per token and head), every kv
+// head of a run before the next run: a thread reads whole pages, in one parallel region for all heads. Heads
+// were the outer loop with the page table walked per token and head: 20 ms at 64K on a 2-core Zen 5 VM, about
+// 9 GB/s, where the same bytes stream at 40-50. A shared list adds the heads in head order, as before.
 void score_tokens(const AttnShape& s, const void* q, const void* k, bool shared, std::vector<float>& scores,
                   const PageMap& pm) {
-  const std::uint32_t nl = n_lists(s, shared);
+  const std::uint32_t nl = n_lists(s, shared), nbh = s.batch * s.hkv;
   scores.assign(std::uint64_t{nl} * s.ctx, 0.0f);
-  const std::uint64_t eb = dtype_bytes(s.dtype);
   const KvLayout kl = s.kv_layout();
-  for (std::uint32_t bh = 0; bh < s.batch * s.hkv; ++bh) {
-    const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
-    float qs[128];
-    q_sum(s, q, b, h, qs);
-    float* out = scores.data() + std::uint64_t{shared ? b : bh} * s.ctx;
+  std::vector<float> qs(std::uint64_t{nbh} * s.d);
+  for (std::uint32_t bh = 0; bh < nbh; ++bh) q_sum(s, q, bh / s.hkv, bh % s.hkv, qs.data() + std::uint64_t{bh} * s.d);
+  const std::uint32_t run = pm.contiguous() ? 64 : pm.page;
+  const std::uint64_t runs = (s.ctx + run - 1) / run;
 #pragma omp parallel for schedule(static)
-    for (std::uint32_t t = 0; t < s.ctx; ++t) {
-      const std::uint64_t r = kl.row(b, pm.phys_token(b, t), h, s.ctx);
-      if (t + 16 < s.ctx)
-        __builtin_prefetch(static_cast<const char*>(k) + kl.row(b, pm.phys_token(b, t + 16), h, s.ctx) * eb, 0, 0);
-      const float a = dot_row(s, qs, k, r);
-      if (shared) out[t] += a;  // heads run one after another: no race
-      else out[t] = a;
+  for (std::uint64_t u = 0; u < s.batch * runs; ++u) {
+    const std::uint32_t b = static_cast<std::uint32_t>(u / runs);
+    const std::uint32_t t0 = static_cast<std::uint32_t>(u % runs) * run, n = std::min(run, s.ctx - t0);
+    const std::uint64_t p0 = pm.phys_token(b, t0);  // the run's tokens are p0 .. p0 + n - 1
+    if (u + 2 < s.batch * runs) {  // the run after next, every line of its rows: pages are in random order
+      const std::uint32_t b2 = static_cast<std::uint32_t>((u + 2) / runs), t2 = static_cast<std::uint32_t>((u + 2) % runs) * run;
+      const std::uint64_t p2 = pm.phys_token(b2, t2), row_bytes = s.d * dtype_bytes(s.dtype);
+      for (std::uint32_t h = 0; h < s.hkv; ++h)
+        for (std::uint32_t i = 0; i < std::min(run, s.ctx - t2); ++i) {
+          const char* r = static_cast<const char*>(k) + kl.row(b2, p2 + i, h, s.ctx) * dtype_bytes(s.dtype);
+          for (std::uint64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(r + x, 0, 0);
+        }
+    }
+    for (std::uint32_t h = 0; h < s.hkv; ++h) {
+      const float* qh = qs.data() + (std::uint64_t{b} * s.hkv + h) * s.d;
+      float* out = scores.data() + std::uint64_t{shared ? b : b * s.hkv + h} * s.ctx + t0;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const float a = dot_row(s, qh, k, kl.row(b, p0 + i, h, s.ctx));
+        if (shared) out[i] += a;
+        else out[i] = a;
+      }
     }
   }
 }
