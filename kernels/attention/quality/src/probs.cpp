@@ -71,33 +71,50 @@ void validate(const LayerAttention& a) {
   }
 }
 
+// Two passes. First every q . k of a kv head's G x M query rows, a tile of keys at a time (each key row read
+// once for all of them, not once per query row: at 32K keys and M = 16 that was 8 GiB of K per layer, the pass
+// bound by memory), written as the fp32 dot into the output. Then per query row, as before: scale, max, exp and
+// normalize in double. The same dot products in the same order: the probabilities are bit-identical.
 std::vector<float> true_probs(const LayerAttention& a) {
   validate(a);
   if (!a.probs.empty()) return {a.probs.begin(), a.probs.end()};
   const std::uint32_t G = a.group(), D = a.d, R = a.rows, N = a.ctx;
   const double scale = a.softmax_scale();
   std::vector<float> p(std::uint64_t{a.hq} * R * N, 0.0f);
+  constexpr std::uint32_t kTile = 64;  // keys per tile: 32 KiB of fp32 rows at d 128
+  const std::uint64_t tiles = (N + kTile - 1) / kTile;
+#pragma omp parallel for schedule(dynamic)
+  for (std::uint64_t lt = 0; lt < std::uint64_t{a.hkv} * tiles; ++lt) {
+    const std::uint32_t l = static_cast<std::uint32_t>(lt / tiles);
+    const std::uint32_t t0 = static_cast<std::uint32_t>(lt % tiles) * kTile, t1 = std::min(N, t0 + kTile);
+    const float* k = a.k.data() + std::uint64_t{l} * N * D;
+    for (std::uint64_t hr = std::uint64_t{l} * G * R; hr < std::uint64_t{l + 1} * G * R; ++hr) {
+      const float* q = a.q.data() + hr * D;
+      const std::uint32_t vis = std::min(t1, a.visible(static_cast<std::uint32_t>(hr % R)));
+      float* out = p.data() + hr * N;
+      for (std::uint32_t t = t0; t < vis; ++t) {
+        const float* kr = k + std::uint64_t{t} * D;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (std::uint32_t j = 0; j < D; ++j) dot += q[j] * kr[j];
+        out[t] = dot;
+      }
+    }
+  }
 #pragma omp parallel
   {
     std::vector<double> s(N);
 #pragma omp for schedule(dynamic)
     for (std::uint64_t hr = 0; hr < std::uint64_t{a.hq} * R; ++hr) {
-      const std::uint32_t h = static_cast<std::uint32_t>(hr / R), r = static_cast<std::uint32_t>(hr % R);
-      const float* q = a.q.data() + hr * D;
-      const float* k = a.k.data() + std::uint64_t{h / G} * N * D;
-      const std::uint32_t vis = a.visible(r);
+      const std::uint32_t vis = a.visible(static_cast<std::uint32_t>(hr % R));
+      float* out = p.data() + hr * N;
       double mx = -INFINITY;
       for (std::uint32_t t = 0; t < vis; ++t) {
-        const float* kr = k + std::uint64_t{t} * D;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (std::uint32_t j = 0; j < D; ++j) dot += q[j] * kr[j];
-        s[t] = scale * dot;
+        s[t] = scale * out[t];
         mx = std::max(mx, s[t]);
       }
       double l = 0;
       for (std::uint32_t t = 0; t < vis; ++t) l += (s[t] = std::exp(s[t] - mx));
-      float* out = p.data() + hr * N;
       for (std::uint32_t t = 0; t < vis; ++t) out[t] = static_cast<float>(s[t] / l);
     }
   }
