@@ -210,8 +210,7 @@ void finish(Sweep& sw, const HeadScratch& hs, std::size_t c, int arm, std::uint3
 void head_sums(const Sweep& sw, HeadScratch& hs) {
   const std::uint32_t D = sw.a.d, g = sw.granule;
   // Each block size's sums from the largest smaller one it is a multiple of (else the granules), each block
-  // written once: not zero-filled and then accumulated from the granules for every block size (that pass was
-  // half the figures' memset time and read the granules once per block size).
+  // written once: not zero-filled first and then accumulated from the granules, once per block size.
   hs.bm.resize(sw.blocks.size());
   hs.bpv.resize(sw.blocks.size());
   for (const std::size_t bi : sw.blocks_ascending) {
@@ -266,7 +265,7 @@ void group_sums(const Sweep& sw, const float* const* ps, const float* vh, std::u
     x.gpv.resize(std::size_t(ng) * D);
   }
   // Granule by granule, each zeroed as it is reached (in L1), not the whole [ng][d] array first: that was a
-  // memset of 2 MiB per head (at 32K keys) before every pass, a tenth of the figures' time.
+  // memset of 2 MiB per head (at 32K keys) before every pass, one of the figures' largest memsets.
   for (std::uint32_t i = 0; i < ng; ++i) {
     for (HeadScratch& x : hs) {
       x.gm[i] = 0.0;
@@ -361,7 +360,7 @@ void eval_token(Sweep& sw, const float* const* ps, const float* vh, const std::v
 // the budgets, ascending, cut that order into segments and each combo adds its segment to the previous one's
 // sums. The segments come from nested nth_element calls on (probability bits, ~position) keys, largest budget
 // first (each on the prefix the previous one left), in about N + 2 * max_budget moves instead of a partial sort
-// of the whole order through an index (4-5x less time at 32K keys). p >= 0, so its bits order as the floats.
+// of the whole order through an index (3.6x less thread time at 32K keys). p >= 0: its bits order as the floats.
 void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, HeadScratch& hs,
                  const std::vector<std::size_t>& by_budget) {
   const std::uint32_t N = sw.a.ctx;
