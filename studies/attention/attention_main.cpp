@@ -125,6 +125,48 @@ q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::
   return qo;
 }
 
+// The figures' cost, said with the pass's (they run on the CPU after it, for every captured layer, and on a GPU
+// run they can take longer than the pass): one layer of this model's heads and M rows, at min(C, 4096) keys of
+// random q, k, v, timed here, scaled linearly to C keys (the figures' passes are linear in the keys: one 32K layer
+// took 4.0x one 8K layer, bench_attention_quality_cost) and by the captured layers. 0 when the sweep of the
+// flags is not valid at the calibration context (the run itself then says why).
+double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, int C, int layers, double* one_layer_s,
+                          std::uint32_t* calib_keys) {
+  const std::uint32_t C0 = static_cast<std::uint32_t>(std::min(C, 4096));
+  const std::uint32_t hq = static_cast<std::uint32_t>(cfg.shape.n_heads), hkv = static_cast<std::uint32_t>(cfg.shape.n_kv_heads);
+  const std::uint32_t d = static_cast<std::uint32_t>(cfg.shape.head_dim), M = static_cast<std::uint32_t>(f.queries);
+  std::vector<float> qv(std::size_t(hq) * M * d), kv(std::size_t(hkv) * C0 * d), vv(kv.size());
+  std::uint64_t x = 0x2545F4914F6CDD1Dull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2001 - 1000) / 1000.0f;
+  };
+  for (float& e : qv) e = 2.0f * next();
+  for (float& e : kv) e = next();
+  for (float& e : vv) e = next();
+  q::LayerAttention a;
+  a.hq = hq;
+  a.hkv = hkv;
+  a.d = d;
+  a.ctx = C0;
+  a.rows = std::min(M, C0);
+  a.causal = true;
+  a.q = qv;
+  a.k = kv;
+  a.v = vv;
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)q::layer_figures(a, quality_options(f, C0, {}));
+    *one_layer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  *calib_keys = C0;
+  return *one_layer_s * (double(C) / C0) * layers;
+}
+
 // A user's dump instead of a forward pass: every layer it holds, one at a time (dump_input.hpp has the format).
 int run_dump(const Flags& f) {
   const kvf::attention::AttentionDump dump(f.dump);
@@ -213,6 +255,14 @@ int run(const Flags& f) {
     std::fprintf(stderr, "%s: the prefill runs on the GPU: the time above is the CPU pass's (the needle decode and the "
                  "figures stay on the CPU); the device memory is checked when the pass starts\n", kProg);
   kvf::attention::check_memory(est, avail, rs);
+  const int figure_layers = capture.empty() ? cfg.shape.layers : static_cast<int>(capture.size());
+  double figures_one_s = 0;
+  std::uint32_t figures_calib_keys = 0;
+  const double figures_est_s = estimate_figures_s(f, cfg, C, figure_layers, &figures_one_s, &figures_calib_keys);
+  if (figures_est_s > 0)
+    std::fprintf(stderr, "%s: figures (on the CPU, after the pass): about %.3g s for %d layers (one layer of %u keys "
+                 "timed here: %.3g s, scaled to %d keys)\n", kProg, figures_est_s, figure_layers, figures_calib_keys,
+                 figures_one_s, C);
   if (!answer.empty()) {
     // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
     const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();
@@ -278,7 +328,8 @@ int run(const Flags& f) {
   meta["forward_s"] = forward_s;
   for (const auto& [name, sec] : fw.phase_s) meta["forward_phases_s"][name] = sec;
   meta["figures_s"] = figures_s;
-  meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source}};
+  meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source},
+                      {"figures_seconds", figures_est_s}};
   if (!answer.empty()) {
     const auto t2 = std::chrono::steady_clock::now();
     const auto rows = kvf::attention::needle_decode(ck, fw, answer, f.blocks, f.keeps);

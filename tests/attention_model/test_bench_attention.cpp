@@ -80,7 +80,9 @@ TEST(BenchAttention, WritesEveryFigureAndTheyHoldTheirInvariants) {
   const BenchRun r = bench(fx.args(out));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("estimate:"), std::string::npos) << r.err;  // the cost is said first
+  EXPECT_NE(r.err.find("figures (on the CPU, after the pass): about"), std::string::npos) << r.err;  // theirs too
   const auto meta = nlohmann::json::parse(std::ifstream(out / "meta.json"));
+  EXPECT_GT(meta["estimate"]["figures_seconds"].get<double>(), 0.0);
   EXPECT_EQ(meta["context"], 64);
   EXPECT_EQ(meta["captured_layers"].size(), 3u);
 
@@ -232,6 +234,7 @@ TEST(BenchAttention, EstimateOnlyWritesNothing) {
   const BenchRun r = bench(fx.args(out) + " --estimate-only --gflops 10");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("estimate:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("figures (on the CPU, after the pass): about"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));
 }
 
