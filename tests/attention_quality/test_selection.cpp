@@ -157,10 +157,8 @@ TEST(AttentionQualitySelection, OrderingsThatHoldForAnyAttention) {
   }
 }
 
-TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone) {
-  // A sweep sums each block size's blocks from a smaller block size it is a multiple of (96 from 48, 32 from 16,
-  // 48 from the 16-token granules) and cuts one order of the scores at every budget of a block size; a block
-  // size run alone has none of that. Every figure must agree to double rounding.
+// 768 keys of pseudo-random q, k, v over 8 GQA groups of 4 heads, 8 causal rows, d 32.
+Planted random_plant_768() {
   Planted p = plant(768, 8, true, [](std::uint32_t, std::uint32_t) { return 0.0f; }, [](std::uint32_t) { return 0.0f; }, 8, 2);
   p.d = 32;
   p.q.assign(std::size_t(p.hq) * p.rows * p.d, 0.0f);
@@ -176,6 +174,40 @@ TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone)
   for (float& f : p.q) f = 2.0f * next();
   for (float& f : p.k) f = next();
   for (float& f : p.v) f = next();
+  return p;
+}
+
+TEST(AttentionQualitySelection, TokenArmFromOneWalkEqualsThePerBlockWalks) {
+  // One walk of the score order cut for every block size and budget (kept = S - E_B + F_B at each cut) against
+  // one walk per block size over the access study's lists: the same figures, needles included.
+  const Planted p = random_plant_768();
+  const LayerAttention a = p.view();
+  const std::vector<float> probs = true_probs(a);
+  SelectionOptions opt;
+  opt.blocks = {16, 48, 32, 96};
+  opt.keeps = {0.5, 0.25, 0.125};
+  opt.needles = {{300, 20}, {700, 60}, {3, 10}};  // the last two partly in the edge blocks
+  const SelectionFigures one = selection_quality(a, probs, opt);
+  kvf::attention::quality::testing::token_walk_per_block(true);
+  const SelectionFigures per = selection_quality(a, probs, opt);
+  kvf::attention::quality::testing::token_walk_per_block(false);
+  ASSERT_EQ(one.rows.size(), per.rows.size());
+  for (std::size_t i = 0; i < one.rows.size(); ++i) {
+    EXPECT_NEAR(one.rows[i].recall, per.rows[i].recall, 1e-12) << i;
+    EXPECT_NEAR(one.rows[i].out_error, per.rows[i].out_error, 1e-9) << i;
+  }
+  ASSERT_EQ(one.needles.size(), per.needles.size());
+  for (std::size_t i = 0; i < one.needles.size(); ++i) {
+    EXPECT_NEAR(one.needles[i].kept_mass, per.needles[i].kept_mass, 1e-12) << i;
+    EXPECT_EQ(one.needles[i].all_kept, per.needles[i].all_kept) << i;
+  }
+}
+
+TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone) {
+  // A sweep sums each block size's blocks from a smaller block size it is a multiple of (96 from 48, 32 from 16,
+  // 48 from the 16-token granules) and cuts one order of the scores at every budget of a block size; a block
+  // size run alone has none of that. Every figure must agree to double rounding.
+  const Planted p = random_plant_768();
   const LayerAttention a = p.view();
   const std::vector<float> probs = true_probs(a);
   SelectionOptions opt;

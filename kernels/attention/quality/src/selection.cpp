@@ -8,13 +8,15 @@
 // probabilities stay fp32 (true_probs): only the ranking sees bf16.
 //
 // Cost per (query head, row): one pass over the visible keys (dense output and granule sums of p and p v,
-// the G heads of a kv head together), then per block size its block sums from the granules; the block arm
-// sums its kept blocks, the token arm per block size one walk up to its largest budget (the lists nest), the
-// oracle one walk up to the largest budget (its budgets are prefixes of one order). Multi-threaded over the
-// query rows.
+// the G heads of a kv head together), then per block size its block sums from a smaller block size's or the
+// granules; the block arm sums its kept blocks, the token arm one walk of the score order up to the largest
+// budget for every block size (each access-study list checked to be its cut of that walk; else one walk per
+// block size over the lists), the oracle one walk up to the largest budget (its budgets are prefixes of one
+// order). Multi-threaded over the query rows.
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -46,6 +48,7 @@ std::uint32_t needle_pos(std::uint32_t ctx, std::uint32_t len, double depth_pct)
 namespace {
 
 constexpr int kArms = 3;
+std::atomic<bool> g_token_walk_per_block{false};  // testing::token_walk_per_block
 
 // The access study's view of one captured layer: batch 1, bf16 K in HND order, unpaged (the bf16 copy of k is
 // exactly [hkv][ctx][d]).
@@ -356,6 +359,136 @@ void eval_token(Sweep& sw, const float* const* ps, const float* vh, const std::v
   }
 }
 
+// Kept sums combine linearly: a kept set's sums from those of sets it is made of.
+void kept_add(Kept& k, const Kept& o, double sign) {
+  k.mass += sign * o.mass;
+  for (std::size_t j = 0; j < k.pv.size(); ++j) k.pv[j] += sign * o.pv[j];
+  for (std::size_t n = 0; n < k.nmass.size(); ++n) {
+    k.nmass[n] += sign * o.nmass[n];
+    k.ncount[n] = sign > 0 ? k.ncount[n] + o.ncount[n] : k.ncount[n] - o.ncount[n];
+  }
+}
+
+// Scratch of the one-walk token arm (per thread).
+struct TokenWalk {
+  std::vector<std::uint64_t> keys;          // (order key of the score, ~position), the walked prefix sorted
+  std::vector<std::uint32_t> pos;           // [ctx]: a token's place in the walk, UINT32_MAX past it
+  std::vector<std::uint32_t> cut;           // [combo]: walk positions whose prefix holds the combo's middle tokens
+  std::vector<std::pair<std::uint32_t, std::size_t>> events;  // (cut, combo), ascending
+  std::vector<std::vector<Kept>> edge_walked, edge_all;       // [block index][head]: E_B (edge tokens walked), F_B
+  std::vector<std::vector<Kept>> snap;                        // [combo][head]
+  std::vector<Kept> sum;                                      // [head]: S, every token walked
+};
+
+Kept kept_like(const Kept& k) {
+  Kept z;
+  z.pv.assign(k.pv.size(), 0.0);
+  z.nmass.assign(k.nmass.size(), 0.0);
+  z.ncount.assign(k.ncount.size(), 0u);
+  return z;
+}
+
+// Token arm, every block size in one walk. A token list of block size B and budget b is the sink and latest
+// blocks (the edge: t < B or t >= ctx - B) and the first b - 2B middle tokens of ONE order of the scores (the
+// access study's: score descending, then the lower position), so walking that order once and cutting it where
+// each list's middle count is reached gives every list: kept = S - E_B + F_B at the cut (S: every token walked,
+// E_B: the edge tokens of B walked, F_B: all of B's edge). One walk of up to the largest budget instead of one per
+// block size. The figures still rest on the access study's lists, not on this reading of them: each list must be
+// exactly its cut (its edge tokens all there, its middle tokens all before the cut, as many as the cut holds),
+// else false and the per-block walks run instead.
+bool eval_token_one_walk(Sweep& sw, const float* const* ps, const float* vh, const float* scores,
+                         const std::vector<std::vector<std::size_t>>& by_block, std::uint32_t h0,
+                         std::vector<HeadScratch>& hs, TokenWalk& tw) {
+  const std::uint32_t N = sw.a.ctx, l = h0 / sw.a.group();
+  const std::uint32_t W = std::min(N, sw.max_budget);
+  tw.keys.resize(N);
+  for (std::uint32_t t = 0; t < N; ++t)
+    tw.keys[t] = std::uint64_t{acc::order_key(scores[t] == 0.0f ? 0.0f : scores[t])} << 32 | (0xFFFFFFFFu - t);
+  if (W < N) std::nth_element(tw.keys.begin(), tw.keys.begin() + (W - 1), tw.keys.end(), std::greater<>());
+  std::sort(tw.keys.begin(), tw.keys.begin() + W, std::greater<>());
+  auto token_at = [&](std::uint32_t i) { return 0xFFFFFFFFu - static_cast<std::uint32_t>(tw.keys[i]); };
+  tw.pos.assign(N, UINT32_MAX);
+  for (std::uint32_t i = 0; i < W; ++i) tw.pos[token_at(i)] = i;
+  // The cuts, from the middle counts along the walk, and each list checked against its cut.
+  tw.cut.assign(sw.combos.size(), UINT32_MAX);
+  tw.events.clear();
+  for (const std::vector<std::size_t>& combos : by_block) {
+    const std::uint32_t B = sw.combos[combos.front()].block;
+    std::uint32_t middle = 0, i = 0;
+    for (const std::size_t c : combos) {  // budgets ascending
+      const std::uint32_t want = sw.combos[c].budget - 2 * B;
+      for (; middle < want && i < W; ++i) {
+        const std::uint32_t t = token_at(i);
+        if (t >= B && t < N - B) ++middle;
+      }
+      if (middle < want) return false;
+      tw.cut[c] = i;
+      const std::uint32_t n = sw.combos[c].budget;
+      const std::uint32_t* ids = (*hs[0].tsel)[c].idx.data() + std::uint64_t{l} * n;
+      std::uint32_t edge = 0, inside = 0;
+      for (std::uint32_t j = 0; j < n; ++j) {
+        const std::uint32_t t = ids[j];
+        if (t < B || t >= N - B) ++edge;
+        else if (tw.pos[t] < i) ++inside;
+      }
+      if (edge != 2 * B || inside != want) return false;
+      tw.events.emplace_back(i, c);
+    }
+  }
+  std::sort(tw.events.begin(), tw.events.end());
+  // The sums: S along the walk, E_B for the edge tokens walked, F_B over every edge token.
+  const std::size_t G = hs.size(), nbs = sw.blocks.size();
+  const Kept zero = kept_like(hs[0].kept);
+  tw.sum.assign(G, zero);
+  tw.edge_walked.assign(nbs, std::vector<Kept>(G, zero));
+  tw.edge_all.assign(nbs, std::vector<Kept>(G, zero));
+  tw.snap.resize(sw.combos.size());
+  const std::uint32_t Bmax = sw.blocks[sw.blocks_ascending.back()];
+  auto add_edge = [&](std::vector<std::vector<Kept>>& into, std::uint32_t t) {
+    for (std::size_t bi = 0; bi < nbs; ++bi) {
+      const std::uint32_t B = sw.blocks[bi];
+      if (t < B || t >= N - B)
+        for (std::size_t x = 0; x < G; ++x) {
+          add_token(sw, ps[x], vh, t, into[bi][x]);
+          add_needles_of_token(sw, ps[x], t, into[bi][x]);
+        }
+    }
+  };
+  for (std::uint32_t t = 0; t < std::min(Bmax, N); ++t) add_edge(tw.edge_all, t);
+  for (std::uint32_t t = std::max(Bmax, N - Bmax); t < N; ++t) add_edge(tw.edge_all, t);
+  std::size_t e = 0;
+  auto take_events = [&](std::uint32_t i) {
+    for (; e < tw.events.size() && tw.events[e].first == i; ++e) {
+      const std::size_t c = tw.events[e].second;
+      tw.snap[c].assign(tw.sum.begin(), tw.sum.end());
+      for (std::size_t x = 0; x < G; ++x) {
+        kept_add(tw.snap[c][x], tw.edge_walked[sw.combos[c].bi][x], -1.0);
+        kept_add(tw.snap[c][x], tw.edge_all[sw.combos[c].bi][x], +1.0);
+      }
+    }
+  };
+  for (std::uint32_t i = 0; i < W && e < tw.events.size(); ++i) {
+    take_events(i);
+    if (e == tw.events.size()) break;
+    if (i + kPrefetchTokens < W) prefetch_row(sw, vh, token_at(i + kPrefetchTokens));
+    const std::uint32_t t = token_at(i);
+    for (std::size_t x = 0; x < G; ++x) {
+      add_token(sw, ps[x], vh, t, tw.sum[x]);
+      add_needles_of_token(sw, ps[x], t, tw.sum[x]);
+    }
+    if (t < Bmax || t >= N - Bmax) add_edge(tw.edge_walked, t);
+  }
+  take_events(W);
+  for (const std::vector<std::size_t>& combos : by_block)
+    for (const std::size_t c : combos)
+      for (std::size_t x = 0; x < G; ++x) {
+        std::swap(hs[x].kept, tw.snap[c][x]);
+        finish(sw, hs[x], c, static_cast<int>(Arm::token), h0 + static_cast<std::uint32_t>(x));
+        std::swap(hs[x].kept, tw.snap[c][x]);
+      }
+  return true;
+}
+
 // Oracle: every budget is a prefix of one order (true probability descending, then position ascending), so
 // the budgets, ascending, cut that order into segments and each combo adds its segment to the previous one's
 // sums. The segments come from nested nth_element calls on (probability bits, ~position) keys, largest budget
@@ -389,13 +522,14 @@ void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, He
 // block size in one call (its budgets cut one order: by_block holds each block size's combos).
 void select_row(const Sweep& sw, const acc::AttnShape& s, const std::vector<std::uint16_t>& kbf,
                 const std::vector<std::vector<float>>& cent, const std::vector<std::vector<std::size_t>>& by_block,
-                std::uint32_t r, std::vector<acc::Selection>& bsel, std::vector<acc::Selection>& tsel) {
+                std::uint32_t r, std::vector<acc::Selection>& bsel, std::vector<acc::Selection>& tsel,
+                std::vector<float>& tscore) {
   const LayerAttention& a = sw.a;
   std::vector<std::uint16_t> qbf(std::size_t(a.hq) * a.d);  // [hq][d]: this row of every query head
   for (std::uint32_t h = 0; h < a.hq; ++h)
     for (std::uint32_t j = 0; j < a.d; ++j)
       qbf[std::size_t(h) * a.d + j] = acc::f32_to_bf16(a.q[(std::uint64_t{h} * a.rows + r) * a.d + j]);
-  std::vector<float> tscore, bscore;
+  std::vector<float> bscore;
   acc::score_tokens(s, qbf.data(), kbf.data(), false, tscore);
   std::vector<std::uint32_t> k_blocks;
   for (const std::vector<std::size_t>& combos : by_block) {
@@ -466,6 +600,8 @@ void collect(const Sweep& sw, SelectionFigures& out) {
 
 }  // namespace
 
+void testing::token_walk_per_block(bool on) { g_token_walk_per_block = on; }
+
 SelectionFigures selection_quality(const LayerAttention& a, std::span<const float> probs,
                                    const SelectionOptions& opt) {
   validate(a);
@@ -506,6 +642,8 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
 #pragma omp parallel
   {
     std::vector<acc::Selection> bsel(nc), tsel(nc);
+    std::vector<float> tscore;  // [hkv][ctx]: the row's token scores, one list per kv head
+    TokenWalk walk;
     std::vector<HeadScratch> hs(G);
     std::vector<const float*> ps(G);
     for (HeadScratch& x : hs) {
@@ -517,7 +655,7 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
     }
 #pragma omp for schedule(dynamic)
     for (std::uint32_t r = 0; r < R; ++r) {
-      select_row(sw, s, kbf, cent, by_block, r, bsel, tsel);
+      select_row(sw, s, kbf, cent, by_block, r, bsel, tsel, tscore);
       const std::uint32_t vis = a.visible(r);
       for (std::uint32_t l = 0; l < a.hkv; ++l) {
         const float* vh = a.v.data() + std::uint64_t{l} * N * D;
@@ -532,7 +670,9 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
         group_sums(sw, ps.data(), vh, vis, hs);
         for (std::uint32_t x = 0; x < G; ++x)
           for (std::size_t c = 0; c < nc; ++c) eval_block(sw, ps[x], c, l * G + x, hs[x]);
-        for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
+        if (g_token_walk_per_block ||
+            !eval_token_one_walk(sw, ps.data(), vh, tscore.data() + std::uint64_t{l} * N, by_block, l * G, hs, walk))
+          for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
         for (std::uint32_t x = 0; x < G; ++x) eval_oracle(sw, ps[x], vh, l * G + x, hs[x], by_budget);
       }
     }

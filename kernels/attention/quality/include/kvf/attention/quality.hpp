@@ -218,4 +218,11 @@ struct LayerFigures {
 // Every figure of one layer: validate, true_probs, then each of the above.
 LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt);
 
+namespace testing {
+// The token arm's sums come from one walk of the score order for every block size, each list checked to be its
+// cut of that walk, else from one walk per block size over the lists themselves. true: the per-block walks always
+// (for tests that hold the two to the same figures; process-wide).
+void token_walk_per_block(bool on);
+}  // namespace testing
+
 }  // namespace kvf::attention::quality
