@@ -331,7 +331,8 @@ TEST(AttentionQualityNeedle, PartlyKeptNeedleCountsOnlyItsKeptTokens) {
 }
 
 TEST(AttentionQualitySelection, SameFiguresForAnyThreadCount) {
-  // Threads take query rows and the means are summed in row order: one thread and two give equal bits.
+  // Threads take query rows (or, when there are more threads than rows, shares of the (row, kv head) pairs) and
+  // the means are summed in row order: one thread, two, and more threads than rows give equal bits.
   const Planted p = plant(
       256, 6, true, [](std::uint32_t kh, std::uint32_t t) { return static_cast<float>((t * 13 + kh * 7) % 9) - 4.0f; },
       [](std::uint32_t h) { return 0.5f + 0.25f * h; });
@@ -344,16 +345,19 @@ TEST(AttentionQualitySelection, SameFiguresForAnyThreadCount) {
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const SelectionFigures one = selection_quality(a, probs, opt);
-  omp_set_num_threads(2);
-  const SelectionFigures two = selection_quality(a, probs, opt);
-  omp_set_num_threads(threads);
-  ASSERT_EQ(one.rows.size(), two.rows.size());
-  for (std::size_t i = 0; i < one.rows.size(); ++i) {
-    EXPECT_EQ(one.rows[i].recall, two.rows[i].recall) << i;
-    EXPECT_EQ(one.rows[i].out_error, two.rows[i].out_error) << i;
+  for (const int n : {2, static_cast<int>(a.rows) + 1, 13}) {
+    omp_set_num_threads(n);
+    const SelectionFigures two = selection_quality(a, probs, opt);
+    ASSERT_EQ(one.rows.size(), two.rows.size());
+    for (std::size_t i = 0; i < one.rows.size(); ++i) {
+      EXPECT_EQ(one.rows[i].recall, two.rows[i].recall) << n << " threads, row " << i;
+      EXPECT_EQ(one.rows[i].out_error, two.rows[i].out_error) << n << " threads, row " << i;
+    }
+    ASSERT_EQ(one.needles.size(), two.needles.size());
+    for (std::size_t i = 0; i < one.needles.size(); ++i)
+      EXPECT_EQ(one.needles[i].kept_mass, two.needles[i].kept_mass) << n << " threads, needle row " << i;
   }
-  ASSERT_EQ(one.needles.size(), two.needles.size());
-  for (std::size_t i = 0; i < one.needles.size(); ++i) EXPECT_EQ(one.needles[i].kept_mass, two.needles[i].kept_mass) << i;
+  omp_set_num_threads(threads);
 }
 
 // What needle decoding applies in every layer (kept_at_prefill_end): on the spread plant at block 16, keep 1/4, the

@@ -634,10 +634,13 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   std::vector<std::vector<float>> cent(sw.blocks.size());
   for (std::size_t bi = 0; bi < sw.blocks.size(); ++bi) acc::build_centroids(s, kbf.data(), sw.blocks[bi], cent[bi]);
 
-  // One query row per task: its routing and selections (the access study's functions, whose own parallel
-  // loops run on one thread inside this region) and every head's figures. Parallel regions per row and per
-  // selection call cost more than the work at small shapes and stall whenever a core is shared: measured
-  // 3.2 s against 29 ms single-threaded for a 512-key test layer on this 2-core VM under load.
+  // Tasks are (query row, kv head) pairs, a row's routing and selections (the access study's functions, whose
+  // own parallel loops run on one thread inside this region) made once by each thread that takes one of its
+  // pairs. Up to one thread per row, whole rows (dynamic); with more threads than rows (a GPU host's cores and
+  // M = 16), each thread a contiguous share of the pairs, so at most two rows' routing per thread and every core
+  // busy. Parallel regions per row and per selection call cost more than the work at small shapes and stall
+  // whenever a core is shared: measured 3.2 s against 29 ms single-threaded for a 512-key test layer on a 2-core
+  // VM under load.
   const std::uint32_t G = a.group(), D = a.d, N = a.ctx;
 #pragma omp parallel
   {
@@ -653,28 +656,39 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
       x.kept.nmass.assign(nn, 0.0);
       x.kept.ncount.assign(nn, 0u);
     }
-#pragma omp for schedule(dynamic)
-    for (std::uint32_t r = 0; r < R; ++r) {
-      select_row(sw, s, kbf, cent, by_block, r, bsel, tsel, tscore);
-      const std::uint32_t vis = a.visible(r);
-      for (std::uint32_t l = 0; l < a.hkv; ++l) {
-        const float* vh = a.v.data() + std::uint64_t{l} * N * D;
-        for (std::uint32_t x = 0; x < G; ++x) {
-          const std::uint32_t h = l * G + x;
-          hs[x].row = r;
-          ps[x] = probs.data() + (std::uint64_t{h} * R + r) * N;
-          for (std::size_t n = 0; n < nn; ++n)
-            for (std::uint32_t t = opt.needles[n].pos; t < opt.needles[n].pos + opt.needles[n].len; ++t)
-              sw.nmass[sw.mat(r, n, h)] += ps[x][t];
-        }
-        group_sums(sw, ps.data(), vh, vis, hs);
-        for (std::uint32_t x = 0; x < G; ++x)
-          for (std::size_t c = 0; c < nc; ++c) eval_block(sw, ps[x], c, l * G + x, hs[x]);
-        if (g_token_walk_per_block ||
-            !eval_token_one_walk(sw, ps.data(), vh, tscore.data() + std::uint64_t{l} * N, by_block, l * G, hs, walk))
-          for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
-        for (std::uint32_t x = 0; x < G; ++x) eval_oracle(sw, ps[x], vh, l * G + x, hs[x], by_budget);
+    std::uint32_t routed = UINT32_MAX;  // the row bsel, tsel and tscore hold
+    auto pair = [&](std::uint32_t r, std::uint32_t l) {
+      if (routed != r) {
+        select_row(sw, s, kbf, cent, by_block, r, bsel, tsel, tscore);
+        routed = r;
       }
+      const std::uint32_t vis = a.visible(r);
+      const float* vh = a.v.data() + std::uint64_t{l} * N * D;
+      for (std::uint32_t x = 0; x < G; ++x) {
+        const std::uint32_t h = l * G + x;
+        hs[x].row = r;
+        ps[x] = probs.data() + (std::uint64_t{h} * R + r) * N;
+        for (std::size_t n = 0; n < nn; ++n)
+          for (std::uint32_t t = opt.needles[n].pos; t < opt.needles[n].pos + opt.needles[n].len; ++t)
+            sw.nmass[sw.mat(r, n, h)] += ps[x][t];
+      }
+      group_sums(sw, ps.data(), vh, vis, hs);
+      for (std::uint32_t x = 0; x < G; ++x)
+        for (std::size_t c = 0; c < nc; ++c) eval_block(sw, ps[x], c, l * G + x, hs[x]);
+      if (g_token_walk_per_block ||
+          !eval_token_one_walk(sw, ps.data(), vh, tscore.data() + std::uint64_t{l} * N, by_block, l * G, hs, walk))
+        for (const std::vector<std::size_t>& combos : by_block) eval_token(sw, ps.data(), vh, combos, l * G, hs);
+      for (std::uint32_t x = 0; x < G; ++x) eval_oracle(sw, ps[x], vh, l * G + x, hs[x], by_budget);
+    };
+    const std::uint32_t threads = static_cast<std::uint32_t>(omp_get_num_threads());
+    if (threads <= R) {
+#pragma omp for schedule(dynamic)
+      for (std::uint32_t r = 0; r < R; ++r)
+        for (std::uint32_t l = 0; l < a.hkv; ++l) pair(r, l);
+    } else {
+      const std::uint64_t pairs = std::uint64_t{R} * a.hkv, me = static_cast<std::uint64_t>(omp_get_thread_num());
+      for (std::uint64_t i = me * pairs / threads; i < (me + 1) * pairs / threads; ++i)
+        pair(static_cast<std::uint32_t>(i / a.hkv), static_cast<std::uint32_t>(i % a.hkv));
     }
   }
   collect(sw, out);
