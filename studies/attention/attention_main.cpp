@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
 #include "dump_input.hpp"
+#include "figures_during_pass.hpp"
 #include "figures_out.hpp"
 #include "needle_decode.hpp"
 
@@ -48,6 +50,7 @@ struct Flags {
   double gflops = 0;  // stated GEMM rate for the estimate; 0: measured
   bool estimate_only = false;
   std::string backend = "auto", device;  // the prefill's: cpu, or cuda (forward_gpu) on GPU `device`
+  std::string figures_during_pass = "auto";  // auto (on with the GPU pass), on, off
 };
 
 // The prefill's backend: cuda where --backend says so or (auto) where this build has the GPU forward and a GPU is
@@ -279,10 +282,17 @@ int run(const Flags& f) {
   }
   if (f.estimate_only) return 0;
 
+  const q::QualityOptions qo = quality_options(f, static_cast<std::uint32_t>(C), needles);
   kvf::attention::ForwardOptions fo;
   fo.chunk = f.chunk;
   fo.queries = f.queries;
   fo.capture_layers = capture;
+  const bool beside = f.figures_during_pass == "on" || (f.figures_during_pass == "auto" && gpu);
+  std::optional<kvf::attention::FiguresDuringPass> during;
+  if (beside) {
+    during.emplace(qo);
+    fo.on_captured = [&during](const kvf::attention::AttentionCapture& cap, int c) { during->add(cap, c); };
+  }
   std::string gpu_note;
   const auto t0 = std::chrono::steady_clock::now();
   const auto fw = gpu ? kvf::attention::forward_gpu(ck, tokens, fo, ordinal, &gpu_note)
@@ -299,12 +309,14 @@ int run(const Flags& f) {
     std::fprintf(stderr, "%s: forward phases: %s\n", kProg, text.c_str());
   }
 
-  const q::QualityOptions qo = quality_options(f, static_cast<std::uint32_t>(C), needles);
-
   kvf::attention::FigureFiles files;
-  const auto t1 = std::chrono::steady_clock::now();
+  const auto t1 = std::chrono::steady_clock::now();  // figures_s: after the pass (beside it: the wait for the rest)
   const auto& cap = fw.capture;
-  for (std::size_t c = 0; c < cap.layer_ids.size(); ++c) files.add(figures_of(cap, static_cast<int>(c), qo));
+  if (during) {
+    for (const q::LayerFigures& lf : during->finish()) files.add(lf);
+  } else {
+    for (std::size_t c = 0; c < cap.layer_ids.size(); ++c) files.add(figures_of(cap, static_cast<int>(c), qo));
+  }
   const double figures_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
   nlohmann::json meta;
@@ -328,6 +340,7 @@ int run(const Flags& f) {
   meta["forward_s"] = forward_s;
   for (const auto& [name, sec] : fw.phase_s) meta["forward_phases_s"][name] = sec;
   meta["figures_s"] = figures_s;
+  meta["figures_during_pass"] = beside;
   meta["estimate"] = {{"seconds", est.seconds}, {"resident_bytes", est.resident_bytes}, {"rate", est.rate_source},
                       {"figures_seconds", figures_est_s}};
   if (!answer.empty()) {
@@ -382,6 +395,9 @@ int main(int argc, char** argv) {
                  "(bf16 weights, K/V and q, checked on layer 0 against the fp64 reference first); the needle decode "
                  "and the figures run on the CPU either way");
   app.add_option("--device", f.device, "cpu, or the GPU ordinal of --backend cuda/auto (default 0)");
+  app.add_option("--figures-during-pass", f.figures_during_pass,
+                 "compute each captured layer's figures on the CPU while the pass goes on: auto (on when the pass runs "
+                 "on the GPU, whose host cores would wait), on, off (after the pass)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -389,6 +405,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");
+    if (f.figures_during_pass != "auto" && f.figures_during_pass != "on" && f.figures_during_pass != "off")
+      throw UsageError("--figures-during-pass " + f.figures_during_pass + ": auto, on or off");
     if (f.backend != "auto" && f.backend != "cpu" && f.backend != "cuda")
       throw UsageError("--backend " + kvf::shown_value(f.backend) + ": auto, cpu or cuda");
     for (double k : f.keeps)

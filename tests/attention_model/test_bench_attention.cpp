@@ -228,6 +228,30 @@ TEST(BenchAttention, AnswerIsDecodedDenseAndUnderEachSelection) {
   EXPECT_EQ(std::count(beyond.err.begin(), beyond.err.end(), '\n'), 1) << beyond.err;
 }
 
+// The figures computed beside the pass (on a worker, each layer as the pass finishes it) equal those computed after
+// it, file for file; meta.json says which ran.
+TEST(BenchAttention, FiguresDuringThePassEqualFiguresAfterIt) {
+  const Fixture fx;
+  const fs::path after = fresh_dir("bench_attention_after"), beside = fresh_dir("bench_attention_beside");
+  const BenchRun ra = bench(fx.args(after) + " --backend cpu --figures-during-pass off");
+  ASSERT_EQ(ra.code, 0) << ra.err;
+  const BenchRun rb = bench(fx.args(beside) + " --backend cpu --figures-during-pass on");
+  ASSERT_EQ(rb.code, 0) << rb.err;
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const char* name : {"locality.csv", "entropy.csv", "layer_entropy.csv", "selection.csv", "needle.csv"}) {
+    ASSERT_TRUE(fs::exists(after / name)) << name;
+    ASSERT_TRUE(fs::exists(beside / name)) << name;
+    EXPECT_EQ(slurp(after / name), slurp(beside / name)) << name;
+  }
+  const auto ma = nlohmann::json::parse(std::ifstream(after / "meta.json"));
+  const auto mb = nlohmann::json::parse(std::ifstream(beside / "meta.json"));
+  EXPECT_EQ(ma["figures_during_pass"], false);
+  EXPECT_EQ(mb["figures_during_pass"], true);
+}
+
 TEST(BenchAttention, EstimateOnlyWritesNothing) {
   const Fixture fx;
   const fs::path out = fresh_dir("bench_attention_est") / "none";
@@ -253,6 +277,7 @@ TEST(BenchAttention, BadInputIsOneLineAndExit2) {
       {" --device all", "--device all: bench_attention runs one prefill"},
       {" --device 3x", "--device 3x: allowed: cpu, all, or a GPU ordinal"},
       {" --device cpu --backend cuda", "--device cpu with --backend cuda"},
+      {" --figures-during-pass maybe", "--figures-during-pass maybe: auto, on or off"},
   };
   for (const auto& c : cases) {
     const BenchRun r = bench(fx.args(out) + c.extra);

@@ -448,8 +448,9 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
     if (r.gemm.empty()) r.gemm = w.qkv.impl();
     LayerState s;
     const auto it = std::find(cap.layer_ids.begin(), cap.layer_ids.end(), l);
-    if (opt.capture && it != cap.layer_ids.end()) {
-      const std::size_t c = std::size_t(it - cap.layer_ids.begin());
+    const int captured = opt.capture && it != cap.layer_ids.end() ? int(it - cap.layer_ids.begin()) : -1;
+    if (captured >= 0) {
+      const std::size_t c = std::size_t(captured);
       s.k = cap.k.data() + c * g.nkv * g.C * g.D;
       s.v = cap.v.data() + c * g.nkv * g.C * g.D;
       s.probs = cap.probs.data() + c * g.nh * g.M * g.C;
@@ -468,6 +469,7 @@ ForwardResult forward_cpu(const Checkpoint& ck, const std::vector<std::int32_t>&
     }
     for (int t0 = 0; t0 < g.C; t0 += g.T) layer_chunk(g, w, m.rms_eps, h.data(), cos_sin.data(), t0, s, x);
     tick(2);
+    if (captured >= 0 && opt.on_captured) opt.on_captured(cap, captured);
   }
   r.allocated_bytes = layer_bytes + x.bytes() + 4 * (h.size() + cos_sin.size() + k_own.size() + v_own.size()) +
                       4 * (cap.probs.size() + cap.q.size() + cap.k.size() + cap.v.size());

@@ -267,6 +267,7 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
     }
     if (l == 0) check = check_layer0(gpu, w, m, h, inv_freq, C, s);
     tick(4, false);
+    if (c >= 0 && opt.on_captured) opt.on_captured(cap_, c);
   }
   const auto last_rows = gpu.hidden_rows(C - M, M, s);
   detail::logits_of_rows(ck, last_rows.data(), M, r);

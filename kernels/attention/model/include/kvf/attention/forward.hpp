@@ -15,6 +15,7 @@
 // a bf16 GEMM reads them; attention is fp32 (oneDNN f32 matmul per head).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,11 @@ struct ForwardOptions {
   bool capture = true;              // false: logits only
   std::vector<int> capture_layers;  // empty: every layer
   const SelectionMask* mask = nullptr;
+  // Called on the pass's thread once per captured layer c, in order, as soon as the layer is final: its q, k, v
+  // and probs are not written again (forward_gpu: after layer 0's check). The capture's arrays are allocated
+  // before the first layer and moved, never copied, into the result: pointers into them stay valid after the
+  // pass returns. For work beside the pass (bench_attention's figures during a GPU pass); it should return fast.
+  std::function<void(const AttentionCapture& cap, int c)> on_captured;
 };
 
 struct ForwardResult {
