@@ -373,8 +373,8 @@ void kept_add(Kept& k, const Kept& o, double sign) {
 struct TokenWalk {
   std::vector<std::uint64_t> keys;          // (order key of the score, ~position), the walked prefix sorted
   std::vector<std::uint32_t> pos;           // [ctx]: a token's place in the walk, UINT32_MAX past it
-  std::vector<std::uint32_t> cut;           // [combo]: walk positions whose prefix holds the combo's middle tokens
-  std::vector<std::pair<std::uint32_t, std::size_t>> events;  // (cut, combo), ascending
+  std::vector<std::pair<std::uint32_t, std::size_t>> events;  // (cut, combo), ascending: a cut is the walk
+                                                              // position whose prefix holds the combo's middle
   std::vector<std::vector<Kept>> edge_walked, edge_all;       // [block index][head]: E_B (edge tokens walked), F_B
   std::vector<std::vector<Kept>> snap;                        // [combo][head]
   std::vector<Kept> sum;                                      // [head]: S, every token walked
@@ -410,7 +410,6 @@ bool eval_token_one_walk(Sweep& sw, const float* const* ps, const float* vh, con
   tw.pos.assign(N, UINT32_MAX);
   for (std::uint32_t i = 0; i < W; ++i) tw.pos[token_at(i)] = i;
   // The cuts, from the middle counts along the walk, and each list checked against its cut.
-  tw.cut.assign(sw.combos.size(), UINT32_MAX);
   tw.events.clear();
   for (const std::vector<std::size_t>& combos : by_block) {
     const std::uint32_t B = sw.combos[combos.front()].block;
@@ -422,7 +421,6 @@ bool eval_token_one_walk(Sweep& sw, const float* const* ps, const float* vh, con
         if (t >= B && t < N - B) ++middle;
       }
       if (middle < want) return false;
-      tw.cut[c] = i;
       const std::uint32_t n = sw.combos[c].budget;
       const std::uint32_t* ids = (*hs[0].tsel)[c].idx.data() + std::uint64_t{l} * n;
       std::uint32_t edge = 0, inside = 0;
