@@ -63,6 +63,26 @@ double planted_error(const Planted& p, std::uint32_t kv_head, const std::set<std
   return std::sqrt(e2 / o2);
 }
 
+// ctx keys of pseudo-random q, k, v (xorshift from `seed`) over 8 GQA groups of 4 heads, 8 causal rows, d 32.
+Planted random_plant(std::uint32_t ctx, std::uint64_t seed) {
+  Planted p = plant(ctx, 8, true, [](std::uint32_t, std::uint32_t) { return 0.0f; }, [](std::uint32_t) { return 0.0f; }, 8, 2);
+  p.d = 32;
+  p.q.assign(std::size_t(p.hq) * p.rows * p.d, 0.0f);
+  p.k.assign(std::size_t(p.hkv) * p.ctx * p.d, 0.0f);
+  p.v.assign(p.k.size(), 0.0f);
+  std::uint64_t x = seed;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2001 - 1000) / 1000.0f;
+  };
+  for (float& f : p.q) f = 2.0f * next();
+  for (float& f : p.k) f = next();
+  for (float& f : p.v) f = next();
+  return p;
+}
+
 }  // namespace
 
 TEST(AttentionQualitySelection, RecallOrderingOracleTokenBlockOnAPlantWhereItIsKnown) {
@@ -121,21 +141,7 @@ TEST(AttentionQualitySelection, OrderingsThatHoldForAnyAttention) {
   // Pseudo-random q and k over 8 GQA groups of 4 heads, causal rows: the oracle keeps the most mass any
   // selection of its budget can, every recall is in [0, 1], keep 1 keeps everything, and a larger budget
   // of the oracle never keeps less.
-  Planted p = plant(512, 8, true, [](std::uint32_t, std::uint32_t) { return 0.0f; }, [](std::uint32_t) { return 0.0f; }, 8, 2);
-  p.d = 32;
-  p.q.assign(std::size_t(p.hq) * p.rows * p.d, 0.0f);
-  p.k.assign(std::size_t(p.hkv) * p.ctx * p.d, 0.0f);
-  p.v.assign(p.k.size(), 0.0f);
-  std::uint64_t x = 88172645463325252ull;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2001 - 1000) / 1000.0f;
-  };
-  for (float& f : p.q) f = 2.0f * next();
-  for (float& f : p.k) f = next();
-  for (float& f : p.v) f = next();
+  const Planted p = random_plant(512, 88172645463325252ull);
   const LayerAttention a = p.view();
   SelectionOptions opt;
   opt.blocks = {16, 32, 64};
@@ -157,30 +163,10 @@ TEST(AttentionQualitySelection, OrderingsThatHoldForAnyAttention) {
   }
 }
 
-// 768 keys of pseudo-random q, k, v over 8 GQA groups of 4 heads, 8 causal rows, d 32.
-Planted random_plant_768() {
-  Planted p = plant(768, 8, true, [](std::uint32_t, std::uint32_t) { return 0.0f; }, [](std::uint32_t) { return 0.0f; }, 8, 2);
-  p.d = 32;
-  p.q.assign(std::size_t(p.hq) * p.rows * p.d, 0.0f);
-  p.k.assign(std::size_t(p.hkv) * p.ctx * p.d, 0.0f);
-  p.v.assign(p.k.size(), 0.0f);
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2001 - 1000) / 1000.0f;
-  };
-  for (float& f : p.q) f = 2.0f * next();
-  for (float& f : p.k) f = next();
-  for (float& f : p.v) f = next();
-  return p;
-}
-
 TEST(AttentionQualitySelection, TokenArmFromOneWalkEqualsThePerBlockWalks) {
   // One walk of the score order cut for every block size and budget (kept = S - E_B + F_B at each cut) against
   // one walk per block size over the access study's lists: the same figures, needles included.
-  const Planted p = random_plant_768();
+  const Planted p = random_plant(768, 0x9E3779B97F4A7C15ull);
   const LayerAttention a = p.view();
   const std::vector<float> probs = true_probs(a);
   SelectionOptions opt;
@@ -207,7 +193,7 @@ TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone)
   // A sweep sums each block size's blocks from a smaller block size it is a multiple of (96 from 48, 32 from 16,
   // 48 from the 16-token granules) and cuts one order of the scores at every budget of a block size; a block
   // size run alone has none of that. Every figure must agree to double rounding.
-  const Planted p = random_plant_768();
+  const Planted p = random_plant(768, 0x9E3779B97F4A7C15ull);
   const LayerAttention a = p.view();
   const std::vector<float> probs = true_probs(a);
   SelectionOptions opt;
