@@ -131,8 +131,8 @@ q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::
 // The figures' cost, said with the pass's (they run on the CPU after it, for every captured layer, and on a GPU
 // run they can take longer than the pass): one layer of this model's heads and M rows, at min(C, 4096) keys of
 // random q, k, v, timed here, scaled linearly to C keys (the figures' passes are linear in the keys: one 32K layer
-// took 4.0x one 8K layer, bench_attention_quality_cost) and by the captured layers. 0 when the sweep of the
-// flags is not valid at the calibration context (the run itself then says why).
+// took 4.0x one 8K layer, bench_attention_quality_cost) and by the captured layers. A sweep the figures refuse
+// (e.g. M - 1 above the smallest block) is a UsageError here, before the pass, not after it.
 double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, int C, int layers, double* one_layer_s,
                           std::uint32_t* calib_keys) {
   const std::uint32_t C0 = static_cast<std::uint32_t>(std::min(C, 4096));
@@ -163,8 +163,8 @@ double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, i
     const auto t0 = std::chrono::steady_clock::now();
     (void)q::layer_figures(a, quality_options(f, C0, {}));
     *one_layer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } catch (const std::invalid_argument&) {
-    return 0;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("the figures would refuse this run after the pass: ") + e.what());
   }
   *calib_keys = C0;
   return *one_layer_s * (double(C) / C0) * layers;
@@ -230,6 +230,11 @@ int run(const Flags& f) {
     if (answer.empty()) throw UsageError("--answer " + f.answer + ": the planted answer holds no token");
   }
 
+  // The figures' sweep first: one it refuses is a usage error before anything is printed or run.
+  const int figure_layers = capture.empty() ? cfg.shape.layers : static_cast<int>(capture.size());
+  double figures_one_s = 0;
+  std::uint32_t figures_calib_keys = 0;
+  const double figures_est_s = estimate_figures_s(f, cfg, C, figure_layers, &figures_one_s, &figures_calib_keys);
   std::fprintf(stderr, "%s: prefill backend: %s\n", kProg, backend_why.c_str());
   // The cost first (the issue: "say the cost first"), refused when this machine cannot hold it.
   kvf::attention::RunShape rs;
@@ -258,14 +263,9 @@ int run(const Flags& f) {
     std::fprintf(stderr, "%s: the prefill runs on the GPU: the time above is the CPU pass's (the needle decode and the "
                  "figures stay on the CPU); the device memory is checked when the pass starts\n", kProg);
   kvf::attention::check_memory(est, avail, rs);
-  const int figure_layers = capture.empty() ? cfg.shape.layers : static_cast<int>(capture.size());
-  double figures_one_s = 0;
-  std::uint32_t figures_calib_keys = 0;
-  const double figures_est_s = estimate_figures_s(f, cfg, C, figure_layers, &figures_one_s, &figures_calib_keys);
-  if (figures_est_s > 0)
-    std::fprintf(stderr, "%s: figures (on the CPU, after the pass): about %.3g s for %d layers (one layer of %u keys "
-                 "timed here: %.3g s, scaled to %d keys)\n", kProg, figures_est_s, figure_layers, figures_calib_keys,
-                 figures_one_s, C);
+  std::fprintf(stderr, "%s: figures (on the CPU, after the pass): about %.3g s for %d layers (one layer of %u keys "
+               "timed here: %.3g s, scaled to %d keys)\n", kProg, figures_est_s, figure_layers, figures_calib_keys,
+               figures_one_s, C);
   if (!answer.empty()) {
     // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
     const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();

@@ -292,6 +292,12 @@ TEST(BenchAttention, BadInputIsOneLineAndExit2) {
     EXPECT_NE(r.err.find("--backend cuda: no usable GPU ("), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+  // A sweep the figures refuse (M - 1 above the smallest block: 19 > 16) is refused before the pass.
+  const BenchRun m20 = bench(fx.args(out, "20"));
+  EXPECT_EQ(m20.code, 2) << m20.err;
+  EXPECT_NE(m20.err.find("the figures would refuse this run after the pass: rows (M) 20 with block 16"),
+            std::string::npos) << m20.err;
+  EXPECT_EQ(std::count(m20.err.begin(), m20.err.end(), '\n'), 1) << "refused before anything else: " << m20.err;
   const BenchRun m0 = bench(fx.args(out, "0"));
   EXPECT_EQ(m0.code, 2) << m0.err;
   EXPECT_NE(m0.err.find("--queries 0"), std::string::npos) << m0.err;
