@@ -84,6 +84,14 @@ std::vector<Selection> select_tokens_by_score(const AttnShape& s, std::uint32_t 
                                               const std::vector<std::uint32_t>& k_blocks, bool shared,
                                               const std::vector<float>& scores);
 
+// The CPU selections' order (select_*_by_score) as one unsigned compare: larger score first, ties to the lower
+// index (+0 and -0 one key, as floats compare them). nth_element moves these 8-byte keys instead of comparing
+// through an index into the scores; the attention figures walk the same order (one definition).
+inline std::uint64_t selection_key(float score, std::uint32_t index) {
+  return std::uint64_t{order_key(score == 0.0f ? 0.0f : score)} << 32 | (0xFFFFFFFFu - index);
+}
+inline std::uint32_t selection_key_index(std::uint64_t key) { return 0xFFFFFFFFu - static_cast<std::uint32_t>(key); }
+
 // The GPU top-k's contract on one list of n scores (logical entries): [0, lo) + the kp candidates of
 // [lo, hi) with the largest order_key(score) (access_math.hpp: -0 below +0), ties to the lower index, in
 // index order + [hi, n). Equals the top-k of select_*_by_score whenever no -0/+0 pair ties (they

@@ -72,23 +72,16 @@ Selection select_dense(const AttnShape& s, std::uint32_t span) {
   return sel;
 }
 
-// The order of the top-k selections as one unsigned compare of (order_key(score), ~index): larger score first,
-// ties to the lower index. nth_element then moves 8-byte keys instead of comparing through an index into the
-// scores, and marks give the lists in index order without a sort (the attention figures' routing of a 32K-key
-// layer: 2.25 -> 1.36 s of thread time on a 2-vCPU Zen 5 VM). +0 and -0 are one key, as floats compare them.
-static std::uint64_t desc_key(float score, std::uint32_t i) {
-  return std::uint64_t{order_key(score == 0.0f ? 0.0f : score)} << 32 | (0xFFFFFFFFu - i);
-}
-static std::uint32_t key_index(std::uint64_t key) { return 0xFFFFFFFFu - static_cast<std::uint32_t>(key); }
-
+// The top-k selections move selection_key()s (access.hpp) and write the lists from marks in index order, without
+// a sort (the attention figures' routing of a 32K-key layer: 2.25 -> 1.36 s of thread time on a 2-vCPU Zen 5 VM).
 // Top `k` indices of scores[lo, hi) (ties: lower index), marked in keep[lo, hi).
 static void top_k(const float* scores, std::uint32_t lo, std::uint32_t hi, std::uint32_t k, std::vector<char>& keep) {
   k = std::min<std::uint32_t>(k, hi - lo);
   if (k == 0) return;
   std::vector<std::uint64_t> keys(hi - lo);
-  for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = desc_key(scores[i], i);
+  for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = selection_key(scores[i], i);
   std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
-  for (std::uint32_t j = 0; j < k; ++j) keep[key_index(keys[j])] = 1;
+  for (std::uint32_t j = 0; j < k; ++j) keep[selection_key_index(keys[j])] = 1;
 }
 
 // The marked indices of keep[0, n), ascending, to out.
@@ -203,7 +196,7 @@ std::vector<Selection> select_tokens_by_score(const AttnShape& s, std::uint32_t 
   for (std::uint32_t l = 0; l < n_lists; ++l) {
     const float* sc = scores.data() + std::uint64_t{l} * s.ctx;
     std::vector<std::uint64_t> keys(hi - lo);
-    for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = desc_key(sc[i], i);
+    for (std::uint32_t i = lo; i < hi; ++i) keys[i - lo] = selection_key(sc[i], i);
     // Largest budget first, each on the prefix the previous one left: keys[0, k) is then the top k for every k.
     for (std::size_t j = asc.size(); j-- > 0;) {
       const std::uint32_t k = middle(asc[j]), end = j + 1 == asc.size() ? hi - lo : middle(asc[j + 1]);
@@ -214,7 +207,7 @@ std::vector<Selection> select_tokens_by_score(const AttnShape& s, std::uint32_t 
     std::fill(keep.end() - block, keep.end(), 1);
     std::uint32_t marked = 0;
     for (const std::size_t i : asc) {
-      for (const std::uint32_t k = middle(i); marked < k; ++marked) keep[key_index(keys[marked])] = 1;
+      for (const std::uint32_t k = middle(i); marked < k; ++marked) keep[selection_key_index(keys[marked])] = 1;
       write_marked(keep, s.ctx, sels[i].idx.data() + std::uint64_t{l} * sels[i].geom.n_entries);
     }
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "planted.hpp"
@@ -81,6 +82,16 @@ Planted random_plant(std::uint32_t ctx, std::uint64_t seed) {
   for (float& f : p.k) f = next();
   for (float& f : p.v) f = next();
   return p;
+}
+
+// The sweep over random_plant(768, ...) of the tests that hold two ways of computing it to the same figures:
+// block sizes where 96 is a multiple of 48 and of 32, 48 of 16 but not of 32, at three keeps.
+SelectionOptions sweep_768(std::vector<Needle> needles) {
+  SelectionOptions opt;
+  opt.blocks = {16, 48, 32, 96};
+  opt.keeps = {0.5, 0.25, 0.125};
+  opt.needles = std::move(needles);
+  return opt;
 }
 
 }  // namespace
@@ -169,10 +180,7 @@ TEST(AttentionQualitySelection, TokenArmFromOneWalkEqualsThePerBlockWalks) {
   const Planted p = random_plant(768, 0x9E3779B97F4A7C15ull);
   const LayerAttention a = p.view();
   const std::vector<float> probs = true_probs(a);
-  SelectionOptions opt;
-  opt.blocks = {16, 48, 32, 96};
-  opt.keeps = {0.5, 0.25, 0.125};
-  opt.needles = {{300, 20}, {700, 60}, {3, 10}};  // the last two partly in the edge blocks
+  const SelectionOptions opt = sweep_768({{300, 20}, {700, 60}, {3, 10}});  // the last two partly in the edge blocks
   const SelectionFigures one = selection_quality(a, probs, opt);
   kvf::attention::quality::testing::token_walk_per_block(true);
   const SelectionFigures per = selection_quality(a, probs, opt);
@@ -196,10 +204,7 @@ TEST(AttentionQualitySelection, EachBlockSizeGivesTheSameFiguresInASweepAsAlone)
   const Planted p = random_plant(768, 0x9E3779B97F4A7C15ull);
   const LayerAttention a = p.view();
   const std::vector<float> probs = true_probs(a);
-  SelectionOptions opt;
-  opt.blocks = {16, 48, 32, 96};
-  opt.keeps = {0.5, 0.25, 0.125};
-  opt.needles = {{300, 20}};
+  const SelectionOptions opt = sweep_768({{300, 20}});
   const SelectionFigures all = selection_quality(a, probs, opt);
   ASSERT_EQ(all.skipped.size(), 1u);  // block 96 at keep 1/8: one block of 8, below sink + latest
   ASSERT_EQ(all.rows.size(), (4u * 3 - 1) * 3 * 8);

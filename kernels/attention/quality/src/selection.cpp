@@ -153,7 +153,7 @@ struct HeadScratch {
   std::vector<double> dense;                    // [d]
   std::vector<double> gm, gpv;                  // granules: [ng], [ng][d]
   std::vector<std::vector<double>> bm, bpv;     // per block size: [nb], [nb][d]
-  std::vector<std::uint64_t> keys;              // oracle: (order_key(p), ~position), cut at the budgets
+  std::vector<std::uint64_t> keys;              // oracle: selection_key(p, position), cut at the budgets
   std::vector<char> kept_block;                 // [nb] of the block arm's current list
   Kept kept;
 };
@@ -371,7 +371,7 @@ void kept_add(Kept& k, const Kept& o, double sign) {
 
 // Scratch of the one-walk token arm (per thread).
 struct TokenWalk {
-  std::vector<std::uint64_t> keys;          // (order key of the score, ~position), the walked prefix sorted
+  std::vector<std::uint64_t> keys;          // selection_key(score, position), the walked prefix sorted
   std::vector<std::uint32_t> pos;           // [ctx]: a token's place in the walk, UINT32_MAX past it
   std::vector<std::pair<std::uint32_t, std::size_t>> events;  // (cut, combo), ascending: a cut is the walk
                                                               // position whose prefix holds the combo's middle
@@ -403,10 +403,10 @@ bool eval_token_one_walk(Sweep& sw, const float* const* ps, const float* vh, con
   const std::uint32_t W = std::min(N, sw.max_budget);
   tw.keys.resize(N);
   for (std::uint32_t t = 0; t < N; ++t)
-    tw.keys[t] = std::uint64_t{acc::order_key(scores[t] == 0.0f ? 0.0f : scores[t])} << 32 | (0xFFFFFFFFu - t);
+    tw.keys[t] = acc::selection_key(scores[t], t);
   if (W < N) std::nth_element(tw.keys.begin(), tw.keys.begin() + (W - 1), tw.keys.end(), std::greater<>());
   std::sort(tw.keys.begin(), tw.keys.begin() + W, std::greater<>());
-  auto token_at = [&](std::uint32_t i) { return 0xFFFFFFFFu - static_cast<std::uint32_t>(tw.keys[i]); };
+  auto token_at = [&](std::uint32_t i) { return acc::selection_key_index(tw.keys[i]); };
   tw.pos.assign(N, UINT32_MAX);
   for (std::uint32_t i = 0; i < W; ++i) tw.pos[token_at(i)] = i;
   // The cuts, from the middle counts along the walk, and each list checked against its cut.
@@ -489,14 +489,14 @@ bool eval_token_one_walk(Sweep& sw, const float* const* ps, const float* vh, con
 
 // Oracle: every budget is a prefix of one order (true probability descending, then position ascending), so
 // the budgets, ascending, cut that order into segments and each combo adds its segment to the previous one's
-// sums. The segments come from nested nth_element calls on (probability bits, ~position) keys, largest budget
+// sums. The segments come from nested nth_element calls on selection_key(p, position), largest budget
 // first (each on the prefix the previous one left), in about N + 2 * max_budget moves instead of a partial sort
-// of the whole order through an index (3.6x less thread time at 32K keys). p >= 0: its bits order as the floats.
+// of the whole order through an index (3.6x less thread time at 32K keys).
 void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, HeadScratch& hs,
                  const std::vector<std::size_t>& by_budget) {
   const std::uint32_t N = sw.a.ctx;
   hs.keys.resize(N);
-  for (std::uint32_t t = 0; t < N; ++t) hs.keys[t] = std::uint64_t{acc::order_key(p[t])} << 32 | (0xFFFFFFFFu - t);
+  for (std::uint32_t t = 0; t < N; ++t) hs.keys[t] = acc::selection_key(p[t], t);
   for (auto c = by_budget.rbegin(); c != by_budget.rend(); ++c) {
     const std::uint32_t budget = sw.combos[*c].budget;
     const std::uint32_t end = c == by_budget.rbegin() ? N : sw.combos[*(c - 1)].budget;
@@ -507,8 +507,8 @@ void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, He
   for (const std::size_t c : by_budget) {
     for (; done < sw.combos[c].budget; ++done) {
       if (done + kPrefetchTokens < sw.max_budget)
-        prefetch_row(sw, vh, 0xFFFFFFFFu - static_cast<std::uint32_t>(hs.keys[done + kPrefetchTokens]));
-      const std::uint32_t t = 0xFFFFFFFFu - static_cast<std::uint32_t>(hs.keys[done]);
+        prefetch_row(sw, vh, acc::selection_key_index(hs.keys[done + kPrefetchTokens]));
+      const std::uint32_t t = acc::selection_key_index(hs.keys[done]);
       add_token(sw, p, vh, t, hs.kept);
       add_needles_of_token(sw, p, t, hs.kept);
     }
