@@ -28,7 +28,7 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 enum class AttnMerge { kernel, fused };
 // The kernel, named by how K/V rows reach the math (results/gpu/H200-2026-11-27 measured all three):
 //   best (the default): mma for 16-bit K/V, smem for fp8, the fastest of each; plan_attention resolves it.
-//   mma (16-bit K/V only): QK and PV on tensor cores (mma.sync m16n8k16, the CTA's query heads as rows), K/V
+//   mma: QK and PV on tensor cores (mma.sync m16n8k16, the CTA's query heads as rows), K/V
 //     through a warp-private cp.async ring and ldmatrix; on the H200 0.97-1.45x smem's speed (median 1.12x; the
 //     token arm at large budgets slightly slower), 1.8x where few CTAs run.
 //   smem: CUDA-core math, K/V cp.async'd into a ring of shared-memory stages, ring_stages - 1 steps in flight per
@@ -37,7 +37,8 @@ enum class AttnMerge { kernel, fused };
 //   regs: CUDA-core math, 16-byte loads straight into registers, the next step's issued during this step's
 //     math (at most one step in flight per CTA): the kernel of the H100 runs, kept as the control.
 enum class AttnLoads { regs, smem, mma, best };
-// best as a kernel: mma for 16-bit K/V, smem for fp8 (no e4m3 tensor-core path); other values as they are.
+// best as a kernel: mma for 16-bit K/V, smem for fp8 (its tensor-core kernel, attn_mma_fp8_kernel, is not yet
+// measured on a GPU); other values as they are.
 inline AttnLoads resolve_loads(AttnLoads l, DType t) {
   if (l != AttnLoads::best) return l;
   return t == DType::fp8_e4m3 ? AttnLoads::smem : AttnLoads::mma;

@@ -1,7 +1,8 @@
 // GPU split-KV sparse decode attention of the access study (dense, block and token arms run the same
 // kernel; they differ only in the selection list: entries of `span` tokens). Three kernels (AttnLoads):
 // the CUDA-core kernel below with its K/V loaded straight into registers (regs) or through a shared-memory
-// ring (smem), and the tensor-core kernel (mma, attn_mma_kernel further down).
+// ring (smem), and the tensor-core kernels (mma: attn_mma_kernel for 16-bit K/V, attn_mma_fp8_kernel for fp8
+// e4m3, further down).
 //
 // CTA = (split, kv head x head group, batch), 4 warps. A token row (d elements of 2 bytes, or 1 byte for
 // fp8 e4m3) is read by d*bytes/16 lanes with one 16-byte non-coherent load each (attn_* tiling in
@@ -820,6 +821,201 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
   cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
 }
 
+// fp8 e4m3 K/V on tensor cores (AttnLoads::mma, sm_89+): attn_mma_kernel's walk, ring and softmax with the
+// fragments of attn_fp8.hpp (each lane reads and converts its own fragment bytes; no ldmatrix), f16 operands
+// and fp32 accumulators. A tile is half the bytes of a 16-bit one, so the ring has kMmaFp8Stages stages: the
+// same bytes in flight per warp as the 16-bit kernel's three. Below sm_89 a trap, as attn_split_kernel's fp8.
+constexpr int kMmaFp8Stages = 5;
+
+template <int D>
+__host__ __device__ constexpr int mma_fp8_ring_bytes() {
+  return kAttnWarps * kMmaFp8Stages * 2 * kFp8MmaTileRows * D;  // [warp][stage][K, V][16 rows][D] e4m3
+}
+template <int D, int GB>
+__host__ __device__ constexpr int mma_fp8_smem_bytes() {
+  constexpr int epi = 4 * kAttnWarps * GB * D;
+  return mma_fp8_ring_bytes<D>() > epi ? mma_fp8_ring_bytes<D>() : epi;
+}
+
+template <int D, int GB>
+__global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::uint16_t* __restrict__ q,
+                                                                   const unsigned char* __restrict__ k,
+                                                                   const unsigned char* __restrict__ v,
+                                                                   const std::uint32_t* __restrict__ idx, const Args a,
+                                                                   const Workspace w, float* __restrict__ out) {
+  static_assert(GB <= 8 && kMmaTile == kFp8MmaTileRows, "mma fp8: at most 8 heads per CTA");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  __trap();
+#else
+  constexpr int CH = D / 16;  // 16-byte chunks per row
+  constexpr int KP = D / 32;  // k-step pairs of QK
+  constexpr int NT = D / 8;   // n-tiles of PV
+  constexpr int CPL = kMmaTile * CH / 32;
+  constexpr int kTileBytes = kMmaTile * D;
+  constexpr int S = kMmaFp8Stages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t sp = blockIdx.x;
+  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
+  const std::uint32_t b = blockIdx.z;
+  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
+  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  const unsigned char* kb = k + a.kl.head_base(b, h, a.ctx);  // one byte per element
+  const unsigned char* vb = v + a.kl.head_base(b, h, a.ctx);
+  const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
+  const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
+  const std::uint32_t in_span = (1u << a.span_shift) - 1u;
+  const std::uint32_t n_tiles = (t1 - t0 + kMmaTile - 1) / kMmaTile;
+  const std::uint32_t my_tiles = n_tiles > static_cast<std::uint32_t>(warp)
+                                     ? (n_tiles - warp + kAttnWarps - 1) / kAttnWarps : 0u;
+  auto tile_base = [&](std::uint32_t i) { return t0 + (warp + i * kAttnWarps) * kMmaTile; };
+
+  unsigned char* const ring = reinterpret_cast<unsigned char*>(attn_dyn_smem) + warp * S * 2 * kTileBytes;
+  std::uint32_t ent[CPL];
+  auto load_entries = [&](std::uint32_t i) {
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>((lane + 32 * j) / CH);
+      ent[j] = i < my_tiles && tok < t1 ? __ldg(list + (tok >> a.span_shift)) : 0u;
+    }
+  };
+  auto issue_tile = [&](int stage, std::uint32_t i) {
+    unsigned char* kt = ring + stage * 2 * kTileBytes;
+    unsigned char* vt = kt + kTileBytes;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const int qi = lane + 32 * j, r = qi / CH, c = qi % CH;
+      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>(r);
+      const bool ok = i < my_tiles && tok < t1;
+      const std::uint32_t n = ok ? (ent[j] << a.span_shift) + (tok & in_span) : 0u;
+      const std::uint64_t off = static_cast<std::uint64_t>(a.kl.token_off_u32(n)) + c * 16;
+      const int at = fp8_tile_offset<D>(r, 16 * c);  // the chunk stays whole: the swizzle moves 16-byte pairs of slots
+      cp_async16(reinterpret_cast<uint4*>(kt + at), kb + off, ok);
+      cp_async16(reinterpret_cast<uint4*>(vt + at), vb + off, ok);
+    }
+    cp_async_commit();
+  };
+
+  load_entries(0);
+#pragma unroll
+  for (int st = 0; st + 1 < S; ++st) {
+    issue_tile(st, static_cast<std::uint32_t>(st));
+    load_entries(static_cast<std::uint32_t>(st + 1));
+  }
+  // The query heads as f16 A fragments in fp8_q_dim's order, row g scaled by 2^qe (exact; the quad's max).
+  const std::uint16_t* qrow = q + (bq0 + (g < GB ? g : 0)) * D;
+  float qv[KP][2][2][2];
+  float amax = 0.0f;
+#pragma unroll
+  for (int kp = 0; kp < KP; ++kp)
+#pragma unroll
+    for (int hs = 0; hs < 2; ++hs)
+#pragma unroll
+      for (int reg = 0; reg < 2; ++reg) {
+        const unsigned u = g < GB ? __ldg(reinterpret_cast<const unsigned*>(qrow + fp8_q_dim(kp, hs, reg, t, 0))) : 0u;
+        qv[kp][hs][reg][0] = __uint_as_float(u << 16);  // bf16 query (AttnShape::q_dtype)
+        qv[kp][hs][reg][1] = __uint_as_float(u & 0xFFFF0000u);
+        amax = fmaxf(amax, fmaxf(fabsf(qv[kp][hs][reg][0]), fabsf(qv[kp][hs][reg][1])));
+      }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const int qe = fp8_q_exponent(amax);
+  const float qmul = ldexpf(1.0f, qe);
+  const float sscale = a.qscale * ldexpf(1.0f, -qe);  // S = (Q 2^qe) K^T 2^-qe
+  unsigned qa[KP][2][2];
+#pragma unroll
+  for (int kp = 0; kp < KP; ++kp)
+#pragma unroll
+    for (int hs = 0; hs < 2; ++hs)
+#pragma unroll
+      for (int reg = 0; reg < 2; ++reg)
+        qa[kp][hs][reg] = pack2<DType::fp16>(qv[kp][hs][reg][0] * qmul, qv[kp][hs][reg][1] * qmul);
+  float m = kAttnEmptyM, l = 0.0f;
+  float acc[NT][4];  // n-tile nt: (row g, dims fp8_v_dim(nt, 2t), fp8_v_dim(nt, 2t + 1)) in [0], [1]
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+
+  int rd = 0, wr = S - 1;
+  for (std::uint32_t i = 0; i < my_tiles; ++i) {
+    __syncwarp();
+    issue_tile(wr, i + S - 1);
+    load_entries(i + S);
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const unsigned char* kt = ring + rd * 2 * kTileBytes;
+    const unsigned char* vt = kt + kTileBytes;
+    float s[2][4];
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[jn][e] = 0.0f;
+#pragma unroll
+      for (int kp = 0; kp < KP; ++kp) {
+        std::uint32_t bk[2][2];
+        fp8_k_frags<D>(kt, jn, kp, lane, bk);
+        mma16816<DType::fp16>(s[jn], qa[kp][0][0], qa[kp][0][1], bk[0][0], bk[0][1]);
+        mma16816<DType::fp16>(s[jn], qa[kp][1][0], qa[kp][1][1], bk[1][0], bk[1][1]);
+      }
+    }
+    const std::uint32_t base = tile_base(i);
+    float mx = m;
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = base + static_cast<std::uint32_t>(8 * jn + 2 * t + e) < t1;
+        s[jn][e] = ok ? s[jn][e] * sscale : kAttnEmptyM;
+        mx = fmaxf(mx, s[jn][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float alpha = exp2f(m - mx);
+    m = mx;
+    // p scaled by kFp8PScale = 2^4 (l too): f16 keeps full precision down to 2^-18 of the running max.
+    float p[2][2];
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx + 4.0f);
+    l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      acc[nt][0] *= alpha;
+      acc[nt][1] *= alpha;
+    }
+    const unsigned pa0 = pack2<DType::fp16>(p[0][0], p[0][1]), pa2 = pack2<DType::fp16>(p[1][0], p[1][1]);
+    std::uint32_t vrows[4][D / 32];
+    fp8_v_rows<D>(vt, lane, vrows);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      mma16816<DType::fp16>(acc[nt], pa0, pa2, fp8_v_frag<D>(vrows, nt, 0), fp8_v_frag<D>(vrows, nt, 1));
+    rd = rd + 1 == S ? 0 : rd + 1;
+    wr = wr + 1 == S ? 0 : wr + 1;
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  cp_async_wait<0>();
+  __syncthreads();
+  __shared__ float sm_m[kAttnWarps][GB], sm_l[kAttnWarps][GB];
+  float* smem = reinterpret_cast<float*>(attn_dyn_smem);
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (g < GB) {
+    if (t == 0) {
+      sm_m[warp][g] = m;
+      sm_l[warp][g] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      sm_acc[warp][g][fp8_v_dim<D>(nt, 2 * t)] = acc[nt][0];
+      sm_acc[warp][g][fp8_v_dim<D>(nt, 2 * t + 1)] = acc[nt][1];
+    }
+  }
+  cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
+#endif
+}
+
 // Merge of the unfused path: out[bq][d] = sum_s 2^(m_s - M) acc_s[d] / sum_s 2^(m_s - M) l_s. One CTA
 // per (batch, query head).
 __global__ void attn_merge_kernel(const Workspace w, std::uint32_t ns, std::uint32_t D, float* __restrict__ out) {
@@ -860,8 +1056,10 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
   auto pick = [&](auto gbc, auto uc) -> KernelPick {
     constexpr int GB = decltype(gbc)::value, U = decltype(uc)::value;
     constexpr int S = ring_stages(U, min_ctas_per_sm(GB, T));
-    if constexpr (T != DType::fp8_e4m3)
-      if (loads == AttnLoads::mma) return {attn_mma_kernel<D, GB, T>, mma_smem_bytes<D, GB>(), kMmaStages};
+    if (loads == AttnLoads::mma) {
+      if constexpr (T == DType::fp8_e4m3) return {attn_mma_fp8_kernel<D, GB>, mma_fp8_smem_bytes<D, GB>(), kMmaFp8Stages};
+      else return {attn_mma_kernel<D, GB, T>, mma_smem_bytes<D, GB>(), kMmaStages};
+    }
     if (loads == AttnLoads::smem) return {attn_split_kernel<D, GB, U, T, S>, ring_smem_bytes<D, GB, U, T, S>(), S};
     return {attn_split_kernel<D, GB, U, T, 0>, 0, 0};
   };
@@ -880,8 +1078,6 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
 // plan_attention runs the same kernel as one made with it.
 KernelPick kernel_for(const AttnDims& s, std::uint32_t gb, AttnLoads loads) {
   loads = resolve_loads(loads, s.dtype);
-  if (loads == AttnLoads::mma && s.dtype == DType::fp8_e4m3)
-    throw std::invalid_argument("gpu::attention: the mma kernel takes 16-bit K/V (fp8 e4m3: regs or smem)");
   const bool d128 = s.d == 128;
   switch (s.dtype) {
     case DType::bf16: return d128 ? pick_kernel<128, DType::bf16>(gb, loads) : pick_kernel<64, DType::bf16>(gb, loads);

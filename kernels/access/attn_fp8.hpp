@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "access_math.hpp"
@@ -122,6 +123,105 @@ KVF_FP8_UNROLL
       acc[g][2 * i + 1] = fmaf(acc[g][2 * i + 1], alpha[g], f.y);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// fp8 e4m3 K/V on tensor cores (attn_mma_fp8_kernel, AttnLoads::mma, sm_89+): mma.sync m16n8k16 in f16 with
+// fp32 accumulation. e4m3 -> f16 is exact and the query is scaled per head by a power of two into f16's range
+// (exact for a bf16 query), so QK keeps exact products and fp32 sums, as the fp32 path does (the f16 QK that
+// missed the tolerance summed in f16). P is f16 (scaled by kFp8PScale, as the packed PV above).
+// Neither operand goes through ldmatrix (it moves 16-bit elements): each lane reads the bytes of its own
+// fragments from the warp's tile and converts them, with two free permutations that make those reads whole
+// words: the k index of QK (the dims: Q is permuted the same way) and the n index of PV (the output dims,
+// put back in order at the end). Fragment layouts (PTX ISA, m16n8k16, lane = 4 g + t): A regs (row g, k 2t..2t+1),
+// (row g, k 2t+8..2t+9) (rows g + 8 zero); B regs (k 2t..2t+1, n g), (k 2t+8..2t+9, n g); C (row g, n 2t, 2t+1).
+//   QK, k-steps 2 kp (hs = 0) and 2 kp + 1 (hs = 1): the lane reads 8 bytes of token row 8 jn + g, dims
+//     32 kp + 8 t .. + 7; B reg `reg` of k-step hs holds dims 32 kp + 8 t + 4 hs + 2 reg (+ 1) (fp8_q_dim).
+//   PV: n-tile nt column c is dim (D / 8) c + nt (fp8_v_dim); the lane reads the D / 8 bytes at dims
+//     (D / 8) g .. of token rows 2t, 2t+1, 2t+8, 2t+9 and pairs their bytes (B reg 0: rows 2t, 2t+1).
+// Tile: 16 token rows of D bytes; 8-byte slot s of row r lives at slot s ^ fp8_tile_swizzle(r), which keeps
+// 16-byte chunks whole (cp.async) and makes both reads bank-conflict free at D = 128 (8-byte reads: each
+// half-warp 16 distinct slots of 128 bytes; 16-byte reads: each quarter-warp 8 distinct chunks); at D = 64
+// the 16-byte PV reads are 8 bytes and share banks pairwise (tests/access/test_attn_fp8_mma.cpp counts them).
+constexpr int kFp8MmaTileRows = 16;
+
+template <int D>
+KVF_HD constexpr int fp8_tile_swizzle(int r) {
+  static_assert(D == 64 || D == 128, "fp8 mma tile: d 64 or 128");
+  return D == 128 ? 4 * ((r ^ (r >> 1)) & 3) : 4 * ((r >> 1) & 1);
+}
+// Byte `byte` of row r of a tile: its offset from the tile's start.
+template <int D>
+KVF_HD constexpr int fp8_tile_offset(int r, int byte) {
+  return r * D + (((byte >> 3) ^ fp8_tile_swizzle<D>(r)) << 3) + (byte & 7);
+}
+// The dim that QK's k index maps to: k-step 2 kp + hs, B (and A) register reg, element e, lane column t.
+KVF_HD constexpr int fp8_q_dim(int kp, int hs, int reg, int t, int e) { return 32 * kp + 8 * t + 4 * hs + 2 * reg + e; }
+// The dim of PV n-tile nt, column c.
+template <int D>
+KVF_HD constexpr int fp8_v_dim(int nt, int c) { return (D / 8) * c + nt; }
+
+// Two e4m3 bytes -> an f16 pair as the 32-bit register mma takes (low byte -> low half).
+KVF_HD std::uint32_t e4m3x2_to_h2_bits(std::uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
+  return static_cast<std::uint32_t>(h.x) | (static_cast<std::uint32_t>(h.y) << 16);
+}
+// __byte_perm (PRMT): byte n of the result is byte (s >> 4 n) & 7 of y:x (x bytes 0-3); on the host the same.
+KVF_HD std::uint32_t fp8_byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const std::uint64_t in = x | (static_cast<std::uint64_t>(y) << 32);
+  std::uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<std::uint32_t>((in >> (8 * ((s >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
+  return r;
+#endif
+}
+// Bytes i of x and of y as one pair (x's byte low), i = 0..3: one PRMT serves i = 0, 1 and one i = 2, 3.
+KVF_HD std::uint32_t fp8_byte_pair(std::uint32_t x, std::uint32_t y, int i) {
+  return fp8_byte_perm(x, y, i < 2 ? 0x5140u : 0x7362u) >> (16 * (i & 1)) & 0xFFFFu;
+}
+
+// QK B registers of lane `lane` for n-tile jn and k-pair kp: b[hs][reg] (k-step 2 kp + hs).
+template <int D>
+KVF_HD void fp8_k_frags(const unsigned char* tile, int jn, int kp, int lane, std::uint32_t (&b)[2][2]) {
+  const int r = 8 * jn + lane / 4;
+  const uint2 w = *reinterpret_cast<const uint2*>(tile + fp8_tile_offset<D>(r, 32 * kp + 8 * (lane % 4)));
+  b[0][0] = e4m3x2_to_h2_bits(w.x);
+  b[0][1] = e4m3x2_to_h2_bits(w.x >> 16);
+  b[1][0] = e4m3x2_to_h2_bits(w.y);
+  b[1][1] = e4m3x2_to_h2_bits(w.y >> 16);
+}
+// The lane's bytes of PV's B operand: rows 2t, 2t+1, 2t+8, 2t+9 of the tile, dims (D / 8) g .. + D / 8 - 1.
+template <int D>
+KVF_HD void fp8_v_rows(const unsigned char* tile, int lane, std::uint32_t (&rows)[4][D / 32]) {
+  const int g = lane / 4, t = lane % 4;
+  KVF_FP8_UNROLL
+  for (int x = 0; x < 4; ++x) {
+    const int r = 2 * t + (x & 1) + 8 * (x >> 1);
+    const unsigned char* p = tile + fp8_tile_offset<D>(r, (D / 8) * g);
+    if constexpr (D == 128) {
+      const uint4 w = *reinterpret_cast<const uint4*>(p);
+      rows[x][0] = w.x, rows[x][1] = w.y, rows[x][2] = w.z, rows[x][3] = w.w;
+    } else {
+      const uint2 w = *reinterpret_cast<const uint2*>(p);
+      rows[x][0] = w.x, rows[x][1] = w.y;
+    }
+  }
+}
+// PV B register reg (0: tokens 2t, 2t+1; 1: 2t+8, 2t+9) of n-tile nt.
+template <int D>
+KVF_HD std::uint32_t fp8_v_frag(const std::uint32_t (&rows)[4][D / 32], int nt, int reg) {
+  return e4m3x2_to_h2_bits(fp8_byte_pair(rows[2 * reg][nt / 4], rows[2 * reg + 1][nt / 4], nt % 4));
+}
+// The power of two e with max|q| 2^e in [2^14, 2^15) (0 for a zero row): q 2^e is then exact in f16 down to
+// max|q| 2^-28 and at most 2^15 < 65504.
+KVF_HD int fp8_q_exponent(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  int ex = 0;
+  (void)frexpf(amax, &ex);  // amax in [2^(ex-1), 2^ex)
+  const int e = 15 - ex;
+  return e < -120 ? -120 : e > 120 ? 120 : e;  // 2^e stays a normal float
 }
 
 }  // namespace kvf::access

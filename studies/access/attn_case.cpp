@@ -628,8 +628,6 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   if (env.dev_mem && 2.0 * double(s.kv_bytes()) > 0.6 * double(env.dev_mem))
     return skipped_case("", c->params, "K and V need " + format_bytes(2.0 * s.kv_bytes()) + ", more than 60% of memory");
   if (p["arm"] == "read") return make_kv_read_case(env, s, sp.huge, c->config_key, c->params);
-  if (gpu && sp.loads == "mma" && s.dtype == ka::DType::fp8_e4m3)
-    return skipped_case("", c->params, "--attn-loads mma takes 16-bit K/V (fp8 e4m3 rows: regs or smem)");
 #if defined(KVF_HAVE_CUDA)
   if (gpu && sp.l2_prefetch_steps && ka::gpu::resolve_loads(loads_of(sp.loads), s.dtype) == ka::gpu::AttnLoads::mma)
     return skipped_case("", c->params, "--l2-prefetch-steps: the mma kernel has none (--attn-loads regs or smem)");

@@ -30,12 +30,18 @@ struct Buf {
   Buf& operator=(const Buf&) = delete;
 };
 
+// q_mul scales the 16-bit query after the fill (a sharper or a flatter softmax).
 void check(const AttnShape& s, const Selection& sel, gpu::AttnMerge merge, const char* what,
-           gpu::AttnLoads loads = gpu::AttnLoads::smem) {
+           gpu::AttnLoads loads = gpu::AttnLoads::smem, float q_mul = 1.0f) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   std::vector<unsigned char> q(s.q_bytes()), k(s.kv_bytes()), v(s.kv_bytes());
   fill_qkv(s, q.data(), k.data(), v.data(), 5);
+  if (q_mul != 1.0f) {
+    auto* qh = reinterpret_cast<std::uint16_t*>(q.data());
+    for (std::uint64_t i = 0; i < s.q_elems(); ++i)
+      qh[i] = s.q_dtype() == DType::bf16 ? f32_to_bf16(bf16_to_f32(qh[i]) * q_mul) : f32_to_fp16(fp16_to_f32(qh[i]) * q_mul);
+  }
   std::vector<float> ref(s.q_elems()), got(s.q_elems());
   attention_ref(s, q.data(), k.data(), v.data(), sel, ref.data());
   const gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale(), s.page};
@@ -119,7 +125,6 @@ TEST(AttentionGpu, EveryLoadsVariantMatchesReferenceForEveryInstantiation) {
           s.page = 16;
           const Selection dense = place(s, make_page_map(ctx, 16, 3), select_dense(s, ctx < 256 ? 16 : 256));
           for (auto loads : {gpu::AttnLoads::regs, gpu::AttnLoads::smem, gpu::AttnLoads::mma}) {
-            if (loads == gpu::AttnLoads::mma && t == DType::fp8_e4m3) continue;  // 16-bit K/V only
             check(s, dense, gpu::AttnMerge::fused, "dense", loads);
             if (ctx >= 1024) {
               const std::uint32_t kb = sparse_blocks(ctx, 64, 0.125);
@@ -134,15 +139,19 @@ TEST(AttentionGpu, EveryLoadsVariantMatchesReferenceForEveryInstantiation) {
   }
 }
 
-// The tensor-core kernel refuses fp8 K/V (it has no e4m3 path) instead of running another kernel.
-TEST(AttentionGpu, MmaRefusesFp8) {
+// fp8 K/V on tensor cores runs its own kernel (attn_mma_fp8_kernel: a 5-stage ring of e4m3 tiles), and its f16
+// operands hold for a sharp softmax (q x 64) and a tiny query (q / 4096, scaled back up by its power of two).
+TEST(AttentionGpu, MmaFp8RunsItsOwnKernelForSharpAndTinyQueries) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  if (!fp8_ok()) GTEST_SKIP() << "fp8 e4m3 needs sm_89+";
   AttnShape s;
   s.dtype = DType::fp8_e4m3;
-  s.ctx = 1024;
+  s.ctx = 16384;
   s.page = 16;
   const Selection dense = place(s, make_page_map(s.ctx, 16, 3), select_dense(s, 256));
   const gpu::AttnDims dims{s.batch, s.hq, s.hkv, s.d, s.ctx, s.dtype, s.layout, s.scale(), s.page};
-  EXPECT_THROW(gpu::plan_attention(dims, dense.geom, 132, gpu::AttnMerge::fused, 0, gpu::AttnLoads::mma),
-               std::invalid_argument);
+  const gpu::AttnPlan plan = gpu::plan_attention(dims, dense.geom, 132, gpu::AttnMerge::fused, 0, gpu::AttnLoads::mma);
+  EXPECT_EQ(plan.loads, gpu::AttnLoads::mma);
+  EXPECT_EQ(plan.ring_stages, 5u);
+  for (float q_mul : {1.0f, 64.0f, 1.0f / 4096.0f}) check(s, dense, gpu::AttnMerge::fused, "dense", gpu::AttnLoads::mma, q_mul);
 }
