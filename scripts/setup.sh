@@ -49,6 +49,9 @@ kvf_build() {
   cd "$KVF_ROOT"
   # KVF_CUDA_ARCHS (e.g. 90, or 90-virtual for PTX only) builds one device architecture instead of sm_80/90/100
   # (CI, which has no GPU).
-  cmake --preset "$preset" ${KVF_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$KVF_CUDA_ARCHS} >/dev/null
+  # KVF_SANITIZED_TESTS_ELSEWHERE=ON (scripts/test under .ci/run only) leaves out the test binaries the sanitizer
+  # phase ran whole; given on every configure, so a cached ON never carries over into a later scripts/test.
+  cmake --preset "$preset" ${KVF_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$KVF_CUDA_ARCHS} \
+    -DKVF_SANITIZED_TESTS_ELSEWHERE="${KVF_SANITIZED_TESTS_ELSEWHERE:-OFF}" >/dev/null
   cmake --build --preset "$preset" -j "$(nproc)"
 }
