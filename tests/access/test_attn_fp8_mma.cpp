@@ -2,11 +2,14 @@
 // tile swizzle (a bijection that keeps cp.async's 16-byte chunks whole; the fragment reads free of shared-memory
 // bank conflicts at d 128), the query's power-of-two scale (exact in f16), and one warp's tile run through the
 // kernel's own fragment builders with mma.m16n8k16 emulated from the PTX ISA's fragment layouts: S = Q K^T and
-// O = P V must equal the direct sums, every output dim written once.
+// O = P V must equal the direct sums, every output dim written once; and one CTA's numerics (f16 operands, P scaled
+// and rounded to f16, fp32 sums, the online softmax and the warps' combine) against the fp64 reference within the
+// verify step's tolerance, flat, sharp and tiny-query softmaxes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -15,6 +18,7 @@
 
 #include "access.hpp"
 #include "attn_fp8.hpp"
+#include "fp8_attn_reference.hpp"
 
 using namespace kvf::access;
 
@@ -50,12 +54,6 @@ std::vector<std::vector<double>> mma_emulated(const std::uint32_t (&a)[32][2], c
   return C;
 }
 
-std::uint8_t random_e4m3(std::mt19937_64& rng) {
-  for (;;) {
-    const auto x = static_cast<std::uint8_t>(rng());
-    if ((x & 0x7Fu) != 0x7Fu) return x;  // e4m3 has no infinity; 0x7F / 0xFF are NaN
-  }
-}
 
 // A tile as attn_mma_fp8_kernel's issue_tile writes it: 16-byte chunk c of row r at fp8_tile_offset(r, 16 c).
 template <int D>
@@ -127,8 +125,8 @@ void check_warp_tile(std::uint64_t seed, int gb, double q_magnitude) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
   std::vector<std::uint8_t> krows(kFp8MmaTileRows * D), vrows_raw(kFp8MmaTileRows * D);
-  for (auto& x : krows) x = random_e4m3(rng);
-  for (auto& x : vrows_raw) x = random_e4m3(rng);
+  for (auto& x : krows) x = fp8_test::e4m3_random(rng);
+  for (auto& x : vrows_raw) x = fp8_test::e4m3_random(rng);
   const std::vector<unsigned char> kt = swizzled_tile<D>(krows), vt = swizzled_tile<D>(vrows_raw);
   // bf16 query rows (as the kernel reads them), heads gb..7 absent
   std::vector<std::vector<double>> q(8, std::vector<double>(D, 0.0));
@@ -216,7 +214,93 @@ void check_warp_tile(std::uint64_t seed, int gb, double q_magnitude) {
     }
 }
 
+// One CTA of attn_mma_fp8_kernel over all n tokens, numerically: 4 warps take the 16-token tiles round-robin; per
+// tile S = (q 2^qe in f16) K^T as fp32 sums of exact products, scaled by qscale 2^-qe, the online softmax with p
+// scaled by 2^4, P rounded to f16 for PV into fp32 accumulators; the warps combined as cta_combine does.
+std::vector<std::vector<float>> emulated_mma_cta(const fp8_test::Inputs& in) {
+  constexpr int kWarps = 4, kTile = 16;
+  const int GB = in.heads, D = in.d, n = in.n;
+  const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
+  std::vector<float> qh(in.q.size()), sscale(GB);
+  for (int g = 0; g < GB; ++g) {
+    float amax = 0.0f;
+    for (int j = 0; j < D; ++j) amax = std::max(amax, std::fabs(in.q[g * D + j]));
+    const int qe = fp8_q_exponent(amax);
+    for (int j = 0; j < D; ++j) qh[g * D + j] = __half2float(__float2half_rn(std::ldexp(in.q[g * D + j], qe)));
+    sscale[g] = qscale * std::ldexp(1.0f, -qe);
+  }
+  std::vector<float> k(in.k.size()), v(in.v.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = e4m3_to_f32(in.k[i]), v[i] = e4m3_to_f32(in.v[i]);
+  std::vector<std::vector<float>> m(kWarps, std::vector<float>(GB, kAttnEmptyM)), l(kWarps, std::vector<float>(GB, 0.0f));
+  std::vector<std::vector<float>> acc(kWarps, std::vector<float>(static_cast<std::size_t>(GB) * D, 0.0f));
+  for (int tile = 0; tile * kTile < n; ++tile) {
+    const int w = tile % kWarps, base = tile * kTile;
+    for (int g = 0; g < GB; ++g) {
+      float s[kTile], p[kTile];
+      float mx = m[w][g];
+      for (int u = 0; u < kTile; ++u) {
+        const int t = base + u;
+        if (t >= n) {
+          s[u] = kAttnEmptyM;
+          continue;
+        }
+        float x = 0.0f;
+        for (int j = 0; j < D; ++j) x = std::fma(qh[g * D + j], k[static_cast<std::size_t>(t) * D + j], x);
+        s[u] = x * sscale[g];
+        mx = std::max(mx, s[u]);
+      }
+      const float alpha = std::exp2(m[w][g] - mx);
+      m[w][g] = mx;
+      float psum = 0.0f;
+      for (int u = 0; u < kTile; ++u) {
+        p[u] = s[u] == kAttnEmptyM ? 0.0f : std::exp2(s[u] - mx + 4.0f);
+        psum += p[u];
+      }
+      l[w][g] = l[w][g] * alpha + psum;
+      for (int j = 0; j < D; ++j) {
+        float a = acc[w][g * D + j] * alpha;
+        for (int u = 0; u < kTile && base + u < n; ++u)
+          a = std::fma(__half2float(__float2half_rn(p[u])), v[static_cast<std::size_t>(base + u) * D + j], a);
+        acc[w][g * D + j] = a;
+      }
+    }
+  }
+  std::vector<std::vector<float>> out(GB, std::vector<float>(D));
+  for (int g = 0; g < GB; ++g) {
+    const float M = attn_merge_max(kWarps, [&](std::uint32_t i) { return m[i][g]; });
+    for (int j = 0; j < D; ++j) {
+      float L = 0.0f, A = 0.0f;
+      for (int i = 0; i < kWarps; ++i) {
+        const float wt = attn_merge_weight(m[i][g], M);
+        L = std::fma(wt, l[i][g], L);
+        A = std::fma(wt, acc[i][g * D + j], A);
+      }
+      out[g][j] = attn_finish(A, L);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+// The study's fill (q +-4, K/V +-1) at 16K and 64K, K/V at e4m3's top (+-448) with the query scaled down, sharp
+// softmaxes (q x 16, x 64: where an f16-summed QK failed), a tiny query (q / 4096: its power of two brings it back
+// into f16's range), d 64, and a context that ends inside a tile.
+TEST(AttnFp8Mma, EmulatedCtaWithinTolerance) {
+  struct Case {
+    int n, d;
+    float q_mul, kv_mul;
+  };
+  for (const Case c : {Case{16384, 128, 4.0f, 1.0f}, Case{65536, 128, 4.0f, 1.0f}, Case{16384, 128, 4.0f / 448.0f, 448.0f},
+                       Case{16384, 128, 16.0f, 1.0f}, Case{16384, 128, 64.0f, 1.0f}, Case{16384, 128, 4.0f / 4096.0f, 1.0f},
+                       Case{8192, 64, 4.0f, 1.0f}, Case{1000, 128, 4.0f, 1.0f}}) {
+    const fp8_test::Inputs in = fp8_test::make_inputs(4, c.d, c.n, c.q_mul, c.kv_mul, 5);
+    const double err = fp8_test::rel_error(emulated_mma_cta(in), fp8_test::reference(in));
+    std::printf("[ fp8 mma attention ] ctx %d d %d q*%g kv*%g: max|out-ref|/max|ref| = %.3g\n", c.n, c.d, c.q_mul,
+                c.kv_mul, err);
+    EXPECT_LT(err, kAttnTolerance) << "ctx " << c.n << " d " << c.d << " q*" << c.q_mul;
+  }
+}
 
 TEST(AttnFp8Mma, TileSwizzleIsABijectionKeepingChunksWhole) {
   check_swizzle<64>();

@@ -15,6 +15,7 @@
 
 #include "access.hpp"
 #include "attn_fp8.hpp"
+#include "fp8_attn_reference.hpp"
 
 using namespace kvf::access;
 
@@ -80,13 +81,7 @@ TEST(AttnFp8Packed, HfmaEmulationMatchesOracle) {
   EXPECT_EQ(f(tiny, tiny, __float2half(1.0f)), 1.0);  // 2^-48 beside 1: the emulation's wide path
 }
 
-float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-std::uint8_t e4m3_random(std::mt19937_64& rng) {
-  for (;;) {
-    const auto b = static_cast<std::uint8_t>(rng());
-    if ((b & 0x7Fu) != 0x7Fu) return b;  // every finite code, subnormals and +-448 included
-  }
-}
+using fp8_test::e4m3_random;
 
 // ---- PV: one step of U tokens, GB heads, 16 elements of one lane ---------------------------------------
 TEST(AttnFp8Packed, PvStepAdversarialWithinBound) {
@@ -220,34 +215,13 @@ void lane_group(int grp, int n, int D, const std::vector<float>& q, const std::v
 // max |out - ref| / max |ref| of the emulated CTA (lane groups merged as cta_epilogue merges them).
 double emulated_error(int n, int D, float q_mul, float kv_mul, std::uint64_t seed) {
   constexpr int GB = 4, TPC = 16;
-  std::vector<float> q(static_cast<std::size_t>(GB) * D);
-  std::vector<std::uint8_t> k(static_cast<std::size_t>(n) * D), v(k.size());
-  for (std::size_t i = 0; i < q.size(); ++i) q[i] = bf16_round(pattern_unit(seed * 3 + 1, i) * q_mul);
-  for (std::size_t i = 0; i < k.size(); ++i) {
-    k[i] = f32_to_e4m3(pattern_unit(seed * 3 + 2, i) * kv_mul);
-    v[i] = f32_to_e4m3(pattern_unit(seed * 3 + 3, i) * kv_mul);
-  }
+  const fp8_test::Inputs in = fp8_test::make_inputs(GB, D, n, q_mul, kv_mul, seed);
   const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
   std::vector<std::vector<Head>> groups(TPC);
-  for (int grp = 0; grp < TPC; ++grp) lane_group(grp, n, D, q, k, v, qscale, groups[grp]);
-  double max_err = 0.0, max_ref = 0.0;
+  for (int grp = 0; grp < TPC; ++grp) lane_group(grp, n, D, in.q, in.k, in.v, qscale, groups[grp]);
+  std::vector<std::vector<float>> out(GB, std::vector<float>(D));
   for (int g = 0; g < GB; ++g) {
     const float M = attn_merge_max(TPC, [&](std::uint32_t i) { return groups[i][g].m; });
-    std::vector<double> s(static_cast<std::size_t>(n));
-    double smax = -1e300;
-    for (int t = 0; t < n; ++t) {
-      double x = 0.0;
-      for (int j = 0; j < D; ++j) x += static_cast<double>(q[g * D + j]) * e4m3_to_f32(k[static_cast<std::size_t>(t) * D + j]);
-      s[t] = x / std::sqrt(static_cast<double>(D));
-      smax = std::fmax(smax, s[t]);
-    }
-    double den = 0.0;
-    std::vector<double> num(D, 0.0);
-    for (int t = 0; t < n; ++t) {
-      const double w = std::exp(s[t] - smax);
-      den += w;
-      for (int j = 0; j < D; ++j) num[j] += w * e4m3_to_f32(v[static_cast<std::size_t>(t) * D + j]);
-    }
     for (int j = 0; j < D; ++j) {
       float L = 0.0f, A = 0.0f;
       for (int i = 0; i < TPC; ++i) {
@@ -255,12 +229,10 @@ double emulated_error(int n, int D, float q_mul, float kv_mul, std::uint64_t see
         L = std::fma(w, groups[i][g].l, L);
         A = std::fma(w, groups[i][g].acc[j], A);
       }
-      const double ref = num[j] / den;
-      max_err = std::fmax(max_err, std::fabs(attn_finish(A, L) - ref));
-      max_ref = std::fmax(max_ref, std::fabs(ref));
+      out[g][j] = attn_finish(A, L);
     }
   }
-  return max_err / max_ref;
+  return fp8_test::rel_error(out, fp8_test::reference(in));
 }
 
 TEST(AttnFp8Packed, EmulatedKernelWithinTolerance) {
