@@ -30,7 +30,8 @@ enum class AttnMerge { kernel, fused };
 //   best (the default): mma for 16-bit K/V, smem for fp8, the fastest of each; plan_attention resolves it.
 //   mma: QK and PV on tensor cores (mma.sync m16n8k16, the CTA's query heads as rows), K/V
 //     through a warp-private cp.async ring and ldmatrix; on the H200 0.97-1.45x smem's speed (median 1.12x; the
-//     token arm at large budgets slightly slower), 1.8x where few CTAs run.
+//     token arm at large budgets slightly slower), 1.8x where few CTAs run. fp8 e4m3 (sm_89+): each lane converts
+//     its own fragment bytes to f16 instead of ldmatrix (attn_fp8.hpp); not yet measured.
 //   smem: CUDA-core math, K/V cp.async'd into a ring of shared-memory stages, ring_stages - 1 steps in flight per
 //     CTA (sm_80+; each thread reads back only its own slots); on the H200 0.99-1.19x regs' speed, 1.37-1.45x
 //     where few CTAs run.
