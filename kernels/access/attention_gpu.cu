@@ -645,47 +645,49 @@ __device__ __forceinline__ float2 unpack2(unsigned u) {
   else return __half22float2(*reinterpret_cast<const __half2*>(&u));
 }
 
-template <int D, int GB, DType T>
-__global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16_t* __restrict__ q,
-                                                               const unsigned char* __restrict__ k,
-                                                               const unsigned char* __restrict__ v,
-                                                               const std::uint32_t* __restrict__ idx, const Args a,
-                                                               const Workspace w, float* __restrict__ out) {
-  static_assert(T != DType::fp8_e4m3 && GB <= 8, "mma: 16-bit K/V, at most 8 heads per CTA");
-  constexpr int CH = D / 8;           // 16-byte chunks per row
-  constexpr int KS = D / 16;          // k-steps of QK
-  constexpr int CPL = kMmaTile * CH / 32;  // chunks per lane per K (or V) tile
-  constexpr int kTileBytes = kMmaTile * D * 2;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const std::uint32_t sp = blockIdx.x;
-  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
-  const std::uint32_t b = blockIdx.z;
-  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
-  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
-  const unsigned char* kb = k + a.kl.head_base(b, h, a.ctx) * 2;
-  const unsigned char* vb = v + a.kl.head_base(b, h, a.ctx) * 2;
-  const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
-  const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
-  const std::uint32_t in_span = (1u << a.span_shift) - 1u;
-  // This warp's tiles: j = warp, warp + 4, ...; tile j starts at t0 + 16 j.
-  const std::uint32_t n_tiles = (t1 - t0 + kMmaTile - 1) / kMmaTile;
-  const std::uint32_t my_tiles = n_tiles > static_cast<std::uint32_t>(warp)
-                                     ? (n_tiles - warp + kAttnWarps - 1) / kAttnWarps : 0u;
-  auto tile_base = [&](std::uint32_t i) { return t0 + (warp + i * kAttnWarps) * kMmaTile; };
-
-  unsigned char* const ring = reinterpret_cast<unsigned char*>(attn_dyn_smem) + warp * kMmaStages * 2 * kTileBytes;
-  // Chunk c of row r of a tile lives at chunk c ^ (r & 7) of that row.
-  auto chunk_at = [&](unsigned char* tile, int r, int c) { return tile + (r * CH + (c ^ (r & 7))) * 16; };
-  // The lane's chunks of a tile: q = lane + 32 i -> row q / CH, chunk q % CH.
+// One warp's walk of its split's 16-token tiles (tile i of the warp starts at t0 + (warp + 4 i) 16) through a
+// warp-private cp.async ring of S stages that brings each tile's K and V rows into shared memory, the list words of
+// each tile loaded one tile ahead of its copies: what both tensor-core kernels share. EB bytes per element;
+// ChunkAt{}(r, c): the byte offset in a tile of 16-byte chunk c of row r (each kernel's swizzle).
+template <int D, int EB, int S, class ChunkAt>
+struct MmaWarpRing {
+  static constexpr int CH = D * EB / 16;          // 16-byte chunks per row
+  static constexpr int CPL = kMmaTile * CH / 32;  // chunks per lane per K (or V) tile
+  static constexpr int kTileBytes = kMmaTile * D * EB;
+  int warp, lane;
+  const unsigned char* kb;
+  const unsigned char* vb;
+  const std::uint32_t* list;
+  std::uint32_t t0, t1, in_span, my_tiles;
+  unsigned char* ring;
   std::uint32_t ent[CPL];
-  auto load_entries = [&](std::uint32_t i) {
+  int rd = 0, wr = S - 1;  // the stage read by this tile's math, the stage refilled
+
+  __device__ __forceinline__ MmaWarpRing(const Args& a, const unsigned char* k, const unsigned char* v,
+                                         const std::uint32_t* idx, std::uint32_t b, std::uint32_t h, std::uint32_t sp)
+      : warp(static_cast<int>(threadIdx.x / 32)), lane(static_cast<int>(threadIdx.x % 32)) {
+    kb = k + a.kl.head_base(b, h, a.ctx) * EB;
+    vb = v + a.kl.head_base(b, h, a.ctx) * EB;
+    list = idx + a.sel.list_offset(b, h, a.hkv);
+    t0 = static_cast<std::uint32_t>(a.split.begin(sp));
+    t1 = static_cast<std::uint32_t>(a.split.end(sp));
+    in_span = (1u << a.span_shift) - 1u;
+    const std::uint32_t n_tiles = (t1 - t0 + kMmaTile - 1) / kMmaTile;
+    my_tiles = n_tiles > static_cast<std::uint32_t>(warp) ? (n_tiles - warp + kAttnWarps - 1) / kAttnWarps : 0u;
+    ring = reinterpret_cast<unsigned char*>(attn_dyn_smem) + warp * S * 2 * kTileBytes;
+  }
+  __device__ __forceinline__ std::uint32_t tile_base(std::uint32_t i) const {
+    return t0 + (warp + i * kAttnWarps) * kMmaTile;
+  }
+  // The lane's chunks of a tile: q = lane + 32 j -> row q / CH, chunk q % CH.
+  __device__ __forceinline__ void load_entries(const Args& a, std::uint32_t i) {
 #pragma unroll
     for (int j = 0; j < CPL; ++j) {
       const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>((lane + 32 * j) / CH);
       ent[j] = i < my_tiles && tok < t1 ? __ldg(list + (tok >> a.span_shift)) : 0u;
     }
-  };
-  auto issue_tile = [&](int stage, std::uint32_t i) {
+  }
+  __device__ __forceinline__ void issue_tile(const Args& a, int stage, std::uint32_t i) {
     unsigned char* kt = ring + stage * 2 * kTileBytes;
     unsigned char* vt = kt + kTileBytes;
 #pragma unroll
@@ -694,20 +696,128 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
       const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>(r);
       const bool ok = i < my_tiles && tok < t1;
       const std::uint32_t n = ok ? (ent[j] << a.span_shift) + (tok & in_span) : 0u;
-      const std::uint64_t off = static_cast<std::uint64_t>(a.kl.token_off_u32(n)) * 2 + c * 16;
-      cp_async16(reinterpret_cast<uint4*>(chunk_at(kt, r, c)), kb + off, ok);
-      cp_async16(reinterpret_cast<uint4*>(chunk_at(vt, r, c)), vb + off, ok);
+      const std::uint64_t off = static_cast<std::uint64_t>(a.kl.token_off_u32(n)) * EB + c * 16;
+      cp_async16(reinterpret_cast<uint4*>(kt + ChunkAt{}(r, c)), kb + off, ok);
+      cp_async16(reinterpret_cast<uint4*>(vt + ChunkAt{}(r, c)), vb + off, ok);
     }
     cp_async_commit();
-  };
-
-  // Ring prologue (the list words of each tile one tile ahead of its copies).
-  load_entries(0);
-#pragma unroll
-  for (int st = 0; st + 1 < kMmaStages; ++st) {
-    issue_tile(st, static_cast<std::uint32_t>(st));
-    load_entries(static_cast<std::uint32_t>(st + 1));
   }
+  // The ring's first S - 1 tiles in flight.
+  __device__ __forceinline__ void prologue(const Args& a) {
+    load_entries(a, 0);
+#pragma unroll
+    for (int st = 0; st + 1 < S; ++st) {
+      issue_tile(a, st, static_cast<std::uint32_t>(st));
+      load_entries(a, static_cast<std::uint32_t>(st + 1));
+    }
+  }
+  // Before tile i's math: the stage tile i - 1 used refilled with tile i + S - 1, then tile i landed; returns its K
+  // tile (its V tile follows).
+  __device__ __forceinline__ const unsigned char* wait_tile(const Args& a, std::uint32_t i) {
+    __syncwarp();  // every lane's reads of the stage refilled now (tile i - 1) are done
+    issue_tile(a, wr, i + S - 1);
+    load_entries(a, i + S);
+    cp_async_wait<S - 1>();
+    __syncwarp();  // every lane's copies of tile i are visible to the warp
+    return ring + rd * 2 * kTileBytes;
+  }
+  __device__ __forceinline__ void next_tile() {
+    rd = rd + 1 == S ? 0 : rd + 1;
+    wr = wr + 1 == S ? 0 : wr + 1;
+  }
+};
+
+// The online softmax of row g over one tile's S fragments (this lane: tokens 8 jn + 2 t + e of the tile at base):
+// tokens from t1 on masked, the rest scaled, the running max m kept over the row's 4 lanes, p = 2^(s - m + PExp)
+// (PExp: P's power-of-two scale), l and the accumulators rescaled.
+template <int PExp, int NT>
+__device__ __forceinline__ void mma_tile_softmax(float (&s)[2][4], float (&p)[2][2], float& m, float& l,
+                                                 float (&acc)[NT][4], std::uint32_t base, std::uint32_t t1,
+                                                 float scale) {
+  const int t = static_cast<int>(threadIdx.x % 4);
+  float mx = m;
+#pragma unroll
+  for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool ok = base + static_cast<std::uint32_t>(8 * jn + 2 * t + e) < t1;
+      s[jn][e] = ok ? s[jn][e] * scale : kAttnEmptyM;
+      mx = fmaxf(mx, s[jn][e]);
+    }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float alpha = exp2f(m - mx);
+  m = mx;
+#pragma unroll
+  for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (PExp == 0) p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx);
+      else p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx + static_cast<float>(PExp));
+    }
+  l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[nt][0] *= alpha;
+    acc[nt][1] *= alpha;
+  }
+}
+
+// The end of both tensor-core kernels: l summed over the row's 4 lanes, the warps' partials into shared memory (the
+// ring is free once every copy has landed), then combined (cta_combine). acc[nt] holds (row g, dims
+// DimOf{}(nt, 2t), DimOf{}(nt, 2t + 1)) in [0], [1].
+template <int D, int GB, int NT, class DimOf>
+__device__ __forceinline__ void mma_epilogue(float m, float l, const float (&acc)[NT][4], const Args& a,
+                                             const Workspace& w, std::uint64_t bq0, std::uint32_t b, std::uint32_t sp,
+                                             float* __restrict__ out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  cp_async_wait<0>();
+  __syncthreads();
+  __shared__ float sm_m[kAttnWarps][GB], sm_l[kAttnWarps][GB];
+  float* smem = reinterpret_cast<float*>(attn_dyn_smem);
+  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
+  if (g < GB) {
+    if (t == 0) {
+      sm_m[warp][g] = m;
+      sm_l[warp][g] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      sm_acc[warp][g][DimOf{}(nt, 2 * t)] = acc[nt][0];
+      sm_acc[warp][g][DimOf{}(nt, 2 * t + 1)] = acc[nt][1];
+    }
+  }
+  cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
+}
+
+// The 16-bit tiles: chunk c of row r at chunk c ^ (r & 7) of that row (ldmatrix reads 8 rows of one chunk column
+// without bank conflicts); the output dims in order.
+template <int D>
+struct MmaChunk16 {
+  __device__ __forceinline__ int operator()(int r, int c) const { return (r * (D / 8) + (c ^ (r & 7))) * 16; }
+};
+struct MmaDimInOrder {
+  __device__ __forceinline__ int operator()(int nt, int col) const { return 8 * nt + col; }
+};
+
+template <int D, int GB, DType T>
+__global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16_t* __restrict__ q,
+                                                               const unsigned char* __restrict__ k,
+                                                               const unsigned char* __restrict__ v,
+                                                               const std::uint32_t* __restrict__ idx, const Args a,
+                                                               const Workspace w, float* __restrict__ out) {
+  static_assert(T != DType::fp8_e4m3 && GB <= 8, "mma: 16-bit K/V, at most 8 heads per CTA");
+  constexpr int KS = D / 16;  // k-steps of QK
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t sp = blockIdx.x;
+  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
+  const std::uint32_t b = blockIdx.z;
+  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
+  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  MmaWarpRing<D, 2, kMmaStages, MmaChunk16<D>> ring(a, k, v, idx, b, h, sp);
+  ring.prologue(a);
   // The query heads as A fragments (unscaled 16-bit; the scale is applied to S in fp32).
   unsigned qa[KS][2];
 #pragma unroll
@@ -723,15 +833,9 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
 
-  int rd = 0, wr = kMmaStages - 1;
-  for (std::uint32_t i = 0; i < my_tiles; ++i) {
-    __syncwarp();  // every lane's reads of the stage refilled now (tile i - 1) are done
-    issue_tile(wr, i + kMmaStages - 1);
-    load_entries(i + kMmaStages);
-    cp_async_wait<kMmaStages - 1>();
-    __syncwarp();  // every lane's copies of tile i are visible to the warp
-    const unsigned char* kt = ring + rd * 2 * kTileBytes;
-    const unsigned char* vt = kt + kTileBytes;
+  for (std::uint32_t i = 0; i < ring.my_tiles; ++i) {
+    const unsigned char* kt = ring.wait_tile(a, i);
+    const unsigned char* vt = kt + ring.kTileBytes;
     // S = Q K^T: n-tile jn = tokens 8 jn .. 8 jn + 7 of the tile.
     float s[2][4];
 #pragma unroll
@@ -743,37 +847,13 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
         // Matrices: rows = tokens 8 jn + (lane & 7), chunks 4 kp + (lane >> 3): k-step 2 kp (lo, hi), 2 kp + 1.
         unsigned bm[4];
         const int r = 8 * jn + (lane & 7), c = 4 * kp + (lane >> 3);
-        ldsm_x4(bm, chunk_at(const_cast<unsigned char*>(kt), r, c));
+        ldsm_x4(bm, kt + MmaChunk16<D>{}(r, c));
         mma16816<T>(s[jn], qa[2 * kp][0], qa[2 * kp][1], bm[0], bm[1]);
         mma16816<T>(s[jn], qa[2 * kp + 1][0], qa[2 * kp + 1][1], bm[2], bm[3]);
       }
     }
-    // Online softmax of row g over the tile's 16 tokens (this lane: tokens 8 jn + 2 t + e, e = 0, 1).
-    const std::uint32_t base = tile_base(i);
-    float mx = m;
-#pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = base + static_cast<std::uint32_t>(8 * jn + 2 * t + e) < t1;
-        s[jn][e] = ok ? s[jn][e] * a.qscale : kAttnEmptyM;
-        mx = fmaxf(mx, s[jn][e]);
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float alpha = exp2f(m - mx);
-    m = mx;
     float p[2][2];
-#pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx);
-    l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
-#pragma unroll
-    for (int nt = 0; nt < 2 * KS; ++nt) {
-      acc[nt][0] *= alpha;
-      acc[nt][1] *= alpha;
-    }
+    mma_tile_softmax<0>(s, p, m, l, acc, ring.tile_base(i), ring.t1, a.qscale);
     // P as the A operand (k = the tile's 16 tokens): (row g, tokens 2t..) = n-tile 0, (row g, 8 + 2t..) = n-tile 1.
     const unsigned pa0 = pack2<T>(p[0][0], p[0][1]), pa2 = pack2<T>(p[1][0], p[1][1]);
     unsigned pl0 = 0u, pl2 = 0u;  // bf16: the rounding residue of P, a second pass (P = hi + lo)
@@ -787,7 +867,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
       // Matrices: rows = tokens (lane & 7) + 8 ((lane >> 3) & 1), chunks 2 np + (lane >> 4) (.trans: k = token).
       unsigned bm[4];
       const int r = (lane & 7) + 8 * ((lane >> 3) & 1), c = 2 * np + (lane >> 4);
-      ldsm_x4_trans(bm, chunk_at(const_cast<unsigned char*>(vt), r, c));
+      ldsm_x4_trans(bm, vt + MmaChunk16<D>{}(r, c));
       mma16816<T>(acc[2 * np], pa0, pa2, bm[0], bm[1]);
       mma16816<T>(acc[2 * np + 1], pa0, pa2, bm[2], bm[3]);
       if constexpr (T == DType::bf16) {
@@ -795,30 +875,9 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
         mma16816<T>(acc[2 * np + 1], pl0, pl2, bm[2], bm[3]);
       }
     }
-    rd = rd + 1 == kMmaStages ? 0 : rd + 1;
-    wr = wr + 1 == kMmaStages ? 0 : wr + 1;
+    ring.next_tile();
   }
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-
-  // The warps' partials into shared memory (the ring is free once every copy has landed), then combined.
-  cp_async_wait<0>();
-  __syncthreads();
-  __shared__ float sm_m[kAttnWarps][GB], sm_l[kAttnWarps][GB];
-  float* smem = reinterpret_cast<float*>(attn_dyn_smem);
-  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
-  if (g < GB) {
-    if (t == 0) {
-      sm_m[warp][g] = m;
-      sm_l[warp][g] = l;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2 * KS; ++nt) {
-      sm_acc[warp][g][8 * nt + 2 * t] = acc[nt][0];
-      sm_acc[warp][g][8 * nt + 2 * t + 1] = acc[nt][1];
-    }
-  }
-  cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
+  mma_epilogue<D, GB, 2 * KS, MmaDimInOrder>(m, l, acc, a, w, bq0, b, sp, out);
 }
 
 // fp8 e4m3 K/V on tensor cores (AttnLoads::mma, sm_89+): attn_mma_kernel's walk, ring and softmax with the
@@ -837,6 +896,16 @@ __host__ __device__ constexpr int mma_fp8_smem_bytes() {
   return mma_fp8_ring_bytes<D>() > epi ? mma_fp8_ring_bytes<D>() : epi;
 }
 
+// fp8 tiles: attn_fp8.hpp's slot swizzle; the output dims in fp8_v_dim's order.
+template <int D>
+struct MmaChunkFp8 {
+  __device__ __forceinline__ int operator()(int r, int c) const { return fp8_tile_offset<D>(r, 16 * c); }
+};
+template <int D>
+struct MmaDimFp8 {
+  __device__ __forceinline__ int operator()(int nt, int col) const { return fp8_v_dim<D>(nt, col); }
+};
+
 template <int D, int GB>
 __global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::uint16_t* __restrict__ q,
                                                                    const unsigned char* __restrict__ k,
@@ -847,60 +916,16 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::ui
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
   __trap();
 #else
-  constexpr int CH = D / 16;  // 16-byte chunks per row
   constexpr int KP = D / 32;  // k-step pairs of QK
   constexpr int NT = D / 8;   // n-tiles of PV
-  constexpr int CPL = kMmaTile * CH / 32;
-  constexpr int kTileBytes = kMmaTile * D;
-  constexpr int S = kMmaFp8Stages;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const std::uint32_t sp = blockIdx.x;
   const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
   const std::uint32_t b = blockIdx.z;
   const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
   const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
-  const unsigned char* kb = k + a.kl.head_base(b, h, a.ctx);  // one byte per element
-  const unsigned char* vb = v + a.kl.head_base(b, h, a.ctx);
-  const std::uint32_t* list = idx + a.sel.list_offset(b, h, a.hkv);
-  const std::uint32_t t0 = static_cast<std::uint32_t>(a.split.begin(sp)), t1 = static_cast<std::uint32_t>(a.split.end(sp));
-  const std::uint32_t in_span = (1u << a.span_shift) - 1u;
-  const std::uint32_t n_tiles = (t1 - t0 + kMmaTile - 1) / kMmaTile;
-  const std::uint32_t my_tiles = n_tiles > static_cast<std::uint32_t>(warp)
-                                     ? (n_tiles - warp + kAttnWarps - 1) / kAttnWarps : 0u;
-  auto tile_base = [&](std::uint32_t i) { return t0 + (warp + i * kAttnWarps) * kMmaTile; };
-
-  unsigned char* const ring = reinterpret_cast<unsigned char*>(attn_dyn_smem) + warp * S * 2 * kTileBytes;
-  std::uint32_t ent[CPL];
-  auto load_entries = [&](std::uint32_t i) {
-#pragma unroll
-    for (int j = 0; j < CPL; ++j) {
-      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>((lane + 32 * j) / CH);
-      ent[j] = i < my_tiles && tok < t1 ? __ldg(list + (tok >> a.span_shift)) : 0u;
-    }
-  };
-  auto issue_tile = [&](int stage, std::uint32_t i) {
-    unsigned char* kt = ring + stage * 2 * kTileBytes;
-    unsigned char* vt = kt + kTileBytes;
-#pragma unroll
-    for (int j = 0; j < CPL; ++j) {
-      const int qi = lane + 32 * j, r = qi / CH, c = qi % CH;
-      const std::uint32_t tok = tile_base(i) + static_cast<std::uint32_t>(r);
-      const bool ok = i < my_tiles && tok < t1;
-      const std::uint32_t n = ok ? (ent[j] << a.span_shift) + (tok & in_span) : 0u;
-      const std::uint64_t off = static_cast<std::uint64_t>(a.kl.token_off_u32(n)) + c * 16;
-      const int at = fp8_tile_offset<D>(r, 16 * c);  // the chunk stays whole: the swizzle moves 16-byte pairs of slots
-      cp_async16(reinterpret_cast<uint4*>(kt + at), kb + off, ok);
-      cp_async16(reinterpret_cast<uint4*>(vt + at), vb + off, ok);
-    }
-    cp_async_commit();
-  };
-
-  load_entries(0);
-#pragma unroll
-  for (int st = 0; st + 1 < S; ++st) {
-    issue_tile(st, static_cast<std::uint32_t>(st));
-    load_entries(static_cast<std::uint32_t>(st + 1));
-  }
+  MmaWarpRing<D, 1, kMmaFp8Stages, MmaChunkFp8<D>> ring(a, k, v, idx, b, h, sp);
+  ring.prologue(a);
   // The query heads as f16 A fragments in fp8_q_dim's order, row g scaled by 2^qe (exact; the quad's max).
   const std::uint16_t* qrow = q + (bq0 + (g < GB ? g : 0)) * D;
   float qv[KP][2][2][2];
@@ -936,15 +961,9 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::ui
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
 
-  int rd = 0, wr = S - 1;
-  for (std::uint32_t i = 0; i < my_tiles; ++i) {
-    __syncwarp();
-    issue_tile(wr, i + S - 1);
-    load_entries(i + S);
-    cp_async_wait<S - 1>();
-    __syncwarp();
-    const unsigned char* kt = ring + rd * 2 * kTileBytes;
-    const unsigned char* vt = kt + kTileBytes;
+  for (std::uint32_t i = 0; i < ring.my_tiles; ++i) {
+    const unsigned char* kt = ring.wait_tile(a, i);
+    const unsigned char* vt = kt + ring.kTileBytes;
     float s[2][4];
 #pragma unroll
     for (int jn = 0; jn < 2; ++jn) {
@@ -958,61 +977,19 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::ui
         mma16816<DType::fp16>(s[jn], qa[kp][1][0], qa[kp][1][1], bk[1][0], bk[1][1]);
       }
     }
-    const std::uint32_t base = tile_base(i);
-    float mx = m;
-#pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = base + static_cast<std::uint32_t>(8 * jn + 2 * t + e) < t1;
-        s[jn][e] = ok ? s[jn][e] * sscale : kAttnEmptyM;
-        mx = fmaxf(mx, s[jn][e]);
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float alpha = exp2f(m - mx);
-    m = mx;
     // p scaled by kFp8PScale = 2^4 (l too): f16 keeps full precision down to 2^-18 of the running max.
+    static_assert(kFp8PScale == 16.0f, "P's scale is 2^4");
     float p[2][2];
-#pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) p[jn][e] = s[jn][e] == kAttnEmptyM ? 0.0f : exp2f(s[jn][e] - mx + 4.0f);
-    l = l * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      acc[nt][0] *= alpha;
-      acc[nt][1] *= alpha;
-    }
+    mma_tile_softmax<4>(s, p, m, l, acc, ring.tile_base(i), ring.t1, sscale);
     const unsigned pa0 = pack2<DType::fp16>(p[0][0], p[0][1]), pa2 = pack2<DType::fp16>(p[1][0], p[1][1]);
     std::uint32_t vrows[4][D / 32];
     fp8_v_rows<D>(vt, lane, vrows);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
       mma16816<DType::fp16>(acc[nt], pa0, pa2, fp8_v_frag<D>(vrows, nt, 0), fp8_v_frag<D>(vrows, nt, 1));
-    rd = rd + 1 == S ? 0 : rd + 1;
-    wr = wr + 1 == S ? 0 : wr + 1;
+    ring.next_tile();
   }
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-
-  cp_async_wait<0>();
-  __syncthreads();
-  __shared__ float sm_m[kAttnWarps][GB], sm_l[kAttnWarps][GB];
-  float* smem = reinterpret_cast<float*>(attn_dyn_smem);
-  float(*sm_acc)[GB][D] = reinterpret_cast<float(*)[GB][D]>(smem);
-  if (g < GB) {
-    if (t == 0) {
-      sm_m[warp][g] = m;
-      sm_l[warp][g] = l;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      sm_acc[warp][g][fp8_v_dim<D>(nt, 2 * t)] = acc[nt][0];
-      sm_acc[warp][g][fp8_v_dim<D>(nt, 2 * t + 1)] = acc[nt][1];
-    }
-  }
-  cta_combine<D, GB, kAttnWarps>(sm_m, sm_l, smem, a, w, bq0, b, sp, out);
+  mma_epilogue<D, GB, NT, MmaDimFp8<D>>(m, l, acc, a, w, bq0, b, sp, out);
 #endif
 }
 
