@@ -592,14 +592,13 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(GB, T)) attn_split_k
 constexpr int kMmaTile = 16;  // tokens per warp tile
 constexpr int kMmaStages = 3;
 
-template <int D>
-__host__ __device__ constexpr int mma_ring_bytes() {
-  return kAttnWarps * kMmaStages * 2 * kMmaTile * D * 2;  // [warp][stage][K, V][16 rows][D] 16-bit
-}
-template <int D, int GB>
+// Dynamic shared memory of a tensor-core kernel: the warps' rings [warp][stage][K, V][16 rows][D] of EB-byte
+// elements (MmaWarpRing), reused by the epilogue for the warps' acc (cta_combine).
+template <int D, int GB, int EB, int S>
 __host__ __device__ constexpr int mma_smem_bytes() {
-  constexpr int epi = 4 * kAttnWarps * GB * D;  // the warps' acc for cta_combine
-  return mma_ring_bytes<D>() > epi ? mma_ring_bytes<D>() : epi;
+  constexpr int ring = kAttnWarps * S * 2 * kMmaTile * D * EB;
+  constexpr int epi = 4 * kAttnWarps * GB * D;
+  return ring > epi ? ring : epi;
 }
 
 template <DType T>
@@ -886,16 +885,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
 // same bytes in flight per warp as the 16-bit kernel's three. Below sm_89 a trap, as attn_split_kernel's fp8.
 constexpr int kMmaFp8Stages = 5;
 
-template <int D>
-__host__ __device__ constexpr int mma_fp8_ring_bytes() {
-  return kAttnWarps * kMmaFp8Stages * 2 * kFp8MmaTileRows * D;  // [warp][stage][K, V][16 rows][D] e4m3
-}
-template <int D, int GB>
-__host__ __device__ constexpr int mma_fp8_smem_bytes() {
-  constexpr int epi = 4 * kAttnWarps * GB * D;
-  return mma_fp8_ring_bytes<D>() > epi ? mma_fp8_ring_bytes<D>() : epi;
-}
-
 // fp8 tiles: attn_fp8.hpp's slot swizzle; the output dims in fp8_v_dim's order.
 template <int D>
 struct MmaChunkFp8 {
@@ -1034,8 +1023,9 @@ KernelPick pick_kernel(std::uint32_t gb, AttnLoads loads) {
     constexpr int GB = decltype(gbc)::value, U = decltype(uc)::value;
     constexpr int S = ring_stages(U, min_ctas_per_sm(GB, T));
     if (loads == AttnLoads::mma) {
-      if constexpr (T == DType::fp8_e4m3) return {attn_mma_fp8_kernel<D, GB>, mma_fp8_smem_bytes<D, GB>(), kMmaFp8Stages};
-      else return {attn_mma_kernel<D, GB, T>, mma_smem_bytes<D, GB>(), kMmaStages};
+      if constexpr (T == DType::fp8_e4m3)
+        return {attn_mma_fp8_kernel<D, GB>, mma_smem_bytes<D, GB, 1, kMmaFp8Stages>(), kMmaFp8Stages};
+      else return {attn_mma_kernel<D, GB, T>, mma_smem_bytes<D, GB, 2, kMmaStages>(), kMmaStages};
     }
     if (loads == AttnLoads::smem) return {attn_split_kernel<D, GB, U, T, S>, ring_smem_bytes<D, GB, U, T, S>(), S};
     return {attn_split_kernel<D, GB, U, T, 0>, 0, 0};
