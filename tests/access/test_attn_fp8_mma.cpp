@@ -27,7 +27,6 @@ namespace {
 double f16_bits_to_double(std::uint32_t bits) {
   return static_cast<double>(__half2float(__ushort_as_half(static_cast<std::uint16_t>(bits & 0xFFFFu))));
 }
-double e4m3_to_double(std::uint8_t x) { return f16_bits_to_double(e4m3x2_to_h2_bits(x)); }
 std::uint32_t f16_pair(double lo, double hi) {
   return static_cast<std::uint32_t>(__half_as_ushort(__double2half(lo))) |
          (static_cast<std::uint32_t>(__half_as_ushort(__double2half(hi))) << 16);
@@ -167,7 +166,7 @@ void check_warp_tile(std::uint64_t seed, int gb, double q_magnitude) {
     for (int g = 0; g < 8; ++g)
       for (int n = 0; n < 8; ++n) {
         double want = 0;
-        for (int d = 0; d < D; ++d) want += q[g][d] * e4m3_to_double(krows[(8 * jn + n) * D + d]);
+        for (int d = 0; d < D; ++d) want += q[g][d] * e4m3_to_f32(krows[(8 * jn + n) * D + d]);
         const double got = std::ldexp(S[g][n], -qe[g]);
         ASSERT_NEAR(got, want, 1e-12 * (1.0 + std::fabs(want))) << "S row " << g << " token " << 8 * jn + n << " d " << D;
       }
@@ -209,7 +208,7 @@ void check_warp_tile(std::uint64_t seed, int gb, double q_magnitude) {
     for (int d = 0; d < D; ++d) {
       ASSERT_EQ(written[g][d], 1) << "dim " << d << " of row " << g << " written " << written[g][d] << " times";
       double want = 0;
-      for (int tok = 0; tok < 16; ++tok) want += P[g][tok] * e4m3_to_double(vrows_raw[tok * D + d]);
+      for (int tok = 0; tok < 16; ++tok) want += P[g][tok] * e4m3_to_f32(vrows_raw[tok * D + d]);
       ASSERT_NEAR(O[g][d], want, 1e-12 * (1.0 + std::fabs(want))) << "O row " << g << " dim " << d << " d " << D;
     }
 }
