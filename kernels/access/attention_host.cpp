@@ -319,6 +319,21 @@ static inline float dot_row(const AttnShape& s, const float* qs, const void* k, 
   return a;
 }
 
+// c[0, d) += row r (element offset) of K, widened: the dtype chosen once per row, not per element (the
+// attention figures build centroids of five block sizes for each of 32 layers).
+static void add_row(DType t, const void* k, std::uint64_t r, std::uint32_t d, float* c) {
+  if (t == DType::fp8_e4m3) {
+    const std::uint8_t* row = static_cast<const std::uint8_t*>(k) + r;
+    for (std::uint32_t i = 0; i < d; ++i) c[i] += e4m3_to_f32(row[i]);
+    return;
+  }
+  const std::uint16_t* row = static_cast<const std::uint16_t*>(k) + r;
+  if (t == DType::bf16)
+    for (std::uint32_t i = 0; i < d; ++i) c[i] += bf16_to_f32(row[i]);
+  else
+    for (std::uint32_t i = 0; i < d; ++i) c[i] += fp16_to_f32(row[i]);
+}
+
 void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std::vector<float>& cent,
                      const PageMap& pm) {
   const std::uint32_t nb = s.ctx / block;
@@ -329,10 +344,8 @@ void build_centroids(const AttnShape& s, const void* k, std::uint32_t block, std
     for (std::uint32_t j = 0; j < nb; ++j) {
       const std::uint32_t b = bh / s.hkv, h = bh % s.hkv;
       float* c = cent.data() + (std::uint64_t{bh} * nb + j) * s.d;
-      for (std::uint32_t t = j * block; t < (j + 1) * block; ++t) {
-        const std::uint64_t r = kl.row(b, pm.phys_token(b, t), h, s.ctx);
-        for (std::uint32_t d = 0; d < s.d; ++d) c[d] += elem(s, k, r + d);
-      }
+      for (std::uint32_t t = j * block; t < (j + 1) * block; ++t)
+        add_row(s.dtype, k, kl.row(b, pm.phys_token(b, t), h, s.ctx), s.d, c);
       for (std::uint32_t d = 0; d < s.d; ++d) c[d] /= static_cast<float>(block);
     }
 }

@@ -114,6 +114,16 @@ void BM_layer_figures(benchmark::State& st) {
   timed(st, [&] { benchmark::DoNotOptimize(layer_figures(l.a, o).layer_entropy); });
 }
 
+// The same with the probabilities given, as bench_attention passes its forward pass's capture (and a user's dump
+// its hook's): they are checked, not computed.
+void BM_layer_figures_captured(benchmark::State& st) {
+  const Layer& l = layer_of(static_cast<std::uint32_t>(st.range(0)));
+  LayerAttention a = l.a;
+  a.probs = l.probs;
+  const QualityOptions o = options(a.ctx);
+  timed(st, [&] { benchmark::DoNotOptimize(layer_figures(a, o).layer_entropy); });
+}
+
 void contexts(benchmark::internal::Benchmark* b) {
   b->Arg(8192)->Arg(32768)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 }
@@ -124,4 +134,5 @@ BENCHMARK(BM_true_probs)->Apply(contexts);
 BENCHMARK(BM_locality_entropy)->Apply(contexts);
 BENCHMARK(BM_selection)->Apply(contexts);
 BENCHMARK(BM_layer_figures)->Apply(contexts);
+BENCHMARK(BM_layer_figures_captured)->Apply(contexts);
 BENCHMARK_MAIN();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -127,6 +128,7 @@ TEST(AttentionQualityBadInput, ProbabilitiesThatAreNotADistribution) {
   LayerAttention a = p.view();
   std::vector<float> probs = true_probs(a);
   a.probs = probs;
+  const float p3 = probs[3];
   EXPECT_NO_THROW(validate(a));
   probs[0] += 0.01f;  // head 0, row 0 now sums to 1.01
   expect_invalid([&] { validate(a); }, "probs of head 0, row 0 sum to 1.01");
@@ -136,6 +138,19 @@ TEST(AttentionQualityBadInput, ProbabilitiesThatAreNotADistribution) {
   probs[255] = -0.0f;
   probs[3] = -1e-3f;
   expect_invalid([&] { validate(a); }, "must be finite and >= 0");
+  probs[3] = std::numeric_limits<float>::quiet_NaN();
+  expect_invalid([&] { validate(a); }, "probs of head 0, row 0, key 3 is nan: must be finite and >= 0");
+  probs[3] = std::numeric_limits<float>::infinity();
+  expect_invalid([&] { validate(a); }, "key 3 is inf");
+  probs[3] = p3;
+  EXPECT_NO_THROW(validate(a));
+  // Rows are checked on every core: of several bad rows the lowest (head, row) is named, whichever thread met it.
+  probs[probs.size() - 1] = 2.0f;                   // the last head's last row
+  probs[std::size_t{a.rows} * a.ctx + 7] = -1.0f;   // head 1, row 0
+  probs[std::size_t{a.rows + 1} * a.ctx] += 0.5f;  // head 1, row 1
+  expect_invalid([&] { validate(a); }, "probs of head 1, row 0, key 7 is -1.0");
+  // layer_figures checks them itself (its figures then read them unchecked).
+  expect_invalid([&] { layer_figures(a, QualityOptions{}); }, "probs of head 1, row 0");
 }
 
 TEST(AttentionQualityBadInput, BoundaryParameters) {

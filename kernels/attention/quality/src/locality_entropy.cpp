@@ -35,24 +35,36 @@ std::vector<LocalityRow> locality(const LayerAttention& a, std::span<const float
     if (w > a.ctx)
       throw std::invalid_argument("local window of " + std::to_string(w) + " tokens: must be <= ctx (" +
                                   std::to_string(a.ctx) + ")");
+  // Every (head, window, row) sum on every core, then the rows in order: the same sums in the same order as one
+  // thread (on one core the figures' serial parts held a many-core host back).
+  const std::uint32_t R = a.rows;
+  const std::uint64_t nw = windows.size(), n = std::uint64_t{a.hq} * nw * R;
+  std::vector<double> mass(n);
+#pragma omp parallel for schedule(static)
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint32_t r = static_cast<std::uint32_t>(i % R), h = static_cast<std::uint32_t>(i / R / nw);
+    const std::uint32_t w = windows[i / R % nw];
+    const float* p = row_of(a, probs, h, r);
+    const std::uint32_t vis = a.visible(r);
+    // Union of [0, sink) and [vis - w, vis), both clipped to the visible keys: the window starts where
+    // the sink ends at the latest, so no key counts twice.
+    const std::uint32_t s_end = std::min(sink, vis);
+    const std::uint32_t w_begin = std::max(s_end, vis - std::min(w, vis));
+    double m = 0;
+    for (std::uint32_t t = 0; t < s_end; ++t) m += p[t];
+    for (std::uint32_t t = w_begin; t < vis; ++t) m += p[t];
+    mass[i] = m;
+  }
   std::vector<LocalityRow> out;
   for (std::uint32_t h = 0; h < a.hq; ++h)
-    for (const std::uint32_t w : windows) {
-      LocalityRow mean{a.layer, h, kMeanOfRows, sink, w, 0.0};
-      for (std::uint32_t r = 0; r < a.rows; ++r) {
-        const float* p = row_of(a, probs, h, r);
-        const std::uint32_t vis = a.visible(r);
-        // Union of [0, sink) and [vis - w, vis), both clipped to the visible keys: the window starts where
-        // the sink ends at the latest, so no key counts twice.
-        const std::uint32_t s_end = std::min(sink, vis);
-        const std::uint32_t w_begin = std::max(s_end, vis - std::min(w, vis));
-        double m = 0;
-        for (std::uint32_t t = 0; t < s_end; ++t) m += p[t];
-        for (std::uint32_t t = w_begin; t < vis; ++t) m += p[t];
+    for (std::uint64_t wi = 0; wi < nw; ++wi) {
+      LocalityRow mean{a.layer, h, kMeanOfRows, sink, windows[wi], 0.0};
+      for (std::uint32_t r = 0; r < R; ++r) {
+        const double m = mass[(std::uint64_t{h} * nw + wi) * R + r];
         mean.mass += m;
-        if (per_row) out.push_back({a.layer, h, static_cast<std::int32_t>(r), sink, w, m});
+        if (per_row) out.push_back({a.layer, h, static_cast<std::int32_t>(r), sink, windows[wi], m});
       }
-      mean.mass /= a.rows;
+      mean.mass /= R;
       out.push_back(mean);
     }
   return out;
@@ -61,22 +73,32 @@ std::vector<LocalityRow> locality(const LayerAttention& a, std::span<const float
 std::vector<EntropyRow> entropy(const LayerAttention& a, std::span<const float> probs, bool per_row) {
   validate(a);
   check_probs_size(a, probs);
+  // A log per key: every row on every core, then the rows in order (the same sums as one thread).
+  const std::uint32_t R = a.rows;
+  const std::uint64_t n = std::uint64_t{a.hq} * R;
+  std::vector<double> nats(n);
+#pragma omp parallel for schedule(dynamic)
+  for (std::uint64_t hr = 0; hr < n; ++hr) {
+    const float* p = row_of(a, probs, static_cast<std::uint32_t>(hr / R), static_cast<std::uint32_t>(hr % R));
+    const std::uint32_t vis = a.visible(static_cast<std::uint32_t>(hr % R));
+    double e = 0;
+    for (std::uint32_t t = 0; t < vis; ++t)
+      if (p[t] > 0.0f) e -= static_cast<double>(p[t]) * std::log(static_cast<double>(p[t]));
+    nats[hr] = e;
+  }
   std::vector<EntropyRow> out;
   for (std::uint32_t h = 0; h < a.hq; ++h) {
     EntropyRow mean{a.layer, h, kMeanOfRows, 0.0, 0.0};
-    for (std::uint32_t r = 0; r < a.rows; ++r) {
-      const float* p = row_of(a, probs, h, r);
+    for (std::uint32_t r = 0; r < R; ++r) {
       const std::uint32_t vis = a.visible(r);
-      double e = 0;
-      for (std::uint32_t t = 0; t < vis; ++t)
-        if (p[t] > 0.0f) e -= static_cast<double>(p[t]) * std::log(static_cast<double>(p[t]));
+      const double e = nats[std::uint64_t{h} * R + r];
       const double norm = vis > 1 ? e / std::log(static_cast<double>(vis)) : 0.0;
       mean.nats += e;
       mean.normalized += norm;
       if (per_row) out.push_back({a.layer, h, static_cast<std::int32_t>(r), e, norm});
     }
-    mean.nats /= a.rows;
-    mean.normalized /= a.rows;
+    mean.nats /= R;
+    mean.normalized /= R;
     out.push_back(mean);
   }
   return out;

@@ -25,6 +25,7 @@
 
 #include "access.hpp"
 #include "kvf/attention/quality.hpp"
+#include "kvf/host_memory.hpp"
 
 namespace kvf::attention::quality {
 
@@ -65,10 +66,12 @@ acc::AttnShape routing_shape(const LayerAttention& a) {
   return s;
 }
 
-std::vector<std::uint16_t> keys_bf16(const LayerAttention& a) {
-  std::vector<std::uint16_t> kbf(a.k.size());
-  for (std::size_t i = 0; i < kbf.size(); ++i) kbf[i] = acc::f32_to_bf16(a.k[i]);
-  return kbf;
+// k in bf16, as the access study routes on it, written on every core.
+void keys_bf16(const LayerAttention& a, std::uint16_t* out) {
+  const float* k = a.k.data();
+  const std::int64_t n = static_cast<std::int64_t>(a.k.size());
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) out[i] = acc::f32_to_bf16(k[i]);
 }
 
 // One (block, keep) of the sweep whose budget fits.
@@ -518,7 +521,7 @@ void eval_oracle(Sweep& sw, const float* p, const float* vh, std::uint32_t h, He
 
 // The access study's selections of query row r for every combo (one list per kv head); the token lists of one
 // block size in one call (its budgets cut one order: by_block holds each block size's combos).
-void select_row(const Sweep& sw, const acc::AttnShape& s, const std::vector<std::uint16_t>& kbf,
+void select_row(const Sweep& sw, const acc::AttnShape& s, const kvf::HostArray<std::uint16_t>& kbf,
                 const std::vector<std::vector<float>>& cent, const std::vector<std::vector<std::size_t>>& by_block,
                 std::uint32_t r, std::vector<acc::Selection>& bsel, std::vector<acc::Selection>& tsel,
                 std::vector<float>& tscore) {
@@ -628,7 +631,10 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
   for (const std::size_t c : by_budget) by_block[sw.combos[c].bi].push_back(c);
 
   const acc::AttnShape s = routing_shape(a);
-  const std::vector<std::uint16_t> kbf = keys_bf16(a);
+  // 64 MiB at 32K keys and Llama-3.1-8B's shapes: not zero-filled, each core faulting in what it writes (a
+  // vector's serial zero-fill and page faults took 0.25 s per layer on one core, most of the figures' serial part).
+  kvf::HostArray<std::uint16_t> kbf(a.k.size());
+  keys_bf16(a, kbf.data());
   std::vector<std::vector<float>> cent(sw.blocks.size());
   for (std::size_t bi = 0; bi < sw.blocks.size(); ++bi) acc::build_centroids(s, kbf.data(), sw.blocks[bi], cent[bi]);
 
@@ -695,7 +701,8 @@ SelectionFigures selection_quality(const LayerAttention& a, std::span<const floa
 
 PrefillEndRouter::PrefillEndRouter(const LayerAttention& a) : a_(a) {
   validate(a);
-  kbf_ = keys_bf16(a);
+  kbf_.resize(a.k.size());
+  keys_bf16(a, kbf_.data());
   qbf_.resize(std::size_t(a.hq) * a.d);
   const std::uint32_t r = a.rows - 1;
   for (std::uint32_t h = 0; h < a.hq; ++h)
@@ -742,12 +749,19 @@ std::vector<std::vector<std::int32_t>> kept_at_prefill_end(const LayerAttention&
 }
 
 LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt) {
-  const std::vector<float> p = true_probs(a);
+  // Given probabilities are checked once, here, and read in place (not copied); the figures below see the
+  // layer without them, so each one's own validate() checks the shapes only.
+  validate(a);
+  std::vector<float> computed;
+  if (a.probs.empty()) computed = true_probs(a);
+  const std::span<const float> p = a.probs.empty() ? std::span<const float>(computed) : a.probs;
+  LayerAttention checked = a;
+  checked.probs = {};
   LayerFigures f;
-  f.locality = locality(a, p, opt.sink, opt.windows, opt.per_row);
-  f.entropy = entropy(a, p, opt.per_row);
+  f.locality = locality(checked, p, opt.sink, opt.windows, opt.per_row);
+  f.entropy = entropy(checked, p, opt.per_row);
   f.layer_entropy = layer_entropy(f.entropy);
-  f.selection = selection_quality(a, p, opt.selection);
+  f.selection = selection_quality(checked, p, opt.selection);
   return f;
 }
 

@@ -215,7 +215,8 @@ struct LayerFigures {
   LayerEntropy layer_entropy;
   SelectionFigures selection;
 };
-// Every figure of one layer: validate, true_probs, then each of the above.
+// Every figure of one layer: validate (given probabilities checked once, then read in place), true_probs when
+// none are given, then each of the above.
 LayerFigures layer_figures(const LayerAttention& a, const QualityOptions& opt);
 
 namespace testing {
