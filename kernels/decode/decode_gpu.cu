@@ -338,7 +338,7 @@ std::size_t PrefillGpu::device_bytes(const md::ModelShape& m, int T, int N) {
 }
 
 PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T, int N, std::uint64_t seed,
-                       int sm_count, cudaStream_t s)
+                       int sm_count, cudaStream_t s, bool mma_attention)
     : impl_(std::make_unique<Impl>()) {
   if (T < kMinPrefillTokens || T > kMaxPrefillTokens)
     throw std::invalid_argument("PrefillGpu: T " + std::to_string(T) + ": chunk tokens must be 1..4096");
@@ -364,7 +364,8 @@ PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T
     d.v = upload(b);
   }
   d.g_kv.plan(T, 2 * kvd, d.H);
-  d.plan = elems::pf_plan(T, N, d.Hkv, d.Hq / d.Hkv, sm_count);
+  d.plan = elems::pf_plan(T, N, d.Hkv, d.Hq / d.Hkv, sm_count,
+                          mma_attention ? elems::PfKernel::mma : elems::PfKernel::cuda_core);
   d.dims = {T, N, d.cap, d.Hq, d.Hkv, d.D};
   d.ws = Dev(std::size_t(elems::pf_workspace_floats(d.plan, T, d.Hq, d.D)) * 4);
   // Load every kernel module once before anything is timed.
@@ -374,6 +375,7 @@ PrefillGpu::PrefillGpu(const fr::LayerWeights& w, const md::ModelShape& m, int T
 
 PrefillGpu::~PrefillGpu() = default;
 int PrefillGpu::attention_splits() const { return impl_->plan.splits; }
+const char* PrefillGpu::attention_kernel() const { return prefill_attention_kernel_name(impl_->plan.kernel); }
 
 void PrefillGpu::layer(cudaStream_t s) {
   Impl& d = *impl_;
@@ -550,6 +552,10 @@ void ModelPrefillGpu::upload_layer(const ModelLayerHost& w, cudaStream_t s) {
   DC_CHECK(cudaMemcpyAsync(d.g_attn.p, w.g_attn, d.g_attn.bytes, cudaMemcpyHostToDevice, s));
   DC_CHECK(cudaMemcpyAsync(d.g_mlp.p, w.g_mlp, d.g_mlp.bytes, cudaMemcpyHostToDevice, s));
   if (w.bqkv) DC_CHECK(cudaMemcpyAsync(d.bqkv.p, w.bqkv, d.bqkv.bytes, cudaMemcpyHostToDevice, s));
+}
+
+const char* ModelPrefillGpu::attention_kernel() const {
+  return prefill_attention_kernel_name(elems::pf_plan(impl_->T, 0, impl_->Hkv, impl_->Hq / impl_->Hkv, 1).kernel);
 }
 
 void ModelPrefillGpu::layer_chunk(int t0, cudaStream_t s) {

@@ -44,13 +44,14 @@ class DecodeGpu {
 // Prefill chunk: T tokens of one sequence at positions N..N+T-1 over a resident prefix of N tokens, L layers, the
 // same function and inputs as the CPU twin (decode.hpp: PrefillState / prefill_step_cpu): cuBLASLt GEMMs with M = T,
 // the fused small kernels (decode_math.hpp), K/V appended to one bf16 cache [Hkv][N+T][D] that every layer shares
-// (as the twin's), and the causal attention of prefill_attn_gpu.hpp (CUDA cores, not tensor cores: see there).
+// (as the twin's), and the causal attention of prefill_attn_gpu.hpp: on tensor cores, or (mma_attention false) the
+// CUDA-core kernel kept for comparison.
 class PrefillGpu {
  public:
   // T in 1..4096, N in 0..131072; the model must pass unsupported_reason() (head dim 64/128, GQA group a power of two
   // <= 16). Throws std::invalid_argument otherwise, std::runtime_error on a CUDA/cuBLASLt error.
   PrefillGpu(const kvf::frontier::LayerWeights& w, const md::ModelShape& m, int T, int N, std::uint64_t seed,
-             int sm_count, cudaStream_t s);
+             int sm_count, cudaStream_t s, bool mma_attention = true);
   ~PrefillGpu();
   PrefillGpu(const PrefillGpu&) = delete;
   PrefillGpu& operator=(const PrefillGpu&) = delete;
@@ -67,6 +68,7 @@ class PrefillGpu {
   // check_appended_kv on `rows` (synchronizes).
   VerifyResult verify_kv(const kvf::frontier::LayerWeights& w, const std::vector<int>& rows, cudaStream_t s);
   int attention_splits() const;  // KV splits of the attention (1: none)
+  const char* attention_kernel() const;  // which causal attention kernel runs, in words (prefill_attention_kernel_name)
   // The outputs of step() and step_kv() (synchronize): h [T][H] in fp32 (step_kv: after its L-1 full layers), and
   // the appended rows N..N+T-1 of the K/V cache, [K | V][Hkv][T][D] widened exactly from bf16. poison_outputs fills
   // both with 0xFF bytes (NaN), so a step that did not run cannot pass for one that did (the graph row's check).
@@ -114,6 +116,7 @@ class ModelPrefillGpu {
   std::vector<float> hidden_rows(int r0, int n, cudaStream_t s) const;
   void kv(int n, std::vector<std::uint16_t>& k, std::vector<std::uint16_t>& v, cudaStream_t s) const;
   std::vector<std::uint16_t> q_rows(int i0, int n, cudaStream_t s) const;
+  const char* attention_kernel() const;  // the causal attention's kernel in words (the tensor-core one)
   static std::size_t device_bytes(const md::ModelShape& m, int T, int cap, int sm_count);
 
  private:

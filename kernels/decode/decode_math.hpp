@@ -103,20 +103,59 @@ KVF_FHD int pf_tile_tokens(int G) { return kPfRows / G; }
 KVF_FHD PfRow pf_row(int tile, int r, int hk, int G) {
   return {tile * pf_tile_tokens(G) + r / G, hk * G + r % G};
 }
+
+// The tensor-core kernel (PfKernel::mma, sm_80+): tiles of kPfMmaRows query rows in the same order (row r: token
+// tile * (kPfMmaRows / G) + r / G, head hk * G + r % G), one warp per 16 rows, keys in tiles of kPfMmaKeys.
+enum class PfKernel { cuda_core, mma };
+inline constexpr int kPfMmaRows = 64, kPfMmaKeys = 64, kPfMmaWarps = kPfMmaRows / 16;
+KVF_FHD int pf_rows_per_tile(PfKernel k) { return k == PfKernel::mma ? kPfMmaRows : kPfRows; }
+KVF_FHD PfRow pf_row_of(PfKernel k, int tile, int r, int hk, int G) {
+  const int tt = pf_rows_per_tile(k) / G;
+  return {tile * tt + r / G, hk * G + r % G};
+}
+// Byte offset of 16-byte chunk c (8 dims) of key row r in a [rows][D] bf16 tile of shared memory: chunk c ^ (r & 7)
+// of the row, so the 8 rows one ldmatrix matrix reads (the same chunk column) fall on 8 different 16-byte bank groups.
+KVF_FHD int pf_mma_chunk(int D, int r, int c) { return (r * (D / 8) + (c ^ (r & 7))) * 16; }
+// The lane addresses of ldmatrix.x4 in the mma kernel (lane = 4 g + t; matrix lane >> 3 from the row its lane
+// gives). K (B of S = Q K^T, not transposed): n-tile jn (keys 8 jn ..), k-steps 2 kp, 2 kp + 1 of the head dims:
+// matrices (k-step 2 kp, dims 0-7), (2 kp, 8-15), (2 kp + 1, 0-7), (2 kp + 1, 8-15).
+struct PfLdsm {
+  int row, chunk;
+};
+KVF_FHD PfLdsm pf_mma_k_ldsm(int lane, int jn, int kp) { return {8 * jn + (lane & 7), 4 * kp + (lane >> 3)}; }
+// V (B of O += P V, transposed): k-step kk (keys 16 kk ..), n-tiles 2 np, 2 np + 1 (dims 16 np ..): matrices
+// (keys 0-7, n-tile 2 np), (keys 8-15, 2 np), (keys 0-7, 2 np + 1), (keys 8-15, 2 np + 1).
+KVF_FHD PfLdsm pf_mma_v_ldsm(int lane, int kk, int np) {
+  return {16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * np + (lane >> 4)};
+}
+// The same byte offsets (pf_mma_chunk of those rows and chunks) as a per-lane part, held in a register, plus a
+// constant of the unrolled loops: chunk 8 a + b of a row r = R0 + r_l (R0 a multiple of 8) sits at
+// R0 D 2 + 128 a + [r_l D 2 + 16 (b ^ (r & 7))], and b takes 2 values per lane for K, 4 for V. (The kernel kept
+// one address per (n-tile, k-step) live otherwise: 254 registers and spills at D 128.)
+KVF_FHD int pf_mma_k_lane(int D, int lane, int kp_odd) {
+  const int r = lane & 7;
+  return r * D * 2 + ((4 * kp_odd + (lane >> 3)) ^ r) * 16;
+}
+KVF_FHD int pf_mma_k_const(int D, int jn, int kp) { return 8 * jn * D * 2 + (kp >> 1) * 128; }
+KVF_FHD int pf_mma_v_lane(int D, int lane, int np_low) {
+  const int r = (lane & 7) + 8 * ((lane >> 3) & 1);
+  return r * D * 2 + ((2 * np_low + (lane >> 4)) ^ (lane & 7)) * 16;
+}
+KVF_FHD int pf_mma_v_const(int D, int kk, int np) { return 16 * kk * D * 2 + (np >> 2) * 128; }
 // Row t (chunk token) sees key position `key` (prefix 0..N-1, chunk N..N+T-1).
 KVF_FHD bool pf_visible(int key, int N, int t) { return key <= N + t; }
 // Keys a tile needs at all: up to its last token's position (exclusive end).
-KVF_FHD int pf_tile_key_end(int tile, int G, int T, int N) {
-  const int last = (tile + 1) * pf_tile_tokens(G);
+KVF_FHD int pf_tile_key_end(int tile, int G, int T, int N, PfKernel k = PfKernel::cuda_core) {
+  const int last = (tile + 1) * (pf_rows_per_tile(k) / G);
   return N + (last < T ? last : T);
 }
 struct PfRange {
   int k0, k1;  // [k0, k1), possibly empty
 };
-// Keys of split s of `splits` over [0, kend): equal shares rounded up to whole key tiles.
-KVF_FHD PfRange pf_split_range(int kend, int splits, int s) {
+// Keys of split s of `splits` over [0, kend): equal shares rounded up to whole key tiles (kPfKeys, kPfMmaKeys).
+KVF_FHD PfRange pf_split_range(int kend, int splits, int s, int key_tile = kPfKeys) {
   const int share = (kend + splits - 1) / splits;
-  const int chunk = (share + kPfKeys - 1) / kPfKeys * kPfKeys;
+  const int chunk = (share + key_tile - 1) / key_tile * key_tile;
   const std::int64_t a = std::int64_t(s) * chunk;
   const int k0 = a < kend ? int(a) : kend;
   const int k1 = kend - k0 < chunk ? kend : k0 + chunk;
@@ -151,14 +190,18 @@ KVF_FHD float pf_merge(const float* o, const float* ml, int splits, std::int64_t
   }
   return num / den;
 }
-// Launch geometry: tiles = ceil(T / (kPfRows / G)) (grid x), Hkv (grid y), splits (grid z). KV splits only when the
-// tiles and heads alone give fewer than two CTAs per SM; each split keeps at least kPfMinSplitKeys keys.
+// Launch geometry: tiles = ceil(T / tile_tokens) (grid x; tile_tokens = the kernel's rows per tile / G), Hkv (grid
+// y), splits (grid z). KV splits only when the tiles and heads alone give fewer than two CTAs per SM; each split
+// keeps at least kPfMinSplitKeys keys. The kernel: tensor cores (mma) unless asked otherwise; the CUDA-core kernel
+// stays for comparison.
 struct PfPlan {
   int tile_tokens = 0, tiles = 0, splits = 1;
+  PfKernel kernel = PfKernel::mma;
 };
-inline PfPlan pf_plan(int T, int N, int Hkv, int G, int sm_count) {
+inline PfPlan pf_plan(int T, int N, int Hkv, int G, int sm_count, PfKernel kernel = PfKernel::mma) {
   PfPlan p;
-  p.tile_tokens = pf_tile_tokens(G);
+  p.kernel = kernel;
+  p.tile_tokens = pf_rows_per_tile(p.kernel) / G;
   p.tiles = (T + p.tile_tokens - 1) / p.tile_tokens;
   const std::int64_t ctas = std::int64_t(p.tiles) * Hkv, want = 2 * std::int64_t(sm_count > 0 ? sm_count : 1);
   if (ctas < want) {

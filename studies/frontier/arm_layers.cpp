@@ -127,7 +127,8 @@ class LayersGpu final : public Case {
   void run(Backend& be) override { launch_.run(kvf::cuda_stream(be)); }
   std::string after_measure(Backend&, const Summary&, const std::string&) override {
     const std::string graph = launch_.note();
-    return "attention KV splits " + std::to_string(pre_->attention_splits()) + (graph.empty() ? "" : "; " + graph);
+    return std::string("attention on ") + pre_->attention_kernel() + ", KV splits " +
+           std::to_string(pre_->attention_splits()) + (graph.empty() ? "" : "; " + graph);
   }
   void teardown(Backend&) override {
     launch_.reset();
@@ -160,8 +161,8 @@ std::unique_ptr<Case> make_layers_gpu(const md::ModelShape& m, int T, int L, int
   const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);  // bf16 weights
   // weights of L-1 layers + layer L's K/V rows, the shared prefix K/V read by L-1 attentions, the page's K/V written
   c->bytes = (L - 1) * layer_w + 2 * H * 2 * kvd + (L - 1) * kvf::decode::kv_layer_bytes(m, 1, N) + double(T) * 2 * kvd * 2 * L;
-  c->note = "GPU: kernels/decode PrefillGpu::step_kv: cuBLASLt bf16 GEMMs, a CUDA-core causal attention (not tensor-core "
-            "FlashAttention: at long N it understates a tuned recompute), one bf16 prefix cache shared by the layers "
+  c->note = "GPU: kernels/decode PrefillGpu::step_kv: cuBLASLt bf16 GEMMs, the causal attention of "
+            "prefill_attn_gpu.cu (its kernel named after the measurement), one bf16 prefix cache shared by the layers "
             "(the CPU twin keeps one per layer: a prefix small enough for the L2 is re-read from L2 here), K/V appended "
             "contiguously (not paged); layer L computes only its K/V";
   c->ceiling = kGemmCeiling;

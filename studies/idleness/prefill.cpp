@@ -69,7 +69,8 @@ class PrefillGpu final : public kvf::Case {
   }
   void run(kvf::Backend& be) override { launch_.run(kvf::cuda_stream(be)); }
   std::string after_measure(kvf::Backend& be, const kvf::Summary&, const std::string& mode) override {
-    const std::string splits = "attention KV splits " + i2s(pre_->attention_splits());
+    const std::string splits = std::string("attention on ") + pre_->attention_kernel() + ", KV splits " +
+                               i2s(pre_->attention_splits());
     // The same kernels as the eager row's: their counters are that row's.
     if (launch_.graph()) return splits + "; " + launch_.note() + (mode == "hot" ? "; counters: collected on the eager row" : "");
     return splits + counters_note(env_, counted_, name, mode, be, [this](cudaStream_t st) { pre_->step(L_, st); });
@@ -118,14 +119,14 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   c->note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
   c->cold = false;  // weights exceed the LLC/L2; compute bound
   if (env.gpu) {
-    // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on CUDA cores (~15 TFLOP/s achieved, a guess),
-    // plus the counters phases after the hot samples (8 + 64 + 8 steps).
+    // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on tensor cores too (its kernel unmeasured when
+    // written: 150 TFLOP/s, a guess; the CUDA-core kernel reached ~27 on an H200), plus the counters phases after the
+    // hot samples (8 + 64 + 8 steps).
     const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
-    const double t = (c->flops - attn) / 400e12 + attn / 15e12 + L * 100e-6;
+    const double t = (c->flops - attn) / 400e12 + attn / 150e12 + L * 100e-6;
     est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
-    c->note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention a CUDA-core kernel (fp32 FMAs, not "
-               "FlashAttention: kernels/decode/prefill_attn_gpu.hpp), so achieved FLOP/s understate a tensor-core "
-               "prefill";
+    c->note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention kernels/decode/prefill_attn_gpu.cu (the "
+               "after-measure note names its kernel)";
   } else {
     est_s = est(c->flops / 150e9, 0.5 + prefill_verify_s(m, T, N) + c->flops / L / 150e9, 1);
   }

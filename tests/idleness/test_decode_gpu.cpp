@@ -54,9 +54,10 @@ TEST(DecodeGpu, LayerMatchesReference) {
   cudaStreamDestroy(s);
 }
 
-// The GPU prefill chunk (causal attention kernel, split-KV and merge, appended K/V) against the reference on the
-// tiny shapes: Tiny-GQA (tiny_models.json: head dim 64, bias) and a head-dim-128 GQA-4 shape; SM counts that give
-// many splits, a few, and none; prefix 0 and > 0; T not a multiple of the query tile.
+// The GPU prefill chunk (causal attention, split-KV and merge, appended K/V; the tensor-core and the CUDA-core
+// attention kernels) against the reference on the tiny shapes: Tiny-GQA (tiny_models.json: head dim 64, bias) and
+// a head-dim-128 GQA-4 shape; SM counts that give many splits, a few, and none; prefix 0 and > 0; T not a multiple
+// of the query tile.
 TEST(PrefillGpu, LayerMatchesReference) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
   const auto all = kvf::models::load_models(std::string(KVF_IDLENESS_TEST_DIR) + "/tiny_models.json");
@@ -79,12 +80,13 @@ TEST(PrefillGpu, LayerMatchesReference) {
                                 {kvf::models::find_model(all, "Tiny-GQA"), 600, 0, 132},
                                 {mha, 70, 500, 132},
                                 {g16, 33, 2000, 132}};
+  for (const bool mma : {true, false})
   for (const auto& c : cases) {
     const auto w = fr::make_layer_weights(c.m, 7);
-    dc::gpu::PrefillGpu g(w, c.m, c.T, c.N, 7, c.sms, s);
+    dc::gpu::PrefillGpu g(w, c.m, c.T, c.N, 7, c.sms, s, mma);
     const auto r = g.verify(w, dc::prefill_check_rows(c.T), s);
-    EXPECT_TRUE(r.ok()) << c.m.name << " T " << c.T << " N " << c.N << " splits " << g.attention_splits() << ": "
-                        << r.text();
+    EXPECT_TRUE(r.ok()) << g.attention_kernel() << ": " << c.m.name << " T " << c.T << " N " << c.N << " splits "
+                        << g.attention_splits() << ": " << r.text();
     // The frontier arm's timed form: layer L computes only its K/V (its own GEMM on the K/V rows of Wqkv).
     const auto kv = g.verify_kv(w, dc::prefill_check_rows(c.T), s);
     EXPECT_TRUE(kv.ok()) << c.m.name << " T " << c.T << " N " << c.N << " K/V-only path: " << kv.text();

@@ -277,7 +277,7 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   if (gpu_note)
     *gpu_note = std::string(prop.name) + " (device " + std::to_string(device) + "), chunks of " + std::to_string(T) +
                 " rows, weights staged in " + (stage[0].pinned() ? "pinned" : "pageable (cudaHostAlloc refused)") +
-                " host memory; " + check;
+                " host memory, causal attention on " + gpu.attention_kernel() + "; " + check;
   return r;
 }
 #endif
