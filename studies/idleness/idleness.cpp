@@ -83,7 +83,7 @@ class IdlenessStudy final : public kvf::Study {
   kvf::StudyFlags flags_;  // its command line outlives cases(): bench_main owns it
   // Flag values as given; numbers are kept as text and parsed in cases(): plain digits in a stated range, one
   // clear line otherwise.
-  std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_;
+  std::vector<std::string> models_, arms_flag_, batches_text_, contexts_text_, prefill_attention_;
   std::string models_file_, chip_, layers_text_, prefill_tokens_text_, green_sms_text_, onednn_isa_;
   std::vector<std::string> model_names_;  // --models, else the model axis's defaults
 };
@@ -105,6 +105,9 @@ void IdlenessStudy::add_options(kvf::StudyFlags& flags) {
              "1024,8192,32768,131072)");
   flags.text("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
   flags.text("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
+  flags.list("--prefill-attention", prefill_attention_,
+             "GPU prefill's causal attention kernel: mma (tensor cores, the default), cuda_core (fp32 FMAs, the kernel "
+             "of the runs before 2026-11-27), or both (mma,cuda_core); the CPU backend ignores it");
   flags.list("--arms", arms_flag_, arm_help);
   flags.text("--metric-set", env_.metric_set, "range-profiler metric set (GPU): decode_idleness (default)");
   flags.list("--metrics", env_.metrics, "range-profiler metrics instead of the set's (must fit one pass)");
@@ -156,6 +159,10 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
     user["--contexts"].push_back(
         i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
                           "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
+  for (const auto& a : prefill_attention_) {
+    if (a != "mma" && a != "cuda_core") kvf::bad_flag("--prefill-attention", a, "not a kernel; allowed: mma or cuda_core");
+    user["--prefill-attention"].push_back(a);
+  }
   if (flags_.given("--prefill-tokens"))
     user["--prefill-tokens"] = {i2s(kvf::flag_int(prefill_tokens_text_, "--prefill-tokens", 16, 4096, 1,
                                                   "must be a whole number in 16..4096"))};

@@ -43,16 +43,16 @@ class PrefillCpu final : public kvf::Case {
 };
 
 #if defined(KVF_HAVE_CUDA)
-// GEMMs through cuBLASLt (tensor cores), the causal attention a CUDA-core kernel; CUPTI counters of the hot mode
-// as for decode.
+// GEMMs through cuBLASLt (tensor cores), the causal attention on tensor cores or (the attention axis) the CUDA-core
+// kernel; CUPTI counters of the hot mode as for decode.
 class PrefillGpu final : public kvf::Case {
  public:
-  PrefillGpu(Env& env, const md::ModelShape& m, int T, int N, int L, const std::string& launch)
-      : env_(env), m_(m), T_(T), N_(N), L_(L), launch_(launch) {}
+  PrefillGpu(Env& env, const md::ModelShape& m, int T, int N, int L, const std::string& launch, bool mma_attention)
+      : env_(env), m_(m), T_(T), N_(N), L_(L), launch_(launch), mma_attention_(mma_attention) {}
   void setup(kvf::Backend& be) override {
     w_ = env_.weights(m_);
     pre_ = std::make_unique<dc::gpu::PrefillGpu>(*w_, m_, T_, N_, kSeed, kvf::cuda_props(be).multiProcessorCount,
-                                                 kvf::cuda_stream(be));
+                                                 kvf::cuda_stream(be), mma_attention_);
     launch_.set([this](cudaStream_t st) { pre_->step(L_, st); }, kvf::cuda_stream(be), "the prefill chunk");
   }
   bool has_verify() const override { return true; }
@@ -88,9 +88,21 @@ class PrefillGpu final : public kvf::Case {
   std::shared_ptr<fr::LayerWeights> w_;
   std::unique_ptr<dc::gpu::PrefillGpu> pre_;
   kvf::study::LaunchPath launch_;
+  const bool mma_attention_;
   bool counted_ = false;
 };
 #endif
+
+// The GPU prefill's attention kernel (GPU targets only; decode_math.hpp PfKernel).
+constexpr const char* kAttentionAxis = "attention";
+kvf::Axis attention_axis() {
+  return {.name = kAttentionAxis,
+          .doc = "the GPU prefill's causal attention: mma (tensor cores) or cuda_core (fp32 FMAs, the kernel before "
+                 "2026-11-27)",
+          .cpu = {"mma"},
+          .quick = {"mma"},
+          .flag = "--prefill-attention"};
+}
 
 std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   const md::ModelShape& m = env.shape(p["model"]);
@@ -104,7 +116,8 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
       return kvf::skipped_case("", {}, m.name + " T " + i2s(T) + " N " + i2s(N) + ": the prefill chunk needs " +
                                            kvf::format_bytes(need) + " of device memory, more than the " +
                                            kvf::format_bytes(env.usable_bytes) + " usable");
-    c = std::make_unique<PrefillGpu>(env, m, T, N, L, kvf::study::launch_of(p));
+    c = std::make_unique<PrefillGpu>(env, m, T, N, L, kvf::study::launch_of(p),
+                                     !p.has(kAttentionAxis) || p[kAttentionAxis] == "mma");
 #endif
   } else {
     c = std::make_unique<PrefillCpu>(env, m, T, N, L);
@@ -137,20 +150,25 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
 }  // namespace
 
 Arm prefill_arm(bool gpu) {
+  std::vector<kvf::Axis> axes = launch_axes({arm_axis("prefill", false), model_axis(),
+                                             {.name = "tokens", .doc = "tokens T of the chunk", .cpu = {"128"},
+                                              .gpu = {"512"}, .flag = "--prefill-tokens"},
+                                             context_axis(), layers_axis()},
+                                            gpu);
+  if (gpu) axes.push_back(attention_axis());
   return Arm{
       .name = "prefill",
       .doc = "prefill chunk of T tokens after N resident (the first context of the sweep): the compute-bound contrast",
-      .axes = launch_axes({arm_axis("prefill", false), model_axis(),
-                           {.name = "tokens", .doc = "tokens T of the chunk", .cpu = {"128"}, .gpu = {"512"},
-                            .flag = "--prefill-tokens"},
-                           context_axis(), layers_axis()},
-                          gpu),
+      .axes = std::move(axes),
       // One chunk per model: at the first context of the decode sweep, not at each.
       .valid = [](const kvf::Point& p, const Env& env) { return p.integer("context") == env.first_context; },
       .case_name_fn =
           [](const kvf::Point& p) {
+            // The tensor-core rows keep the names the CUDA-core rows had before 2026-11-27 (a gate sees the change
+            // of kernel as a change of speed; the note and the attention column say which ran).
             return "prefill/" + p["model"] + "/T" + p["tokens"] + "/N" + ctx_name(p.integer("context")) + "/L" +
-                   p["layers"] + kvf::study::launch_suffix(p);
+                   p["layers"] + kvf::study::launch_suffix(p) +
+                   (p.has(kAttentionAxis) && p[kAttentionAxis] == "cuda_core" ? "/cuda_core" : "");
           },
       .make = make_prefill};
 }
