@@ -40,9 +40,11 @@ std::string joined(const std::vector<std::string>& v, const char* sep = " ") {
 // --gpu-sweep: every study's default GPU grid, each case verified before it is timed, into one directory,
 // within --time-limit (25 minutes unless given). Extra flags per study, sized from the H100 run of 2026-11-22
 // (results/gpu/H100-2026-11-22): its frontier default grid did not finish in 150 s (stopped inside the layers
-// arm after 505 planned x/xq cases), and its idleness sweep ran with --budget 0.2.
+// arm after 505 planned x/xq cases), and its idleness sweep ran with --budget 0.2. The idleness prefill times both
+// causal attention kernels (its default grid with the CUDA-core rows beside the tensor-core ones, a few ms each).
 std::vector<std::string> gpu_sweep_flags(const std::string& study) {
-  if (study == "frontier" || study == "idleness") return {"--budget", "0.2"};
+  if (study == "frontier") return {"--budget", "0.2"};
+  if (study == "idleness") return {"--budget", "0.2", "--prefill-attention", "mma,cuda_core"};
   return {};
 }
 
