@@ -2,7 +2,8 @@
 // and a tensor-core kernel (below), split-KV for long prefixes with few query tiles, plus the split merge. Geometry
 // and per-element math in decode_math.hpp (pf_*).
 //
-// CUDA-core kernel: one CTA of 128 threads per (query tile, kv head, split): 32 query rows (32 / G tokens x G heads of the group),
+// CUDA-core kernel: one CTA of 128 threads per (query tile, kv head, split): 32 query rows (32 / G tokens x G heads of
+// the group),
 // key tiles of 32. Per key tile:
 //   K tile -> smem fp32 [d][key] (each thread loads 32 contiguous bytes of one key: two 16-byte loads);
 //   S = Q K^T: each thread 2 rows x 4 keys (float2 of Q, float4 of K per d); mask (causal, range end), scale;
@@ -449,7 +450,7 @@ void prefill_attention(const PrefillAttnDims& d, const PfPlan& plan, const std::
                        const std::uint16_t* v, float* ws, std::uint16_t* out, cudaStream_t s) {
   const int G = d.Hkv > 0 ? d.Hq / d.Hkv : 0;
   const bool mma = plan.kernel == PfKernel::mma;
-  if ((d.D != 64 && d.D != 128) || d.Hkv < 1 || d.Hq % d.Hkv != 0 || G < 1 || G > pf_rows_per_tile(plan.kernel) / 2 ||
+  if ((d.D != 64 && d.D != 128) || d.Hkv < 1 || d.Hq % d.Hkv != 0 || G < 1 || G > pf_rows_per_tile(plan.kernel) ||
       (G & (G - 1)) != 0 || d.T < 1 || d.N < 0 || d.cap < d.N + d.T || plan.splits < 1 || plan.splits > kPfMaxSplits ||
       plan.tile_tokens != pf_rows_per_tile(plan.kernel) / G || std::int64_t(plan.tiles) * plan.tile_tokens < d.T ||
       d.Hkv > 65535 || (plan.splits > 1 && ws == nullptr))

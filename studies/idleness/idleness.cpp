@@ -160,7 +160,8 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
         i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
                           "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
   for (const auto& a : prefill_attention_) {
-    if (a != "mma" && a != "cuda_core") kvf::bad_flag("--prefill-attention", a, "not a kernel; allowed: mma or cuda_core");
+    if (a != "mma" && a != "cuda_core")
+      kvf::bad_flag("--prefill-attention", a, "not a kernel; allowed: mma or cuda_core");
     user["--prefill-attention"].push_back(a);
   }
   if (flags_.given("--prefill-tokens"))

@@ -293,7 +293,8 @@ TEST(PrefillMath, KernelEmulationMatchesCausalAttention) {
                 const int key = kb + j;
                 float dot = 0;
                 if (key < kr.k1)
-                  for (int d = 0; d < D; ++d) dot = std::fma(row.t < c.T ? Q(row.t, row.hq, d) : 0.f, K(hk, key, d), dot);
+                  for (int d = 0; d < D; ++d)
+                    dot = std::fma(row.t < c.T ? Q(row.t, row.hq, d) : 0.f, K(hk, key, d), dot);
                 s[j] = (key < kr.k1 && row.t < c.T && el::pf_visible(key, c.N, row.t)) ? dot * scale_log2 : -INFINITY;
                 mx = std::max(mx, s[j]);
               }
@@ -385,8 +386,9 @@ std::array<Regs4, 32> ldsm_x4(const std::vector<std::uint8_t>& smem, const std::
 }
 float lo_f(std::uint32_t w) { return fr::bf16_to_f32(std::uint16_t(w & 0xffffu)); }
 float hi_f(std::uint32_t w) { return fr::bf16_to_f32(std::uint16_t(w >> 16)); }
-// c[lane] += A B: A (16 x 16) from a[lane] = (row g, k 2t..), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..);
-// B (16 x 8) from b[lane] = (k 2t, 2t+1; n g), (k 2t+8, 2t+9; n g); c[lane] = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// c[lane] += A B: A (16 x 16) from a[lane] = (row g, k 2t..), (row g+8, k 2t..), (row g, k 2t+8..),
+// (row g+8, k 2t+8..); B (16 x 8) from b[lane] = (k 2t, 2t+1; n g), (k 2t+8, 2t+9; n g); c[lane] = (g, 2t),
+// (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
 void mma(std::array<std::array<float, 4>, 32>& c, const std::array<Regs4, 32>& a,
          const std::array<std::array<std::uint32_t, 2>, 32>& b) {
   double A[16][16], B[16][8];
@@ -432,7 +434,8 @@ TEST(PrefillMath, MmaWarpTileThroughTheFragmentLayouts) {
         std::memcpy(&vt[std::size_t(el::pf_mma_chunk(D, r, c))], &v[std::size_t(r) * D + 8 * c], 16);
       }
     auto qword = [&](int row, int w) {  // word w (dims 2w, 2w+1) of query row `row`, as the kernel's __ldg
-      return std::uint32_t(q[std::size_t(row) * D + 2 * w]) | (std::uint32_t(q[std::size_t(row) * D + 2 * w + 1]) << 16);
+      const std::size_t i = std::size_t(row) * D + 2 * std::size_t(w);
+      return std::uint32_t(q[i]) | (std::uint32_t(q[i + 1]) << 16);
     };
     std::vector<std::array<Regs4, 32>> qa(KS);
     for (int ks = 0; ks < KS; ++ks)
@@ -447,7 +450,8 @@ TEST(PrefillMath, MmaWarpTileThroughTheFragmentLayouts) {
     for (int jn = 0; jn < 8; ++jn)
       for (int kp = 0; kp < KS / 2; ++kp) {
         std::array<int, 32> addr{};
-        for (int lane = 0; lane < 32; ++lane) addr[lane] = el::pf_mma_k_lane(D, lane, kp & 1) + el::pf_mma_k_const(D, jn, kp);
+        for (int lane = 0; lane < 32; ++lane)
+          addr[lane] = el::pf_mma_k_lane(D, lane, kp & 1) + el::pf_mma_k_const(D, jn, kp);
         const auto bm = ldsm_x4(kt, addr, false);
         std::array<std::array<std::uint32_t, 2>, 32> b0{}, b1{};
         for (int lane = 0; lane < 32; ++lane) {
@@ -484,7 +488,8 @@ TEST(PrefillMath, MmaWarpTileThroughTheFragmentLayouts) {
       }
       for (int np = 0; np < NT / 2; ++np) {
         std::array<int, 32> addr{};
-        for (int lane = 0; lane < 32; ++lane) addr[lane] = el::pf_mma_v_lane(D, lane, np & 3) + el::pf_mma_v_const(D, kk, np);
+        for (int lane = 0; lane < 32; ++lane)
+          addr[lane] = el::pf_mma_v_lane(D, lane, np & 3) + el::pf_mma_v_const(D, kk, np);
         const auto bm = ldsm_x4(vt, addr, true);
         std::array<std::array<std::uint32_t, 2>, 32> b0{}, b1{};
         for (int lane = 0; lane < 32; ++lane) {
