@@ -142,6 +142,7 @@ KVF_FHD int pf_mma_v_lane(int D, int lane, int np_low) {
   return r * D * 2 + ((2 * np_low + (lane >> 4)) ^ (lane & 7)) * 16;
 }
 KVF_FHD int pf_mma_v_const(int D, int kk, int np) { return 16 * kk * D * 2 + (np >> 2) * 128; }
+
 // Row t (chunk token) sees key position `key` (prefix 0..N-1, chunk N..N+T-1).
 KVF_FHD bool pf_visible(int key, int N, int t) { return key <= N + t; }
 // Keys a tile needs at all: up to its last token's position (exclusive end).
@@ -171,6 +172,39 @@ KVF_FHD PfOnline pf_online(float m_old, float tile_max) {
   const float m_new = m_old > tile_max ? m_old : tile_max;
   const float m_use = m_new == -INFINITY ? 0.0f : m_new;
   return {m_new, exp2f(m_old - m_use), m_use};
+}
+// The tensor-core kernel's online-softmax step, one of a lane's two rows (i 0: row g, i 1: row g + 8) over one key
+// tile, in two halves around the max over the row's 4 lanes (shuffles in the kernel). s[jn][2 i + e] is S of key
+// kb + 8 jn + 2 t + e (the C fragment): masked (the split's end k1; causal for chunk token rt) and scaled in place;
+// returns this lane's max.
+template <int NJ>
+KVF_FHD float pf_mma_mask_scale(float (&s)[NJ][4], int i, int kb, int t, int k1, int rt, int T, int N,
+                                float scale_log2) {
+  float mx = -INFINITY;
+  for (int jn = 0; jn < NJ; ++jn)
+    for (int e = 0; e < 2; ++e) {
+      const int key = kb + 8 * jn + 2 * t + e;
+      float& x = s[jn][2 * i + e];
+      x = (key < k1 && rt < T && pf_visible(key, N, rt)) ? x * scale_log2 : -INFINITY;
+      mx = mx > x ? mx : x;
+    }
+  return mx;
+}
+// With the row's max: P = 2^(S - m) in place of S, this lane's share of l and the row's accumulators rescaled
+// (acc[nt][2 i], [2 i + 1]: the row's two output dims of n-tile nt in this lane).
+template <int NJ, int NT>
+KVF_FHD void pf_mma_softmax(float (&s)[NJ][4], float (&acc)[NT][4], int i, float row_max, float& m_run,
+                            float& l_run) {
+  const PfOnline o = pf_online(m_run, row_max);
+  float sum = 0.f;
+  for (int jn = 0; jn < NJ; ++jn)
+    for (int e = 0; e < 2; ++e) sum += (s[jn][2 * i + e] = exp2f(s[jn][2 * i + e] - o.m_use));
+  l_run = l_run * o.alpha + sum;
+  m_run = o.m_new;
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[nt][2 * i] *= o.alpha;
+    acc[nt][2 * i + 1] *= o.alpha;
+  }
 }
 // Merge of the KV splits of one output element: partial o [split][rows][D] (unnormalized), ml [split][rows][2]
 // (running max, sum), rows = T * Hq, row = t * Hq + hq. Splits that saw no visible key have m = -inf, l = 0.

@@ -364,32 +364,10 @@ __global__ void __launch_bounds__(kPfMmaThreads, 2)
     // Mask and scale; the online-softmax step of rows g (i = 0) and g + 8 (i = 1); P = 2^(S - m) in place of S.
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int rt = i == 0 ? row0.t : row1.t;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = kb + 8 * jn + 2 * t + e;
-          float& x = s[jn][2 * i + e];
-          x = (key < kr.k1 && rt < T && pf_visible(key, N, rt)) ? x * scale_log2 : -INFINITY;
-          mx = fmaxf(mx, x);
-        }
+      float mx = pf_mma_mask_scale(s, i, kb, t, kr.k1, i == 0 ? row0.t : row1.t, T, N, scale_log2);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const PfOnline o = pf_online(m_run[i], mx);
-      float sum = 0.f;
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) sum += (s[jn][2 * i + e] = exp2f(s[jn][2 * i + e] - o.m_use));
-      l_run[i] = l_run[i] * o.alpha + sum;
-      m_run[i] = o.m_new;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        acc[nt][2 * i] *= o.alpha;
-        acc[nt][2 * i + 1] *= o.alpha;
-      }
+      pf_mma_softmax(s, acc, i, mx, m_run[i], l_run[i]);
     }
     // O += P V, k-step kk = keys 16 kk .. 16 kk + 15 of the tile.
 #pragma unroll
