@@ -3,11 +3,16 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "decode.hpp"
 #include "decode_gpu.hpp"
+#include "decode_math.hpp"
+#include "prefill_attn_gpu.hpp"
 #include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
 #include "models.hpp"
@@ -136,5 +141,88 @@ TEST(DecodeGpu, GraphOfTheStepMatchesEager) {
         [&] { p.poison_outputs(s); }));
   }
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
+// The two prefill attention kernels side by side at Llama-3.1-8B's attention shape (32 query heads, 8 kv heads, d 128),
+// a 512-token chunk after 0, 8K and 32K resident tokens: their outputs against each other (within the layer's verify
+// tolerance: the tensor-core kernel rounds P to bf16), and their times printed (median of 20 launches; causal FLOPs
+// 4 T Hq D (N + (T + 1) / 2)). Prints, asserts no speed.
+TEST(PrefillGpu, AttentionKernelsSideBySide) {
+  if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
+  const int T = 512, Hq = 32, Hkv = 8, D = 128, G = Hq / Hkv, sms = sm_count();
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (const int N : {0, 8192, 32256}) {
+    const int cap = N + T;
+    std::vector<std::uint16_t> q(std::size_t(T) * Hq * D), kv(std::size_t(Hkv) * cap * D);
+    fr::fill_bf16_uniform(q.data(), q.size(), 31, 2.0f);
+    std::uint16_t *dq = nullptr, *dk = nullptr, *dv = nullptr, *dout[2] = {nullptr, nullptr};
+    float* ws = nullptr;
+    ASSERT_EQ(cudaMalloc(&dq, q.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dk, kv.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dv, kv.size() * 2), cudaSuccess);
+    for (auto& o : dout) ASSERT_EQ(cudaMalloc(&o, q.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    fr::fill_bf16_uniform(kv.data(), kv.size(), 32, 2.0f);
+    ASSERT_EQ(cudaMemcpy(dk, kv.data(), kv.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    fr::fill_bf16_uniform(kv.data(), kv.size(), 33, 1.0f);
+    ASSERT_EQ(cudaMemcpy(dv, kv.data(), kv.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const dc::elems::PfKernel kernels[2] = {dc::elems::PfKernel::cuda_core, dc::elems::PfKernel::mma};
+    std::int64_t ws_floats = 0;
+    for (const auto kk : kernels) {
+      const auto plan = dc::elems::pf_plan(T, N, Hkv, G, sms, kk);
+      ws_floats = std::max(ws_floats, dc::elems::pf_workspace_floats(plan, T, Hq, D));
+    }
+    if (ws_floats) {
+      ASSERT_EQ(cudaMalloc(&ws, std::size_t(ws_floats) * 4), cudaSuccess);
+    }
+    const dc::gpu::PrefillAttnDims dims{T, N, cap, Hq, Hkv, D};
+    double ms[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const auto plan = dc::elems::pf_plan(T, N, Hkv, G, sms, kernels[i]);
+      auto launch = [&] { dc::gpu::prefill_attention(dims, plan, dq, dk, dv, ws, dout[i], s); };
+      launch();
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << dc::gpu::prefill_attention_kernel_name(kernels[i]);
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
+      std::vector<float> t(20);
+      for (float& x : t) {
+        cudaEventRecord(a, s);
+        launch();
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&x, a, b);
+      }
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      std::nth_element(t.begin(), t.begin() + 10, t.end());
+      ms[i] = t[10];
+      const double flops = 4.0 * T * Hq * D * (N + (T + 1) / 2.0);
+      std::printf("prefill attention T %d N %d: %s, splits %d: %.3f ms, %.1f TFLOP/s\n", T, N,
+                  dc::gpu::prefill_attention_kernel_name(kernels[i]), plan.splits, ms[i],
+                  flops / (ms[i] * 1e-3) / 1e12);
+    }
+    std::printf("prefill attention T %d N %d: tensor cores %.2fx the CUDA-core kernel\n", T, N, ms[0] / ms[1]);
+    std::vector<std::uint16_t> o0(q.size()), o1(q.size());
+    ASSERT_EQ(cudaMemcpy(o0.data(), dout[0], o0.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(o1.data(), dout[1], o1.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    // Both round the output to bf16 and the tensor-core kernel P too: their difference is held to the layer's rms
+    // tolerance, and its largest to twice the max one (a wrong key, row or dim differs by O(rms)).
+    double ss = 0, sd = 0, worst = 0;
+    for (std::size_t i = 0; i < o0.size(); ++i) {
+      const double a = fr::bf16_to_f32(o0[i]), b = fr::bf16_to_f32(o1[i]);
+      ASSERT_TRUE(std::isfinite(b)) << "tensor-core output " << i;
+      ss += a * a;
+      sd += (a - b) * (a - b);
+      worst = std::max(worst, std::fabs(a - b));
+    }
+    const double rms = std::sqrt(ss / double(o0.size())), rms_diff = std::sqrt(sd / double(o0.size()));
+    EXPECT_LE(rms_diff, dc::kVerifyRmsTol * rms) << "N " << N << ": rms difference " << rms_diff << ", rms " << rms;
+    EXPECT_LE(worst, 2 * dc::kVerifyMaxTol * rms) << "N " << N << ": largest difference " << worst << ", rms " << rms;
+    for (auto* p : {dq, dk, dv, dout[0], dout[1]}) cudaFree(p);
+    if (ws) cudaFree(ws);
+  }
   cudaStreamDestroy(s);
 }
