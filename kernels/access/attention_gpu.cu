@@ -37,6 +37,7 @@
 
 #include "access_gpu.hpp"
 #include "attn_fp8.hpp"
+#include "kvf/cuda_ptx.cuh"
 
 namespace kvf::access::gpu {
 namespace {
@@ -115,20 +116,12 @@ __device__ __forceinline__ void prefetch_l2(const unsigned char* p, std::uint32_
 #endif
 }
 
-// cp.async (sm_80+): 16 bytes from global memory into this thread's shared-memory slot, in the background
-// (L2 only: the rows are read once). src_bytes 0 reads nothing and fills zeros (rows past the split).
-__device__ __forceinline__ void cp_async16(uint4* dst, const unsigned char* src, bool ok) {
-  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(__cvta_generic_to_global(src)),
-               "r"(ok ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+// cp.async (sm_80+) and ldmatrix: kvf/cuda_ptx.cuh.
+using ptx::cp_async16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::ldsm_x4;
+using ptx::ldsm_x4_trans;
 
 // Dynamic shared memory of the smem-ring kernels (AttnLoads::smem): the ring [S][K, V][U][kThreads] of 16-byte
 // slots, reused by the epilogue after the token loop.
@@ -614,18 +607,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a2
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
 }
 // Two floats as one register of the input type (x in the low half: the lower k or n index).
 template <DType T>

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "decode_math.hpp"
+#include "kvf/cuda_ptx.cuh"
 #include "prefill_attn_gpu.hpp"
 
 namespace kvf::decode::gpu {
@@ -242,33 +243,15 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const unsigned char* p, bool trans) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  if (trans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
+using kvf::ptx::cp_async16;  // cp.async and ldmatrix: kvf/cuda_ptx.cuh
+using kvf::ptx::cp_async_commit;
+using kvf::ptx::cp_async_wait;
+using kvf::ptx::ldsm_x4;
+using kvf::ptx::ldsm_x4_trans;
 // P's two probabilities as one bf16x2 A register (round to nearest even, as pack2; the lower key in the low half).
 __device__ __forceinline__ unsigned pack_p(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const unsigned*>(&h);
-}
-// 16 bytes global -> shared, zero-filled when !ok (keys past the split's range).
-__device__ __forceinline__ void cp_async16(unsigned char* dst, const void* src, bool ok) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(__cvta_generic_to_global(src)),
-               "r"(ok ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 constexpr int kPfMmaThreads = 32 * kPfMmaWarps;
@@ -356,7 +339,7 @@ __global__ void __launch_bounds__(kPfMmaThreads, 2)
 #pragma unroll
       for (int kp = 0; kp < KS / 2; ++kp) {
         unsigned bm[4];  // at pf_mma_chunk of pf_mma_k_ldsm(lane, jn, kp)
-        ldsm_x4(bm, kt + k_lane[kp & 1] + pf_mma_k_const(D, jn, kp), false);
+        ldsm_x4(bm, kt + k_lane[kp & 1] + pf_mma_k_const(D, jn, kp));
         mma_bf16(s[jn], qa[2 * kp], bm[0], bm[1]);
         mma_bf16(s[jn], qa[2 * kp + 1], bm[2], bm[3]);
       }
@@ -377,7 +360,7 @@ __global__ void __launch_bounds__(kPfMmaThreads, 2)
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         unsigned bm[4];  // at pf_mma_chunk of pf_mma_v_ldsm(lane, kk, np)
-        ldsm_x4(bm, vt + v_lane[np & 3] + pf_mma_v_const(D, kk, np), true);
+        ldsm_x4_trans(bm, vt + v_lane[np & 3] + pf_mma_v_const(D, kk, np));
         mma_bf16(acc[2 * np], pa, bm[0], bm[1]);
         mma_bf16(acc[2 * np + 1], pa, bm[2], bm[3]);
       }
