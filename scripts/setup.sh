@@ -55,3 +55,9 @@ kvf_build() {
     -DKVF_SANITIZED_TESTS_ELSEWHERE="${KVF_SANITIZED_TESTS_ELSEWHERE:-OFF}" >/dev/null
   cmake --build --preset "$preset" -j "$(nproc)"
 }
+
+# kvf_ctest ARGS: ctest with OpenMP's idle workers sleeping instead of spinning. ctest runs tests side by side
+# (-j nproc), and libgomp's default spin of one test's idle workers takes the cores another test's threads need, so
+# every barrier waits out a time slice: the access study's twin tests (ctest -R AttnTwin -j2, 2-core Zen 5 VM) took
+# 50 s of wall time spinning and 13.6 s with passive waits. No test asserts a speed; a caller's own setting wins.
+kvf_ctest() { OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}" ctest "$@"; }
