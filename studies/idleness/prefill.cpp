@@ -109,6 +109,7 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   const int T = int(p.integer("tokens")), N = int(p.integer("context")), L = int(p.integer("layers"));
   std::unique_ptr<kvf::Case> c;
   double est_s = 0;
+  const bool mma_attention = !p.has(kAttentionAxis) || p[kAttentionAxis] == "mma";
   if (env.gpu) {
 #if defined(KVF_HAVE_CUDA)
     const double need = double(dc::gpu::PrefillGpu::device_bytes(m, T, N));
@@ -116,8 +117,7 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
       return kvf::skipped_case("", {}, m.name + " T " + i2s(T) + " N " + i2s(N) + ": the prefill chunk needs " +
                                            kvf::format_bytes(need) + " of device memory, more than the " +
                                            kvf::format_bytes(env.usable_bytes) + " usable");
-    c = std::make_unique<PrefillGpu>(env, m, T, N, L, kvf::study::launch_of(p),
-                                     !p.has(kAttentionAxis) || p[kAttentionAxis] == "mma");
+    c = std::make_unique<PrefillGpu>(env, m, T, N, L, kvf::study::launch_of(p), mma_attention);
 #endif
   } else {
     c = std::make_unique<PrefillCpu>(env, m, T, N, L);
@@ -133,10 +133,10 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   c->cold = false;  // weights exceed the LLC/L2; compute bound
   if (env.gpu) {
     // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on tensor cores too (its kernel unmeasured when
-    // written: 150 TFLOP/s, a guess; the CUDA-core kernel reached ~27 on an H200), plus the counters phases after the
-    // hot samples (8 + 64 + 8 steps).
+    // written: 150 TFLOP/s, a guess) or on CUDA cores (~15 TFLOP/s, ~27 on an H200), plus the counters phases after
+    // the hot samples (8 + 64 + 8 steps).
     const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
-    const double t = (c->flops - attn) / 400e12 + attn / 150e12 + L * 100e-6;
+    const double t = (c->flops - attn) / 400e12 + attn / (mma_attention ? 150e12 : 15e12) + L * 100e-6;
     est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
     c->note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention kernels/decode/prefill_attn_gpu.cu (the "
                "after-measure note names its kernel)";
