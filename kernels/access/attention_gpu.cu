@@ -123,6 +123,19 @@ using ptx::cp_async_wait;
 using ptx::ldsm_x4;
 using ptx::ldsm_x4_trans;
 
+// Where a CTA of the split kernels works (grid: splits x (kv heads x head groups) x batch): split sp, kv head h,
+// batch b, and bq0 = b hq + its first query head (head group hg of GB heads).
+struct CtaAt {
+  std::uint32_t sp, h, b;
+  std::uint64_t bq0;
+};
+template <int GB>
+__device__ __forceinline__ CtaAt cta_at(const Args& a) {
+  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
+  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
+  return {blockIdx.x, h, blockIdx.z, static_cast<std::uint64_t>(blockIdx.z) * a.hq + qh0};
+}
+
 // Dynamic shared memory of the smem-ring kernels (AttnLoads::smem): the ring [S][K, V][U][kThreads] of 16-byte
 // slots, reused by the epilogue after the token loop.
 extern __shared__ __align__(16) uint4 attn_dyn_smem[];
@@ -325,12 +338,7 @@ __device__ __forceinline__ void attn_split_body(const std::uint16_t* __restrict_
   constexpr std::uint32_t kStep = static_cast<std::uint32_t>(TPC) * U;
   const int grp = attn_group_of_thread(D, threadIdx.x, EB);
   const int sub = attn_sub_of_thread(D, threadIdx.x, EB);
-  const std::uint32_t sp = blockIdx.x;
-  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
-  const std::uint32_t b = blockIdx.z;
-  const std::uint32_t G = a.hq / a.hkv;
-  const std::uint32_t qh0 = h * G + hg * GB;
-  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  const auto [sp, h, b, bq0] = cta_at<GB>(a);
 
   constexpr bool kF8 = T == DType::fp8_e4m3;
   constexpr bool kRing = S > 0;
@@ -791,11 +799,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_kernel(const std::uint16
   static_assert(T != DType::fp8_e4m3 && GB <= 8, "mma: 16-bit K/V, at most 8 heads per CTA");
   constexpr int KS = D / 16;  // k-steps of QK
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const std::uint32_t sp = blockIdx.x;
-  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
-  const std::uint32_t b = blockIdx.z;
-  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
-  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  const auto [sp, h, b, bq0] = cta_at<GB>(a);
   MmaWarpRing<D, 2, kMmaStages, MmaChunk16<D>> ring(a, k, v, idx, b, h, sp);
   ring.prologue(a);
   // The query heads as A fragments (unscaled 16-bit; the scale is applied to S in fp32).
@@ -889,11 +893,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_mma_fp8_kernel(const std::ui
   constexpr int KP = D / 32;  // k-step pairs of QK
   constexpr int NT = D / 8;   // n-tiles of PV
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const std::uint32_t sp = blockIdx.x;
-  const std::uint32_t h = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
-  const std::uint32_t b = blockIdx.z;
-  const std::uint32_t qh0 = h * (a.hq / a.hkv) + hg * GB;
-  const std::uint64_t bq0 = static_cast<std::uint64_t>(b) * a.hq + qh0;
+  const auto [sp, h, b, bq0] = cta_at<GB>(a);
   MmaWarpRing<D, 1, kMmaFp8Stages, MmaChunkFp8<D>> ring(a, k, v, idx, b, h, sp);
   ring.prologue(a);
   // The query heads as f16 A fragments in fp8_q_dim's order, row g scaled by 2^qe (exact; the quad's max).
