@@ -555,7 +555,7 @@ void ModelPrefillGpu::upload_layer(const ModelLayerHost& w, cudaStream_t s) {
 }
 
 const char* ModelPrefillGpu::attention_kernel() const {
-  return prefill_attention_kernel_name(elems::pf_plan(impl_->T, 0, impl_->Hkv, impl_->Hq / impl_->Hkv, 1).kernel);
+  return prefill_attention_kernel_name(elems::kPfDefaultKernel);  // layer_chunk's plans take the default
 }
 
 void ModelPrefillGpu::layer_chunk(int t0, cudaStream_t s) {

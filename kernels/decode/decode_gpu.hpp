@@ -116,7 +116,7 @@ class ModelPrefillGpu {
   std::vector<float> hidden_rows(int r0, int n, cudaStream_t s) const;
   void kv(int n, std::vector<std::uint16_t>& k, std::vector<std::uint16_t>& v, cudaStream_t s) const;
   std::vector<std::uint16_t> q_rows(int i0, int n, cudaStream_t s) const;
-  const char* attention_kernel() const;  // the causal attention's kernel in words (the tensor-core one)
+  const char* attention_kernel() const;  // the causal attention's kernel in words (kPfDefaultKernel)
   static std::size_t device_bytes(const md::ModelShape& m, int T, int cap, int sm_count);
 
  private:

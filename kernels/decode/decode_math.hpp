@@ -99,20 +99,20 @@ inline constexpr int kPfMinSplitKeys = 256;   // keys per split at least (8 key 
 struct PfRow {
   int t, hq;
 };
-KVF_FHD int pf_tile_tokens(int G) { return kPfRows / G; }
-KVF_FHD PfRow pf_row(int tile, int r, int hk, int G) {
-  return {tile * pf_tile_tokens(G) + r / G, hk * G + r % G};
-}
 
-// The tensor-core kernel (PfKernel::mma, sm_80+): tiles of kPfMmaRows query rows in the same order (row r: token
-// tile * (kPfMmaRows / G) + r / G, head hk * G + r % G), one warp per 16 rows, keys in tiles of kPfMmaKeys.
+// The tensor-core kernel (PfKernel::mma, sm_80+, the default): tiles of kPfMmaRows query rows in the same order (row
+// r: token tile * (kPfMmaRows / G) + r / G, head hk * G + r % G), one warp per 16 rows, keys in tiles of kPfMmaKeys.
 enum class PfKernel { cuda_core, mma };
+inline constexpr PfKernel kPfDefaultKernel = PfKernel::mma;
 inline constexpr int kPfMmaRows = 64, kPfMmaKeys = 64, kPfMmaWarps = kPfMmaRows / 16;
 KVF_FHD int pf_rows_per_tile(PfKernel k) { return k == PfKernel::mma ? kPfMmaRows : kPfRows; }
 KVF_FHD PfRow pf_row_of(PfKernel k, int tile, int r, int hk, int G) {
   const int tt = pf_rows_per_tile(k) / G;
   return {tile * tt + r / G, hk * G + r % G};
 }
+// The CUDA-core kernel's tiles.
+KVF_FHD int pf_tile_tokens(int G) { return pf_rows_per_tile(PfKernel::cuda_core) / G; }
+KVF_FHD PfRow pf_row(int tile, int r, int hk, int G) { return pf_row_of(PfKernel::cuda_core, tile, r, hk, G); }
 // Byte offset of 16-byte chunk c (8 dims) of key row r in a [rows][D] bf16 tile of shared memory: chunk c ^ (r & 7)
 // of the row, so the 8 rows one ldmatrix matrix reads (the same chunk column) fall on 8 different 16-byte bank groups.
 KVF_FHD int pf_mma_chunk(int D, int r, int c) { return (r * (D / 8) + (c ^ (r & 7))) * 16; }
@@ -230,9 +230,9 @@ KVF_FHD float pf_merge(const float* o, const float* ml, int splits, std::int64_t
 // stays for comparison.
 struct PfPlan {
   int tile_tokens = 0, tiles = 0, splits = 1;
-  PfKernel kernel = PfKernel::mma;
+  PfKernel kernel = kPfDefaultKernel;
 };
-inline PfPlan pf_plan(int T, int N, int Hkv, int G, int sm_count, PfKernel kernel = PfKernel::mma) {
+inline PfPlan pf_plan(int T, int N, int Hkv, int G, int sm_count, PfKernel kernel = kPfDefaultKernel) {
   PfPlan p;
   p.kernel = kernel;
   p.tile_tokens = pf_rows_per_tile(p.kernel) / G;
