@@ -23,6 +23,7 @@
 #include "run_console.hpp"
 #include "run_flags.hpp"
 #include "run_plan.hpp"
+#include "run_placement.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
 
@@ -87,10 +88,12 @@ nlohmann::json flags_json() {
 }
 
 // Runs one planned study into its directory; returns its exit code (timed_out when --time-limit stopped it).
-int run_study(const StudyPlan& s, const DevicePlan& d, double limit_s, RunConsole& console, bool* timed_out) {
+int run_study(const StudyPlan& s, const DevicePlan& d, const PlacementChoice& placement, double limit_s,
+              RunConsole& console, bool* timed_out) {
   auto args = s.args;  // the stream study's carries its case filter (run_plan.cpp)
   args.insert(args.end(), {"--out", d.out});
   ProcessIo io;
+  io.env = placement.env;
   io.relay = [&console](int fd, const std::string& line) { console.relay(fd, line); };
   io.progress = [&console](const std::string& line) { console.progress_line(line); };
   io.tick = [&console] { console.tick(); };
@@ -124,6 +127,20 @@ int do_run(const RunOptions& o, const std::string& command) {
     print_list(plans, o);
     return kExitOk;
   }
+  // One thread placement for the whole run, chosen before the first study (its calibration beside the results).
+  const bool cpu_figures =
+      std::any_of(plans.begin(), plans.end(), [](const DevicePlan& d) { return d.backend == "cpu"; });
+  // The stream bench's --size as it will get it: flags after -- first, its own --stream.size after them.
+  std::string stream_size;
+  for (std::size_t i = 0; i < o.pass.size(); ++i)
+    if (o.pass[i] == "--size" && i + 1 < o.pass.size()) stream_size = o.pass[i + 1];
+    else if (o.pass[i].rfind("--size=", 0) == 0) stream_size = o.pass[i].substr(7);
+  if (const std::string own = study_flag_value("stream", "size"); !own.empty()) stream_size = own;
+  const PlacementChoice placement =
+      choose_thread_placement(o.thread_placement, cpu_figures, o.quick, stream_size, plans.front().out + "/thread_placement",
+                              [&console](const std::string& l) { console.say(l); });
+  if (stop_signal()) return console.clear(), stopped_by_signal(plans.front().out);
+  console.say("kvf run: " + placement.line());
 
   std::vector<PlannedStudy> planned;
   std::vector<double> est;
@@ -160,7 +177,8 @@ int do_run(const RunOptions& o, const std::string& command) {
                       {"study_flags", flags_json()},
                       {"flags_every_study", o.pass},
                       {"stream_case_filter", d.stream_filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.stream_filter)},
-                      {"plan_notes", d.notes}};
+                      {"plan_notes", d.notes},
+                      {"thread_placement", placement.json()}};
     });
     console.say("kvf run: " + std::to_string(d.studies.size()) + " studies, estimated " + clock_text(device_est) +
                 "; results in " + d.out);
@@ -173,7 +191,7 @@ int do_run(const RunOptions& o, const std::string& command) {
       console.begin_study(i);
       if (share_s > 0) console.say("kvf run: " + planned[i].label + " stops after " + std::to_string(int(share_s)) + " s (its share of --time-limit)");
       bool timed_out = false;
-      const int rc = run_study(s, d, share_s, console, &timed_out);
+      const int rc = run_study(s, d, placement, share_s, console, &timed_out);
       console.end_study(rc, timed_out);
       if (stop_signal()) return console.clear(), stopped_by_signal(d.out);
       if (timed_out) {
@@ -272,6 +290,19 @@ void add_run(CLI::App& app) {
                        : "'" + v + "': must be a number of seconds in 1..86400";
           },
           "SECONDS"));
+  sub->add_option("--thread-placement", o->thread_placement,
+                  "where the benches' OpenMP threads run: auto (calibrate where the host has more than one NUMA node "
+                  "or L3 domain and no study is --quick, else leave the environment as it is), calibrate (a stream "
+                  "read under each of inherit, close and spread, best of 2, before the first study; a placement is "
+                  "taken over inherit only when >= 5% faster), inherit, close or spread (OMP_PROC_BIND, "
+                  "OMP_PLACES=cores). Recorded in meta.json (kvf_run.thread_placement; each study's machine_load)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v == "auto" || v == "calibrate" || v == "inherit" || v == "close" || v == "spread"
+                       ? std::string{}
+                       : "'" + v + "' is not a thread placement; allowed: " + std::string(kThreadPlacementModes);
+          },
+          "MODE"));
   sub->add_option("args", o->pass, "after --: flags given to every bench binary (e.g. -- --budget 1)");
   sub->positionals_at_end();
   sub->callback([o, sub] {
@@ -293,6 +324,7 @@ void add_run(CLI::App& app) {
     if (o->gpu_sweep) cmd += " --gpu-sweep";
     if (sub->count("--time-limit") > 0) cmd += " --time-limit " + std::to_string(o->time_limit_s);
     if (!o->out.empty()) cmd += " --out " + o->out;
+    if (sub->count("--thread-placement") > 0) cmd += " --thread-placement " + o->thread_placement;
     for (const auto& f : study_flags()) cmd += " " + f.typed;
     if (!o->pass.empty()) cmd += " --";
     for (const auto& p : o->pass) cmd += " " + p;

@@ -23,6 +23,7 @@ struct RunOptions {
   bool gpu_sweep = false;
   double time_limit_s = 0;  // 0: none
   std::string out;
+  std::string thread_placement = "auto";  // run_placement.hpp
   std::vector<std::string> pass;  // after "--": given to every bench binary
 };
 

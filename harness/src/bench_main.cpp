@@ -76,9 +76,10 @@ double load_average_1m() {
 // What a reader needs to judge a shared machine: the load and the OpenMP wait policy the process started with
 // (libgomp reads it at load time; spinning workers of an idle team take cores from other threads on a loaded box),
 // and where its threads may run: the CPUs the process is allowed (taskset, a cgroup) and the OpenMP binding
-// (OMP_PROC_BIND/OMP_PLACES as set, omp_get_proc_bind() as the runtime took them). The suite leaves placement
-// to them (the CPU arms run one thread per allowed CPU); a bandwidth figure from a multi-socket host reads
-// differently with threads spread or packed, so the row's directory says which.
+// (OMP_PROC_BIND/OMP_PLACES as set, omp_get_proc_bind() as the runtime took them). A bench run alone leaves
+// placement to them (the CPU arms run one thread per allowed CPU); kvf run sets them, one placement per run
+// chosen on the host (--thread-placement, kvf/thread_placement.hpp). A bandwidth figure from a multi-socket host
+// reads differently with threads spread or packed, so the row's directory says which.
 nlohmann::json machine_load_json() {
   auto env = [](const char* n) -> nlohmann::json {
     const char* v = std::getenv(n);

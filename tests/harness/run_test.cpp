@@ -2,6 +2,7 @@
 // an interrupted run.
 #include <gtest/gtest.h>
 
+#include "kvf/thread_placement.hpp"
 #include "run_util.hpp"
 
 using namespace kvf::test::run;
@@ -527,4 +528,121 @@ TEST(KvfRunIssue16, ProgressLineInPlaceOnATerminal) {
   EXPECT_TRUE(has(text, " case runs, ")) << text;
   EXPECT_TRUE(has(text, "\r\033[Kkvf run: finished in ")) << "the progress line is erased before the summary: " << text;
   EXPECT_FALSE(has(text, "  ETA ")) << "a bench's own [i/n] line: " << text;
+}
+
+// ---- issue 14: one thread placement per kvf run, chosen on the host it runs on and handed to every bench.
+namespace {
+const std::vector<std::string> kTinyStream = {"--stream.case-filter", "^read", "--", "--size", "1MiB", "--budget",
+                                              "0.01", "--warmup", "0"};
+// OMP_PROC_BIND as this test process has it (what an inherited placement passes on), null when unset
+nlohmann::json user_bind() {
+  const char* v = std::getenv("OMP_PROC_BIND");
+  return v ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+Output run_placement(const fs::path& d, const std::string& mode, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> a = {KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--out", d.string()};
+  if (!mode.empty()) a.insert(a.end(), {"--thread-placement", mode});
+  a.insert(a.end(), kTinyStream.begin(), kTinyStream.end());
+  return run_both(a, env);
+}
+}  // namespace
+
+TEST(KvfRunThreadPlacement, AGivenPlacementReachesTheBenchesAndIsRecorded) {
+  const auto d = fresh_dir("placement_close");
+  const Output r = run_placement(d, "close");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "kvf run: thread placement: close OMP_PROC_BIND=close OMP_PLACES=cores: as given")) << r.err;
+  const auto meta = read_meta(d);
+  const auto& tp = meta["kvf_run"]["thread_placement"];
+  EXPECT_EQ(tp["requested"], "close");
+  EXPECT_EQ(tp["choice"], "close");
+  EXPECT_EQ(tp["env"], nlohmann::json::array({"OMP_PROC_BIND=close", "OMP_PLACES=cores"}));
+  EXPECT_FALSE(tp.contains("calibration")) << tp;
+  EXPECT_FALSE(fs::exists(d / "thread_placement"));
+  // what the bench's OpenMP runtime took
+  const auto& ml = meta["studies"]["stream"]["machine_load"];
+  EXPECT_EQ(ml["OMP_PROC_BIND"], "close") << ml;
+  EXPECT_EQ(ml["OMP_PLACES"], "cores") << ml;
+  EXPECT_EQ(ml["omp_proc_bind"], "close") << ml;
+  EXPECT_GE(ml["omp_num_places"].get<int>(), 1) << ml;
+}
+
+TEST(KvfRunThreadPlacement, CalibrateMeasuresEveryCandidateAndFollowsTheRule) {
+  const auto d = fresh_dir("placement_calibrate");
+  const Output r = run_placement(d, "calibrate");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto meta = read_meta(d);
+  const auto& tp = meta["kvf_run"]["thread_placement"];
+  ASSERT_TRUE(tp.contains("calibration")) << tp;
+  const auto& cal = tp["calibration"];
+  EXPECT_EQ(cal["size"], "1MiB") << "the stream study's own --size";
+  EXPECT_EQ(cal["rounds"], 2);
+  std::vector<std::pair<std::string, double>> best;
+  for (const char* name : kvf::kThreadPlacements) {
+    const auto& v = cal["stream_read_gbps"][name];
+    ASSERT_EQ(v.size(), 2u) << cal;
+    double b = 0;
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_GT(v[round].get<double>(), 0) << cal;
+      b = std::max(b, v[round].get<double>());
+      // each run's own results, hot rows of the read arm only
+      const fs::path run = d / "thread_placement" / (std::string(name) + "-" + std::to_string(round + 1));
+      const kvf::CsvTable t = kvf::read_csv_table((run / "cases.csv").string());
+      ASSERT_FALSE(t.rows.empty()) << run;
+      for (std::size_t i = 0; i < t.rows.size(); ++i) {
+        EXPECT_EQ(t.at(i, "mode"), "hot");
+        EXPECT_EQ(t.at(i, "op"), "read");
+      }
+      std::ifstream in(run / "meta.json");
+      const auto rm = nlohmann::json::parse(in);
+      const auto& env = rm["studies"]["stream"]["machine_load"]["OMP_PROC_BIND"];
+      EXPECT_EQ(env, std::string(name) == "inherit" ? user_bind() : nlohmann::json(name)) << run;
+    }
+    best.push_back({name, b});
+  }
+  const kvf::PlacementPick p = kvf::pick_thread_placement(best, 0.05);
+  EXPECT_EQ(tp["choice"], p.choice) << tp;
+  EXPECT_EQ(tp["env"], nlohmann::json(kvf::thread_placement_env(p.choice)));
+  EXPECT_TRUE(has(tp["reason"].get<std::string>(), p.why)) << tp;
+  const auto& ml = meta["studies"]["stream"]["machine_load"];
+  EXPECT_EQ(ml["OMP_PROC_BIND"], p.choice == "inherit" ? user_bind() : nlohmann::json(p.choice)) << ml;
+}
+
+TEST(KvfRunThreadPlacement, AutoKeepsWhatTheUserSetAndSaysWhy) {
+  const auto d = fresh_dir("placement_user");
+  const Output r = run_placement(d, "", {"OMP_PROC_BIND=spread"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto meta = read_meta(d);
+  const auto& tp = meta["kvf_run"]["thread_placement"];
+  EXPECT_EQ(tp["requested"], "auto");
+  EXPECT_EQ(tp["choice"], "inherit");
+  EXPECT_TRUE(tp["env"].empty());
+  EXPECT_FALSE(tp.contains("calibration"));
+  EXPECT_TRUE(has(tp["reason"].get<std::string>(), "set in the environment (OMP_PROC_BIND=spread): kept")) << tp;
+  EXPECT_EQ(meta["studies"]["stream"]["machine_load"]["omp_proc_bind"], "spread");
+}
+
+TEST(KvfRunThreadPlacement, AutoCalibratesOnlyWherePlacementCanMatter) {
+  if (std::getenv("OMP_PROC_BIND") || std::getenv("OMP_PLACES")) GTEST_SKIP() << "OMP_PROC_BIND/OMP_PLACES set here";
+  const auto d = fresh_dir("placement_auto");
+  const Output r = run_placement(d, "");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto meta = read_meta(d);
+  const auto& tp = meta["kvf_run"]["thread_placement"];
+  const kvf::CpuDomains dom = kvf::cpu_domains();
+  EXPECT_EQ(tp.contains("calibration"), dom.numa_nodes > 1 || dom.l3_domains > 1) << tp;
+  if (dom.numa_nodes <= 1 && dom.l3_domains <= 1) {
+    EXPECT_EQ(tp["choice"], "inherit");
+    EXPECT_TRUE(has(tp["reason"].get<std::string>(), "one NUMA node and ")) << tp;
+  }
+  // --quick never calibrates unless asked
+  const auto q = fresh_dir("placement_quick");
+  std::vector<std::string> a = {KVF_CLI, "run", "--quick", "--study", "stream", "--backend", "cpu", "--out", q.string()};
+  a.insert(a.end(), kTinyStream.begin(), kTinyStream.end());
+  const Output rq = run_both(a);
+  ASSERT_EQ(rq.rc, 0) << rq.err;
+  const auto qmeta = read_meta(q);
+  const auto& tq = qmeta["kvf_run"]["thread_placement"];
+  EXPECT_FALSE(tq.contains("calibration")) << tq;
+  EXPECT_EQ(tq["choice"], "inherit");
 }

@@ -161,6 +161,7 @@ void load_meta(ResultSet& rs, const fs::path& d) {
       rs.compute_units =
           static_cast<int>(json_integer(dev, "compute_units", src, "device.compute_units", 0, 1 << 20).value_or(0));
     }
+    std::vector<std::string> bound;  // the studies' omp_proc_bind values
     if (meta.contains("studies") && meta["studies"].is_object()) {
       for (auto it = meta["studies"].begin(); it != meta["studies"].end(); ++it) {
         rs.studies_run.push_back(it.key());
@@ -174,6 +175,8 @@ void load_meta(ResultSet& rs, const fs::path& d) {
           if (s.contains(k) && s[k].is_object()) {
             const auto& ml = s[k];
             const std::string mk = key + "." + k;
+            if (const auto b = json_string(ml, "omp_proc_bind", src, mk + ".omp_proc_bind"))
+              if (std::find(bound.begin(), bound.end(), *b) == bound.end()) bound.push_back(*b);
             if (auto l = json_number(ml, "loadavg_1m", src, mk + ".loadavg_1m", 0, 1e6))
               rs.max_load = std::max(rs.max_load, *l);
             if (auto h = json_integer(ml, "hardware_threads", src, mk + ".hardware_threads", 0, 1 << 20))
@@ -186,6 +189,21 @@ void load_meta(ResultSet& rs, const fs::path& d) {
         rs.runs.push_back({it.key(), json_string(s, "command", src, key + ".command").value_or(""), st, a, b,
                            rs.git_sha, ""});
       }
+    }
+    if (meta.contains("kvf_run") && meta["kvf_run"].is_object() && meta["kvf_run"].contains("thread_placement") &&
+        meta["kvf_run"]["thread_placement"].is_object()) {
+      const auto& tp = meta["kvf_run"]["thread_placement"];
+      const std::string tk = "kvf_run.thread_placement";
+      rs.thread_placement = json_string(tp, "choice", src, tk + ".choice").value_or("?");
+      std::string env;
+      if (tp.contains("env") && tp["env"].is_array())
+        for (const auto& e : tp["env"])
+          if (e.is_string()) env += (env.empty() ? "" : " ") + e.get<std::string>();
+      if (!env.empty()) rs.thread_placement += " (" + env + ")";
+      if (tp.contains("calibration")) rs.thread_placement += ", calibrated";
+    } else if (!bound.empty()) {
+      rs.thread_placement = "omp_proc_bind";
+      for (std::size_t i = 0; i < bound.size(); ++i) rs.thread_placement += (i ? " / " : " ") + bound[i];
     }
     if (rs.started.empty()) rs.started = json_string(meta, "created_utc", src, "created_utc").value_or("");
     read_sources(rs, meta, src);

@@ -70,7 +70,7 @@ std::string provenance(Ctx& cx) {
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
-               "samples", "counters", "1-min load (max) / hw threads"});
+               "samples", "counters", "1-min load (max) / hw threads", "thread placement"});
   int i = 0;
   for (const auto& r : cx.sets)
     s += row({std::to_string(++i), txt(r.dir), lbl(r), txt(r.backend), r.has_meta ? txt(r.suite_version) : "-",
@@ -80,7 +80,8 @@ std::string section_inputs(Ctx& cx) {
               r.has_counters ? std::to_string(r.counters.size()) : "missing",
               r.max_load < 0 ? "-"
                              : fmt(r.max_load) +
-                                   (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : "")});
+                                   (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : ""),
+              r.thread_placement.empty() ? "-" : txt(r.thread_placement)});
   s += "\n" + provenance(cx);
   s += "### What is missing\n\n";
   bool any = false;

@@ -70,6 +70,10 @@ struct ResultSet {
   int compute_units = 0;  // meta.json device.compute_units (CPU cores or GPU SMs); 0 when absent
   double max_load = -1;      // highest 1-minute load average meta.json recorded (study start/end); -1: none
   int hardware_threads = 0;  // the host's hardware threads, beside it
+  // Where the benches' OpenMP threads ran: kvf run's choice (meta.json kvf_run.thread_placement: "close
+  // (OMP_PROC_BIND=close OMP_PLACES=cores), calibrated"), else what each study's OpenMP runtime took
+  // (machine_load.omp_proc_bind); "" when meta.json says neither.
+  std::string thread_placement;
   std::vector<std::string> studies_run;    // from meta.json (or cases.csv when meta.json lacks them)
   std::vector<StudyRun> runs;              // meta.json's studies (and sources), in file order
   std::vector<CaseRow> cases;

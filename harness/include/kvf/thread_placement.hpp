@@ -1,0 +1,39 @@
+// Where a run's OpenMP threads go. A placement that gains on one host loses on another (a 2-socket box reads
+// memory at very different rates with its threads packed on one socket or spread over both; a 1-socket VM does
+// not care), so `kvf run` chooses one per run, on the host it runs on (cli/run_placement.cpp: a short stream read
+// under each candidate when the host has more than one NUMA node or L3 domain), hands it to every bench through
+// OMP_PROC_BIND / OMP_PLACES, and each bench records what its OpenMP runtime took (meta.json machine_load).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvf {
+
+// The candidates, in the order a calibration measures them: inherit (the environment as it is: the OpenMP
+// runtime's default, or what the user set), close and spread (one place per core).
+inline constexpr const char* kThreadPlacements[] = {"inherit", "close", "spread"};
+// "a, b, c" of kThreadPlacements.
+std::string thread_placement_names();
+// The environment of a placement: {"OMP_PROC_BIND=close", "OMP_PLACES=cores"}; {} for inherit. Throws
+// std::invalid_argument for a name not in kThreadPlacements.
+std::vector<std::string> thread_placement_env(const std::string& name);
+
+// The host's NUMA nodes (node/online) and L3 domains (distinct shared_cpu_list of the online CPUs' level-3
+// caches) under a sysfs `system` directory. l3_domains 0: sysfs lists no L3 (some VMs); numa_nodes 1 when
+// node/online is absent.
+struct CpuDomains {
+  int numa_nodes = 1;
+  int l3_domains = 0;
+};
+CpuDomains cpu_domains(const std::string& sysfs_system = "/sys/devices/system");
+
+// The calibration's rule: `gbps` holds each candidate's stream read rate (the best of its rounds; <= 0: it
+// failed), inherit first. The fastest other candidate is taken only when it reads at least (1 + min_gain) x
+// inherit: a gain inside run-to-run noise is not a reason to pin threads. `why` says which rule decided.
+struct PlacementPick {
+  std::string choice, why;
+};
+PlacementPick pick_thread_placement(const std::vector<std::pair<std::string, double>>& gbps, double min_gain);
+
+}  // namespace kvf
