@@ -293,8 +293,8 @@ void add_run(CLI::App& app) {
   sub->add_option("--thread-placement", o->thread_placement,
                   "where the benches' OpenMP threads run: auto (calibrate where the host has more than one NUMA node "
                   "or L3 domain and no study is --quick, else leave the environment as it is), calibrate (a stream "
-                  "read under each of inherit, close and spread, best of 2, before the first study; a placement is "
-                  "taken over inherit only when >= 5% faster), inherit, close or spread (OMP_PROC_BIND, "
+                  "read under each of inherit, close and spread, 2 alternated rounds, before the first study; a placement "
+                  "is taken over inherit only when >= 5% faster in every round), inherit, close or spread (OMP_PROC_BIND, "
                   "OMP_PLACES=cores). Recorded in meta.json (kvf_run.thread_placement; each study's machine_load)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {

@@ -31,13 +31,16 @@ std::string PlacementChoice::line() const {
   std::string s = "thread placement: " + choice;
   for (const auto& e : env) s += " " + e;
   if (!gbps.empty()) {
-    s += " (stream read, best of " + std::to_string(kPlacementRounds) + ":";
+    s += " (stream read per round, GB/s:";
     for (const auto& [name, v] : gbps) {
-      char b[48];
-      std::snprintf(b, sizeof b, " %s %.1f", name.c_str(), v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()));
-      s += b;
+      s += " " + name;
+      for (std::size_t r = 0; r < v.size(); ++r) {
+        char b[24];
+        std::snprintf(b, sizeof b, "%s%.1f", r ? "/" : " ", v[r]);
+        s += b;
+      }
     }
-    s += " GB/s)";
+    s += ")";
   }
   return s + ": " + reason;
 }
@@ -122,9 +125,7 @@ PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_f
       if (stop_signal()) return c;
       v.push_back(stream_read_gbps(name, c.size, calib_dir + "/" + name + "-" + std::to_string(round + 1)));
     }
-  std::vector<std::pair<std::string, double>> best;
-  for (const auto& [name, v] : c.gbps) best.push_back({name, *std::max_element(v.begin(), v.end())});
-  const kvf::PlacementPick p = kvf::pick_thread_placement(best, kPlacementMinGain);
+  const kvf::PlacementPick p = kvf::pick_thread_placement(c.gbps, kPlacementMinGain);
   c.choice = p.choice;
   c.env = kvf::thread_placement_env(p.choice);
   const kvf::CpuDomains d = kvf::cpu_domains();

@@ -15,7 +15,7 @@ namespace kvf::cli {
 inline constexpr const char* kThreadPlacementModes = "auto, calibrate, inherit, close, spread";
 // A non-inherited placement is taken only when its stream read is this much faster.
 inline constexpr double kPlacementMinGain = 0.05;
-inline constexpr int kPlacementRounds = 2;  // each candidate measured this many times, alternated; its best kept
+inline constexpr int kPlacementRounds = 2;  // each candidate measured this many times, the candidates alternated
 
 struct PlacementChoice {
   std::string requested;          // the flag's value

@@ -57,24 +57,37 @@ CpuDomains cpu_domains(const std::string& sysfs_system) {
   return d;
 }
 
-PlacementPick pick_thread_placement(const std::vector<std::pair<std::string, double>>& gbps, double min_gain) {
-  const double base = !gbps.empty() && gbps.front().first == "inherit" ? gbps.front().second : 0;
-  const std::pair<std::string, double>* best = nullptr;
-  for (const auto& c : gbps)
-    if (c.first != "inherit" && c.second > 0 && (!best || c.second > best->second)) best = &c;
-  char buf[160];
-  if (base <= 0) {
+PlacementPick pick_thread_placement(const std::vector<std::pair<std::string, std::vector<double>>>& gbps,
+                                    double min_gain) {
+  const std::vector<double>* base = !gbps.empty() && gbps.front().first == "inherit" ? &gbps.front().second : nullptr;
+  const bool base_ok = base && std::any_of(base->begin(), base->end(), [](double x) { return x > 0; });
+  char buf[200];
+  if (!base_ok) {
+    const std::pair<std::string, std::vector<double>>* best = nullptr;
+    double best_v = 0;
+    for (const auto& c : gbps)
+      for (const double x : c.second)
+        if (c.first != "inherit" && x > best_v) best_v = x, best = &c;
     if (!best) return {"inherit", "no candidate measured: left as it is"};
-    std::snprintf(buf, sizeof buf, "inherit not measured: the fastest measured one (%.1f GB/s)", best->second);
+    std::snprintf(buf, sizeof buf, "inherit not measured: the fastest run's placement (%.1f GB/s)", best_v);
     return {best->first, buf};
   }
-  if (best && best->second >= (1 + min_gain) * base) {
-    std::snprintf(buf, sizeof buf, "%.2fx the inherited placement's read rate (>= %.2fx needed)", best->second / base,
-                  1 + min_gain);
-    return {best->first, buf};
+  std::string choice = "inherit";
+  double choice_ratio = 0;  // its smallest ratio to inherit over the rounds
+  for (const auto& c : gbps) {
+    if (c.first == "inherit" || c.second.size() != base->size()) continue;
+    double worst = 1e300;
+    for (std::size_t r = 0; r < base->size(); ++r)
+      worst = std::min(worst, (*base)[r] > 0 && c.second[r] > 0 ? c.second[r] / (*base)[r] : 0.0);
+    if (worst >= 1 + min_gain && worst > choice_ratio) choice = c.first, choice_ratio = worst;
   }
-  std::snprintf(buf, sizeof buf, "no candidate read >= %.2fx the inherited placement's rate%s", 1 + min_gain,
-                best ? "" : " (none other measured)");
+  if (choice != "inherit") {
+    std::snprintf(buf, sizeof buf, "read >= %.2fx the inherited placement's rate in every round (>= %.2fx needed)",
+                  choice_ratio, 1 + min_gain);
+    return {choice, buf};
+  }
+  std::snprintf(buf, sizeof buf, "no candidate read >= %.2fx the inherited placement's rate in every round",
+                1 + min_gain);
   return {"inherit", buf};
 }
 

@@ -71,20 +71,25 @@ TEST(ThreadPlacement, DomainsOfOneSocketWithTwoL3sAndOfABareVm) {
   EXPECT_EQ(kvf::cpu_domains((bare / "absent").string()).l3_domains, 0);
 }
 
-TEST(ThreadPlacement, PickTakesAnotherPlacementOnlyPastTheMinimumGain) {
-  using G = std::vector<std::pair<std::string, double>>;
-  // within 5%: inherit stays, whichever is fastest
-  EXPECT_EQ(kvf::pick_thread_placement(G{{"inherit", 50}, {"close", 51}, {"spread", 52.4}}, 0.05).choice, "inherit");
-  // past it: the fastest
-  const kvf::PlacementPick p = kvf::pick_thread_placement(G{{"inherit", 50}, {"close", 60}, {"spread", 55}}, 0.05);
+TEST(ThreadPlacement, PickTakesAnotherPlacementOnlyWhenItGainsInEveryRound) {
+  using G = std::vector<std::pair<std::string, std::vector<double>>>;
+  auto pick = [](const G& g) { return kvf::pick_thread_placement(g, 0.05); };
+  // within 5% in some round: inherit stays, whichever is fastest
+  EXPECT_EQ(pick(G{{"inherit", {50, 50}}, {"close", {51, 51}}, {"spread", {52.4, 53}}}).choice, "inherit");
+  // a large gain in one round only (a noisy run) is not enough
+  EXPECT_EQ(pick(G{{"inherit", {50, 50}}, {"close", {70, 50.5}}, {"spread", {40, 40}}}).choice, "inherit");
+  // past it in every round: the one whose smallest ratio is largest
+  const kvf::PlacementPick p = pick(G{{"inherit", {50, 40}}, {"close", {60, 50}}, {"spread", {65, 44}}});
   EXPECT_EQ(p.choice, "close");
   EXPECT_NE(p.why.find("1.20x"), std::string::npos) << p.why;
-  EXPECT_EQ(kvf::pick_thread_placement(G{{"inherit", 50}, {"close", 52.5}, {"spread", 40}}, 0.05).choice, "close");
-  // a failed candidate is never taken; a failed inherit leaves the fastest measured one
-  EXPECT_EQ(kvf::pick_thread_placement(G{{"inherit", 50}, {"close", -1}, {"spread", -1}}, 0.05).choice, "inherit");
-  EXPECT_EQ(kvf::pick_thread_placement(G{{"inherit", -1}, {"close", 40}, {"spread", 45}}, 0.05).choice, "spread");
-  EXPECT_EQ(kvf::pick_thread_placement(G{{"inherit", -1}, {"close", -1}, {"spread", -1}}, 0.05).choice, "inherit");
-  EXPECT_EQ(kvf::pick_thread_placement(G{}, 0.05).choice, "inherit");
+  EXPECT_EQ(pick(G{{"inherit", {50, 40}}, {"close", {52.5, 42}}, {"spread", {30, 30}}}).choice, "close");
+  // paired by round: a slow second round for every candidate does not hide a steady gain
+  EXPECT_EQ(pick(G{{"inherit", {60, 30}}, {"close", {66, 33}}, {"spread", {58, 29}}}).choice, "close");
+  // a failed run disqualifies its candidate; a failed inherit leaves the fastest measured run's candidate
+  EXPECT_EQ(pick(G{{"inherit", {50, 50}}, {"close", {80, -1}}, {"spread", {-1, -1}}}).choice, "inherit");
+  EXPECT_EQ(pick(G{{"inherit", {-1, -1}}, {"close", {40, 41}}, {"spread", {45, 30}}}).choice, "spread");
+  EXPECT_EQ(pick(G{{"inherit", {-1, -1}}, {"close", {-1, -1}}, {"spread", {-1, -1}}}).choice, "inherit");
+  EXPECT_EQ(pick(G{}).choice, "inherit");
 }
 
 }  // namespace

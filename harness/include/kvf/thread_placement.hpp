@@ -28,12 +28,15 @@ struct CpuDomains {
 };
 CpuDomains cpu_domains(const std::string& sysfs_system = "/sys/devices/system");
 
-// The calibration's rule: `gbps` holds each candidate's stream read rate (the best of its rounds; <= 0: it
-// failed), inherit first. The fastest other candidate is taken only when it reads at least (1 + min_gain) x
-// inherit: a gain inside run-to-run noise is not a reason to pin threads. `why` says which rule decided.
+// The calibration's rule: `gbps` holds each candidate's stream read rate per round (the rounds alternate the
+// candidates; <= 0: that run failed), inherit first. Another candidate is taken only when it reads at least
+// (1 + min_gain) x inherit in every round (paired: a slow phase of a shared host hits both of a round's runs; a
+// gain inside run-to-run noise is no reason to pin threads); of several, the one with the largest smallest ratio.
+// Where inherit failed in every round, the fastest run's candidate. `why` says which rule decided.
 struct PlacementPick {
   std::string choice, why;
 };
-PlacementPick pick_thread_placement(const std::vector<std::pair<std::string, double>>& gbps, double min_gain);
+PlacementPick pick_thread_placement(const std::vector<std::pair<std::string, std::vector<double>>>& gbps,
+                                    double min_gain);
 
 }  // namespace kvf
