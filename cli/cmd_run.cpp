@@ -137,7 +137,8 @@ int do_run(const RunOptions& o, const std::string& command) {
     else if (o.pass[i].rfind("--size=", 0) == 0) stream_size = o.pass[i].substr(7);
   if (const std::string own = study_flag_value("stream", "size"); !own.empty()) stream_size = own;
   const PlacementChoice placement =
-      choose_thread_placement(o.thread_placement, cpu_figures, o.quick, stream_size, plans.front().out + "/thread_placement",
+      choose_thread_placement(o.thread_placement, cpu_figures, o.quick, stream_size,
+                              plans.front().out + "/thread_placement",
                               [&console](const std::string& l) { console.say(l); });
   if (stop_signal()) return console.clear(), stopped_by_signal(plans.front().out);
   console.say("kvf run: " + placement.line());
@@ -293,9 +294,10 @@ void add_run(CLI::App& app) {
   sub->add_option("--thread-placement", o->thread_placement,
                   "where the benches' OpenMP threads run: auto (calibrate where the host has more than one NUMA node "
                   "or L3 domain and no study is --quick, else leave the environment as it is), calibrate (a stream "
-                  "read under each of inherit, close and spread, 2 alternated rounds, before the first study; a placement "
-                  "is taken over inherit only when >= 5% faster in every round), inherit, close or spread (OMP_PROC_BIND, "
-                  "OMP_PLACES=cores). Recorded in meta.json (kvf_run.thread_placement; each study's machine_load)")
+                  "read under each of inherit, close and spread, 2 alternated rounds, before the first study; a "
+                  "placement is taken over inherit only when >= 5% faster in every round), inherit, close or spread "
+                  "(OMP_PROC_BIND, OMP_PLACES=cores). Recorded in meta.json (kvf_run.thread_placement; each study's "
+                  "machine_load)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             return v == "auto" || v == "calibrate" || v == "inherit" || v == "close" || v == "spread"

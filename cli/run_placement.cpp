@@ -50,14 +50,17 @@ namespace {
 // One calibration run: the stream study's read arm (the ceiling the CPU rows are stated against), hot only, under
 // the placement's environment; the best read rate of its rows, or -1 when it failed.
 double stream_read_gbps(const std::string& placement, const std::string& size, const std::string& out) {
+  // A bench appends to a results directory: an earlier calibration's rows there (a second run into the same --out)
+  // are replaced, not read as this one's.
+  std::error_code ec;
+  std::filesystem::remove_all(out, ec);
   ProcessIo io;
   std::string sink_out, sink_err;
   io.out = &sink_out;
   io.err = &sink_err;
   io.env = kvf::thread_placement_env(placement);
   const int rc = run_process({bench_path("stream").string(), "--backend", "cpu", "--arms", "read", "--no-cold",
-                              "--warmup", "1", "--budget", "0.3", "--size", size,
-                              "--out", out},
+                              "--warmup", "1", "--budget", "0.3", "--size", size, "--out", out},
                              io);
   if (rc != 0) return -1;
   double best = -1;
@@ -118,8 +121,8 @@ PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_f
                : stream_size;
   c.dir = calib_dir;
   for (const char* name : kvf::kThreadPlacements) c.gbps.push_back({name, {}});
-  say("kvf run: thread placement: calibrating: a stream read of " + c.size + " under " + kvf::thread_placement_names() + ", " + std::to_string(kPlacementRounds) + " rounds, into " +
-      calib_dir);
+  say("kvf run: thread placement: calibrating: a stream read of " + c.size + " under " +
+      kvf::thread_placement_names() + ", " + std::to_string(kPlacementRounds) + " rounds, into " + calib_dir);
   for (int round = 0; round < kPlacementRounds; ++round)
     for (auto& [name, v] : c.gbps) {
       if (stop_signal()) return c;

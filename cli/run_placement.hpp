@@ -18,14 +18,14 @@ inline constexpr double kPlacementMinGain = 0.05;
 inline constexpr int kPlacementRounds = 2;  // each candidate measured this many times, the candidates alternated
 
 struct PlacementChoice {
-  std::string requested;          // the flag's value
+  std::string requested;           // the flag's value
   std::string choice = "inherit";  // a name of kvf::kThreadPlacements
-  std::vector<std::string> env;   // what every bench gets ("OMP_PROC_BIND=close", ...)
+  std::vector<std::string> env;    // what every bench gets ("OMP_PROC_BIND=close", ...)
   std::string reason;
   // calibration: per candidate the stream read rate of each round (GB/s; -1: that run failed)
   std::vector<std::pair<std::string, std::vector<double>>> gbps;
   std::string size;  // the calibration's stream array (bench_stream --size)
-  std::string dir;             // where its runs' results are kept
+  std::string dir;   // where its runs' results are kept
   nlohmann::json json() const;
   std::string line() const;  // "thread placement: close (...)" for the console
 };

@@ -66,6 +66,7 @@ ResultSet hostile_set(const std::vector<std::string>& texts, const std::string& 
   rs.has_meta = true;
   rs.suite_version = "0.1.0";
   rs.git_sha = texts.at(9);
+  rs.thread_placement = texts.at(1) + texts.at(10) + texts.at(9);  // meta.json kvf_run.thread_placement
   rs.missing = {"study " + texts.at(3) + ": status 'running'"};
   rs.warnings = {"cases.csv:7: torn last row " + texts.at(9) + " left out"};
   int n = 0;
@@ -310,14 +311,14 @@ TEST(Untrusted, MarkdownAndHtmlEscapeInputText) {
     EXPECT_NE(line.rfind("system", 0), 0u) << line;
     EXPECT_EQ(line.find('\r'), std::string::npos) << line;
   }
-  // The inputs table keeps its 12 columns with | in the label: 13 unescaped bars per row.
+  // The inputs table keeps its 13 columns with | in the label and the thread placement: 14 unescaped bars per row.
   const auto at = md.find("| 1 | ");
   ASSERT_NE(at, std::string::npos);
   const std::string row = md.substr(at, md.find('\n', at) - at);
   std::size_t bars = 0;
   for (std::size_t i = 0; i < row.size(); ++i)
     if (row[i] == '|' && (i == 0 || row[i - 1] != '\\')) ++bars;
-  EXPECT_EQ(bars, 13u) << row;
+  EXPECT_EQ(bars, 14u) << row;
   // The warnings the loader read around are listed beside what is missing.
   EXPECT_NE(md.find("### Input warnings"), std::string::npos);
   EXPECT_NE(md.find("cases.csv:7: torn last row \\<script\\>alert(1)\\</script\\> left out"), std::string::npos);
