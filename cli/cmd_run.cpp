@@ -23,6 +23,7 @@
 #include "run_console.hpp"
 #include "run_flags.hpp"
 #include "run_plan.hpp"
+#include "kvf/thread_placement.hpp"
 #include "run_placement.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
@@ -123,13 +124,19 @@ int do_run(const RunOptions& o, const std::string& command) {
     console.say("kvf run: " + (d.label.empty() ? "" : d.label + ": ") + d.backend_note);
     for (const auto& n : d.notes) console.say(d.label.empty() ? n : "kvf run: " + d.label + ": " + n.substr(9));
   }
-  if (o.list) {
-    print_list(plans, o);
-    return kExitOk;
-  }
   // One thread placement for the whole run, chosen before the first study (its calibration beside the results).
   const bool cpu_figures =
       std::any_of(plans.begin(), plans.end(), [](const DevicePlan& d) { return d.backend == "cpu"; });
+  if (o.list) {
+    print_list(plans, o);
+    const PlacementChoice p = plan_thread_placement(o.thread_placement, cpu_figures, o.quick);
+    std::printf("%s\n", p.calibrate ? ("thread placement: calibrated before the first study (" + p.reason +
+                                       "): a stream read under each of " + kvf::thread_placement_names() + ", " +
+                                       std::to_string(kPlacementRounds) + " rounds")
+                                          .c_str()
+                                    : p.line().c_str());
+    return kExitOk;
+  }
   // The stream bench's --size as it will get it: flags after -- first, its own --stream.size after them.
   std::string stream_size;
   for (std::size_t i = 0; i < o.pass.size(); ++i)

@@ -77,9 +77,7 @@ double stream_read_gbps(const std::string& placement, const std::string& size, c
 
 }  // namespace
 
-PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_figures, bool quick,
-                                        const std::string& stream_size, const std::string& calib_dir,
-                                        const std::function<void(const std::string&)>& say) {
+PlacementChoice plan_thread_placement(const std::string& requested, bool cpu_figures, bool quick) {
   PlacementChoice c;
   c.requested = requested;
   if (requested != "auto" && requested != "calibrate") {
@@ -113,6 +111,19 @@ PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_f
       return c;
     }
   }
+  c.calibrate = true;
+  const kvf::CpuDomains d = kvf::cpu_domains();
+  c.reason = requested == "calibrate" ? "--thread-placement calibrate"
+                                      : std::to_string(d.numa_nodes) + " NUMA node(s), " +
+                                            std::to_string(d.l3_domains) + " L3 domain(s) in sysfs";
+  return c;
+}
+
+PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_figures, bool quick,
+                                        const std::string& stream_size, const std::string& calib_dir,
+                                        const std::function<void(const std::string&)>& say) {
+  PlacementChoice c = plan_thread_placement(requested, cpu_figures, quick);
+  if (!c.calibrate) return c;
   // Calibrate: every candidate, alternated over the rounds (a slow phase of a shared host then hits all of them).
   // The stream study's own array size where the run sets one (its ceiling is read at that size), else past the LLC.
   c.size = stream_size.empty()

@@ -22,6 +22,7 @@ struct PlacementChoice {
   std::string choice = "inherit";  // a name of kvf::kThreadPlacements
   std::vector<std::string> env;    // what every bench gets ("OMP_PROC_BIND=close", ...)
   std::string reason;
+  bool calibrate = false;  // plan_thread_placement: the candidates are to be measured
   // calibration: per candidate the stream read rate of each round (GB/s; -1: that run failed)
   std::vector<std::pair<std::string, std::vector<double>>> gbps;
   std::string size;  // the calibration's stream array (bench_stream --size)
@@ -30,6 +31,9 @@ struct PlacementChoice {
   std::string line() const;  // "thread placement: close (...)" for the console
 };
 
+// The choice as far as it is made without measuring: `calibrate` set where the candidates must be measured (then
+// `reason` says why), else the final choice (kvf run --list prints this one).
+PlacementChoice plan_thread_placement(const std::string& requested, bool cpu_figures, bool quick);
 // The choice for a run (nothing measured unless it calibrates). `cpu_figures`: some study runs on the CPU
 // backend; `stream_size`: the stream study's --size in this run ("": 2x the LLC, 256 MiB .. 1 GiB); `calib_dir`:
 // where the calibration writes one results directory per run. `say` prints a line.

@@ -565,6 +565,18 @@ TEST(KvfRunThreadPlacement, AGivenPlacementReachesTheBenchesAndIsRecorded) {
   EXPECT_EQ(ml["OMP_PLACES"], "cores") << ml;
   EXPECT_EQ(ml["omp_proc_bind"], "close") << ml;
   EXPECT_GE(ml["omp_num_places"].get<int>(), 1) << ml;
+  // --list says what the run would do, and runs nothing
+  const auto l = fresh_dir("placement_list");
+  const Output lr = run_both({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--list", "--thread-placement",
+                              "spread", "--out", l.string()});
+  ASSERT_EQ(lr.rc, 0) << lr.err;
+  EXPECT_TRUE(has(lr.out, "\nthread placement: spread OMP_PROC_BIND=spread OMP_PLACES=cores: as given")) << lr.out;
+  const Output lc = run_both({KVF_CLI, "run", "--study", "stream", "--backend", "cpu", "--list", "--thread-placement",
+                              "calibrate", "--out", l.string()});
+  ASSERT_EQ(lc.rc, 0) << lc.err;
+  EXPECT_TRUE(has(lc.out, "\nthread placement: calibrated before the first study (--thread-placement calibrate)"))
+      << lc.out;
+  EXPECT_FALSE(fs::exists(l));
 }
 
 TEST(KvfRunThreadPlacement, CalibrateMeasuresEveryCandidateAndFollowsTheRule) {
