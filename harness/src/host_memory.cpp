@@ -62,8 +62,8 @@ int count_node_list(const std::string& list) {
   return n;
 }
 
-int numa_nodes_online() {
-  std::ifstream in("/sys/devices/system/node/online");
+int numa_nodes_online(const std::string& sysfs_system) {
+  std::ifstream in(sysfs_system + "/node/online");
   std::string line;
   if (!in || !std::getline(in, line)) return 1;
   const int n = count_node_list(line);

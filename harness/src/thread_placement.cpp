@@ -37,8 +37,7 @@ std::string first_line(const std::filesystem::path& p) {
 CpuDomains cpu_domains(const std::string& sysfs_system) {
   namespace fs = std::filesystem;
   CpuDomains d;
-  const std::string nodes = first_line(fs::path(sysfs_system) / "node" / "online");
-  if (const int n = nodes.empty() ? 0 : count_node_list(nodes); n > 0) d.numa_nodes = n;
+  d.numa_nodes = numa_nodes_online(sysfs_system);
   std::set<std::string> l3;
   std::error_code ec;
   for (fs::directory_iterator it(fs::path(sysfs_system) / "cpu", ec), end; !ec && it != end; it.increment(ec)) {

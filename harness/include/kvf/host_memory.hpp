@@ -53,7 +53,7 @@ std::string thp_mode();
 // NUMA, from sysfs (no libnuma): how many nodes a list such as "0-1,3" names (0 for an empty or malformed list),
 // the nodes online (1 when unknown), and the node of a PCI device ("0000:65:00.0"; -1: none or unknown).
 int count_node_list(const std::string& list);
-int numa_nodes_online();
+int numa_nodes_online(const std::string& sysfs_system = "/sys/devices/system");  // node/online; 1 when absent
 int pci_numa_node(const std::string& sysfs_bus_id);
 // Places [p, p + bytes) (page aligned, not yet touched) on NUMA node `node` (mbind MPOL_PREFERRED: a full node
 // spills elsewhere rather than failing) and touches it so the pages are placed now. Returns false with *why set when
