@@ -19,11 +19,11 @@
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
 #include "kvf/studies.hpp"
+#include "kvf/thread_placement.hpp"
 #include "kvf/units.hpp"
 #include "run_console.hpp"
 #include "run_flags.hpp"
 #include "run_plan.hpp"
-#include "kvf/thread_placement.hpp"
 #include "run_placement.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
@@ -137,12 +137,13 @@ int do_run(const RunOptions& o, const std::string& command) {
                                     : p.line().c_str());
     return kExitOk;
   }
-  // The stream bench's --size as it will get it: flags after -- first, its own --stream.size after them.
+  // The stream bench's --size as its planned command line has it (the last one given wins), "" without one.
   std::string stream_size;
-  for (std::size_t i = 0; i < o.pass.size(); ++i)
-    if (o.pass[i] == "--size" && i + 1 < o.pass.size()) stream_size = o.pass[i + 1];
-    else if (o.pass[i].rfind("--size=", 0) == 0) stream_size = o.pass[i].substr(7);
-  if (const std::string own = study_flag_value("stream", "size"); !own.empty()) stream_size = own;
+  for (const auto& s : plans.front().studies)
+    if (s.study == "stream")
+      for (std::size_t i = 0; i < s.args.size(); ++i)
+        if (s.args[i] == "--size" && i + 1 < s.args.size()) stream_size = s.args[i + 1];
+        else if (s.args[i].rfind("--size=", 0) == 0) stream_size = s.args[i].substr(7);
   const PlacementChoice placement =
       choose_thread_placement(o.thread_placement, cpu_figures, o.quick, stream_size,
                               plans.front().out + "/thread_placement",

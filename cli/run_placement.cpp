@@ -102,20 +102,19 @@ PlacementChoice plan_thread_placement(const std::string& requested, bool cpu_fig
       c.reason = "--quick: not calibrated (--thread-placement calibrate measures it): left as it is";
       return c;
     }
-    const kvf::CpuDomains d = kvf::cpu_domains();
-    if (d.numa_nodes <= 1 && d.l3_domains <= 1) {
-      c.reason = d.l3_domains == 0 ? "one NUMA node and no L3 domains listed in sysfs: left as it is "
-                                     "(--thread-placement calibrate measures it)"
-                                   : "one NUMA node and one L3 domain: every placement reaches the same memory and "
-                                     "cache; left as it is";
-      return c;
-    }
+  }
+  const kvf::CpuDomains d = kvf::cpu_domains();
+  c.domains = std::to_string(d.numa_nodes) + " NUMA node(s), " + std::to_string(d.l3_domains) +
+              " L3 domain(s) in sysfs";
+  if (requested == "auto" && d.numa_nodes <= 1 && d.l3_domains <= 1) {
+    c.reason = d.l3_domains == 0 ? "one NUMA node and no L3 domains listed in sysfs: left as it is "
+                                   "(--thread-placement calibrate measures it)"
+                                 : "one NUMA node and one L3 domain: every placement reaches the same memory and "
+                                   "cache; left as it is";
+    return c;
   }
   c.calibrate = true;
-  const kvf::CpuDomains d = kvf::cpu_domains();
-  c.reason = requested == "calibrate" ? "--thread-placement calibrate"
-                                      : std::to_string(d.numa_nodes) + " NUMA node(s), " +
-                                            std::to_string(d.l3_domains) + " L3 domain(s) in sysfs";
+  c.reason = requested == "calibrate" ? "--thread-placement calibrate" : c.domains;
   return c;
 }
 
@@ -142,9 +141,7 @@ PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_f
   const kvf::PlacementPick p = kvf::pick_thread_placement(c.gbps, kPlacementMinGain);
   c.choice = p.choice;
   c.env = kvf::thread_placement_env(p.choice);
-  const kvf::CpuDomains d = kvf::cpu_domains();
-  c.reason = p.why + " (" + std::to_string(d.numa_nodes) + " NUMA node(s), " + std::to_string(d.l3_domains) +
-             " L3 domain(s) in sysfs)";
+  c.reason = p.why + " (" + c.domains + ")";
   return c;
 }
 

@@ -23,6 +23,7 @@ struct PlacementChoice {
   std::vector<std::string> env;    // what every bench gets ("OMP_PROC_BIND=close", ...)
   std::string reason;
   bool calibrate = false;  // plan_thread_placement: the candidates are to be measured
+  std::string domains;     // "2 NUMA node(s), 4 L3 domain(s) in sysfs" (auto and calibrate)
   // calibration: per candidate the stream read rate of each round (GB/s; -1: that run failed)
   std::vector<std::pair<std::string, std::vector<double>>> gbps;
   std::string size;  // the calibration's stream array (bench_stream --size)
