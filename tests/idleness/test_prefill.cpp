@@ -256,6 +256,27 @@ TEST(PrefillMath, PlanWithinLimits) {
 }
 
 namespace {
+// The inputs of one causal-attention case: q [T][Hq][D], k and v [Hkv][N+T][D] in bf16 (seeds seed, seed + 1,
+// seed + 2), and the kernels' score scale in the base-2 domain.
+struct CausalInputs {
+  int Hq = 0, cap = 0;
+  float scale_log2 = 0;
+  std::vector<std::uint16_t> q, k, v;
+};
+CausalInputs causal_inputs(int T, int N, int G, int Hkv, int D, std::uint64_t seed) {
+  CausalInputs in;
+  in.Hq = Hkv * G;
+  in.cap = N + T;
+  in.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
+  in.q.resize(std::size_t(T) * in.Hq * D);
+  in.k.resize(std::size_t(Hkv) * in.cap * D);
+  in.v.resize(in.k.size());
+  fr::fill_bf16_uniform(in.q.data(), in.q.size(), seed, 2.0f);
+  fr::fill_bf16_uniform(in.k.data(), in.k.size(), seed + 1, 2.0f);
+  fr::fill_bf16_uniform(in.v.data(), in.v.size(), seed + 2, 1.0f);
+  return in;
+}
+
 // Causal attention in double (row t, head h over keys 0..N+t, GQA group G) against a kernel's output out
 // [T][Hq][D]: the largest and the rms error, and the rms of the reference. q [T][Hq][D], k and v [Hkv][N+T][D], bf16.
 struct CausalErrors {
@@ -309,15 +330,13 @@ TEST(PrefillMath, KernelEmulationMatchesCausalAttention) {
   for (const el::PfKernel kernel : {el::PfKernel::cuda_core, el::PfKernel::mma})
   for (const C c : {C{5, 0, 4, 2, 64, 1}, C{37, 300, 4, 2, 128, 1}, C{37, 300, 4, 2, 128, 5}, C{70, 64, 1, 1, 64, 3},
                     C{9, 700, 16, 1, 64, 4}, C{40, 33, 8, 2, 128, 2}}) {
-    const int Hq = c.Hkv * c.G, cap = c.N + c.T, D = c.D;
-    std::vector<std::uint16_t> q(std::size_t(c.T) * Hq * D), k(std::size_t(c.Hkv) * cap * D), v(k.size());
-    fr::fill_bf16_uniform(q.data(), q.size(), 1, 2.0f);
-    fr::fill_bf16_uniform(k.data(), k.size(), 2, 2.0f);
-    fr::fill_bf16_uniform(v.data(), v.size(), 3, 1.0f);
+    const CausalInputs in = causal_inputs(c.T, c.N, c.G, c.Hkv, c.D, 1);
+    const int Hq = in.Hq, cap = in.cap, D = c.D;
+    const auto &q = in.q, &k = in.k, &v = in.v;
     auto Q = [&](int t, int h, int d) { return fr::bf16_to_f32(q[(std::size_t(t) * Hq + h) * D + d]); };
     auto K = [&](int h, int p, int d) { return fr::bf16_to_f32(k[(std::size_t(h) * cap + p) * D + d]); };
     auto V = [&](int h, int p, int d) { return fr::bf16_to_f32(v[(std::size_t(h) * cap + p) * D + d]); };
-    const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
+    const float scale_log2 = in.scale_log2;
     el::PfPlan p = el::pf_plan(c.T, c.N, c.Hkv, c.G, 132, kernel);
     p.splits = c.splits;
     const bool mma = kernel == el::PfKernel::mma;
@@ -651,12 +670,10 @@ TEST(PrefillMath, MmaKernelLaneByLaneMatchesCausalAttention) {
   struct C { int T, N, G, Hkv, D, splits; };
   for (const C c : {C{37, 300, 4, 2, 128, 1}, C{40, 33, 8, 2, 128, 3}, C{9, 700, 16, 1, 64, 4}, C{70, 64, 1, 1, 64, 3},
                     C{5, 0, 4, 1, 128, 1}, C{100, 0, 2, 1, 64, 2}}) {
-    const int Hq = c.Hkv * c.G, cap = c.N + c.T, D = c.D;
-    std::vector<std::uint16_t> q(std::size_t(c.T) * Hq * D), k(std::size_t(c.Hkv) * cap * D), v(k.size());
-    fr::fill_bf16_uniform(q.data(), q.size(), 21, 2.0f);
-    fr::fill_bf16_uniform(k.data(), k.size(), 22, 2.0f);
-    fr::fill_bf16_uniform(v.data(), v.size(), 23, 1.0f);
-    const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
+    const CausalInputs in = causal_inputs(c.T, c.N, c.G, c.Hkv, c.D, 21);
+    const int Hq = in.Hq, cap = in.cap, D = c.D;
+    const auto &q = in.q, &k = in.k, &v = in.v;
+    const float scale_log2 = in.scale_log2;
     el::PfPlan p = el::pf_plan(c.T, c.N, c.Hkv, c.G, 132, el::PfKernel::mma);
     p.splits = c.splits;
     const std::int64_t rows = std::int64_t(c.T) * Hq;
