@@ -36,8 +36,8 @@ struct PlacementChoice {
 // `reason` says why), else the final choice (kvf run --list prints this one).
 PlacementChoice plan_thread_placement(const std::string& requested, bool cpu_figures, bool quick);
 // The choice for a run (nothing measured unless it calibrates). `cpu_figures`: some study runs on the CPU
-// backend; `stream_size`: the stream study's --size in this run ("": 2x the LLC, 256 MiB .. 1 GiB); `calib_dir`:
-// where the calibration writes one results directory per run. `say` prints a line.
+// backend; `stream_size`: the stream bench's --size in this run ("": none, or no stream study; then 2x the LLC,
+// 256 MiB .. 1 GiB); `calib_dir`: where the calibration writes one results directory per run. `say` prints a line.
 PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_figures, bool quick,
                                         const std::string& stream_size, const std::string& calib_dir,
                                         const std::function<void(const std::string&)>& say);
