@@ -27,23 +27,22 @@ void gather(const void* pool, const GatherGeom& g, unsigned long long* sum, int 
 // the split kernel writes the output either way.
 enum class AttnMerge { kernel, fused };
 // The kernel, named by how K/V rows reach the math (results/gpu/H200-2026-11-27 measured all three):
-//   best (the default): mma for 16-bit K/V, smem for fp8, the fastest of each; plan_attention resolves it.
+//   best (the default): mma, the fastest for every K/V type measured (H200, 2026-11-27: bf16 and fp8);
+//     plan_attention resolves it.
 //   mma: QK and PV on tensor cores (mma.sync m16n8k16, the CTA's query heads as rows), K/V
 //     through a warp-private cp.async ring and ldmatrix; on the H200 0.97-1.45x smem's speed (median 1.12x; the
 //     token arm at large budgets slightly slower), 1.8x where few CTAs run. fp8 e4m3 (sm_89+): each lane converts
-//     its own fragment bytes to f16 instead of ldmatrix (attn_fp8.hpp); not yet measured.
+//     its own fragment bytes to f16 instead of ldmatrix (attn_fp8.hpp); on the H200 1.07-1.24x smem's speed
+//     (dense 4K-256K, results/gpu/H200-2026-11-27b).
 //   smem: CUDA-core math, K/V cp.async'd into a ring of shared-memory stages, ring_stages - 1 steps in flight per
 //     CTA (sm_80+; each thread reads back only its own slots); on the H200 0.99-1.19x regs' speed, 1.37-1.45x
 //     where few CTAs run.
 //   regs: CUDA-core math, 16-byte loads straight into registers, the next step's issued during this step's
 //     math (at most one step in flight per CTA): the kernel of the H100 runs, kept as the control.
 enum class AttnLoads { regs, smem, mma, best };
-// best as a kernel: mma for 16-bit K/V, smem for fp8 (its tensor-core kernel, attn_mma_fp8_kernel, is not yet
-// measured on a GPU); other values as they are.
-inline AttnLoads resolve_loads(AttnLoads l, DType t) {
-  if (l != AttnLoads::best) return l;
-  return t == DType::fp8_e4m3 ? AttnLoads::smem : AttnLoads::mma;
-}
+// best as a kernel: mma for every K/V type (attn_mma_kernel for 16-bit, attn_mma_fp8_kernel for fp8); other values
+// as they are. Kept a function of the type: a part where another kernel wins gets its own case here.
+inline AttnLoads resolve_loads(AttnLoads l, DType) { return l == AttnLoads::best ? AttnLoads::mma : l; }
 inline const char* to_string(AttnLoads l) {
   return l == AttnLoads::regs ? "regs" : l == AttnLoads::smem ? "smem" : l == AttnLoads::mma ? "mma" : "best";
 }

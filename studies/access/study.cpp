@@ -176,9 +176,9 @@ class AccessStudy final : public Study {
                "value (default auto)");
     flags.list("--attn-merge", attn_merge_, "GPU attention: how the splits merge, fused (the last CTA of an item) "
                "or kernel (a second kernel); a list gives a row per value (default fused)");
-    flags.list("--attn-loads", attn_loads_, "GPU attention kernel: auto (mma for 16-bit K/V, smem for fp8: the "
-               "fastest of each measured), mma (QK and PV on tensor cores, K/V through a warp ring; fp8 converted "
-               "to f16 in registers, not yet measured), smem (CUDA-core math, cp.async into a ring of shared-memory "
+    flags.list("--attn-loads", attn_loads_, "GPU attention kernel: auto (mma: the fastest for "
+               "bf16, fp16 and fp8 measured), mma (QK and PV on tensor cores, K/V through a warp ring; fp8 converted "
+               "to f16 in registers), smem (CUDA-core math, cp.async into a ring of shared-memory "
                "stages) or regs (CUDA-core math, 16-byte loads straight into registers, one step in flight); a list "
                "gives a row per value, `/<value>` in the name except auto's (default auto)");
     flags.list("--reuse-steps", reuse_, "decode steps a routed selection is reused for, 1..1048576; the route "

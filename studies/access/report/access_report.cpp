@@ -247,7 +247,7 @@ std::string attention_kernels(ReportContext& cx) {
   if (table.empty()) return "";
   return "### GPU attention kernels side by side\n\nThe same attention row timed with each kernel asked for "
          "(`--attn-loads`): mma (tensor cores), smem (CUDA-core math, K/V through a shared-memory ring), regs "
-         "(CUDA-core math, K/V straight into registers), and auto (the default: mma for 16-bit K/V, smem for fp8; "
+         "(CUDA-core math, K/V straight into registers), and auto (the default: mma for every K/V type; "
          "its note names the kernel). Medians in microseconds, matched on every other column and the mode.\n\n" +
          header({"device", "configuration", "mode", "auto (us)", "mma (us)", "smem (us)", "regs (us)", "fastest"}) +
          table + "\n";
