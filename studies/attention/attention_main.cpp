@@ -263,9 +263,11 @@ int run(const Flags& f) {
     std::fprintf(stderr, "%s: the prefill runs on the GPU: the time above is the CPU pass's (the needle decode and the "
                  "figures stay on the CPU); the device memory is checked when the pass starts\n", kProg);
   kvf::attention::check_memory(est, avail, rs);
-  std::fprintf(stderr, "%s: figures (on the CPU, after the pass): about %.3g s for %d layers (one layer of %u keys "
-               "timed here: %.3g s, scaled to %d keys)\n", kProg, figures_est_s, figure_layers, figures_calib_keys,
-               figures_one_s, C);
+  const bool beside = f.figures_during_pass == "on" || (f.figures_during_pass == "auto" && gpu);
+  std::fprintf(stderr, "%s: figures (on the CPU, %s): about %.3g s for %d layers (one layer of %u keys "
+               "timed here: %.3g s, scaled to %d keys)\n", kProg,
+               beside ? "beside the pass: what outlasts it adds to the run" : "after the pass", figures_est_s,
+               figure_layers, figures_calib_keys, figures_one_s, C);
   if (!answer.empty()) {
     // All decodes at once from the prefill's K/V: one pass over the weights per answer token after the first.
     const std::size_t decodes = 1 + 2 * kvf::attention::decode_budgets(C, f.blocks, f.keeps).size();
@@ -287,7 +289,6 @@ int run(const Flags& f) {
   fo.chunk = f.chunk;
   fo.queries = f.queries;
   fo.capture_layers = capture;
-  const bool beside = f.figures_during_pass == "on" || (f.figures_during_pass == "auto" && gpu);
   std::optional<kvf::attention::FiguresDuringPass> during;
   if (beside) {
     during.emplace(qo);

@@ -250,6 +250,11 @@ TEST(BenchAttention, FiguresDuringThePassEqualFiguresAfterIt) {
   const auto mb = nlohmann::json::parse(std::ifstream(beside / "meta.json"));
   EXPECT_EQ(ma["figures_during_pass"], false);
   EXPECT_EQ(mb["figures_during_pass"], true);
+  // The estimate line says where the figures run.
+  EXPECT_NE(ra.err.find("figures (on the CPU, after the pass): about"), std::string::npos) << ra.err;
+  EXPECT_NE(rb.err.find("figures (on the CPU, beside the pass: what outlasts it adds to the run): about"),
+            std::string::npos)
+      << rb.err;
 }
 
 TEST(BenchAttention, EstimateOnlyWritesNothing) {
