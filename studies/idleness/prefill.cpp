@@ -132,9 +132,9 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   c->note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
   c->cold = false;  // weights exceed the LLC/L2; compute bound
   if (env.gpu) {
-    // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on tensor cores too (its kernel unmeasured when
-    // written: 150 TFLOP/s, a guess) or on CUDA cores (~15 TFLOP/s, ~27 on an H200), plus the counters phases after
-    // the hot samples (8 + 64 + 8 steps).
+    // GEMMs on the tensor pipe (~400 TFLOP/s achieved), attention on tensor cores too (H200: 233-260 TFLOP/s after
+    // 8K-32K keys, 48 with none; 150 taken) or on CUDA cores (~15 TFLOP/s, ~27 on an H200), plus the counters phases
+    // after the hot samples (8 + 64 + 8 steps).
     const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
     const double t = (c->flops - attn) / 400e12 + attn / (mma_attention ? 150e12 : 15e12) + L * 100e-6;
     est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
