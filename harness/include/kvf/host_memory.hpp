@@ -38,6 +38,13 @@ class HostArray {
   T* data() { return p_; }
   const T* data() const { return p_; }
   std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](std::size_t i) { return p_[i]; }
+  const T& operator[](std::size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
 
  private:
   std::size_t n_ = 0;

@@ -226,6 +226,9 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
   // synchronized with before the stage is filled again).
   LayerHost stage[2];
   stage[0].fill(ck, 0);
+  // A captured layer's K/V come back into these (bf16, 128 MiB at 32K for an 8B model), kept across layers so their
+  // pages are faulted in once, not once per layer.
+  std::vector<std::uint16_t> kb, vb;
   tick(0, false);
   for (int l = 0; l < m.layers; ++l) {
     const LayerHost& w = stage[l % 2];
@@ -257,7 +260,6 @@ ForwardResult forward_gpu(const Checkpoint& ck, const std::vector<std::int32_t>&
     read_next();
     tick(2, true);
     if (c >= 0) {
-      std::vector<std::uint16_t> kb, vb;
       gpu.kv(C, kb, vb, s);
       const std::size_t n = kb.size(), at = std::size_t(c) * n;
       frontier::bf16_to_f32(kb.data(), cap_.k.data() + at, n);

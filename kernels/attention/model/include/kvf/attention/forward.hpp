@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvf/attention/checkpoint.hpp"
+#include "kvf/host_memory.hpp"
 
 namespace kvf::attention {
 
@@ -40,7 +41,9 @@ struct SelectionMask {
 struct AttentionCapture {
   int q_heads = 0, kv_heads = 0, head_dim = 0, queries = 0, context = 0;
   std::vector<int> layer_ids;
-  std::vector<float> probs, q, k, v;
+  // Huge-page host arrays, zero-filled by every thread (init_capture): an 8B model's capture at 32K is 10 GiB, and
+  // a std::vector's serial zero-fill faulted it in 4 KiB at a time on one core.
+  HostArray<float> probs, q, k, v;
   const float* probs_at(int c, int hq, int m) const {
     return probs.data() + ((std::size_t(c) * q_heads + hq) * queries + m) * context;
   }
