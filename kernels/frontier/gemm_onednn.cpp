@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "kvf/host_memory.hpp"
 #include "recompute.hpp"
 
 namespace kvf::frontier {
@@ -19,18 +20,15 @@ struct OnednnGemm::State {
   dnnl::matmul prim;
 };
 
-PackArena::~PackArena() { std::free(p_); }
+PackArena::~PackArena() { host_free(p_, n_); }
 
 void* PackArena::reserve(std::size_t bytes) {
   if (bytes <= n_) return p_;
-  std::free(p_);
-  constexpr std::size_t kPage = 4096;
-  n_ = (bytes + kPage - 1) / kPage * kPage;
-  p_ = std::aligned_alloc(kPage, n_);
-  if (!p_) {
-    n_ = 0;
-    throw std::bad_alloc();
-  }
+  host_free(p_, n_);
+  p_ = nullptr;
+  n_ = 0;
+  p_ = host_alloc(bytes, true);  // 2 MiB aligned; huge pages where the OS grants them
+  n_ = bytes;
   return p_;
 }
 

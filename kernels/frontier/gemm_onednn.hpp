@@ -16,7 +16,8 @@ namespace kvf::frontier {
 // Caller-owned memory a product packs its weights into, reused by the next product once the last is gone: a
 // model's layers packed one after another then touch the same pages. Fresh pages fault once each, and that
 // cost more than the packing itself (a 2-vCPU Zen 5 VM: 224 MB took 0.98 s to zero and 0.76 s to pack into new
-// pages). Page-aligned; grows when a product needs more; one live product per arena.
+// pages). From kvf::host_alloc: 2 MiB aligned, huge pages where the OS grants them (a fault per 2 MiB, not per
+// 4 KiB); grows when a product needs more; one live product per arena.
 class PackArena {
  public:
   PackArena() = default;

@@ -51,7 +51,7 @@ struct Proj {
 // sizes): the stacked bf16 rows and, per projection, where oneDNN packs them. Fresh pages per layer cost more than
 // the copy and the packing (frontier::PackArena).
 struct WeightStage {
-  std::vector<std::uint16_t> rows;
+  HostArray<std::uint16_t> rows;  // grows to the largest product, 2 MiB pages where the OS grants them
   frontier::PackArena packed[4];  // qkv, o, gate/up, down
 };
 
@@ -68,7 +68,7 @@ Proj make_proj(const std::vector<TensorView>& parts, int M, int K, WeightStage& 
   }
   std::size_t row = 0;
   if (all_bf16) {
-    ws.rows.resize(std::size_t(p.N) * K);
+    if (ws.rows.size() < std::size_t(p.N) * K) ws.rows = HostArray<std::uint16_t>(std::size_t(p.N) * K);
     detail::stack_bf16(parts, ws.rows.data());
     p.bf = std::make_unique<Bf16Gemm>(M, p.N, K, ws.rows.data(), &arena);
   } else {
