@@ -711,10 +711,15 @@ TEST(ReportAccess, AttentionKernelsOfOneShapeSitSideBySide) {
   add("attn/dense/64K/regs", "regs", "65536", "hot", 104);  // another mode: alone, not listed
   add("attn/dense/4K", "auto", "4096", "cold", 17);         // one kernel: not listed
   add("attn/dense/128K", "", "131072", "cold", 500);       // a CPU row: no loads column
+  add("attn/dense/256K", "auto", "262144", "cold", 298);
+  add("attn/dense/256K/smem", "smem", "262144", "cold", 341);
   ReportOptions o;
   o.charts = false;
   const std::string md = render_markdown({rs}, o, {});
   EXPECT_NE(md.find("### GPU attention kernels side by side"), std::string::npos) << md;
+  // Shapes in context order (as numbers: 65536 before 262144, which a byte order would reverse).
+  EXPECT_NE(md.find("| H (cuda) | attn/dense/256K | cold | 298 | - | 341 | - | auto |"), std::string::npos) << md;
+  EXPECT_LT(md.find("| H (cuda) | attn/dense/64K | cold |"), md.find("| H (cuda) | attn/dense/256K | cold |")) << md;
   EXPECT_NE(md.find("| H (cuda) | attn/dense/64K | cold | 85 | 86 | 98 | - | auto |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| H (cuda) | attn/dense/64K | hot |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| H (cuda) | attn/dense/4K |"), std::string::npos) << md;

@@ -207,6 +207,33 @@ std::string dense_controls(ReportContext& cx) {
          "prefetch reads the pattern faster than the plain loop) or what its compute costs.\n\n" + t;
 }
 
+// a < b with runs of digits compared as numbers ("ctx=4096" before "ctx=65536"), so shapes list in context order;
+// strings equal that way ("07" and "7") fall back to byte order, so no two keys are equivalent.
+bool natural_less(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      const std::size_t i0 = i, j0 = j;
+      while (i < a.size() && digit(a[i])) ++i;
+      while (j < b.size() && digit(b[j])) ++j;
+      std::string x = a.substr(i0, i - i0), y = b.substr(j0, j - j0);
+      x.erase(0, std::min(x.find_first_not_of('0'), x.size()));
+      y.erase(0, std::min(y.find_first_not_of('0'), y.size()));
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  if (a.size() - i != b.size() - j) return a.size() - i < b.size() - j;
+  return a < b;
+}
+struct NaturalLess {
+  bool operator()(const std::string& a, const std::string& b) const { return natural_less(a, b); }
+};
+
 // GPU attention rows of one shape measured with several kernels (--attn-loads: auto, mma, smem, regs; the column is
 // absent on CPU rows): their medians side by side, each row matched on every other column and the mode, so a
 // kernel's gain is read within one run. "" where no shape has two kernels.
@@ -214,7 +241,8 @@ std::string attention_kernels(ReportContext& cx) {
   static const char* const kLoads[] = {"auto", "mma", "smem", "regs"};
   std::string table;
   for (const auto& rs : cx.sets) {
-    std::map<std::string, std::map<std::string, const CaseRow*>> by_shape;  // shape -> loads -> row
+    // shape -> loads -> row, shapes in natural order (contexts and sizes as numbers)
+    std::map<std::string, std::map<std::string, const CaseRow*>, NaturalLess> by_shape;
     for (const auto* r : rs.rows("access")) {
       const std::string loads = r->param("loads");
       if (loads.empty() || !r->median_s || !r->invalid.empty()) continue;
