@@ -3,8 +3,6 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <cstdlib>
-#include <new>
 #include <stdexcept>
 
 #include "kvf/host_memory.hpp"

@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <span>
 #include <cstdio>
+#include <span>
 
 #include "kvf/attention/forward.hpp"
 #include "kvf/attention/run_estimate.hpp"
