@@ -102,6 +102,26 @@ TEST(AttentionSafetensors, F16Widening) {
   EXPECT_TRUE(std::isnan(f16_to_f32(0x7e00)));
 }
 
+// A zero-element tensor is legal safetensors; widening it writes nothing and may be handed a null buffer (the
+// fuzzer found memcpy(nullptr, p, 0) here, UB that UBSan reports: tests/fuzz/regressions/fuzz_safetensors).
+TEST(AttentionSafetensors, ZeroElementTensorsWidenToNothing) {
+  const std::string json = R"({"f":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                           R"("b":{"dtype":"BF16","shape":[4,0],"data_offsets":[0,0]}})";
+  std::string img(8, '\0');
+  const std::uint64_t n = json.size();
+  std::memcpy(img.data(), &n, 8);
+  img += json;
+  const auto h = parse(img);
+  for (const char* name : {"f", "b"}) {
+    const TensorInfo* t = h.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->numel(), 0) << name;
+    const TensorView v{t, reinterpret_cast<const std::uint8_t*>(img.data()) + img.size(), "x.safetensors"};
+    to_f32(v, static_cast<float*>(nullptr));
+    to_bf16(v, static_cast<std::uint16_t*>(nullptr));
+  }
+}
+
 TEST(AttentionSafetensors, TruncatedAndOddFiles) {
   const fs::path d = test::fresh_dir("trunc");
   test::TinySpec s;

@@ -202,7 +202,8 @@ void to_f32(const TensorView& v, float* out, std::int64_t first, std::int64_t n)
       }
       return;
     case Dtype::f32:
-      std::memcpy(out, p, std::size_t(n) * 4);
+      // A zero-element tensor is legal and its caller's buffer may then be null: memcpy(nullptr, p, 0) is UB.
+      if (n > 0) std::memcpy(out, p, std::size_t(n) * 4);
       return;
     default:
       throw UsageError(tensor_where(v.file, v.info->name) + ": dtype " + dtype_name(v.info->dtype) +
@@ -214,7 +215,7 @@ void to_f32(const TensorView& v, float* out) { to_f32(v, out, 0, v.info->numel()
 
 void to_bf16(const TensorView& v, std::uint16_t* out, std::int64_t first, std::int64_t n) {
   if (v.info->dtype == Dtype::bf16) {
-    std::memcpy(out, v.data + std::size_t(first) * 2, std::size_t(n) * 2);
+    if (n > 0) std::memcpy(out, v.data + std::size_t(first) * 2, std::size_t(n) * 2);
     return;
   }
   constexpr std::int64_t kBlock = 4096;
