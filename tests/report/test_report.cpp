@@ -173,6 +173,39 @@ TEST(Report, GoldenNumbersAndDeterminism) {
   EXPECT_TRUE(fs::exists(a / "recompute_transfer_1_Llama_3_1_8B.dat"));
 }
 
+// Model names are free text: a name longer than a chart stem may be, and two names the same once cut to it,
+// each get a chart of their own (the fuzzer found the report aborting on the first).
+TEST(Report, ModelChartNamesStayPlainAndUnique) {
+  const fs::path d = tmpdir("long_model");
+  fs::copy(kFx + "/gpu", d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const std::string long_name = "Llama-3.1-8B-Instruct-with-a-fine-tune-suffix-longer-than-any-chart-name";
+  for (const char* f : {"cases.csv", "samples.csv"}) {
+    std::istringstream in(slurp(d / f));
+    std::string out, line;
+    while (std::getline(in, line)) {
+      // x rows: the long name; xq rows: another that differs only past the cut
+      const bool xq = line.find("xq/Llama-3.1-8B") != std::string::npos;
+      const std::string to = xq ? long_name + "-int4" : long_name;
+      for (std::size_t at = 0; (at = line.find("Llama-3.1-8B", at)) != std::string::npos; at += to.size())
+        line.replace(at, 12, to);
+      out += line + "\n";
+    }
+    std::ofstream(d / f, std::ios::trunc) << out;
+  }
+  const auto sets = load_all({d.string()});
+  ReportOptions o;
+  o.charts = true;
+  o.out_dir = tmpdir("long_model_out").string();
+  o.gnuplot = "/nonexistent/gnuplot";  // the chart files are written either way
+  ASSERT_NO_THROW(write_report(sets, o));
+  const std::string md = slurp(fs::path(o.out_dir) / "report.md");
+  const std::string cut = "recompute_transfer_1_Llama_3_1_8B_Instruct_with_a_fine_tune_suff";
+  ASSERT_EQ(cut.size(), 64u);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / (cut + ".gp")));
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / (cut.substr(0, 62) + "_2.gp")));
+  EXPECT_NE(md.find(long_name + "-int4"), std::string::npos);
+}
+
 TEST(Report, ChartsExistAndAreNonEmpty) {
   if (std::system("gnuplot --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const auto sets = load_all({kFx + "/gpu"});

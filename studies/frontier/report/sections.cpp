@@ -70,6 +70,23 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
   return s;
 }
 
+// A chart's file stem for one model: prefix + the model name with every other character than [A-Za-z0-9] as
+// '_', cut to the report core's 64 characters, and made unique among `taken` with a counter (model names are
+// free text: a long Hugging Face id, or two names that differ only in punctuation, must not abort the report or
+// overwrite each other's chart).
+std::string chart_stem(const std::string& prefix, const std::string& model, std::set<std::string>& taken) {
+  constexpr std::size_t kMax = 64;
+  std::string stem;
+  for (char ch : model) stem += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  if (stem.empty()) stem = "model";
+  std::string name = (prefix + stem).substr(0, kMax);
+  for (int n = 2; !taken.insert(name).second; ++n) {
+    const std::string tail = "_" + std::to_string(n);
+    name = (prefix + stem).substr(0, kMax - tail.size()) + tail;
+  }
+  return name;
+}
+
 }  // namespace
 
 // One chart per (directory, model): that model's recompute arms at one page per call against the device's own
@@ -85,17 +102,16 @@ std::string section_frontier(ReportContext& cx) {
     std::map<std::string, Line> cross;
     std::map<std::string, std::map<std::string, Line>> fetch;  // model -> fetch line per K/V bytes per token
     std::map<std::string, std::set<std::string>> drawn;
+    std::set<std::string> stems;  // chart names taken in this directory
     for (const auto& c : crossovers(rs)) {
       table += row({lbl(rs), txt(c.rec.label() + " (" + c.rec.mode + ")"), txt(c.link),
                     tokens(c.tokens.front()) + ".." + tokens(c.tokens.back()), std::to_string(c.tokens.size()), c.c.text,
                     c.dropped ? std::to_string(c.dropped) : "0"});
       if (c.rec.pages != 1 || c.link != primary) continue;
-      std::string stem;
-      for (char ch : c.rec.model) stem += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
       auto [it, fresh] = by_model.try_emplace(c.rec.model);
       Plot& p = it->second;
       if (fresh) {
-        p = Plot{"recompute_transfer_" + std::to_string(set_no) + "_" + stem,
+        p = Plot{chart_stem("recompute_transfer_" + std::to_string(set_no) + "_", c.rec.model, stems),
                  (cx.sets.size() > 1 ? rs.label + ": " : "") + c.rec.model + ", one page per call: recompute vs " + primary,
                  "tokens per page", "median time per page (us)", true, true, {}, {}};
         p.xunit = AxisUnit::tokens;
