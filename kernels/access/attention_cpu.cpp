@@ -6,7 +6,8 @@
 // fp32; the item writes a partial (m, l, acc) per query head that a merge step combines. AVX-512 path,
 // per task: QK (bf16 K: vdpbf16ps on the raw rows where cpuid has AVX512_BF16, exact products, else fp32
 // FMAs on widened rows; fp16/fp8: fp32 FMAs), four dots per
-// horizontal reduction, scores transposed into one 16-token vector per head in registers -> softmax
+// horizontal reduction (bf16 with G >= 4: two tokens x four heads per pass, each q block loaded once for both
+// K rows), scores transposed into one 16-token vector per head in registers -> softmax
 // with a degree-7 exp2, the max kept as a vector, rescale only when some head's max grew -> PV with
 // GB x DC/16 <= 16 fp32 accumulators per pass; bf16 V rows split into even/odd dims with one shift and
 // one AND per 32 elements (no widening shuffle). Software pipeline: the QK of the next task runs inside
@@ -207,6 +208,31 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
   return reduce4(a[0], a[1], a[2], a[3]);
 }
 
+#if defined(KVF_ATTN_AVX512_BF16)
+// bf16 QK of two tokens x four query heads (G >= 4): each 64-byte block of a query row, loaded once, serves both
+// K rows (qk4 loads the four q rows per token: 32 loads per token against 12 here). r0: token i, heads g..g+3;
+// r1: token i + 1.
+template <int D>
+inline void qk2x4_bf16(const std::uint16_t* kbase, const std::uint64_t* pos, int i, int g, const std::uint16_t* qb,
+                       __m128& r0, __m128& r1) {
+  const std::uint16_t* k0 = kbase + pos[i];
+  const std::uint16_t* k1 = kbase + pos[i + 1];
+  __m512 a[8];
+  for (auto& x : a) x = _mm512_setzero_ps();
+  for (int j = 0; j < D / 32; ++j) {
+    const __m512bh kv0 = (__m512bh)_mm512_loadu_si512(k0 + 32 * j);
+    const __m512bh kv1 = (__m512bh)_mm512_loadu_si512(k1 + 32 * j);
+    for (int h = 0; h < 4; ++h) {
+      const __m512bh qv = (__m512bh)_mm512_load_si512(qb + (g + h) * D + 32 * j);
+      a[h] = _mm512_dpbf16_ps(a[h], kv0, qv);
+      a[4 + h] = _mm512_dpbf16_ps(a[4 + h], kv1, qv);
+    }
+  }
+  r0 = reduce4(a[0], a[1], a[2], a[3]);
+  r1 = reduce4(a[4], a[5], a[6], a[7]);
+}
+#endif
+
 // AVX-512 work item. Tasks run in (chunk, head) order; the QK of the next task runs inside the first
 // PV pass of the current one, so the FMA pipes have independent work while a softmax chain completes.
 template <int D, int G, DType T, bool Dot, bool One>
@@ -304,6 +330,18 @@ void item_avx512_impl(const Item& it) {
     const float* q = qf + std::size_t(h) * G * D;
     const std::uint16_t* qb = qbf + std::size_t(h) * G * D;
     if constexpr (G >= 4) {
+#if defined(KVF_ATTN_AVX512_BF16)
+      if constexpr (T == DType::bf16 && Dot) {
+        if (i % 2 == 0)
+          for (int g = 0; g < G; g += 4) {
+            __m128 r0, r1;
+            qk2x4_bf16<D>(kb, p, i, g, qb, r0, r1);
+            _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], r0);
+            _mm_store_ps(&rb[g / 4][16 * ((i + 1) % 4) + 4 * ((i + 1) / 4)], r1);
+          }
+        return;
+      }
+#endif
       for (int g = 0; g < G; g += 4)
         _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T, Dot>(kb, p, i, g, q, qb));
     } else if constexpr (G == 2) {
