@@ -214,8 +214,8 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
 // r1: token i + 1. Always inlined: a call of its own would be AVX-512 code outside the dispatched kernels
 // (tests/tools/isa_audit.sh), which a build without -mavx512 otherwise emits at -O2.
 template <int D>
-__attribute__((always_inline)) inline void qk2x4_bf16(const std::uint16_t* kbase, const std::uint64_t* pos, int i, int g, const std::uint16_t* qb,
-                       __m128& r0, __m128& r1) {
+__attribute__((always_inline)) inline void qk2x4_bf16(const std::uint16_t* kbase, const std::uint64_t* pos, int i,
+                                                      int g, const std::uint16_t* qb, __m128& r0, __m128& r1) {
   const std::uint16_t* k0 = kbase + pos[i];
   const std::uint16_t* k1 = kbase + pos[i + 1];
   __m512 a[8];
