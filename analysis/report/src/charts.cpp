@@ -24,7 +24,7 @@ bool has_points(const Plot& p) {
 // Chart names become file names and gnuplot `set output` strings: the report makes them up itself
 // ("gather", "frontier_map_2"); anything else is a bug, refused before a file is named after it.
 bool safe_stem(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
+  if (name.empty() || name.size() > kMaxChartName) return false;
   for (char c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
   return true;

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace kvf::report::detail {
 
 bool has_points(const Plot& p);  // a series (not only reference lines) has a point
-bool safe_stem(const std::string& name);  // [A-Za-z0-9_-], 1 to 64 characters
+bool safe_stem(const std::string& name);  // [A-Za-z0-9_-], 1 to kMaxChartName characters
 // Writes a new file at `path`: whatever is there is unlinked first, then O_EXCL | O_NOFOLLOW. A write failure
 // is std::runtime_error (exit 1), not bad input.
 void write_new_file(const fs::path& path, const std::string& text);

@@ -71,18 +71,17 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
 }
 
 // A chart's file stem for one model: prefix + the model name with every other character than [A-Za-z0-9] as
-// '_', cut to the report core's 64 characters, and made unique among `taken` with a counter (model names are
+// '_', cut to the report core's kMaxChartName, and made unique among `taken` with a counter (model names are
 // free text: a long Hugging Face id, or two names that differ only in punctuation, must not abort the report or
 // overwrite each other's chart).
 std::string chart_stem(const std::string& prefix, const std::string& model, std::set<std::string>& taken) {
-  constexpr std::size_t kMax = 64;
   std::string stem;
   for (char ch : model) stem += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   if (stem.empty()) stem = "model";
-  std::string name = (prefix + stem).substr(0, kMax);
+  std::string name = (prefix + stem).substr(0, kMaxChartName);
   for (int n = 2; !taken.insert(name).second; ++n) {
     const std::string tail = "_" + std::to_string(n);
-    name = (prefix + stem).substr(0, kMax - tail.size()) + tail;
+    name = (prefix + stem).substr(0, kMaxChartName - tail.size()) + tail;
   }
   return name;
 }

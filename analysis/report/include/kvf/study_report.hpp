@@ -42,6 +42,7 @@ struct Line {
 };
 // Tick labels of a log2 x axis in human units: tokens 4K / 64K, bytes 512 B / 64 KiB.
 enum class AxisUnit { plain, tokens, bytes };
+inline constexpr std::size_t kMaxChartName = 64;  // a Plot's name: a file stem of [A-Za-z0-9_-], 1 to this many
 struct Plot {
   std::string name, title, xlabel, ylabel;
   bool logx = false, logy = false;
