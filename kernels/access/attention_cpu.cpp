@@ -182,7 +182,8 @@ inline __m128 qk4(const Elem<T>* kbase, const std::uint64_t* pos, int i, int g, 
   __m512 a[4];
 #if defined(KVF_ATTN_AVX512_BF16)
   if constexpr (T == DType::bf16 && Dot) {
-    // bf16 x bf16 products are exact in fp32: vdpbf16ps on the raw K row and the bf16 query.
+    // bf16 x bf16 products are exact in fp32: vdpbf16ps on the raw K row and the bf16 query (G < 4 only: with
+    // G >= 4 qk2x4_bf16 below runs instead).
     for (int x = 0; x < 4; ++x) {
       const std::uint16_t* kr = kbase + pos[i + x / HU];
       const std::uint16_t* qr = qb + (g + x % HU) * D;
@@ -340,11 +341,12 @@ void item_avx512_impl(const Item& it) {
             _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], r0);
             _mm_store_ps(&rb[g / 4][16 * ((i + 1) % 4) + 4 * ((i + 1) / 4)], r1);
           }
-        return;
-      }
+      } else
 #endif
-      for (int g = 0; g < G; g += 4)
-        _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T, Dot>(kb, p, i, g, q, qb));
+      {
+        for (int g = 0; g < G; g += 4)
+          _mm_store_ps(&rb[g / 4][16 * (i % 4) + 4 * (i / 4)], qk4<D, G, T, Dot>(kb, p, i, g, q, qb));
+      }
     } else if constexpr (G == 2) {
       if (i % 2 == 0) _mm_store_ps(&rb[0][4 * (i / 2)], qk4<D, G, T, Dot>(kb, p, i, 0, q, qb));
     } else {
