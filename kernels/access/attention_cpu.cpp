@@ -718,11 +718,15 @@ void item_avx2(const Item& it) {
                 a[x][u] = _mm256_loadu_ps(acc + (g0 + x) * D + j + 8 * u);
                 if (rescale) a[x][u] = _mm256_mul_ps(a[x][u], _mm256_set1_ps(alpha[g0 + x]));
               }
+            // One opaque base for the weights: GCC 12 (x86-64-v3) otherwise hoists the C x HU broadcast addresses
+            // into stack slots, a scalar reload before most broadcasts (the q-address note above qk2x4_bf16).
+            const float* sb = s[g0];
+            asm("" : "+r"(sb));
             for (int i = 0; i < C; ++i) {
               __m256 v[JU];
               for (int u = 0; u < JU; ++u) v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
               for (int x = 0; x < HU; ++x) {
-                const __m256 w = _mm256_broadcast_ss(&s[g0 + x][i]);
+                const __m256 w = _mm256_broadcast_ss(sb + x * C + i);
                 for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
               }
             }
