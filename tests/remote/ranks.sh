@@ -3,9 +3,10 @@
 #   shm, tcp    a quick grid over UCX_TLS=shm / tcp (tcp with 3 ranks: many-to-one, rank 2 reading beside rank 0):
 #               exit 0, every row verified, the transport named on each row;
 #               over shm the largest ceiling rows carry their ratio to ucx_perftest run on the same pair, and the
-#               granularity ordering is checked: 512 descriptors (per layer and head) vs one per 16-token page,
-#               read from cases.csv as a benchmark result with a wide margin (per-layer ratio printed; the tcp
-#               test prints TCP's)
+#               granularity rows checked for their geometry (1, 32 and 512 descriptors moving the same page
+#               bytes); the times of 512 descriptors and 32 against one are printed, not asserted (a benchmark
+#               result: a loaded 2-core CI machine gave 1.06x on the fastest samples where a quiet one gives
+#               1.5-2.4x; test_kv_descriptors checks the descriptor lists themselves)
 #   bad_input   one rank, flags that differ, no transport in common, a page larger than the pool: exit 2, one line
 #   rank_dies   rank 1 killed mid-run: rank 0 says so, exits non-zero, and the rows finished before stay
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
@@ -47,26 +48,27 @@ print(f"{len(host)} verified rows over {sys.argv[2]}, {len(gpu)} GPU-memory rows
 PY
 }
 
-# ratios LABEL CSV CASE_PREFIX [MIN]: the 16-token page as 1, 32 (per layer) and 512 (per layer and head)
-# descriptors; with MIN, 512 descriptors' fastest sample must take at least MIN times one's (a benchmark result
-# read from the CSV). The fastest samples, not the medians: another job on the machine only slows samples down,
-# so the minima keep the transport's own ratio where loaded medians do not (1.14x in one loaded CI run).
+# ratios LABEL CSV CASE_PREFIX: the 16-token page as 1, 32 (per layer) and 512 (per layer and head) descriptors,
+# medians and fastest samples (printed: a benchmark result). Each row's geometry is asserted: its descriptor count,
+# and descriptors x descriptor bytes = page bytes = bytes moved.
 ratios() {
   python3 - "$@" <<'PY' || exit 1
 import csv, sys
 label, path, prefix = sys.argv[1:4]
 table = {r["case"]: r for r in csv.DictReader(open(path)) if r["median_s"]}
+grans = {"page": 1, "layer": 32, "layer_head": 512}
+for g, n in grans.items():
+    r = table[prefix + "/" + g]
+    d, db, pb, b = (int(r[c]) for c in ("descriptors", "descriptor_bytes", "page_bytes", "bytes"))
+    assert d == n and d * db == pb == b, f"{label}: {g}: {d} descriptors of {db} B, page {pb} B, moved {b} B"
 def get(col):
-    return (float(table[prefix + "/" + g][col]) for g in ("page", "layer", "layer_head"))
+    return (float(table[prefix + "/" + g][col]) for g in grans)
 page, layer, head = get("median_s")
 print(f"{label}: 16-token page of Llama-3.1-8B (medians): 1 descriptor {page*1e6:.0f} us, 32 per layer "
       f"{layer*1e6:.0f} us ({layer/page:.2f}x), 512 per layer and head {head*1e6:.0f} us ({head/page:.2f}x)")
 page, layer, head = get("min_s")
 print(f"{label}: fastest samples: 1 descriptor {page*1e6:.0f} us, 32 per layer {layer*1e6:.0f} us "
       f"({layer/page:.2f}x), 512 per layer and head {head*1e6:.0f} us ({head/page:.2f}x)")
-if len(sys.argv) > 4:
-    need = float(sys.argv[4])
-    assert head > need * page, f"{label}: 512 descriptors' fastest sample not slower than 1's by {need}x: {head/page:.2f}x"
 PY
 }
 
@@ -84,9 +86,10 @@ shm)
   check_rows "$work/run" "memory("
   [ "$(grep -c "of ucx_perftest's" "$work/run/cases.csv")" -eq 2 ] || fail "no ucx_perftest comparison on the ceiling rows"
   grep -o "[0-9.]* of ucx_perftest's [0-9.]* GB/s" "$work/run/cases.csv"
-  # The ordering, as a benchmark result read from cases.csv with a margin: 512 descriptors per page vs one
-  # (medians 1.14x to 40x on a loaded 2-core VM; fastest samples asserted 1.1x). The per-layer ratio is printed.
-  ratios "shm (cma)" "$work/run/cases.csv" granularity/read/Llama-3.1-8B/T16/page_first 1.1
+  # The granularity rows' geometry; their times against one descriptor are printed (medians 1.14x to 40x on a
+  # loaded 2-core VM, fastest samples down to 1.06x with another test beside it).
+  ratios "shm (cma) read" "$work/run/cases.csv" granularity/read/Llama-3.1-8B/T16/page_first
+  ratios "shm (cma) write" "$work/run/cases.csv" granularity/write/Llama-3.1-8B/T16/page_first
   ;;
 tcp)
   # TCP on a small VM moves 0.07-0.3 GB/s: regions up to 1 MiB keep the run short.
