@@ -4,9 +4,13 @@
 // Two references, two tolerances (bf16 weights):
 // - kTight, against the reference that rounds the GEMM inputs to bf16 where the pass does: what is left is fp32
 //   against fp64 arithmetic, ~1e-6 of the RMS, except where the two fall on either side of a bf16 rounding
-//   boundary and one element's rounding flips (one bf16 step, 2^-8 relative, then carried on): measured up to
-//   8.4e-4 of the RMS for K and 2.1e-3 for the logits on the tied/linear variant, so 4e-3 (about 2^-8) for Q, K,
-//   V and logits, 1e-3 for probabilities.
+//   boundary and one element's rounding flips (one bf16 step, 2^-8 relative): measured up to 8.4e-4 of the RMS
+//   for K, so 4e-3 (about 2^-8) for Q, K and V, 1e-3 for probabilities. Asserted on the first layer only: a flip
+//   is carried into every later layer's inputs, where the shifted values flip more of their neighbours' roundings.
+//   How far that goes depends on the GEMM's summation order: with OpenBLAS sgemm (an AVX2 host, no oneDNN bf16)
+//   one flip in layer 0's attention output of the mask test grew to 7.2e-4 of the RMS in layer 1's K and 6.8e-3
+//   in layer 2's Q (2026-11-28, AMD EPYC Zen 3 VM), where oneDNN's bf16 matmul (Zen 5) stayed under 4e-3. The
+//   whole pass's tight figures are printed; the later layers and the logits are held to the bf16 tolerances.
 // - kProbTol / kRelTol, against the unrounded model: the bf16 rounding of every GEMM input (2^-9 relative per
 //   element) through three layers. Measured on these tiny models: probabilities up to 0.013, logits/Q/K/V up
 //   to 2.8% of their RMS; stated: 0.02 and 5%.
@@ -70,6 +74,19 @@ Errors errors(const ForwardResult& r, const ReferenceResult& ref) {
               e.logits.max_abs, e.logits.rms_ref, e.q.rel(), e.k.rel(), e.v.rel());
   return e;
 }
+// The first captured layer's probs, q, k and v (no logits): the layer no earlier rounding flip reaches.
+Errors errors_first_layer(const ForwardResult& r, const ReferenceResult& ref) {
+  const auto& c = r.capture;
+  const std::size_t probs = std::size_t(c.q_heads) * c.queries * c.context;
+  const std::size_t q = std::size_t(c.q_heads) * c.queries * c.head_dim;
+  const std::size_t kv = std::size_t(c.kv_heads) * c.context * c.head_dim;
+  auto first = [](const auto& v, std::size_t n) { return std::span(v.data(), std::min(n, v.size())); };
+  Errors e{compare(first(c.probs, probs), first(ref.probs, probs)), {}, compare(first(c.q, q), first(ref.q, q)),
+           compare(first(c.k, kv), first(ref.k, kv)), compare(first(c.v, kv), first(ref.v, kv))};
+  std::printf("layer %d: max |err|: probs %.2e, q %.2e, k %.2e, v %.2e of rms\n", c.layer_ids.at(0), e.probs.max_abs,
+              e.q.rel(), e.k.rel(), e.v.rel());
+  return e;
+}
 void expect_within(const Errors& e, double prob_tol, double rel_tol) {
   EXPECT_LE(e.probs.max_abs, prob_tol);
   EXPECT_LE(e.logits.rel(), rel_tol);
@@ -88,12 +105,15 @@ ForwardResult run(const Checkpoint& ck, const std::vector<std::int32_t>& t, int 
 }
 
 // The pass against both references: the one that rounds the GEMM inputs to bf16 where the pass does (only fp32
-// against fp64 arithmetic left: kTight), and the unrounded model (the bf16 tolerances).
+// against fp64 arithmetic left: kTight, on the first layer), and the unrounded model (the bf16 tolerances).
 ForwardResult check_both(const Checkpoint& ck, const std::vector<std::int32_t>& t, int chunk, int m,
                          const SelectionMask* mask = nullptr) {
   auto r = run(ck, t, chunk, m, mask);
-  std::printf("against the reference rounding as the pass does: ");
-  expect_within(errors(r, forward_reference(ck, t, m, mask, true)), kTightProb, kTightRel);
+  const auto rounded = forward_reference(ck, t, m, mask, true);
+  std::printf("against the reference rounding as the pass does, whole pass (printed): ");
+  errors(r, rounded);
+  std::printf("against the reference rounding as the pass does, ");
+  expect_within(errors_first_layer(r, rounded), kTightProb, kTightRel);
   std::printf("against the unrounded reference: ");
   expect_within(errors(r, forward_reference(ck, t, m, mask)), kProbTol, kRelTol);
   return r;
