@@ -523,16 +523,17 @@ void item_avx512(const Item& it) {
 
 // AVX2 + FMA + F16C path (x86-64-v3: every x86 server of the last decade; compiled when the -march baseline
 // has them, run where AVX-512 is absent or capped by KVF_CPU_ISA=avx2). Per 8-token step and head: QK as
-// fp32 FMAs, two tokens x four query heads per pass (eight independent accumulators: two FMA pipes x four
-// cycles of latency; four dependent chains left half the pipes idle); one softmax step per 8 tokens (the max,
-// exp2 and rescale of the scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7
-// GB/s on a Zen 3 core); PV with four query heads x 16 dims of accumulators in registers over the step's
-// tokens. A head's 16 tokens (one page of the paged layouts) are read before the next head's, so the rows
-// come in address order. bf16 K rows are read in place (bf16_even/odd below), V rows widened into L1 first. On a
-// 2-core Zen 3 VM (2026-11-27), against the step-by-step loop with four chains: 1.4x in a one-thread loop over 4K
-// in cache; at 64K from DRAM, alternated bench_access runs, faster in 4 of 5 against it and 5 of 5 (1.13x in
-// medians) against the same loop with V widened inside the PV. Compute and memory overlap poorly there (a
-// load-only walk of the same rows read ~16 GB/s, this loop ~8-10, its compute alone ~12-17).
+// fp32 FMAs in eight independent accumulators per pass (two FMA pipes x four cycles of latency; four dependent
+// chains left half the pipes idle): bf16 as four tokens x two query heads with q in registers, fp16/fp8 as two
+// tokens x four heads; one softmax step per 8 tokens with a lazy running max (the max, exp2 and rescale of the
+// scalar loop ran per token, 2 exp2 per (token, query head), and bound it at ~2.7 GB/s on a Zen 3 core); PV
+// with four query heads x 16 dims of accumulators in registers over the step's tokens. A head's 16 tokens (one
+// page of the paged layouts) are read before the next head's, so the rows come in address order. bf16 K and V
+// rows are read in place (bf16_even/odd below); fp16/fp8 V rows are widened into L1 first. What bounds it on
+// Zen 3 is loads as much as FMAs: that VM sustains ~1.5 256-bit loads per cycle (8 FMAs with memory operands:
+// 1.34x their time from registers; the PV as GCC had compiled it, 12 loads per 8 FMAs: 1.9-2.4x), so every
+// operand used twice is held in a register (2026-11-28: 1.26x in cache, 64K from DRAM 1.10-1.27x;
+// kernels/access/README.md).
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
 template <DType T>
@@ -564,6 +565,7 @@ inline __m256 exp2_8(__m256 x) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
+constexpr float kLazyMax = 8.0f;  // log2 units: weights up to 256 between moves of the running max
 inline float hmax8(__m256 x) {
   x = _mm256_max_ps(x, _mm256_permute2f128_ps(x, x, 1));
   x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -588,35 +590,60 @@ template <int D, int G, DType T>
 void item_avx2(const Item& it) {
   using E = Elem8<T>;
   constexpr int C = 8;               // tokens per softmax step: one vector of scores per query head
-  constexpr int HU = G < 4 ? G : 4;  // query heads per QK reduction and per PV pass
-  constexpr int TU = 8 / HU;         // tokens per QK pass
+  constexpr int HU = G < 4 ? G : 4;  // query heads per PV pass (and per QK pass of fp16/fp8)
   constexpr int JU = 8 / HU;         // 8-dim vectors per PV pass
   // bf16 K rows are read in place: a 32-bit lane holds an even element (low half) and the next odd one (high
   // half), so one 16-element load gives both as fp32 (bf16_even/odd); q, the widened V rows and the accumulators
   // are kept in the same [even 8 | odd 8] order per 16 dims (qp; vf; acc, put back in order at the end).
   constexpr bool kSplitBf16 = T == DType::bf16;
+  // Query heads and tokens per QK pass, eight accumulators either way. bf16: two heads' q (even and odd) held in
+  // registers for four tokens, 0.5 loads per FMA; four heads x two tokens left no registers for q, so each FMA
+  // read its q from memory (1.2 loads per FMA with the K row read twice), and this Zen 3 VM sustains only ~1.5
+  // 256-bit loads per cycle: 8 FMAs with memory operands took 1.34x their time from registers.
+  constexpr int HQ = kSplitBf16 ? (G < 2 ? G : 2) : HU;
+  constexpr int TQ = 8 / HQ;
   constexpr int SS = kChunk / C;  // steps per head before the next head: one 16-token page of a head
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
   const int nh = it.nh;
   const int npos = it.shared ? 1 : nh;
-  float ms[kMaxItemQHeads], ls[kMaxItemQHeads];
+  float ms[kMaxItemQHeads];
+  alignas(32) float lv[kMaxItemQHeads][8];  // l by lane
   alignas(32) float s[G][C];
-  alignas(32) float vf[C][D];
-  std::uint64_t pos[kMaxItemHeads][C * SS];
+  alignas(32) float vf[kSplitBf16 ? 1 : C][D];  // fp16/fp8 V rows widened (bf16 V is split in the PV)
+  // Token positions of this block (pos[cur]) and the next (pos[cur ^ 1], read by the far prefetch two steps
+  // ahead), by a cursor over each list's entries: one division per item, not two per token and head.
+  static_assert(C * SS == 2 * C, "the far prefetch, two steps ahead, reads the next block's positions");
+  std::uint64_t pos_blocks[2][kMaxItemHeads][C * SS];
+  const std::uint64_t span = it.sg.span;
+  std::uint64_t ce[kMaxItemHeads], cr[kMaxItemHeads];
+  for (int hp = 0; hp < npos; ++hp) ce[hp] = it.t0 / span, cr[hp] = it.t0 % span;
+  auto fill_block = [&](std::uint64_t tb, std::uint64_t (*dst)[C * SS]) {  // the block at tb < t1
+    const int n = static_cast<int>(std::min<std::uint64_t>(C * SS, it.t1 - tb));
+    for (int hp = 0; hp < npos; ++hp) {
+      for (int i = 0; i < n; ++i) {
+        dst[hp][i] = it.kl.token_off(std::uint64_t{it.list[hp][ce[hp]]} * span + cr[hp]);
+        if (++cr[hp] == span) cr[hp] = 0, ++ce[hp];
+      }
+      for (int i = n; i < C * SS; ++i) dst[hp][i] = dst[hp][n - 1];  // past the item's end (weight 0 below)
+    }
+  };
+  int cur = 0;
+  fill_block(it.t0, pos_blocks[0]);
   auto acc_of = [&](int h) { return it.state + std::size_t(h) * G * (D + 32); };
   for (int h = 0; h < nh; ++h) {
     std::fill(acc_of(h), acc_of(h) + G * D, 0.0f);
-    for (int g = 0; g < G; ++g) ms[h * G + g] = kNegBig, ls[h * G + g] = 0.0f;
+    for (int g = 0; g < G; ++g) ms[h * G + g] = kNegBig;
   }
+  std::fill(&lv[0][0], &lv[0][0] + nh * G * 8, 0.0f);
   // q of every head with each 16-element block split into its even and odd elements (the bf16 QK below).
   alignas(32) float qp[kSplitBf16 ? kMaxItemQHeads * D : 1];
   if constexpr (kSplitBf16)
     for (int r = 0; r < nh * G; ++r) to_pairs(it.q + r * D, qp + r * D, D, 8);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C * SS) {
-    for (int hp = 0; hp < npos; ++hp)
-      for (int i = 0; i < C * SS; ++i)  // past the item's end: its last token again (weight 0 below)
-        pos[hp][i] = it.kl.token_off(it.sg.token(it.list[hp], std::min<std::uint64_t>(t0 + i, it.t1 - 1)));
+  for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C * SS, cur ^= 1) {
+    if (t0 + C * SS < it.t1) fill_block(t0 + C * SS, pos_blocks[cur ^ 1]);
+    const auto& pos = pos_blocks[cur];
+    const auto& pos_next = pos_blocks[cur ^ 1];
     for (int h = 0; h < nh; ++h) {
       for (int ss = 0; ss < SS && t0 + ss * C < it.t1; ++ss) {
         const std::uint64_t t = t0 + ss * C;
@@ -627,14 +654,14 @@ void item_avx2(const Item& it) {
         const E* vb = static_cast<const E*>(it.vb[h]);
         const float* q = it.q + std::size_t(h) * G * D;
         float* acc = acc_of(h);
-        for (int i0 = 0; i0 < C; i0 += TU) {
+        for (int i0 = 0; i0 < C; i0 += TQ) {
           // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
           // this head's row i two steps ahead into L2 (the hardware prefetchers stop at page boundaries), and the
           // next head's row i of this step into L1 (two steps of K and V outgrow L1 before they are read).
           if (it.prefetch)
-            for (int i = i0; i < i0 + TU && i < n; ++i) {
+            for (int i = i0; i < i0 + TQ && i < n; ++i) {
               if (t + 2 * C + i < it.t1) {
-                const std::uint64_t off = it.kl.token_off(it.sg.token(it.list[h], t + 2 * C + i)) * sizeof(E);
+                const std::uint64_t off = pos_next[it.shared ? 0 : h][ss * C + i] * sizeof(E);
                 for (int x = 0; x < kRowBytes; x += 64) {
                   _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
                   _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
@@ -648,68 +675,79 @@ void item_avx2(const Item& it) {
                 }
               }
             }
-          // TU tokens x HU query heads: eight independent FMA chains. Tokens past a short last step repeat its
+          // TQ tokens x HQ query heads: eight independent FMA chains. Tokens past a short last step repeat its
           // last (weight 0).
-          for (int g0 = 0; g0 < G; g0 += HU) {
+          for (int g0 = 0; g0 < G; g0 += HQ) {
             __m256 a[8];
             for (auto& x : a) x = _mm256_setzero_ps();
             if constexpr (kSplitBf16) {
-              const float* qh = qp + std::size_t(h) * G * D;
+              const float* qh = qp + (std::size_t(h) * G + g0) * D;
               for (int j = 0; j < D; j += 16) {
-                for (int u = 0; u < TU; ++u) {
-                  const __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + p[i0 + u] + j));
+                __m256 qe[HQ], qo[HQ];
+                for (int x = 0; x < HQ; ++x) {
+                  qe[x] = _mm256_load_ps(qh + x * D + j);
+                  qo[x] = _mm256_load_ps(qh + x * D + j + 8);
+                  asm("" : "+x"(qe[x]), "+x"(qo[x]));  // in registers: GCC would fold the load into every FMA
+                }
+                for (int u = 0; u < TQ; ++u) {
+                  __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + p[i0 + u] + j));
+                  asm("" : "+x"(kk));  // one load for both halves (GCC read the row again as the AND's operand)
                   const __m256 ke = bf16_even(kk), ko = bf16_odd(kk);
-                  for (int x = 0; x < HU; ++x) {
-                    a[u * HU + x] = _mm256_fmadd_ps(ke, _mm256_load_ps(qh + (g0 + x) * D + j), a[u * HU + x]);
-                    a[u * HU + x] = _mm256_fmadd_ps(ko, _mm256_load_ps(qh + (g0 + x) * D + j + 8), a[u * HU + x]);
+                  for (int x = 0; x < HQ; ++x) {
+                    a[u * HQ + x] = _mm256_fmadd_ps(ke, qe[x], a[u * HQ + x]);
+                    a[u * HQ + x] = _mm256_fmadd_ps(ko, qo[x], a[u * HQ + x]);
                   }
                 }
               }
             } else {
               for (int j = 0; j < D; j += 8) {
-                __m256 qv[HU];
-                for (int x = 0; x < HU; ++x) qv[x] = _mm256_loadu_ps(q + (g0 + x) * D + j);
-                for (int u = 0; u < TU; ++u) {
+                __m256 qv[HQ];
+                for (int x = 0; x < HQ; ++x) qv[x] = _mm256_loadu_ps(q + (g0 + x) * D + j);
+                for (int u = 0; u < TQ; ++u) {
                   const __m256 k = load8<T>(kb + p[i0 + u] + j);
-                  for (int x = 0; x < HU; ++x) a[u * HU + x] = _mm256_fmadd_ps(k, qv[x], a[u * HU + x]);
+                  for (int x = 0; x < HQ; ++x) a[u * HQ + x] = _mm256_fmadd_ps(k, qv[x], a[u * HQ + x]);
                 }
               }
             }
             alignas(32) float r[8];
             _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
             _mm_store_ps(r + 4, reduce4_8(a[4], a[5], a[6], a[7]));
-            for (int u = 0; u < TU; ++u)
-              for (int x = 0; x < HU; ++x) s[g0 + x][i0 + u] = r[u * HU + x];
+            for (int u = 0; u < TQ; ++u)
+              for (int x = 0; x < HQ; ++x) s[g0 + x][i0 + u] = r[u * HQ + x];
           }
         }
+        // Online softmax with a lazy max: the running max m moves (to the step's max, with the horizontal max
+        // and the rescale) only when a score passes it by more than kLazyMax, so most steps compare, exp2 and
+        // add. Weights stay below 2^kLazyMax; l stays a vector per head until the end. Any m the scores do not
+        // pass by more than that gives the same result: the merge weighs partials by 2^(m_s - M).
         float alpha[G];
         bool rescale = false;
         for (int g = 0; g < G; ++g) {
           const __m256 sv = _mm256_blendv_ps(_mm256_set1_ps(kNegBig),
                                              _mm256_mul_ps(_mm256_load_ps(s[g]), _mm256_set1_ps(it.qscale)), valid);
-          const float mo = ms[h * G + g], mn = std::max(mo, hmax8(sv));
+          const float mo = ms[h * G + g];
+          float mn = mo;
+          alpha[g] = 1.0f;
+          if (_mm256_movemask_ps(_mm256_cmp_ps(sv, _mm256_set1_ps(mo + kLazyMax), _CMP_GT_OQ))) {
+            mn = std::max(mo, hmax8(sv));
+            alpha[g] = std::exp2(mo - mn);
+            rescale = true;
+            _mm256_store_ps(lv[h * G + g], _mm256_mul_ps(_mm256_load_ps(lv[h * G + g]), _mm256_set1_ps(alpha[g])));
+            ms[h * G + g] = mn;
+          }
           const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv, _mm256_set1_ps(mn))), valid);
           _mm256_store_ps(s[g], pv);
-          alpha[g] = mn > mo ? std::exp2(mo - mn) : 1.0f;
-          rescale |= mn > mo;
-          ls[h * G + g] = ls[h * G + g] * alpha[g] + hsum8(pv);
-          ms[h * G + g] = mn;
+          _mm256_store_ps(lv[h * G + g], _mm256_add_ps(_mm256_load_ps(lv[h * G + g]), pv));
         }
-        // The step's V rows widened into L1 first, in one tight loop of loads (bf16 in the [even | odd] order):
-        // from DRAM that beat widening them inside the PV on this Zen 3 VM (64K cold, two threads, 3 of 4 paired
-        // rounds, median of minimums 42.3 -> 34.1 ms; hq = hkv 16K 5 of 6, 7.4 -> 6.4 ms), the same in cache.
-        // Then HU heads x JU vectors of 8 dims: again eight independent chains.
-        for (int i = 0; i < C; ++i)
-          for (int j = 0; j < D; j += 16) {
-            if constexpr (kSplitBf16) {
-              const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j));
-              _mm256_store_ps(&vf[i][j], bf16_even(vv));
-              _mm256_store_ps(&vf[i][j + 8], bf16_odd(vv));
-            } else {
+        // PV: HU heads x JU vectors of 8 dims, again eight independent chains, V in registers (as memory
+        // operands, GCC read each V vector once per head). bf16 V rows are split even/odd in registers, one load
+        // per 16 dims and token; fp16/fp8 rows are widened into L1 first.
+        if constexpr (!kSplitBf16)
+          for (int i = 0; i < C; ++i)
+            for (int j = 0; j < D; j += 16) {
               _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
               _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
             }
-          }
         for (int g0 = 0; g0 < G; g0 += HU)
           for (int j = 0; j < D; j += 8 * JU) {
             __m256 a[HU][JU];
@@ -724,7 +762,18 @@ void item_avx2(const Item& it) {
             asm("" : "+r"(sb));
             for (int i = 0; i < C; ++i) {
               __m256 v[JU];
-              for (int u = 0; u < JU; ++u) v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
+              if constexpr (kSplitBf16) {
+                for (int u = 0; u < JU; u += 2) {
+                  const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j + 8 * u));
+                  v[u] = bf16_even(vv);
+                  v[u + 1] = bf16_odd(vv);
+                }
+              } else {
+                for (int u = 0; u < JU; ++u) {
+                  v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
+                  if constexpr (HU > 1) asm("" : "+x"(v[u]));
+                }
+              }
               for (int x = 0; x < HU; ++x) {
                 const __m256 w = _mm256_broadcast_ss(sb + x * C + i);
                 for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
@@ -740,7 +789,7 @@ void item_avx2(const Item& it) {
     for (int g = 0; g < G; ++g) {
       const int x = h * G + g;
       it.m_out[x] = ms[x];
-      it.l_out[x] = ls[x];
+      it.l_out[x] = hsum8(_mm256_load_ps(lv[x]));
       const float* a = acc_of(h) + std::size_t(g) * D;
       float* o = it.acc_out + std::size_t(x) * D;
       if constexpr (kSplitBf16) from_pairs(a, o, D, 8);
