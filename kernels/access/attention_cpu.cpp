@@ -593,8 +593,8 @@ void item_avx2(const Item& it) {
   constexpr int HU = G < 4 ? G : 4;  // query heads per PV pass (and per QK pass of fp16/fp8)
   constexpr int JU = 8 / HU;         // 8-dim vectors per PV pass
   // bf16 K rows are read in place: a 32-bit lane holds an even element (low half) and the next odd one (high
-  // half), so one 16-element load gives both as fp32 (bf16_even/odd); q, the widened V rows and the accumulators
-  // are kept in the same [even 8 | odd 8] order per 16 dims (qp; vf; acc, put back in order at the end).
+  // half), so one 16-element load gives both as fp32 (bf16_even/odd); q, the split V rows and the accumulators
+  // are kept in the same [even 8 | odd 8] order per 16 dims (qp; the PV's v; acc, put back in order at the end).
   constexpr bool kSplitBf16 = T == DType::bf16;
   // Query heads and tokens per QK pass, eight accumulators either way. bf16: two heads' q (even and odd) held in
   // registers for four tokens, 0.5 loads per FMA; four heads x two tokens left no registers for q, so each FMA
