@@ -532,7 +532,7 @@ void item_avx512(const Item& it) {
 // rows are read in place (bf16_even/odd below); fp16/fp8 V rows are widened into L1 first. What bounds it on
 // Zen 3 is loads as much as FMAs: that VM sustains ~1.5 256-bit loads per cycle (8 FMAs with memory operands:
 // 1.34x their time from registers; the PV as GCC had compiled it, 12 loads per 8 FMAs: 1.9-2.4x), so every
-// operand used twice is held in a register (2026-11-28: 1.26x in cache, 64K from DRAM 1.10-1.27x;
+// operand used twice is held in a register (2026-11-28: 1.29x in cache, 64K from DRAM 1.10-1.27x;
 // kernels/access/README.md).
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define KVF_ATTN_AVX2 1
