@@ -113,6 +113,17 @@ struct Item {
   bool prefetch = true;
 };
 constexpr std::size_t item_state_floats(int nh, int G, int D) { return std::size_t(nh) * G * (D + 32); }
+// Positions (KvLayout::token_off) of the next n selected tokens of `list`, from a cursor over its entries (entry e,
+// token r within it), which this advances: no division per token. out[n, padded) repeat the last position (tokens
+// past the item's end, weighted 0 by the kernels).
+inline void cursor_positions(const KvLayout& kl, const std::uint32_t* list, std::uint64_t span, std::uint64_t& e,
+                             std::uint64_t& r, int n, int padded, std::uint64_t* out) {
+  for (int i = 0; i < n; ++i) {
+    out[i] = kl.token_off(std::uint64_t{list[e]} * span + r);
+    if (++r == span) r = 0, ++e;
+  }
+  for (int i = n; i < padded; ++i) out[i] = out[n - 1];
+}
 
 // AVX-512 paths, compiled whatever the -march baseline and run only where cpu_avx512() (kvf/cpu_isa.hpp):
 // pick_item hands them out, bf16_dot_available() gates vdpbf16ps. Item and the helpers above stay outside, so
@@ -314,18 +325,8 @@ void item_avx512_impl(const Item& it) {
   auto fill_upto = [&](int c) {  // positions of chunks <= c
     for (; filled <= c && filled < nchunks; ++filled) {
       const int n = static_cast<int>(std::min<std::uint64_t>(kChunk, t1 - t0 - std::uint64_t(filled) * kChunk));
-      for (int h = 0; h < npos; ++h) {
-        std::uint64_t* p = ring_of(h, filled);
-        const std::uint32_t* list = lists[h];
-        for (int i = 0; i < n; ++i) {
-          p[i] = kl.token_off(std::uint64_t{list[ce[h]]} * span + cr[h]);
-          if (++cr[h] == span) {
-            cr[h] = 0;
-            ++ce[h];
-          }
-        }
-        for (int i = n; i < kChunk + 4; ++i) p[i] = p[n - 1];  // sums of these are masked off
-      }
+      for (int h = 0; h < npos; ++h)  // the sums of the padding are masked off
+        cursor_positions(kl, lists[h], span, ce[h], cr[h], n, kChunk + 4, ring_of(h, filled));
     }
   };
   // QK of token i of a task's chunk (for G < 4: of tokens i..i+TU-1 when i % TU == 0). Token i's sums
@@ -619,13 +620,7 @@ void item_avx2(const Item& it) {
   for (int hp = 0; hp < npos; ++hp) ce[hp] = it.t0 / span, cr[hp] = it.t0 % span;
   auto fill_block = [&](std::uint64_t tb, std::uint64_t (*dst)[C * SS]) {  // the block at tb < t1
     const int n = static_cast<int>(std::min<std::uint64_t>(C * SS, it.t1 - tb));
-    for (int hp = 0; hp < npos; ++hp) {
-      for (int i = 0; i < n; ++i) {
-        dst[hp][i] = it.kl.token_off(std::uint64_t{it.list[hp][ce[hp]]} * span + cr[hp]);
-        if (++cr[hp] == span) cr[hp] = 0, ++ce[hp];
-      }
-      for (int i = n; i < C * SS; ++i) dst[hp][i] = dst[hp][n - 1];  // past the item's end (weight 0 below)
-    }
+    for (int hp = 0; hp < npos; ++hp) cursor_positions(it.kl, it.list[hp], span, ce[hp], cr[hp], n, C * SS, dst[hp]);
   };
   int cur = 0;
   fill_block(it.t0, pos_blocks[0]);
