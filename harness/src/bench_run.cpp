@@ -269,6 +269,7 @@ class Runner {
     Case* c = cases_[i].get();
     if (!state_[i].set_up) {
       c->setup(be_);
+      p.rec.params = c->params;  // a case may add what its setup measured (the access study's FMA floor)
       state_[i].set_up = true;
       if (c->has_verify()) c->verify(be_);
     }

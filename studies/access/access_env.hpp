@@ -61,6 +61,13 @@ struct Shared {
   const std::vector<float>& centroids(KvData& d, std::uint32_t block, const ka::PageMap& pm);
   const ka::LowRank& lowrank(KvData& d, std::uint32_t r, const ka::PageMap& pm);
   const Buffer& ensure_pool(Backend& be, std::uint64_t bytes, bool huge);
+  // The CPU's fp32 FMA peak at the attention twin's vector width on `threads` threads, measured at the first
+  // CPU attention case of the run (~0.1 s) and kept: the arithmetic floor of every attention row.
+  std::optional<ka::FmaPeak> fma_measured;
+  const ka::FmaPeak& fma_peak(int threads) {
+    if (!fma_measured || fma_measured->threads != threads) fma_measured = ka::cpu_fma_peak(threads);
+    return *fma_measured;
+  }
   void record(const std::string& key, const std::string& mode, double med) { medians[key + "|" + mode] = med; }
   std::optional<double> median(const std::string& key, const std::string& mode) const;
 };

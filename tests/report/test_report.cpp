@@ -759,7 +759,8 @@ TEST(ReportAccess, AttentionKernelsOfOneShapeSitSideBySide) {
   EXPECT_EQ(md.find("attn/dense/128K | cold | -"), std::string::npos) << md;
 }
 
-// A CPU gather or dense row sits beside its control (arm plain / read) of the same bytes and mode, and nothing else.
+// A CPU gather or dense row sits beside its control (arm plain / read) of the same bytes and mode, and nothing else;
+// a dense row also shows its FMA floor against its time.
 TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
   ResultSet rs;
   rs.label = "X (cpu)";
@@ -784,15 +785,18 @@ TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
   const std::map<std::string, std::string> a = {{"part", "attention"}, {"ctx", "65536"}, {"placement", "shuffled"},
                                                 {"page_tokens", "16"}, {"huge", "on"}};
   add("attn/read/64K", with(a, "arm", "read"), "cold", 20);
-  add("attn/dense/64K", with(a, "arm", "dense"), "cold", 30);
+  add("attn/dense/64K", with(with(a, "arm", "dense"), "fma_floor_s", "0.0005"), "cold", 30);
   add("attn/dense/64K/contiguous", with(with(a, "arm", "dense"), "placement", "contiguous"), "cold", 35);
   ReportOptions o;
   o.charts = false;
   const std::string md = render_markdown({rs}, o, {});
   EXPECT_NE(md.find("### The gather against its control"), std::string::npos);
-  EXPECT_NE(md.find("| X (cpu) | gather/R256 | cold | 8 GB/s | 20 | 4 GB/s | 10 | 2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| X (cpu) | gather/R256 | cold | 8 GB/s | 20 | 4 GB/s | 10 | 2 |\n"), std::string::npos) << md;
   EXPECT_EQ(md.find("| X (cpu) | gather/R256 | hot |"), std::string::npos);
   EXPECT_NE(md.find("### Dense attention against the read of its own bytes"), std::string::npos);
-  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | cold | 30 GB/s | 75 | 20 GB/s | 50 | 1.5 |"), std::string::npos) << md;
+  // The dense table's last column: the row's FMA floor (0.5 ms) over its median (1 ms).
+  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | cold | 30 GB/s | 75 | 20 GB/s | 50 | 1.5 | 50 |\n"),
+            std::string::npos)
+      << md;
   EXPECT_EQ(md.find("| X (cpu) | attn/dense/64K/contiguous |"), std::string::npos);
 }

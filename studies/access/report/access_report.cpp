@@ -159,7 +159,10 @@ std::string section_gather(ReportContext& cx) {
 // the stream read ceiling is what the access pattern allows a plain loop; the row against its control is what
 // the kernel adds (above 1) or loses. Matched on every column that shapes the bytes read, in the same mode. A
 // subsection of the section of its rows (arm: gather or dense), "" where no row has its control.
-std::string controls_table(ReportContext& cx, const std::string& arm, const std::string& control) {
+// with_fma_floor: a last column, the row's FMA floor (fma_floor_s: its flops at the fp32 FMA peak measured in the
+// run) as a percentage of its median time, "-" where the row has none.
+std::string controls_table(ReportContext& cx, const std::string& arm, const std::string& control,
+                           bool with_fma_floor = false) {
   static const char* const shape[] = {"part", "ctx", "layout", "dtype", "head_dim", "hq", "hkv", "batch",
                                       "placement", "page_tokens", "huge", "pool_mib", "run_bytes"};
   const auto key = [](const CaseRow& r) {
@@ -180,14 +183,20 @@ std::string controls_table(ReportContext& cx, const std::string& arm, const std:
       const auto it = controls.find(key(*r));
       if (it == controls.end()) continue;
       const CaseRow& c = *it->second;
-      table += row({lbl(rs), txt(r->case_name), txt(r->mode), rate(*r->gbps), pct(*r), rate(*c.gbps), pct(c),
-                    fmt(*r->gbps / *c.gbps)});
+      std::vector<std::string> cells = {lbl(rs),         txt(r->case_name), txt(r->mode), rate(*r->gbps), pct(*r),
+                                        rate(*c.gbps), pct(c),            fmt(*r->gbps / *c.gbps)};
+      if (with_fma_floor) {
+        const auto floor = r->num("fma_floor_s");
+        cells.push_back(floor && r->median_s && *r->median_s > 0 ? fmt(100 * *floor / *r->median_s) : "-");
+      }
+      table += row(cells);
     }
   }
   if (table.empty()) return "";
-  return header({"device", "case", "mode", "bandwidth", "% of stream read ceiling", "control bandwidth",
-                 "control % of ceiling", "row / control"}) +
-         table + "\n";
+  std::vector<std::string> cols = {"device", "case", "mode", "bandwidth", "% of stream read ceiling",
+                                   "control bandwidth", "control % of ceiling", "row / control"};
+  if (with_fma_floor) cols.push_back("FMA floor % of time");
+  return header(cols) + table + "\n";
 }
 
 std::string gather_controls(ReportContext& cx) {
@@ -198,13 +207,16 @@ std::string gather_controls(ReportContext& cx) {
 }
 
 std::string dense_controls(ReportContext& cx) {
-  const std::string t = controls_table(cx, "dense", "read");
+  const std::string t = controls_table(cx, "dense", "read", true);
   if (t.empty()) return "";
   return "### Dense attention against the read of its own bytes\n\nThe control (`read`, CPU) reads the dense "
          "row's K and V once, chunk by chunk in its order and placement, with a plain OpenMP loop and no compute. "
          "Against the stream read ceiling it is what the access pattern allows (a paged cache in shuffled page "
          "order is not a sequential read); the dense row over it is what the kernel adds (above 1: its software "
-         "prefetch reads the pattern faster than the plain loop) or what its compute costs.\n\n" + t;
+         "prefetch reads the pattern faster than the plain loop) or what its compute costs. The last column is the "
+         "time the row's QK and PV products alone would take with every FMA pipe busy (its flops at the fp32 FMA "
+         "peak measured in the same run, at the vector width the kernel runs): near 100 the row is bound by "
+         "arithmetic, and no read ceiling is within its reach.\n\n" + t;
 }
 
 // a < b with runs of digits compared as numbers ("ctx=4096" before "ctx=65536"), so shapes list in context order;

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""A small CPU access run: every attention row with flops carries its FMA floor (fma_floor_s = flops / the
+fp32 FMA peak measured in the run, fma_peak_gflops, fma_peak_isa) in both modes; the read control has none.
+Usage: fma_floor_rows.py BENCH_ACCESS OUT_DIR"""
+import csv
+import math
+import shutil
+import subprocess
+import sys
+
+bench, out = sys.argv[1], sys.argv[2]
+shutil.rmtree(out, ignore_errors=True)
+subprocess.run([bench, "--backend", "cpu", "--out", out, "--parts", "attention", "--contexts", "1K", "--keep", "1/2",
+                "--block-sizes", "32", "--layouts", "HND", "--select", "per_head", "--scatter", "uniform",
+                "--budget", "0.02", "--min-samples", "2"], check=True, stdout=subprocess.DEVNULL)
+rows = [r for r in csv.DictReader(open(f"{out}/cases.csv")) if r["study"] == "access"]
+fails = []
+seen = set()
+for r in rows:
+    name = f"{r['case']} {r['mode']}"
+    if r["arm"] == "read":
+        if r.get("fma_floor_s"):
+            fails.append(f"{name}: a read control has an FMA floor")
+        continue
+    seen.add((r["arm"], r["mode"]))
+    flops = float(r["flops"])
+    peak, floor = float(r.get("fma_peak_gflops") or "nan"), float(r.get("fma_floor_s") or "nan")
+    if not (peak > 0 and floor > 0):
+        fails.append(f"{name}: fma_peak_gflops {r.get('fma_peak_gflops')!r}, fma_floor_s {r.get('fma_floor_s')!r}")
+        continue
+    if not math.isclose(floor, flops / (peak * 1e9), rel_tol=1e-3):
+        fails.append(f"{name}: fma_floor_s {floor} is not flops {flops} / {peak} GFLOP/s")
+    if "fp32 fma" not in r.get("fma_peak_isa", "") and "generic" not in r.get("fma_peak_isa", ""):
+        fails.append(f"{name}: fma_peak_isa {r.get('fma_peak_isa')!r}")
+for want in [("dense", "cold"), ("dense", "hot"), ("block", "cold"), ("token", "cold")]:
+    if want not in seen:
+        fails.append(f"no {want[0]} row in mode {want[1]} (rows: {sorted(seen)})")
+print("\n".join(fails) if fails else f"{len(rows)} rows checked")
+sys.exit(1 if fails else 0)
