@@ -268,7 +268,7 @@ class AttnCase final : public kvf::Case {
     return n;
   }
 
-  // Bytes and FLOPs before measuring (also used by --list).
+  // A parameter column set (or added) after creation: what setup measured.
   void set_param(const std::string& name, const std::string& value) {
     for (auto& p : params)
       if (p.name == name) {
@@ -277,6 +277,7 @@ class AttnCase final : public kvf::Case {
       }
     params.push_back({name, value});
   }
+  // Bytes and FLOPs before measuring (also used by --list).
   void account(const ka::Selection& sel_shape_only) {
     const double att_b = ka::attention_bytes(sp.s, sel_shape_only), att_f = ka::attention_flops(sp.s, sel_shape_only);
     const double eb = ka::dtype_bytes(sp.s.dtype);
