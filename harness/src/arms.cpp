@@ -149,11 +149,7 @@ void check_arm_names(const char* flag, const std::vector<std::string>& given, co
 void finish_case(Case& c, const Point& p, std::string name) {
   c.name = std::move(name);
   std::vector<Param> params = p.values();
-  for (auto& extra : c.params) {
-    auto it = std::find_if(params.begin(), params.end(), [&](const Param& q) { return q.name == extra.name; });
-    if (it != params.end()) it->value = extra.value;
-    else params.push_back(extra);
-  }
+  for (auto& extra : c.params) set_param(params, extra.name, extra.value);
   c.params = std::move(params);
 }
 

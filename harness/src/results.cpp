@@ -106,6 +106,15 @@ void write_atomically(const fs::path& path, const std::string& content) {
 
 }  // namespace
 
+void set_param(std::vector<Param>& params, const std::string& name, std::string value) {
+  for (auto& p : params)
+    if (p.name == name) {
+      p.value = std::move(value);
+      return;
+    }
+  params.push_back({name, std::move(value)});
+}
+
 void write_file_atomically(const fs::path& path, const std::string& content) { write_atomically(path, content); }
 
 std::string CeilingRef::label() const {

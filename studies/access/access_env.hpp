@@ -64,10 +64,10 @@ struct Shared {
   // The CPU's fp32 FMA peak at the attention twin's vector width on `threads` threads, measured at the first
   // CPU attention case of the run (~0.1 s) and kept: the arithmetic floor of every attention row.
   std::optional<ka::FmaPeak> fma_measured;
-  const ka::FmaPeak& fma_peak(int threads) {
-    if (!fma_measured || fma_measured->threads != threads) fma_measured = ka::cpu_fma_peak(threads);
-    return *fma_measured;
-  }
+  // A CPU attention row's floor as its parameters fma_peak_gflops, fma_floor_s (its flops at that peak: what its
+  // QK and PV products alone would take with every FMA pipe busy; near the row's time, the row is bound by
+  // arithmetic, not memory) and fma_peak_isa.
+  void add_fma_floor(std::vector<Param>& params, double flops, int threads);
   void record(const std::string& key, const std::string& mode, double med) { medians[key + "|" + mode] = med; }
   std::optional<double> median(const std::string& key, const std::string& mode) const;
 };

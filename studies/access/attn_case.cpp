@@ -80,14 +80,7 @@ class AttnCase final : public kvf::Case {
     if (!gpu_) {
       ka::plan_cpu(sp.s, sel_, ws_);
       out_.assign(sp.s.q_elems(), 0.0f);
-      // What the row's QK and PV products alone would take with every FMA pipe of the cores busy, beside the
-      // read ceiling: where it is near the row's time, the row is bound by arithmetic, not by memory.
-      if (flops > 0) {
-        const ka::FmaPeak& f = sh->fma_peak(ws_.threads);
-        set_param("fma_peak_gflops", fmt(f.flops_per_s / 1e9, 6));
-        set_param("fma_floor_s", fmt(flops / f.flops_per_s, 6));
-        set_param("fma_peak_isa", f.isa + ", " + std::to_string(f.threads) + " threads");
-      }
+      if (flops > 0) sh->add_fma_floor(params, flops, ws_.threads);
     } else {
 #if defined(KVF_HAVE_CUDA)
       if (gpu_launch_modes() != kvf::launch_modes())
@@ -268,15 +261,6 @@ class AttnCase final : public kvf::Case {
     return n;
   }
 
-  // A parameter column set (or added) after creation: what setup measured.
-  void set_param(const std::string& name, const std::string& value) {
-    for (auto& p : params)
-      if (p.name == name) {
-        p.value = value;
-        return;
-      }
-    params.push_back({name, value});
-  }
   // Bytes and FLOPs before measuring (also used by --list).
   void account(const ka::Selection& sel_shape_only) {
     const double att_b = ka::attention_bytes(sp.s, sel_shape_only), att_f = ka::attention_flops(sp.s, sel_shape_only);

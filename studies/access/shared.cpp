@@ -18,6 +18,14 @@ std::string fmt(double x, int prec) {
   return o.str();
 }
 
+void Shared::add_fma_floor(std::vector<Param>& params, double flops, int threads) {
+  if (!fma_measured || fma_measured->threads != threads) fma_measured = ka::cpu_fma_peak(threads);
+  const ka::FmaPeak& f = *fma_measured;
+  set_param(params, "fma_peak_gflops", fmt(f.flops_per_s / 1e9, 6));
+  set_param(params, "fma_floor_s", fmt(flops / f.flops_per_s, 6));
+  set_param(params, "fma_peak_isa", f.isa + ", " + std::to_string(f.threads) + " threads");
+}
+
 std::string ctx_name(std::uint32_t c) { return (c % 1024 == 0) ? std::to_string(c / 1024) + "K" : std::to_string(c); }
 
 std::string join_u32(const std::vector<std::uint32_t>& v) {

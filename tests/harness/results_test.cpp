@@ -139,3 +139,16 @@ TEST(Results, MetaJsonThatIsNoFileOrNoObjectIsBadInput) {
   EXPECT_THROW(dir.update_meta([](nlohmann::json& m) { m["studies"]["a"] = 1; }), UsageError);
   EXPECT_FALSE(fs::exists(d / "meta.json.tmp"));
 }
+
+// set_param replaces the value of a parameter already there (keeping its place) and appends a new one.
+TEST(Params, SetReplacesInPlaceOrAppends) {
+  std::vector<Param> ps = {{"a", "1"}, {"b", "2"}};
+  set_param(ps, "a", "3");
+  set_param(ps, "c", "4");
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(ps[0].name, "a");
+  EXPECT_EQ(ps[0].value, "3");
+  EXPECT_EQ(ps[1].value, "2");
+  EXPECT_EQ(ps[2].name, "c");
+  EXPECT_EQ(ps[2].value, "4");
+}

@@ -32,6 +32,8 @@ struct Param {
   std::string name;
   std::string value;
 };
+// Sets `name` to `value` in params: the existing entry's value, else a new entry at the end.
+void set_param(std::vector<Param>& params, const std::string& name, std::string value);
 
 inline const std::vector<std::string>& case_columns() {
   static const std::vector<std::string> cols = {
