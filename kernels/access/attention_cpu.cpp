@@ -605,7 +605,6 @@ void item_avx2(const Item& it) {
   // 256-bit loads per cycle: 8 FMAs with memory operands took 1.34x their time from registers.
   constexpr int HQ = kSplitBf16 ? (G < 2 ? G : 2) : HU;
   constexpr int TQ = 8 / HQ;
-  constexpr int SS = kChunk / C;  // steps per head before the next head: one 16-token page of a head
   constexpr int kRowBytes = D * static_cast<int>(sizeof(E));
   const int nh = it.nh;
   const int npos = it.shared ? 1 : nh;
@@ -615,14 +614,14 @@ void item_avx2(const Item& it) {
   alignas(32) float vf[kSplitBf16 ? 1 : C][D];  // fp16/fp8 V rows widened (bf16 V is split in the PV)
   // Token positions of this block (pos[cur]) and the next (pos[cur ^ 1], read by the far prefetch one block
   // ahead), by a cursor over each list's entries: one division per item, not two per token and head.
-  static_assert(C * SS == kChunk, "a block of positions is one page of a head, the far prefetch's distance");
-  std::uint64_t pos_blocks[2][kMaxItemHeads][C * SS];
+  static_assert(C == kChunk, "a step is one page of a head: a block of positions, the far prefetch's distance");
+  std::uint64_t pos_blocks[2][kMaxItemHeads][C];
   const std::uint64_t span = it.sg.span;
   std::uint64_t ce[kMaxItemHeads], cr[kMaxItemHeads];
   for (int hp = 0; hp < npos; ++hp) ce[hp] = it.t0 / span, cr[hp] = it.t0 % span;
-  auto fill_block = [&](std::uint64_t tb, std::uint64_t (*dst)[C * SS]) {  // the block at tb < t1
-    const int n = static_cast<int>(std::min<std::uint64_t>(C * SS, it.t1 - tb));
-    for (int hp = 0; hp < npos; ++hp) cursor_positions(it.kl, it.list[hp], span, ce[hp], cr[hp], n, C * SS, dst[hp]);
+  auto fill_block = [&](std::uint64_t tb, std::uint64_t (*dst)[C]) {  // the block at tb < t1
+    const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - tb));
+    for (int hp = 0; hp < npos; ++hp) cursor_positions(it.kl, it.list[hp], span, ce[hp], cr[hp], n, C, dst[hp]);
   };
   int cur = 0;
   fill_block(it.t0, pos_blocks[0]);
@@ -637,170 +636,167 @@ void item_avx2(const Item& it) {
   if constexpr (kSplitBf16)
     for (int r = 0; r < nh * G; ++r) to_pairs(it.q + r * D, qp + r * D, D, 8);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C * SS, cur ^= 1) {
-    if (t0 + C * SS < it.t1) fill_block(t0 + C * SS, pos_blocks[cur ^ 1]);
+  for (std::uint64_t t0 = it.t0; t0 < it.t1; t0 += C, cur ^= 1) {
+    if (t0 + C < it.t1) fill_block(t0 + C, pos_blocks[cur ^ 1]);
     const auto& pos = pos_blocks[cur];
     const auto& pos_next = pos_blocks[cur ^ 1];
     for (int h = 0; h < nh; ++h) {
-      for (int ss = 0; ss < SS && t0 + ss * C < it.t1; ++ss) {
-        const std::uint64_t t = t0 + ss * C;
-        const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - t));
-        __m256 valid[C / 8];
-        for (int c8 = 0; c8 < C / 8; ++c8)
-          valid[c8] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * c8), lane));
-        const std::uint64_t* p = pos[it.shared ? 0 : h] + ss * C;
-        const E* kb = static_cast<const E*>(it.kb[h]);
-        const E* vb = static_cast<const E*>(it.vb[h]);
-        const float* q = it.q + std::size_t(h) * G * D;
-        float* acc = acc_of(h);
-        for (int i0 = 0; i0 < C; i0 += TQ) {
-          // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
-          // this head's row i of the next block into L2 (the hardware prefetchers stop at page boundaries), and
-          // the next head's row i of this block into L1 (a block of K and V outgrows L1 before it is read).
-          if (it.prefetch)
-            for (int i = i0; i < i0 + TQ && i < n; ++i) {
-              if (t + C * SS + i < it.t1) {
-                const std::uint64_t off = pos_next[it.shared ? 0 : h][ss * C + i] * sizeof(E);
-                for (int x = 0; x < kRowBytes; x += 64) {
-                  _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
-                  _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
-                }
+      const int n = static_cast<int>(std::min<std::uint64_t>(C, it.t1 - t0));
+      __m256 valid[C / 8];
+      for (int c8 = 0; c8 < C / 8; ++c8)
+        valid[c8] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * c8), lane));
+      const std::uint64_t* p = pos[it.shared ? 0 : h];
+      const E* kb = static_cast<const E*>(it.kb[h]);
+      const E* vb = static_cast<const E*>(it.vb[h]);
+      const float* q = it.q + std::size_t(h) * G * D;
+      float* acc = acc_of(h);
+      for (int i0 = 0; i0 < C; i0 += TQ) {
+        // Spread over the step, one row per token of the QK (not every head's rows in one burst at its start):
+        // this head's row i of the next block into L2 (the hardware prefetchers stop at page boundaries), and
+        // the next head's row i of this block into L1 (a block of K and V outgrows L1 before it is read).
+        if (it.prefetch)
+          for (int i = i0; i < i0 + TQ && i < n; ++i) {
+            if (t0 + C + i < it.t1) {
+              const std::uint64_t off = pos_next[it.shared ? 0 : h][i] * sizeof(E);
+              for (int x = 0; x < kRowBytes; x += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(vb) + off + x, _MM_HINT_T1);
               }
-              if (h + 1 < nh) {
-                const std::uint64_t off = pos[it.shared ? 0 : h + 1][ss * C + i] * sizeof(E);
-                for (int x = 0; x < kRowBytes; x += 64) {
-                  _mm_prefetch(static_cast<const char*>(it.kb[h + 1]) + off + x, _MM_HINT_T0);
-                  _mm_prefetch(static_cast<const char*>(it.vb[h + 1]) + off + x, _MM_HINT_T0);
+            }
+            if (h + 1 < nh) {
+              const std::uint64_t off = pos[it.shared ? 0 : h + 1][i] * sizeof(E);
+              for (int x = 0; x < kRowBytes; x += 64) {
+                _mm_prefetch(static_cast<const char*>(it.kb[h + 1]) + off + x, _MM_HINT_T0);
+                _mm_prefetch(static_cast<const char*>(it.vb[h + 1]) + off + x, _MM_HINT_T0);
+              }
+            }
+          }
+        // TQ tokens x HQ query heads: eight independent FMA chains. Tokens past a short last step repeat its
+        // last (weight 0).
+        for (int g0 = 0; g0 < G; g0 += HQ) {
+          __m256 a[8];
+          for (auto& x : a) x = _mm256_setzero_ps();
+          if constexpr (kSplitBf16) {
+            const float* qh = qp + (std::size_t(h) * G + g0) * D;
+            for (int j = 0; j < D; j += 16) {
+              __m256 qe[HQ], qo[HQ];
+              for (int x = 0; x < HQ; ++x) {
+                qe[x] = _mm256_load_ps(qh + x * D + j);
+                qo[x] = _mm256_load_ps(qh + x * D + j + 8);
+                asm("" : "+x"(qe[x]), "+x"(qo[x]));  // in registers: GCC would fold the load into every FMA
+              }
+              for (int u = 0; u < TQ; ++u) {
+                __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + p[i0 + u] + j));
+                asm("" : "+x"(kk));  // one load for both halves (GCC read the row again as the AND's operand)
+                const __m256 ke = bf16_even(kk), ko = bf16_odd(kk);
+                for (int x = 0; x < HQ; ++x) {
+                  a[u * HQ + x] = _mm256_fmadd_ps(ke, qe[x], a[u * HQ + x]);
+                  a[u * HQ + x] = _mm256_fmadd_ps(ko, qo[x], a[u * HQ + x]);
                 }
               }
             }
-          // TQ tokens x HQ query heads: eight independent FMA chains. Tokens past a short last step repeat its
-          // last (weight 0).
-          for (int g0 = 0; g0 < G; g0 += HQ) {
-            __m256 a[8];
-            for (auto& x : a) x = _mm256_setzero_ps();
+          } else {
+            for (int j = 0; j < D; j += 8) {
+              __m256 qv[HQ];
+              for (int x = 0; x < HQ; ++x) qv[x] = _mm256_loadu_ps(q + (g0 + x) * D + j);
+              for (int u = 0; u < TQ; ++u) {
+                const __m256 k = load8<T>(kb + p[i0 + u] + j);
+                for (int x = 0; x < HQ; ++x) a[u * HQ + x] = _mm256_fmadd_ps(k, qv[x], a[u * HQ + x]);
+              }
+            }
+          }
+          alignas(32) float r[8];
+          _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
+          _mm_store_ps(r + 4, reduce4_8(a[4], a[5], a[6], a[7]));
+          for (int u = 0; u < TQ; ++u)
+            for (int x = 0; x < HQ; ++x) s[g0 + x][i0 + u] = r[u * HQ + x];
+        }
+      }
+      // Online softmax with a lazy max: the running max m moves (to the step's max, with the horizontal max
+      // and the rescale) only when a score passes it by more than kLazyMax, so most steps compare, exp2 and
+      // add. Weights stay below 2^kLazyMax; l stays a vector per head until the end. Any m the scores do not
+      // pass by more than that gives the same result: the merge weighs partials by 2^(m_s - M).
+      float alpha[G];
+      bool rescale = false;
+      for (int g = 0; g < G; ++g) {
+        __m256 sv[C / 8];
+        int over = 0;
+        const float mo = ms[h * G + g];
+        for (int c8 = 0; c8 < C / 8; ++c8) {
+          const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(s[g] + 8 * c8), _mm256_set1_ps(it.qscale));
+          sv[c8] = _mm256_blendv_ps(_mm256_set1_ps(kNegBig), scaled, valid[c8]);
+          over |= _mm256_movemask_ps(_mm256_cmp_ps(sv[c8], _mm256_set1_ps(mo + kLazyMax), _CMP_GT_OQ));
+        }
+        float mn = mo;
+        alpha[g] = 1.0f;
+        if (over) {
+          __m256 mx = sv[0];
+          for (int c8 = 1; c8 < C / 8; ++c8) mx = _mm256_max_ps(mx, sv[c8]);
+          mn = std::max(mo, hmax8(mx));
+          alpha[g] = std::exp2(mo - mn);
+          rescale = true;
+          _mm256_store_ps(lv[h * G + g], _mm256_mul_ps(_mm256_load_ps(lv[h * G + g]), _mm256_set1_ps(alpha[g])));
+          ms[h * G + g] = mn;
+        }
+        __m256 lsum = _mm256_load_ps(lv[h * G + g]);
+        for (int c8 = 0; c8 < C / 8; ++c8) {
+          const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv[c8], _mm256_set1_ps(mn))), valid[c8]);
+          _mm256_store_ps(s[g] + 8 * c8, pv);
+          lsum = _mm256_add_ps(lsum, pv);
+        }
+        _mm256_store_ps(lv[h * G + g], lsum);
+      }
+      // PV: HU heads x JU vectors of 8 dims, again eight independent chains, V in registers (as memory
+      // operands, GCC read each V vector once per head). bf16 V rows are split even/odd in registers, one load
+      // per 16 dims and token; fp16/fp8 rows are widened into L1 first.
+      if constexpr (!kSplitBf16)
+        for (int i = 0; i < C; ++i)
+          for (int j = 0; j < D; j += 16) {
+            _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
+            _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
+          }
+      for (int g0 = 0; g0 < G; g0 += HU)
+        for (int j = 0; j < D; j += 8 * JU) {
+          __m256 a[HU][JU];
+          for (int x = 0; x < HU; ++x)
+            for (int u = 0; u < JU; ++u) {
+              a[x][u] = _mm256_loadu_ps(acc + (g0 + x) * D + j + 8 * u);
+              if (rescale) a[x][u] = _mm256_mul_ps(a[x][u], _mm256_set1_ps(alpha[g0 + x]));
+            }
+          // One opaque base for the weights: GCC 12 (x86-64-v3) otherwise hoists the C x HU broadcast addresses
+          // into stack slots, a scalar reload before most broadcasts (the q-address note above qk2x4_bf16).
+          const float* sb = s[g0];
+          asm("" : "+r"(sb));
+          for (int i = 0; i < C; ++i) {
             if constexpr (kSplitBf16) {
-              const float* qh = qp + (std::size_t(h) * G + g0) * D;
-              for (int j = 0; j < D; j += 16) {
-                __m256 qe[HQ], qo[HQ];
-                for (int x = 0; x < HQ; ++x) {
-                  qe[x] = _mm256_load_ps(qh + x * D + j);
-                  qo[x] = _mm256_load_ps(qh + x * D + j + 8);
-                  asm("" : "+x"(qe[x]), "+x"(qo[x]));  // in registers: GCC would fold the load into every FMA
-                }
-                for (int u = 0; u < TQ; ++u) {
-                  __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + p[i0 + u] + j));
-                  asm("" : "+x"(kk));  // one load for both halves (GCC read the row again as the AND's operand)
-                  const __m256 ke = bf16_even(kk), ko = bf16_odd(kk);
-                  for (int x = 0; x < HQ; ++x) {
-                    a[u * HQ + x] = _mm256_fmadd_ps(ke, qe[x], a[u * HQ + x]);
-                    a[u * HQ + x] = _mm256_fmadd_ps(ko, qo[x], a[u * HQ + x]);
-                  }
+              // 16 dims at a time, each split pair used at once: HU weights + 2 halves + 8 accumulators fit the 16
+              // registers for every HU (with all JU halves split first, one head held 8 halves + 8 accumulators:
+              // hq = hkv, one thread over 1K tokens, 183-209 us where this takes 164).
+              __m256 w[HU];
+              for (int x = 0; x < HU; ++x) w[x] = _mm256_broadcast_ss(sb + x * C + i);
+              for (int u = 0; u < JU; u += 2) {
+                const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j + 8 * u));
+                const __m256 ve = bf16_even(vv), vo = bf16_odd(vv);
+                for (int x = 0; x < HU; ++x) {
+                  a[x][u] = _mm256_fmadd_ps(w[x], ve, a[x][u]);
+                  a[x][u + 1] = _mm256_fmadd_ps(w[x], vo, a[x][u + 1]);
                 }
               }
             } else {
-              for (int j = 0; j < D; j += 8) {
-                __m256 qv[HQ];
-                for (int x = 0; x < HQ; ++x) qv[x] = _mm256_loadu_ps(q + (g0 + x) * D + j);
-                for (int u = 0; u < TQ; ++u) {
-                  const __m256 k = load8<T>(kb + p[i0 + u] + j);
-                  for (int x = 0; x < HQ; ++x) a[u * HQ + x] = _mm256_fmadd_ps(k, qv[x], a[u * HQ + x]);
-                }
-              }
-            }
-            alignas(32) float r[8];
-            _mm_store_ps(r, reduce4_8(a[0], a[1], a[2], a[3]));
-            _mm_store_ps(r + 4, reduce4_8(a[4], a[5], a[6], a[7]));
-            for (int u = 0; u < TQ; ++u)
-              for (int x = 0; x < HQ; ++x) s[g0 + x][i0 + u] = r[u * HQ + x];
-          }
-        }
-        // Online softmax with a lazy max: the running max m moves (to the step's max, with the horizontal max
-        // and the rescale) only when a score passes it by more than kLazyMax, so most steps compare, exp2 and
-        // add. Weights stay below 2^kLazyMax; l stays a vector per head until the end. Any m the scores do not
-        // pass by more than that gives the same result: the merge weighs partials by 2^(m_s - M).
-        float alpha[G];
-        bool rescale = false;
-        for (int g = 0; g < G; ++g) {
-          __m256 sv[C / 8];
-          int over = 0;
-          const float mo = ms[h * G + g];
-          for (int c8 = 0; c8 < C / 8; ++c8) {
-            const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(s[g] + 8 * c8), _mm256_set1_ps(it.qscale));
-            sv[c8] = _mm256_blendv_ps(_mm256_set1_ps(kNegBig), scaled, valid[c8]);
-            over |= _mm256_movemask_ps(_mm256_cmp_ps(sv[c8], _mm256_set1_ps(mo + kLazyMax), _CMP_GT_OQ));
-          }
-          float mn = mo;
-          alpha[g] = 1.0f;
-          if (over) {
-            __m256 mx = sv[0];
-            for (int c8 = 1; c8 < C / 8; ++c8) mx = _mm256_max_ps(mx, sv[c8]);
-            mn = std::max(mo, hmax8(mx));
-            alpha[g] = std::exp2(mo - mn);
-            rescale = true;
-            _mm256_store_ps(lv[h * G + g], _mm256_mul_ps(_mm256_load_ps(lv[h * G + g]), _mm256_set1_ps(alpha[g])));
-            ms[h * G + g] = mn;
-          }
-          __m256 lsum = _mm256_load_ps(lv[h * G + g]);
-          for (int c8 = 0; c8 < C / 8; ++c8) {
-            const __m256 pv = _mm256_and_ps(exp2_8(_mm256_sub_ps(sv[c8], _mm256_set1_ps(mn))), valid[c8]);
-            _mm256_store_ps(s[g] + 8 * c8, pv);
-            lsum = _mm256_add_ps(lsum, pv);
-          }
-          _mm256_store_ps(lv[h * G + g], lsum);
-        }
-        // PV: HU heads x JU vectors of 8 dims, again eight independent chains, V in registers (as memory
-        // operands, GCC read each V vector once per head). bf16 V rows are split even/odd in registers, one load
-        // per 16 dims and token; fp16/fp8 rows are widened into L1 first.
-        if constexpr (!kSplitBf16)
-          for (int i = 0; i < C; ++i)
-            for (int j = 0; j < D; j += 16) {
-              _mm256_store_ps(&vf[i][j], load8<T>(vb + p[i] + j));
-              _mm256_store_ps(&vf[i][j + 8], load8<T>(vb + p[i] + j + 8));
-            }
-        for (int g0 = 0; g0 < G; g0 += HU)
-          for (int j = 0; j < D; j += 8 * JU) {
-            __m256 a[HU][JU];
-            for (int x = 0; x < HU; ++x)
+              __m256 v[JU];
               for (int u = 0; u < JU; ++u) {
-                a[x][u] = _mm256_loadu_ps(acc + (g0 + x) * D + j + 8 * u);
-                if (rescale) a[x][u] = _mm256_mul_ps(a[x][u], _mm256_set1_ps(alpha[g0 + x]));
+                v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
+                if constexpr (HU > 1) asm("" : "+x"(v[u]));
               }
-            // One opaque base for the weights: GCC 12 (x86-64-v3) otherwise hoists the C x HU broadcast addresses
-            // into stack slots, a scalar reload before most broadcasts (the q-address note above qk2x4_bf16).
-            const float* sb = s[g0];
-            asm("" : "+r"(sb));
-            for (int i = 0; i < C; ++i) {
-              if constexpr (kSplitBf16) {
-                // 16 dims at a time, each split pair used at once: HU weights + 2 halves + 8 accumulators fit the 16
-                // registers for every HU (with all JU halves split first, one head held 8 halves + 8 accumulators:
-                // hq = hkv, one thread over 1K tokens, 183-209 us where this takes 164).
-                __m256 w[HU];
-                for (int x = 0; x < HU; ++x) w[x] = _mm256_broadcast_ss(sb + x * C + i);
-                for (int u = 0; u < JU; u += 2) {
-                  const __m256i vv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + p[i] + j + 8 * u));
-                  const __m256 ve = bf16_even(vv), vo = bf16_odd(vv);
-                  for (int x = 0; x < HU; ++x) {
-                    a[x][u] = _mm256_fmadd_ps(w[x], ve, a[x][u]);
-                    a[x][u + 1] = _mm256_fmadd_ps(w[x], vo, a[x][u + 1]);
-                  }
-                }
-              } else {
-                __m256 v[JU];
-                for (int u = 0; u < JU; ++u) {
-                  v[u] = _mm256_load_ps(&vf[i][j + 8 * u]);
-                  if constexpr (HU > 1) asm("" : "+x"(v[u]));
-                }
-                for (int x = 0; x < HU; ++x) {
-                  const __m256 w = _mm256_broadcast_ss(sb + x * C + i);
-                  for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
-                }
+              for (int x = 0; x < HU; ++x) {
+                const __m256 w = _mm256_broadcast_ss(sb + x * C + i);
+                for (int u = 0; u < JU; ++u) a[x][u] = _mm256_fmadd_ps(w, v[u], a[x][u]);
               }
             }
-            for (int x = 0; x < HU; ++x)
-              for (int u = 0; u < JU; ++u) _mm256_storeu_ps(acc + (g0 + x) * D + j + 8 * u, a[x][u]);
           }
-      }
+          for (int x = 0; x < HU; ++x)
+            for (int u = 0; u < JU; ++u) _mm256_storeu_ps(acc + (g0 + x) * D + j + 8 * u, a[x][u]);
+        }
     }
   }
   for (int h = 0; h < nh; ++h)
