@@ -213,7 +213,7 @@ double run_fma_chains(const FmaChains& f, std::uint64_t iters);
 double fma_chains_ref(const FmaChains& f, std::uint64_t iters, bool fused);
 struct FmaPeak {
   std::string isa;
-  int threads = 0, chains = 0;
+  int threads = 0;
   double flops_per_s = 0;  // 2 per lane per FMA, all threads, best of the repeats
   double checksum = 0;     // the chains' sums, so the work is not optimized away
 };

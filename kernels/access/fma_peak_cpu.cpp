@@ -180,7 +180,6 @@ FmaPeak cpu_fma_peak(int threads, double seconds, int repeats) {
   FmaPeak p;
   p.isa = f.isa;
   p.threads = threads;
-  p.chains = f.chains;
   p.flops_per_s = 2.0 * double(f.lanes) * f.chains * double(iters) * threads / best;
   p.checksum = sink;
   return p;
