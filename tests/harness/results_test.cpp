@@ -141,7 +141,7 @@ TEST(Results, MetaJsonThatIsNoFileOrNoObjectIsBadInput) {
 }
 
 // set_param replaces the value of a parameter already there (keeping its place) and appends a new one.
-TEST(Params, SetReplacesInPlaceOrAppends) {
+TEST(Results, SetParamReplacesInPlaceOrAppends) {
   std::vector<Param> ps = {{"a", "1"}, {"b", "2"}};
   set_param(ps, "a", "3");
   set_param(ps, "c", "4");
