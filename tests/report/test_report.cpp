@@ -706,9 +706,10 @@ TEST(Report, GraphRowsStandBesideTheirEagerRowsAndTakeOneLaunch) {
 
 // Two directories claiming one commit on one device with different results: both say so, neither is picked.
 TEST(Provenance, SameCommitDifferentResultsIsSaidInBothDirectories) {
-  auto make = [](const std::string& name, double secs) {
+  auto make = [](const std::string& name, double secs, const std::string& sha = "abc123") {
     const auto d = kvf_test::tmpdir("kvf_report_samecommit", name);
-    std::ofstream(d / "meta.json") << R"({"suite_version": "0.1.0", "git_sha": "abc123", "device": {"name": "X", "backend": "cpu"}})";
+    std::ofstream(d / "meta.json") << R"({"suite_version": "0.1.0", "git_sha": ")" << sha
+                                   << R"(", "device": {"name": "X", "backend": "cpu"}})";
     std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,note\nstream,read/a,cpu,X,cold,3,"
                                     << secs << ",\nstream,read/b,cpu,X,cold,3,1.0,\n";
     return d.string();
@@ -720,6 +721,9 @@ TEST(Provenance, SameCommitDifferentResultsIsSaidInBothDirectories) {
             std::string::npos)
       << sets[0].warnings[0];
   EXPECT_TRUE(load_all({make("three", 1.0), make("four", 1.01)})[0].warnings.empty());  // within 5%: nothing to say
+  // Builds with changes on top of the commit, or from no checkout, are not one build: nothing to say either.
+  for (const char* sha : {"abc123-dirty", "unknown"})
+    EXPECT_TRUE(load_all({make("five", 1.0, sha), make("six", 2.0, sha)})[0].warnings.empty()) << sha;
 }
 
 // GPU attention rows of one shape timed with several kernels (--attn-loads) sit side by side, matched on every other

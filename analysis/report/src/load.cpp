@@ -342,10 +342,14 @@ std::vector<ResultSet> load_all(const std::vector<std::string>& dirs,
   }
   // Two directories that claim one commit on one device should hold one build's results: where their common cases
   // differ by more than 5% (the repeat rule of a single directory), both say so (neither is picked over the other).
+  // "-dirty" (changes on top of the commit) and "unknown" (no git checkout) name no one build: not compared.
+  const auto names_one_build = [](const std::string& sha) {
+    return !sha.empty() && sha != "unknown" && !sha.ends_with("-dirty");
+  };
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (std::size_t j = i + 1; j < sets.size(); ++j) {
       ResultSet &a = sets[i], &b = sets[j];
-      if (a.git_sha.empty() || a.git_sha != b.git_sha || a.device != b.device) continue;
+      if (!names_one_build(a.git_sha) || a.git_sha != b.git_sha || a.device != b.device) continue;
       std::map<std::string, const CaseRow*> in_a;
       for (const auto& r : a.cases)
         if (r.measured() && r.invalid.empty()) in_a.emplace(r.key(), &r);
