@@ -36,8 +36,20 @@ inline void prefetch_range(const unsigned char* p, std::uint64_t n) {
 // portable preset).
 inline std::uint64_t sum_run_base(const unsigned char* p, std::uint64_t n, bool prefetch) {
 #if defined(__AVX2__)
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  // Four accumulators over 128 bytes, as the stream read ceiling's loop: with two over 64 bytes the sequential
+  // arm read 0.90-0.94 of that loop on a 2-core Zen 3 VM, with four 0.98-1.08 (alternated in one process).
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   std::uint64_t x = 0;
+  for (; x + 128 <= n; x += 128) {
+    if (prefetch && x + kAheadBytes < n) __builtin_prefetch(p + x + kAheadBytes, 0, 0);
+    if (prefetch && x + 64 + kAheadBytes < n) __builtin_prefetch(p + x + 64 + kAheadBytes, 0, 0);
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + x)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + x + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + x + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + x + 96)));
+  }
+  a0 = _mm256_add_epi64(a0, a2);
+  a1 = _mm256_add_epi64(a1, a3);
   for (; x + 64 <= n; x += 64) {
     if (prefetch && x + kAheadBytes < n) __builtin_prefetch(p + x + kAheadBytes, 0, 0);
     a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + x)));
