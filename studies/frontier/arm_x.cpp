@@ -116,6 +116,7 @@ class XCase final : public Case {
   }
   void setup(Backend& be) override {
     x_setup_host(s_, m_, T_, P_, bits_, gpu_);
+    if (s_.gemm_cpu) set_gemm_column(params, *s_.gemm_cpu);
 #if defined(KVF_HAVE_CUDA)
     if (gpu_) {
       x_setup_gpu(s_, be);
@@ -237,7 +238,8 @@ std::unique_ptr<Case> make_x(const kvf::Point& p, Env& env, const std::string& x
   c->note = std::string("bytes = resident X read + K/V weights read + K/V written; pages at positions ") + i2s(kPos0) +
             "+; K/V written to scattered 16-token blocks" +
             (bits == 16 ? "" : "; dequantize pass (bf16 X) then the GEMM: not fused") +
-            (env.gpu ? "" : "; CPU: oneDNN bf16 matmul, W packed once at setup (OpenBLAS fp32 where this oneDNN has none)");
+            (env.gpu ? "" : "; CPU: oneDNN bf16 matmul with W packed once at setup, or OpenBLAS fp32 where this oneDNN "
+                           "has none (the gemm column and the GEMM kernel below say which ran)");
   const double t = c->flops / (env.gpu ? 400e12 : 150e9) + (env.gpu ? 10e-6 : 0);
   c->est_seconds = est(t, env.gpu ? 0.3 : 0.05 + rows * m.hidden * 2e-9);
   return c;

@@ -120,5 +120,10 @@ inline const kvf::CeilingRef kGemmCeiling{"frontier", {{"arm", "gemm_ceiling"}},
 
 // The note of a CPU recompute row: which kernel its product ran (oneDNN's, or the OpenBLAS fallback and why).
 inline std::string gemm_kernel_note(const fr::Bf16Gemm& g) { return "GEMM kernel " + g.impl() + " (ISA " + g.isa() + ")"; }
+// The `gemm` column of a CPU recompute row once its product is built: the plan says onednn_bf16_fp32out; a host
+// whose oneDNN has no bf16 matmul (AVX2 without AVX-512) runs the OpenBLAS fallback, and the row must say so.
+inline void set_gemm_column(std::vector<kvf::Param>& params, const fr::Bf16Gemm& g) {
+  kvf::set_param(params, "gemm", g.isa() == "openblas_fp32" ? "openblas_fp32" : "onednn_bf16_fp32out");
+}
 
 }  // namespace kvf::frontier_study
