@@ -289,6 +289,7 @@ class Runner {
     }
     score(*c, mode, p, m.stop);
     const std::string extra = c->after_measure(be_, p.rec.summary, mode);
+    p.rec.params = c->params;  // and what it measured beside this mode (the remote study's other readers)
     if (!extra.empty() && std::find(p.extras.begin(), p.extras.end(), extra) == p.extras.end()) p.extras.push_back(extra);
     ++p.measured_reps;
     compose_note(*c, p, bname);

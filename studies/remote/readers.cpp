@@ -36,6 +36,11 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     s->connect(blobs[1]);
     const std::int64_t region = std::min<std::int64_t>({kReaderRegion, static_cast<std::int64_t>(env.pool_bytes)});
     const std::vector<Descriptor> ds{{0, 0, region, 0}};
+    // The bytes read so far, published in the holder's word for this rank after every read (rank 0 states the
+    // rate beside each row); ranks past the control area's words read unannounced.
+    const int word = UcpSession::kReaderWord0 + p.rank;
+    const bool announce = word < UcpSession::kControlWords;
+    std::uint64_t bytes = 0;
     auto beat_at = std::chrono::steady_clock::now();
     std::uint64_t beat = 0;
     for (;;) {
@@ -47,6 +52,8 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
         throw PeerLost("the holder's heartbeat stalled for " + std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
       s->transfer(Op::read, ds);
       ++reads;
+      bytes += static_cast<std::uint64_t>(region);
+      if (announce) s->put_peer_word(word, bytes);
     }
   } catch (const UsageError&) {
     rc = kExitUsage;

@@ -56,11 +56,16 @@ class TransferCase final : public Case {
   void run(Backend&) override;
   std::string after_measure(Backend&, const Summary& s, const std::string& mode) override;
 
+  PerftestResult perftest;  // ucx_perftest on the same pair, for the largest ceiling region of this op
+
  private:
+  // The bytes the background readers (ranks 2..) have published in the holder's control words, summed.
+  std::uint64_t readers_bytes();
   Env& env_;
-  std::vector<double> seconds_;
- public:
-  PerftestResult perftest;  // ucx_perftest on the same pair, for the largest ceiling region of this op  // every run()'s own time: the tail percentiles read the mode's last n of them
+  std::vector<double> seconds_;  // every run()'s own time: the tail percentiles read the mode's last n of them
+  // Many-to-one: the readers' byte count and the time when this case's window began (setup, then each mode).
+  std::uint64_t readers_mark_ = 0;
+  double mark_s_ = 0;
 };
 
 std::vector<Arm<Env>> remote_arms();

@@ -36,6 +36,8 @@ Msg ask(UcpSession& s, MsgKind kind, std::int64_t index, std::uint64_t seed) {
   return s.receive(s.timeout_s());
 }
 
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 }  // namespace
 
 TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int64_t moved)
@@ -47,6 +49,14 @@ TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int6
   est_seconds = 0.2 + (env.quick ? 0.1 : 0.5) + static_cast<double>(descriptors.size()) * 2e-6;
 }
 
+std::uint64_t TransferCase::readers_bytes() {
+  const int first = UcpSession::kReaderWord0 + 2;
+  const int n = std::min(env_.readers - 1, UcpSession::kControlWords - first);
+  std::uint64_t sum = 0;
+  for (const auto w : session_of(env_).peer_words(first, n)) sum += w;
+  return sum;
+}
+
 void TransferCase::setup(Backend&) {
   UcpSession& s = session_of(env_);
   seed = 0x6b7600000000ull + static_cast<std::uint64_t>(index);
@@ -56,6 +66,7 @@ void TransferCase::setup(Backend&) {
   const Msg a = ask(s, MsgKind::prepare, index, seed);
   if (a.kind != MsgKind::answer || a.text[0] != '\0')
     throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
+  if (env_.readers > 1) readers_mark_ = readers_bytes(), mark_s_ = now_s();
 }
 
 void TransferCase::verify(Backend&) {
@@ -93,6 +104,19 @@ std::string TransferCase::after_measure(Backend&, const Summary& s, const std::s
     vs = buf;
   } else if (!perftest.why.empty()) {
     vs = "; ucx_perftest: " + perftest.why;
+  }
+  if (env_.readers > 1) {
+    // The holder's other traffic over this mode's window (its verify and warm-up included: the readers never
+    // pause), beside this rank's own rate: what the holder served in all.
+    const std::uint64_t b = readers_bytes();
+    const double t = now_s(), gbps = t > mark_s_ ? static_cast<double>(b - readers_mark_) / (t - mark_s_) / 1e9 : 0;
+    readers_mark_ = b, mark_s_ = t;
+    char rate[48], all[48];
+    std::snprintf(rate, sizeof rate, "%.3f", gbps);
+    std::snprintf(all, sizeof all, "%.2f", gbps + (s.median > 0 ? bytes / s.median / 1e9 : 0));
+    set_param(params, "readers_gbps", rate);
+    vs += "; the " + std::to_string(env_.readers - 1) + " other reader(s) read " + rate +
+          " GB/s from the holder meanwhile (readers_gbps; with this rank's median " + all + " GB/s in all)";
   }
   return "p99 " + seconds_text(quantile_sorted(tail, 0.99)) + ", p99.9 " + seconds_text(quantile_sorted(tail, 0.999)) + " of " +
          std::to_string(n) + " samples" + (n < 1000 ? " (under 1000 samples p99.9 sits next to the maximum: --min-samples 1000)" : "") + vs;

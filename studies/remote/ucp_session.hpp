@@ -65,6 +65,14 @@ class UcpSession {
     std::uint64_t stop = 0, heartbeat = 0;
   };
   Words peer_words();  // one get of the peer's control words, flushed
+  // Many-to-one: background reader rank r publishes the bytes it has read so far in the holder's control word
+  // kReaderWord0 + r, so rank 0 can state the holder's other traffic beside each of its rows.
+  static constexpr int kReaderWord0 = 64;
+  static constexpr int kControlWords = 512;  // 4 KiB after the pool: [0] stop, [1] heartbeat, [8..] gets land
+  // Puts value into the peer's control word `index` (from this rank's own copy of that word), flushed.
+  void put_peer_word(int index, std::uint64_t value);
+  // The peer's control words [first, first + n), landing in this rank's own copies of them, flushed.
+  std::vector<std::uint64_t> peer_words(int first, int n);
 
   void send(const Msg& m);
   // PeerLost after timeout_s. sleep: wait on the worker's event fd when idle (the holder) instead of spinning.
@@ -89,7 +97,7 @@ class UcpSession {
   ucp_mem_h memh_ = nullptr;
   void* pool_ = nullptr;
   std::size_t pool_bytes_ = 0;
-  static constexpr std::size_t kControlBytes = 4096;  // after the pool: [0] stop, [1] heartbeat, [8..] scratch
+  static constexpr std::size_t kControlBytes = kControlWords * 8;
   std::uint64_t* words() const { return reinterpret_cast<std::uint64_t*>(pool() + pool_bytes_); }
   ucp_ep_h ep_ = nullptr;
   ucp_rkey_h peer_rkey_ = nullptr;

@@ -106,7 +106,12 @@ tcp)
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if not r["case"].startswith("gpu_memory/")]
 assert all(r["readers"] == "2" and "many-to-one: 1 more rank" in r["note"] for r in rows), "rows do not say 2 readers"
-print(f"{len(rows)} rows measured with 2 readers on one holder")
+# The other reader's traffic beside each row: what it published in the holder's control words, as a rate. Rank 2
+# reads its 2 MiB region without pause, so the rate is above 0 on every row.
+rates = [float(r["readers_gbps"]) for r in rows]
+assert all(x > 0 for x in rates), f"readers_gbps not positive on every row: {rates}"
+assert all("other reader(s) read" in r["note"] for r in rows), "a row's note does not state the other readers' rate"
+print(f"{len(rows)} rows measured with 2 readers on one holder; the other read {min(rates):.3f}-{max(rates):.3f} GB/s")
 PY
   # For the record, not asserted: on this kind of VM TCP's per-descriptor cost sits inside its noise
   # (512 descriptors measured 1.0x to 2.0x of one).

@@ -49,7 +49,8 @@ class Case {
   virtual void before_sample(Backend&) {}
   virtual void run(Backend&) = 0;
   virtual void teardown(Backend&) {}
-  // Extra figures a study adds to the note after measuring (e.g. "working_set_vs_llc=3.2").
+  // Extra figures a study adds to the note after measuring (e.g. "working_set_vs_llc=3.2"). Parameters it sets
+  // in params here (kvf::set_param) reach this mode's row, as those its setup sets reach every row.
   virtual std::string after_measure(Backend&, const Summary& /*median of this mode*/, const std::string& /*mode*/) {
     return {};
   }
