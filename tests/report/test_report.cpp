@@ -99,6 +99,18 @@ TEST(Verdicts, GoldenGpuSet) {
   for (const auto& v : vs) EXPECT_EQ(v.device, "NVIDIA H100 80GB HBM3 (cuda)");
 }
 
+// Claim 4 with the memory columns gone: nothing says what an X form keeps, so nothing was compared at equal
+// memory: not measured (it read "refuted: every quantized X is larger" when the columns were absent).
+TEST(Verdicts, Claim4WithoutMemoryColumnsIsNotMeasured) {
+  auto sets = load_all({kFx + "/gpu"});
+  for (auto& r : sets[0].cases)
+    if (r.param("arm") == "xq") r.params.erase("resident_bytes_per_page");
+  const auto vs = verdicts(sets);
+  const auto& c4 = find(vs, "XQuant-style");
+  EXPECT_EQ(c4.verdict, "not measured") << c4.figures;
+  EXPECT_EQ(c4.figures, "no xq row with both resident_bytes_per_page and kv_bytes_per_page");
+}
+
 TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {
   const auto vs = verdicts(load_all({kFx + "/cpu_partial"}));
   for (const auto& v : vs) EXPECT_EQ(v.verdict, "not measured") << v.claim << ": " << v.figures;

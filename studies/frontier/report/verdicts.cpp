@@ -197,12 +197,14 @@ Verdict claim4(const ResultSet& rs) {
     std::string text;
   };
   std::map<std::string, Best> best;  // per X form (int8, int4): its best batched pair at equal memory
-  bool any_xq = false, within_memory = false;
+  bool any_xq = false, any_sized = false, within_memory = false;
   for (const auto& s : recs) {
     if (s.arm != "xq") continue;
     any_xq = true;
     for (std::size_t i = 0; i < s.tokens.size(); ++i) {
-      if (s.resident[i] <= 0 || s.kv_bytes[i] <= 0 || s.resident[i] > s.kv_bytes[i]) continue;
+      if (s.resident[i] <= 0 || s.kv_bytes[i] <= 0) continue;  // a column absent: nothing to compare
+      any_sized = true;
+      if (s.resident[i] > s.kv_bytes[i]) continue;
       within_memory = true;
       if (!f) continue;
       const auto batch = interpolate(f->bytes, f->secs, s.pages * s.kv_bytes[i]);  // the P pages in one copy
@@ -220,6 +222,10 @@ Verdict claim4(const ResultSet& rs) {
   }
   if (!any_xq) {
     v.figures = "no xq rows";
+    return v;
+  }
+  if (!any_sized) {  // not measured: no row says both what it keeps and what it replaces
+    v.figures = "no xq row with both resident_bytes_per_page and kv_bytes_per_page";
     return v;
   }
   if (!within_memory) {
