@@ -74,6 +74,8 @@ TEST(Verdicts, GoldenGpuSet) {
   const auto& c3 = find(vs, "Recompute wins for small pages");
   EXPECT_EQ(c3.verdict, "refuted");
   EXPECT_NE(c3.figures.find("crossover 24.48 tokens (interpolated between 16 and 128)"), std::string::npos) << c3.figures;
+  EXPECT_NE(c3.figures.find("Llama-3.1-8B vs h2d_pinned (recompute cold, fetch cold): T=16"), std::string::npos)
+      << c3.figures;  // the modes the rule picked (cold when measured, else hot) are printed
   EXPECT_NE(c3.figures.find("T=512 90 us / 650 us"), std::string::npos) << c3.figures;
   // layers: 100/170 = 0.5882 at L=1, 300/330 = 0.9091 at L=2 (the advantage shrinks with layers)
   EXPECT_NE(c3.figures.find("through-layers T=128: L=1 recompute/fetch 0.5882, L=2 0.9091"), std::string::npos)
@@ -85,7 +87,8 @@ TEST(Verdicts, GoldenGpuSet) {
   const auto& c4 = find(vs, "XQuant-style");
   EXPECT_EQ(c4.verdict, "supported");
   // Batched against batched: the 4 pages' K/V in one copy, per page 162.5 us (interpolated at 2 MiB).
-  EXPECT_NE(c4.figures.find("int4 X, T=128 P4: resident 272 KiB vs K/V 512 KiB per page; recompute 30 us vs "
+  EXPECT_NE(c4.figures.find("int4 X, T=128 P4 (recompute cold, fetch cold): resident 272 KiB vs K/V 512 KiB per page; "
+                            "recompute 30 us vs "
                             "h2d_pinned of the 4 pages in one copy 162.5 us per page (0.1846x); K/V error not stated"),
             std::string::npos)
       << c4.figures;
