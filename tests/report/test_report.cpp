@@ -610,6 +610,44 @@ TEST(Verdicts, BlockTokenSignsOnlyOutsideTheNoise) {
   EXPECT_NE(flat.figures.find("gap widens in 0 groups, narrows in 0"), std::string::npos) << flat.figures;
 }
 
+// Claim 5 pairs a token row with the block row of its own block size (the same sink, latest blocks and budget) at
+// the block size whose block row is fastest; before, the fastest token row of any block size or selection was
+// divided by the fastest block row, a best-of-N on the token side only.
+TEST(Verdicts, BlockTokenPairsRowsOfOneBlockSizeAndSelection) {
+  ResultSet rs;
+  rs.label = "X (cuda)";
+  auto add = [&](const char* arm, double ctx, const char* block, const char* select, double median) {
+    CaseRow r;
+    r.study = "access";
+    r.case_name = std::string("attention/") + arm + "/" + std::to_string(int(ctx)) + "/B" + block + "/" + select;
+    r.mode = "cold";
+    r.params = {{"part", "attention"}, {"arm", arm}, {"ctx", fmt(ctx)}, {"keep", "1/8"}, {"block", block},
+                {"select", select}};
+    r.samples = 5;
+    r.median_s = median;
+    for (double f : {1.0, 0.999, 1.001, 0.9995, 1.0005}) r.samples_s.push_back(median * f);
+    rs.cases.push_back(r);
+  };
+  for (double ctx : {4096.0, 65536.0}) {
+    const double u = ctx / 4096 * 1e-5;
+    add("block", ctx, "64", "per_head", 1.0 * u);   // the fastest block size ...
+    add("token", ctx, "64", "per_head", 2.0 * u);   // ... and its token row: 2x
+    add("block", ctx, "128", "per_head", 1.1 * u);
+    add("token", ctx, "128", "per_head", 1.5 * u);  // the fastest token row, of another block size
+    add("block", ctx, "64", "shared", 1.0 * u);
+    add("token", ctx, "64", "shared", 0.5 * u);     // another selection: its own group
+  }
+  const auto vs = verdicts({rs});
+  const auto& c5 = find(vs, "Contiguous blocks");
+  // Per head: 2x at both contexts (not the 1.5x of the fastest token row); shared: 0.5x, a group of its own (merged,
+  // its token rows would have been the fastest: 0.5x in one group of four points).
+  EXPECT_NE(c5.figures.find("2 groups, 4 (group, context) points: block faster at 2, token faster at 2"),
+            std::string::npos) << c5.figures;
+  EXPECT_NE(c5.figures.find("token/block 2x [1.997, 2.003] at 4K, 2x [1.997, 2.003] at 64K"), std::string::npos)
+      << c5.figures;
+  EXPECT_EQ(c5.verdict, "mixed");
+}
+
 // Claim 2 reads decode ranges only: prefill and co-run ranges of the same run are other phases.
 TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
   ResultSet rs;

@@ -15,7 +15,8 @@ namespace {
 
 const char* kClaim1 = "Recompute ~50 us vs fetch ~200 us at 128 tokens / 1 layer";
 const char* kRule1 =
-    "GPU only. arm=x bf16, tokens=128, layers=1, pages=1 (Llama-3.1-8B when measured, else the first model), cold; fetch = "
+    "GPU only. arm=x bf16, tokens=128, layers=1, pages=1 (Llama-3.1-8B when measured, else the first model), cold when "
+    "measured, else hot (the modes are printed); fetch = "
     "h2d_pinned at the page's K/V bytes (interpolated between measured copy sizes). Supported iff recompute < fetch and "
     "recompute in [25, 100] us and fetch in [100, 400] us (within 2x of the claimed figures); else refuted. The figures "
     "add the regime: each side's fitted fixed cost (t = a + T x per-token cost) and the share of it at 128 tokens.";
