@@ -55,7 +55,8 @@ struct Chosen {
 };
 
 // The studies to run, in the study list's order: those asked for (all built ones by default), stream first.
-Chosen choose_studies(const RunOptions& o, const std::string& out, std::vector<std::string>& notes) {
+Chosen choose_studies(const RunOptions& o, const std::string& out, const std::string& backend,
+                      std::vector<std::string>& notes) {
   std::string allowed;
   for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   Chosen c;
@@ -78,6 +79,11 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, std::vector<s
   if (c.studies.empty()) throw UsageError("no study to run");
   // A run continued into a directory that holds a finished stream study (a sweep split over several calls)
   // keeps that ceiling instead of measuring it twice under one case name.
+  // A directory holds one backend's ceilings: rows are stated against their own backend's only (find_ceiling), so
+  // another backend's run there would find none, and two stream studies cannot share one meta.json.
+  if (const std::string held = study_backend(out, "stream"); !held.empty() && held != backend)
+    throw UsageError("--out " + out + ": holds a stream study measured on backend " + held + ", this run's backend is " +
+                     backend + "; give another --out");
   if (c.studies.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
     if (study_status(out, "stream") == "complete") {
       c.stream_kept = true;
@@ -101,6 +107,17 @@ std::string study_status(const std::string& out, const std::string& study) {
     const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
     const auto s = m.at("studies").at(study).at("status");
     return s.is_string() ? s.get<std::string>() : std::string{};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string study_backend(const std::string& out, const std::string& study) {
+  if (out.empty()) return {};
+  try {
+    const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
+    const auto b = m.at("studies").at(study).at("backend");
+    return b.is_string() ? b.get<std::string>() : std::string{};
   } catch (const std::exception&) {
     return {};
   }
@@ -164,7 +181,7 @@ DevicePlan plan_device(const RunOptions& o, const DeviceChoice& device, const st
     d.label = "dev" + std::to_string(device.ordinal);
     d.out = (std::filesystem::path(d.out) / d.label).string();
   }
-  const Chosen chosen = choose_studies(o, d.out, d.notes);
+  const Chosen chosen = choose_studies(o, d.out, d.backend, d.notes);
   check_study_flags(chosen.studies, [&](const std::string& study) {
     if (study == "stream" && chosen.stream_kept)
       return d.out + " holds a finished stream study, whose ceilings are used (a new --out measures it again)";

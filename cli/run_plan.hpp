@@ -56,6 +56,8 @@ struct DevicePlan {
 std::filesystem::path bench_path(const std::string& study);
 // The status a bench left for its study in meta.json; empty when it cannot be read.
 std::string study_status(const std::string& out, const std::string& study);
+// The backend a study of OUT's meta.json ran on ("" when none is recorded).
+std::string study_backend(const std::string& out, const std::string& study);
 
 // The bench's --list json pass (args: its command line without --list): its cases, or the one line of its
 // refusal, naming the study (UsageError for exit 2). kvf run's plan and kvf gate --ab's both come from it.

@@ -226,7 +226,7 @@ class Runner {
   void state_ceiling(const Case& c, const std::string& mode, CaseRecord& rec) {
     if (!c.ceiling) return;
     const double rate = c.ceiling->metric == "tflops" ? rec.tflops : rec.gbps;
-    auto ceil = find_ceiling(dir_.path(), *c.ceiling, mode);
+    auto ceil = find_ceiling(dir_.path(), *c.ceiling, mode, rec.backend, rec.device);
     bool self = c.ceiling->study == study_;
     for (const auto& want : c.ceiling->match) {
       const auto it = std::find_if(c.params.begin(), c.params.end(), [&](const Param& q) { return q.name == want.name; });

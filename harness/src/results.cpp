@@ -250,11 +250,13 @@ void guard_termination_signals() {
   });
 }
 
-std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, const std::string& mode) {
+std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, const std::string& mode,
+                                   const std::string& backend, const std::string& device) {
   const fs::path path = dir / "cases.csv";
   if (!fs::exists(path)) return std::nullopt;
   const CsvTable t = read_csv_table(path.string());
   const auto study = t.column("study"), md = t.column("mode"), metric = t.column(ref.metric);
+  const auto be = t.column("backend"), dev = t.column("device");
   if (!study || !md || !metric) return std::nullopt;
   std::vector<std::optional<std::size_t>> cols;
   for (const auto& p : ref.match) {
@@ -265,6 +267,7 @@ std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, c
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     const auto& row = t.rows[r];
     if (row[*study] != ref.study || row[*md] != mode) continue;
+    if ((be && !backend.empty() && row[*be] != backend) || (dev && !device.empty() && row[*dev] != device)) continue;
     bool ok = true;
     for (std::size_t i = 0; i < ref.match.size() && ok; ++i) ok = row[*cols[i]] == ref.match[i].value;
     if (!ok) continue;

@@ -72,6 +72,24 @@ TEST(Results, CeilingIsTheBestMatchingRowOfTheSameMode) {
   EXPECT_FALSE(find_ceiling(fresh_dir("none"), CeilingRef{"stream", {{"op", "read"}}, "gbps"}, "hot").has_value());
 }
 
+// A CUDA row must not be stated against a CPU stream study in the same directory (nor the reverse), nor one GPU's
+// row against another's.
+TEST(Results, CeilingIsOfTheRowsBackendAndDevice) {
+  const auto d = fresh_dir("ceiling_device");
+  ResultsDir dir(d);
+  const std::vector<Sample> s = {{1.0}};
+  dir.write_case(record("stream", "read/a", {{"op", "read"}}, 1.0, 30e9), s);  // "test cpu", cpu: 30 GB/s
+  CaseRecord gpu = record("stream", "read/a", {{"op", "read"}}, 1.0, 3000e9);
+  gpu.backend = "cuda";
+  gpu.device = "H100";
+  dir.write_case(gpu, s);
+  const CeilingRef read{"stream", {{"op", "read"}}, "gbps"};
+  EXPECT_DOUBLE_EQ(*find_ceiling(d, read, "hot", "cpu", "test cpu"), 30.0);
+  EXPECT_DOUBLE_EQ(*find_ceiling(d, read, "hot", "cuda", "H100"), 3000.0);
+  EXPECT_FALSE(find_ceiling(d, read, "hot", "cuda", "H200").has_value());
+  EXPECT_DOUBLE_EQ(*find_ceiling(d, read, "hot"), 3000.0);  // no backend or device given: any row
+}
+
 TEST(Results, MetaUpdatesMerge) {
   const auto d = fresh_dir("meta");
   ResultsDir dir(d);

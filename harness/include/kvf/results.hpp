@@ -91,8 +91,12 @@ struct CeilingRef {
   std::string metric = "gbps";
   std::string label() const;         // "stream:op=read"
 };
+// The best matching row of `mode` measured on `backend` and `device` (a directory may hold a CPU stream study
+// beside a CUDA one: neither is the other's ceiling); empty backend/device, or a file without those columns,
+// match any.
 std::optional<double> find_ceiling(const std::filesystem::path& dir, const CeilingRef& ref,
-                                   const std::string& mode);
+                                   const std::string& mode, const std::string& backend = {},
+                                   const std::string& device = {});
 
 // Any other output file written whole or not at all (kvf residency's CSV and JSON): `content` to `path`.tmp,
 // fsync, rename(2) over `path`, termination signals held off meanwhile; a reader never sees a torn file.
