@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kvf/errors.hpp"
+#include "kvf/thread_placement.hpp"
 
 namespace kvf {
 
@@ -154,6 +155,10 @@ std::size_t host_llc_bytes() {
   }
   const long v = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return v > 0 ? static_cast<std::size_t>(v) : 0;
+}
+
+std::size_t host_llc_total_bytes() {
+  return host_llc_bytes() * static_cast<std::size_t>(std::max(1, cpu_domains().l3_domains));
 }
 
 std::size_t past_llc_bytes(std::size_t llc, std::size_t multiple, std::size_t floor, std::size_t cap) {

@@ -7,6 +7,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/pattern.hpp"
+#include "kvf/thread_placement.hpp"
 
 using namespace kvf;
 
@@ -56,6 +57,9 @@ TEST(CpuBackend, DescribesTheMachine) {
   EXPECT_GT(i.compute_units, 0);
   EXPECT_GT(i.memory_bytes, 0u);
   EXPECT_EQ(be->flush_bytes(), past_llc_bytes(i.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes));
+  // llc_bytes is every L3 domain's cache (one per CCD on a Zen part): the flush must pass through each of them.
+  EXPECT_EQ(i.llc_bytes, i.extra.at("llc_domain_bytes").get<std::uint64_t>() * i.extra.at("llc_domains").get<int>());
+  EXPECT_EQ(i.extra.at("llc_domains").get<int>(), std::max(1, cpu_domains().l3_domains));
   EXPECT_FALSE(i.to_json().dump().empty());
 }
 

@@ -69,9 +69,13 @@ bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why);
 // The NUMA node of the page holding p (get_mempolicy MPOL_F_NODE|MPOL_F_ADDR), -1 when unknown.
 int node_of_address(const void* p);
 
-// Physical memory and LLC size of this machine (0 when unknown).
+// Physical memory and LLC size of this machine (0 when unknown). host_llc_bytes: one last-level cache as cpu0's
+// sysfs reports it; host_llc_total_bytes: that times the L3 domains (a Zen part has one per CCD): the cache a
+// run's threads fill together, what a cold flush and a pool must outgrow (each thread's share of a flush passes
+// through its own domain only).
 std::size_t host_memory_bytes();
 std::size_t host_llc_bytes();
+std::size_t host_llc_total_bytes();
 
 // Sizes meant to reach past the last-level cache (the cold flush, gather pools, stream arrays):
 // max(multiple x llc, floor), at most cap. The caps exist because a VM may report its host socket's whole L3:
