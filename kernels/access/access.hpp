@@ -166,6 +166,9 @@ struct AttnWorkspace {
   bool use_bf16_dot = false, use_far_prefetch = false, far_resolved = false;
   double far_on_s = 0, far_off_s = 0;
   std::string path_note;
+  const void* path_note_fn = nullptr;  // the item kernel and prefetch settings path_note describes
+  bool path_note_prefetch = false;
+  CpuChoice path_note_far = CpuChoice::automatic;
 };
 // Whether this build and this CPU can run the vdpbf16ps QK path (AVX512_BF16 in cpuid, and compiled in).
 bool bf16_dot_available();

@@ -45,7 +45,7 @@ class GatherCase final : public Case {
 
   void setup(Backend& be) override {
     const auto& pool = sh->ensure_pool(be, g.pool_bytes, huge);
-    if (!is_cuda(be) && huge && !pool.huge) note_ += "huge pages not granted; ";
+    if (!is_cuda(be) && huge && !pool.huge) pool_note_ = "huge pages not granted; ";
     if (!is_cuda(be) && calibrate_prefetch) pick_prefetch(be);
 #if defined(KVF_HAVE_CUDA)
     if (is_cuda(be)) {
@@ -106,8 +106,7 @@ class GatherCase final : public Case {
                      std::to_string(kCalibrationRounds) + ", on only when 3% faster); ";
   }
   std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
-    std::string n = note_ + prefetch_note_;
-    note_.clear();
+    std::string n = pool_note_ + prefetch_note_;
     if (is_plain) {
       sh->record(plain_key, mode, m.median);
       return n + "control: a plain OpenMP loop over the same runs, no intrinsics, no software prefetch";
@@ -123,7 +122,7 @@ class GatherCase final : public Case {
   std::uint64_t gather_host() const {
     return is_plain ? ka::gather_plain_cpu(sh->pool->ptr, g) : ka::gather_cpu(sh->pool->ptr, g, prefetch);
   }
-  std::string note_, prefetch_note_;  // note_: the first mode's only; prefetch_note_: every mode's
+  std::string pool_note_, prefetch_note_;  // in every mode's note
 };
 
 std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
