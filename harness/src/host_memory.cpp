@@ -129,6 +129,14 @@ long long huge_backed_bytes(const void* p, std::size_t bytes) {
   return any ? total : 0;
 }
 
+std::string huge_backed_pct(const void* p, std::size_t bytes) {
+  const long long b = huge_backed_bytes(p, bytes);
+  if (b < 0 || bytes == 0) return {};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", 100.0 * static_cast<double>(b) / static_cast<double>(bytes));
+  return buf;
+}
+
 std::string thp_mode() {
   std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string s;

@@ -2,6 +2,8 @@
 // the baselines the read ceiling is judged against: the same loop on one thread, and glibc memcpy (one
 // thread, and one call per core; bytes counted = read + written). Every arm is verified before timing.
 #include "kvf/errors.hpp"
+#include "kvf/host_memory.hpp"
+#include "kvf/results.hpp"
 #include "stream.hpp"
 #include "stream_study.hpp"
 
@@ -18,6 +20,10 @@ class ReadCase final : public StreamCase {
   void setup(Backend& be) override {
     arrays->a = BufferHandle(be, bytes_(), MemKind::device, {.huge_pages = huge_});
     be.fill(arrays->a.get(), kSeed);
+    // What the kernel granted (huge says what was asked): THP "always" backs the nohuge rows too, a busy host
+    // may back neither.
+    if (const std::string pct = huge_backed_pct(arrays->a->ptr, bytes_()); !pct.empty())
+      set_param(params, "huge_backed_pct", pct);
   }
   bool has_verify() const override { return true; }
   void verify(Backend&) override {

@@ -22,6 +22,12 @@ TEST(EndToEnd, StreamStudyWithTinySizes) {
     EXPECT_LE(*kvf::parse_number(t, r, "q1_s"), *kvf::parse_number(t, r, "median_s"));
     EXPECT_LE(*kvf::parse_number(t, r, "median_s"), *kvf::parse_number(t, r, "q3_s"));
     EXPECT_NE(t.at(r, "note").find("4x LLC"), std::string::npos);  // says it measured cache, not memory
+    if (t.at(r, "op") == "read") {  // what the kernel granted beside what was asked (huge), from smaps
+      const auto pct = kvf::parse_number(t, r, "huge_backed_pct");
+      ASSERT_TRUE(pct.has_value()) << t.at(r, "case");
+      EXPECT_GE(*pct, 0);
+      EXPECT_LE(*pct, 100);
+    }
     total_samples += static_cast<std::size_t>(*kvf::parse_number(t, r, "samples"));
   }
   const kvf::CsvTable s = kvf::read_csv_table((d / "samples.csv").string());

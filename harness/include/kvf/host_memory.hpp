@@ -54,6 +54,9 @@ class HostArray {
 // Bytes of [p, p+bytes) backed by huge pages now (AnonHugePages of the mapping in /proc/self/smaps,
 // touched memory only); -1 when it cannot be read.
 long long huge_backed_bytes(const void* p, std::size_t bytes);
+// The share of [p, p+bytes) backed by huge pages, in percent with one decimal ("97.3"); "" when smaps cannot be
+// read. For a row's huge_backed_pct: `huge` says what was asked for (madvise), this what the kernel granted.
+std::string huge_backed_pct(const void* p, std::size_t bytes);
 // "always" | "madvise" | "never" | "unknown" (from /sys/kernel/mm/transparent_hugepage/enabled).
 std::string thp_mode();
 
