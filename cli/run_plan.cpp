@@ -101,26 +101,23 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
 // Next to kvf in a build tree, ../libexec/kvfrontier when installed (kvf/install_paths.hpp).
 std::filesystem::path bench_path(const std::string& study) { return kvf::bench_path(study); }
 
-std::string study_status(const std::string& out, const std::string& study) {
+namespace {
+// A string field of a study in OUT's meta.json ("" when the file, the study or the field is absent).
+std::string study_field(const std::string& out, const std::string& study, const char* field) {
   if (out.empty()) return {};
   try {
     const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
-    const auto s = m.at("studies").at(study).at("status");
-    return s.is_string() ? s.get<std::string>() : std::string{};
+    const auto v = m.at("studies").at(study).at(field);
+    return v.is_string() ? v.get<std::string>() : std::string{};
   } catch (const std::exception&) {
     return {};
   }
 }
+}  // namespace
 
+std::string study_status(const std::string& out, const std::string& study) { return study_field(out, study, "status"); }
 std::string study_backend(const std::string& out, const std::string& study) {
-  if (out.empty()) return {};
-  try {
-    const auto m = read_json_input(std::filesystem::path(out) / "meta.json", out);
-    const auto b = m.at("studies").at(study).at("backend");
-    return b.is_string() ? b.get<std::string>() : std::string{};
-  } catch (const std::exception&) {
-    return {};
-  }
+  return study_field(out, study, "backend");
 }
 
 std::vector<DeviceChoice> run_devices(const RunOptions& o) {
