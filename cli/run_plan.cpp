@@ -82,8 +82,8 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
   // A directory holds one backend's ceilings: rows are stated against their own backend's only (find_ceiling), so
   // another backend's run there would find none, and two stream studies cannot share one meta.json.
   if (const std::string held = study_backend(out, "stream"); !held.empty() && held != backend)
-    throw UsageError("--out " + out + ": holds a stream study measured on backend " + held + ", this run's backend is " +
-                     backend + "; give another --out");
+    throw UsageError("--out " + out + ": holds a stream study measured on backend " + held +
+                     ", this run's backend is " + backend + "; give another --out");
   if (c.studies.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
     if (study_status(out, "stream") == "complete") {
       c.stream_kept = true;

@@ -215,7 +215,8 @@ Arm<AccessEnv> gather_arm() {
                {.name = "huge", .doc = "huge pages (CPU)", .cpu = {"on", "off"}, .gpu = {"on"}, .quick = {"on"},
                 .flag = "--huge-pages"},
                {.name = "prefetch", .doc = "software prefetch of the CPU gather: auto (on only where more than 3% "
-                "faster in a calibration before each case, named in the note), on, off (empty on the GPU)", .cpu = {"auto"},
+                "faster in a calibration before each case, named in the note), on, off (empty on the GPU)",
+                .cpu = {"auto"},
                 .gpu = {""}, .quick = {"auto"}, .quick_gpu = {""}, .flag = "--prefetch"}},
       .default_grid = gather_grid,
       .case_name_fn =

@@ -35,7 +35,8 @@ gen "$tmp/repo"
 g commit -q --allow-empty -m two
 gen "$tmp/repo"
 two=$(g rev-parse --short=12 HEAD)
-[ "$one" != "$two" ] && [ "$(cat "$tmp/out")" = "sha=$two version=9.8.7" ] || fail "after a new commit: $(cat "$tmp/out")"
+[ "$one" != "$two" ] && [ "$(cat "$tmp/out")" = "sha=$two version=9.8.7" ] ||
+  fail "after a new commit: $(cat "$tmp/out")"
 echo untracked >"$tmp/repo/g"
 gen "$tmp/repo"
 [ "$(cat "$tmp/out")" = "sha=$two version=9.8.7" ] || fail "an untracked file made it dirty: $(cat "$tmp/out")"

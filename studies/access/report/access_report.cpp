@@ -16,8 +16,8 @@ using namespace md;
 
 const char* kClaim5 = "Contiguous blocks beat scattered tokens and the gap widens with context length";
 const char* kRule5 =
-    "Access study, part=attention, per group (same keep, dtype, layout, selection, shape, mode; uniform scatter; at each "
-    "context the block size with the fastest block row, against the token row of that block size) with "
+    "Access study, part=attention, per group (same keep, dtype, layout, selection, shape, mode; uniform scatter; at "
+    "each context the block size with the fastest block row, against the token row of that block size) with "
     ">= 2 context lengths. At each (group, ctx) token/block is a sign only when its 95% bootstrap interval excludes 1 "
     "(docs/report.md, noise); the gap widens in a group when the interval at the largest ctx lies above the one at the "
     "smallest. Supported iff block is faster at every point and the gap widens in every group; refuted iff token is "

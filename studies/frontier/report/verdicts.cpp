@@ -146,7 +146,8 @@ Verdict claim3(const ResultSet& rs) {
   const double r0 = r.front() / t.front(), r1 = r.back() / t.back();
   bool ok = r.front() < t.front() && r1 > r0;
   const auto c = find_crossover(T, r, t, "recompute", link, "tokens");
-  v.figures = x->model + " vs " + link + " (recompute " + x->mode + ", fetch " + f->mode + "): T=" + fmt(T.front()) + " recompute " + us_text(r.front()) + " / fetch " +
+  v.figures = x->model + " vs " + link + " (recompute " + x->mode + ", fetch " + f->mode + "): T=" + fmt(T.front()) +
+              " recompute " + us_text(r.front()) + " / fetch " +
               us_text(t.front()) + "; T=" + fmt(T.back()) + " " + us_text(r.back()) + " / " + us_text(t.back()) + "; crossover " + c.text +
               "; " + regimes_text(regimes(*x, *f), link);
   // Layers: the through-layers arm (from token ids, P=1, same model) at one page size, >= 2 layer counts.
@@ -214,8 +215,8 @@ Verdict claim4(const ResultSet& rs) {
       auto& b = best[s.xdtype];
       if (ratio < b.ratio) {
         b.ratio = ratio;
-        b.text = s.model + " " + s.xdtype + " X, T=" + fmt(s.tokens[i]) + " P" + fmt(s.pages) + " (recompute " + s.mode +
-                 ", fetch " + f->mode + "): resident " +
+        b.text = s.model + " " + s.xdtype + " X, T=" + fmt(s.tokens[i]) + " P" + fmt(s.pages) + " (recompute " +
+                 s.mode + ", fetch " + f->mode + "): resident " +
                  md::bytes(s.resident[i]) + " vs K/V " + md::bytes(s.kv_bytes[i]) + " per page; recompute " +
                  us_text(s.secs[i]) + " vs " + link + " of the " + fmt(s.pages) + " pages in one copy " +
                  us_text(fetch) + " per page (" + fmt(ratio) + "x); " + kv_error_of(s.notes[i]);
