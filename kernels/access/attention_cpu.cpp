@@ -1073,39 +1073,42 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
     throw std::invalid_argument("attention_cpu: bf16_dot on, but K/V are not bf16 or this CPU or build has no AVX512_BF16");
   const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot);
   const bool avx512 = fn && cpu_avx512();
-  // The note is built once per plan and path, not in every timed call (~1 us of string work beside a 90 us row).
-  const bool far_auto = avx512 && prefetch && ws.far_prefetch == CpuChoice::automatic;
-  if (!ws.path_note.empty() && ws.path_note_fn == reinterpret_cast<const void*>(fn) &&
-      ws.path_note_prefetch == prefetch && ws.path_note_far == ws.far_prefetch && (!far_auto || ws.far_resolved)) {
-    run_items(s, qv, kv, vv, sel, ws, out, fn, prefetch, avx512 && prefetch && ws.use_far_prefetch);
-    return;
-  }
-  std::string note = !fn ? "cpu_attn=portable"
-                     : !avx512 ? "cpu_attn=avx2 (fp32 fma, 16-token softmax steps)"
-                     : dot ? "cpu_attn=avx512 qk=vdpbf16ps (cpuid avx512_bf16)"
-                     : s.dtype == DType::bf16 ? (bf16_dot_available() ? "cpu_attn=avx512 qk=fp32 fma (vdpbf16ps off)"
-                                                                      : "cpu_attn=avx512 qk=fp32 fma (no avx512_bf16)")
-                                              : "cpu_attn=avx512";
-  bool far = false;
-  if (!avx512 || !prefetch) {  // the far (L2) prefetch distance is the AVX-512 loop's
-    note += prefetch ? "" : "; prefetch=off";
-  } else if (ws.far_prefetch != CpuChoice::automatic) {
-    far = ws.far_prefetch == CpuChoice::on;
-    note += far ? "; far_prefetch=on (forced)" : "; far_prefetch=off (forced)";
-  } else {
-    if (!ws.far_resolved) calibrate_far(s, qv, kv, vv, sel, ws, out, fn);
-    far = ws.use_far_prefetch;
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated: on %.3g ms, off %.3g ms, best of 3)", far ? "on" : "off",
-                  ws.far_on_s * 1e3, ws.far_off_s * 1e3);
-    note += buf;
+  bool far = false;  // the far (L2) prefetch distance is the AVX-512 loop's
+  if (avx512 && prefetch) {
+    if (ws.far_prefetch != CpuChoice::automatic) {
+      far = ws.far_prefetch == CpuChoice::on;
+    } else {
+      if (!ws.far_resolved) calibrate_far(s, qv, kv, vv, sel, ws, out, fn);
+      far = ws.use_far_prefetch;
+    }
   }
   ws.use_bf16_dot = dot;
   ws.use_far_prefetch = far;
-  ws.path_note = std::move(note);
-  ws.path_note_fn = reinterpret_cast<const void*>(fn);
-  ws.path_note_prefetch = prefetch;
-  ws.path_note_far = ws.far_prefetch;
+  // The note is composed at a plan's first call and when the path changes, not in every timed call (~1 us of
+  // string work beside a 90 us row); plan_cpu clears it.
+  if (ws.path_note.empty() || ws.path_note_fn != reinterpret_cast<const void*>(fn) ||
+      ws.path_note_prefetch != prefetch || ws.path_note_far != ws.far_prefetch) {
+    std::string note = !fn                      ? "cpu_attn=portable"
+                       : !avx512                 ? "cpu_attn=avx2 (fp32 fma, 16-token softmax steps)"
+                       : dot                     ? "cpu_attn=avx512 qk=vdpbf16ps (cpuid avx512_bf16)"
+                       : s.dtype != DType::bf16  ? "cpu_attn=avx512"
+                       : bf16_dot_available()    ? "cpu_attn=avx512 qk=fp32 fma (vdpbf16ps off)"
+                                                 : "cpu_attn=avx512 qk=fp32 fma (no avx512_bf16)";
+    if (!prefetch) {
+      note += "; prefetch=off";
+    } else if (avx512 && ws.far_prefetch != CpuChoice::automatic) {
+      note += far ? "; far_prefetch=on (forced)" : "; far_prefetch=off (forced)";
+    } else if (avx512) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated: on %.3g ms, off %.3g ms, best of 3)",
+                    far ? "on" : "off", ws.far_on_s * 1e3, ws.far_off_s * 1e3);
+      note += buf;
+    }
+    ws.path_note = std::move(note);
+    ws.path_note_fn = reinterpret_cast<const void*>(fn);
+    ws.path_note_prefetch = prefetch;
+    ws.path_note_far = ws.far_prefetch;
+  }
   run_items(s, qv, kv, vv, sel, ws, out, fn, prefetch, far);
 }
 
