@@ -126,7 +126,7 @@ PlacementChoice choose_thread_placement(const std::string& requested, bool cpu_f
   // Calibrate: every candidate, alternated over the rounds (a slow phase of a shared host then hits all of them).
   // The stream study's own array size where the run sets one (its ceiling is read at that size), else past the LLC.
   c.size = stream_size.empty()
-               ? std::to_string(kvf::past_llc_bytes(kvf::host_llc_total_bytes(), 2, std::size_t{256} << 20,
+               ? std::to_string(kvf::past_llc_bytes(kvf::host_llc().total_bytes(), 2, std::size_t{256} << 20,
                                                     kvf::kPoolCapBytes) >> 20) + "MiB"
                : stream_size;
   c.dir = calib_dir;

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "kvf/cpu_isa.hpp"
-#include "kvf/thread_placement.hpp"
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/host_memory.hpp"
@@ -79,7 +78,8 @@ class CpuBackend final : public Backend {
       if (!mhz.empty()) info_.clock_mhz = std::stod(mhz);
     }
     info_.memory_bytes = host_memory_bytes();
-    info_.llc_bytes = host_llc_total_bytes();  // every L3 domain's: what the flush, pools and arrays must outgrow
+    const HostLlc llc = host_llc();
+    info_.llc_bytes = llc.total_bytes();  // every L3 domain's: what the flush, pools and arrays must outgrow
     info_.driver_version = std::string(u.sysname) + " " + u.release;
     info_.runtime_version = "OpenMP " + std::to_string(_OPENMP);
     info_.extra = {{"thp", thp_mode()},
@@ -88,8 +88,8 @@ class CpuBackend final : public Backend {
                    {"compiled_isa", compiled_isa()},
                    {"dispatch_isa", dispatch_isa()},
                    {"avx512_paths", avx512_paths()},
-                   {"llc_domain_bytes", host_llc_bytes()},
-                   {"llc_domains", std::max(1, cpu_domains().l3_domains)}};
+                   {"llc_domain_bytes", llc.domain_bytes},
+                   {"llc_domains", llc.domains}};
     flush_bytes_ = past_llc_bytes(info_.llc_bytes, 2, std::size_t{64} << 20, kFlushCapBytes);
   }
   ~CpuBackend() override {

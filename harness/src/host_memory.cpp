@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -129,12 +130,10 @@ long long huge_backed_bytes(const void* p, std::size_t bytes) {
   return any ? total : 0;
 }
 
-std::string huge_backed_pct(const void* p, std::size_t bytes) {
+std::optional<double> huge_backed_pct(const void* p, std::size_t bytes) {
   const long long b = huge_backed_bytes(p, bytes);
-  if (b < 0 || bytes == 0) return {};
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", 100.0 * static_cast<double>(b) / static_cast<double>(bytes));
-  return buf;
+  if (b < 0 || bytes == 0) return std::nullopt;
+  return std::round(1000.0 * static_cast<double>(b) / static_cast<double>(bytes)) / 10;
 }
 
 std::string thp_mode() {
@@ -165,9 +164,7 @@ std::size_t host_llc_bytes() {
   return v > 0 ? static_cast<std::size_t>(v) : 0;
 }
 
-std::size_t host_llc_total_bytes() {
-  return host_llc_bytes() * static_cast<std::size_t>(std::max(1, cpu_domains().l3_domains));
-}
+HostLlc host_llc() { return {host_llc_bytes(), std::max(1, cpu_domains().l3_domains)}; }
 
 std::size_t past_llc_bytes(std::size_t llc, std::size_t multiple, std::size_t floor, std::size_t cap) {
   return std::min(std::max(multiple * llc, floor), std::max(cap, floor));

@@ -1,6 +1,7 @@
 // Host memory with or without transparent huge pages, and a way to check what the kernel granted.
 #pragma once
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -54,9 +55,9 @@ class HostArray {
 // Bytes of [p, p+bytes) backed by huge pages now (AnonHugePages of the mapping in /proc/self/smaps,
 // touched memory only); -1 when it cannot be read.
 long long huge_backed_bytes(const void* p, std::size_t bytes);
-// The share of [p, p+bytes) backed by huge pages, in percent with one decimal ("97.3"); "" when smaps cannot be
-// read. For a row's huge_backed_pct: `huge` says what was asked for (madvise), this what the kernel granted.
-std::string huge_backed_pct(const void* p, std::size_t bytes);
+// The share of [p, p+bytes) backed by huge pages, in percent rounded to 0.1; none when smaps cannot be read.
+// For a row's huge_backed_pct: `huge` says what was asked for (madvise), this what the kernel granted.
+std::optional<double> huge_backed_pct(const void* p, std::size_t bytes);
 // "always" | "madvise" | "never" | "unknown" (from /sys/kernel/mm/transparent_hugepage/enabled).
 std::string thp_mode();
 
@@ -73,12 +74,17 @@ bool bind_to_node(void* p, std::size_t bytes, int node, std::string* why);
 int node_of_address(const void* p);
 
 // Physical memory and LLC size of this machine (0 when unknown). host_llc_bytes: one last-level cache as cpu0's
-// sysfs reports it; host_llc_total_bytes: that times the L3 domains (a Zen part has one per CCD): the cache a
+// sysfs reports it; host_llc().total_bytes(): that times the L3 domains (a Zen part has one per CCD): the cache a
 // run's threads fill together, what a cold flush and a pool must outgrow (each thread's share of a flush passes
 // through its own domain only).
 std::size_t host_memory_bytes();
 std::size_t host_llc_bytes();
-std::size_t host_llc_total_bytes();
+struct HostLlc {
+  std::size_t domain_bytes = 0;  // host_llc_bytes()
+  int domains = 1;               // L3 domains (cpu_domains), at least 1
+  std::size_t total_bytes() const { return domain_bytes * static_cast<std::size_t>(domains); }
+};
+HostLlc host_llc();
 
 // Sizes meant to reach past the last-level cache (the cold flush, gather pools, stream arrays):
 // max(multiple x llc, floor), at most cap. The caps exist because a VM may report its host socket's whole L3:
