@@ -7,6 +7,7 @@
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/csv.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/stats.hpp"
 
@@ -47,10 +48,11 @@ class GatherCase final : public Case {
   void setup(Backend& be) override {
     const auto& pool = sh->ensure_pool(be, g.pool_bytes, huge);
     if (!is_cuda(be)) {
-      const std::string pct = huge_backed_pct(pool.ptr, g.pool_bytes);
-      if (!pct.empty()) set_param(params, "huge_backed_pct", pct);
-      if (huge && (!pool.huge || (!pct.empty() && std::stod(pct) < 50)))
-        pool_note_ = "huge pages not granted (" + (pct.empty() ? std::string("not advised") : pct + "% backed") + "); ";
+      const auto pct = huge_backed_pct(pool.ptr, g.pool_bytes);
+      if (pct) set_param(params, "huge_backed_pct", csv_number(*pct));
+      if (huge && (!pool.huge || (pct && *pct < 50)))
+        pool_note_ =
+            "huge pages not granted (" + (pct ? csv_number(*pct) + "% backed" : std::string("not advised")) + "); ";
     }
     if (!is_cuda(be) && calibrate_prefetch) pick_prefetch(be);
 #if defined(KVF_HAVE_CUDA)

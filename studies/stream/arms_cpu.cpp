@@ -2,6 +2,7 @@
 // the baselines the read ceiling is judged against: the same loop on one thread, and glibc memcpy (one
 // thread, and one call per core; bytes counted = read + written). Every arm is verified before timing.
 #include "kvf/errors.hpp"
+#include "kvf/csv.hpp"
 #include "kvf/host_memory.hpp"
 #include "kvf/results.hpp"
 #include "stream.hpp"
@@ -22,8 +23,8 @@ class ReadCase final : public StreamCase {
     be.fill(arrays->a.get(), kSeed);
     // What the kernel granted (huge says what was asked): THP "always" backs the nohuge rows too, a busy host
     // may back neither.
-    if (const std::string pct = huge_backed_pct(arrays->a->ptr, bytes_()); !pct.empty())
-      set_param(params, "huge_backed_pct", pct);
+    if (const auto pct = huge_backed_pct(arrays->a->ptr, bytes_()))
+      set_param(params, "huge_backed_pct", csv_number(*pct));
   }
   bool has_verify() const override { return true; }
   void verify(Backend&) override {
