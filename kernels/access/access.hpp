@@ -172,6 +172,9 @@ struct AttnWorkspace {
 };
 // Whether this build and this CPU can run the vdpbf16ps QK path (AVX512_BF16 in cpuid, and compiled in).
 bool bf16_dot_available();
+// Whether attention_cpu with this workspace runs its QK as vdpbf16ps (two products per fp32 lane and
+// instruction): bf16 K/V, bf16_dot not off, AVX512_BF16 here, an AVX-512 kernel for this head dim and group.
+bool attention_cpu_qk_dot(const AttnShape& s, const AttnWorkspace& ws);
 // KV heads one work item of the CPU twin reads together: the heads whose rows share physical pages
 // (NHD, paged HND: all of them, at most 16 and 64 query heads), so a core walks a page once, in
 // address order; unpaged HND: 1 (each head's rows are a contiguous run of their own).

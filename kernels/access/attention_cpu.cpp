@@ -1063,6 +1063,11 @@ void calibrate_far(const AttnShape& s, const void* q, const void* k, const void*
 
 }  // namespace
 
+bool attention_cpu_qk_dot(const AttnShape& s, const AttnWorkspace& ws) {
+  const bool dot = s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
+  return dot && cpu_avx512() && pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), true);
+}
+
 void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
                    AttnWorkspace& ws, float* out, bool prefetch) {
   const std::uint32_t nhp = ws.heads_per_item;

@@ -64,10 +64,11 @@ struct Shared {
   // The CPU's fp32 FMA peak at the attention twin's vector width on `threads` threads, measured at the first
   // CPU attention case of the run (~0.1 s) and kept: the arithmetic floor of every attention row.
   std::optional<ka::FmaPeak> fma_measured;
-  // A CPU attention row's floor as its parameters fma_peak_gflops, fma_floor_s (its flops at that peak: what its
-  // QK and PV products alone would take with every FMA pipe busy; near the row's time, the row is bound by
-  // arithmetic, not memory) and fma_peak_isa.
-  void add_fma_floor(std::vector<Param>& params, double flops, int threads);
+  // A CPU attention row's floor as its parameters fma_peak_gflops, fma_floor_s (what its QK and PV products alone
+  // would take with every FMA pipe busy; near the row's time, the row is bound by arithmetic, not memory),
+  // fma_peak_isa and fma_floor_basis. qk_flops_per_lane2: the part of `flops` the kernel issues as vdpbf16ps,
+  // two products per fp32 lane, so half the instructions of fp32 FMAs (0 where everything is fp32 FMA).
+  void add_fma_floor(std::vector<Param>& params, double flops, double qk_flops_per_lane2, int threads);
   void record(const std::string& key, const std::string& mode, double med) { medians[key + "|" + mode] = med; }
   std::optional<double> median(const std::string& key, const std::string& mode) const;
 };

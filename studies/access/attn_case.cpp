@@ -80,7 +80,9 @@ class AttnCase final : public kvf::Case {
     if (!gpu_) {
       ka::plan_cpu(sp.s, sel_, ws_);
       out_.assign(sp.s.q_elems(), 0.0f);
-      if (flops > 0) sh->add_fma_floor(params, flops, ws_.threads);
+      // The QK half of the attention's flops (its products as many as the PV's).
+      const double qk_dot_flops = ka::attention_cpu_qk_dot(sp.s, ws_) ? attention_flops_ / 2 : 0;
+      if (flops > 0) sh->add_fma_floor(params, flops, qk_dot_flops, ws_.threads);
     } else {
 #if defined(KVF_HAVE_CUDA)
       if (gpu_launch_modes() != kvf::launch_modes())
@@ -282,10 +284,12 @@ class AttnCase final : public kvf::Case {
       }
     }
     bytes = (sp.routing == Routing::alone ? 0 : att_b) + rb;
-    flops = (sp.routing == Routing::alone ? 0 : att_f) + rf;
+    attention_flops_ = sp.routing == Routing::alone ? 0 : att_f;
+    flops = attention_flops_ + rf;
   }
 
  private:
+  double attention_flops_ = 0;  // of `flops`: QK and PV (the rest is routing)
   KvData* data_ = nullptr;
   ka::PageMap pm_{};
   std::uint32_t kb_ = 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A small CPU access run: every attention row with flops carries its FMA floor (fma_floor_s = flops / the
-fp32 FMA peak measured in the run, fma_peak_gflops, fma_peak_isa) in both modes; the read control has none.
+fp32 FMA peak measured in the run, fma_peak_gflops, fma_peak_isa; where the QK runs as vdpbf16ps, its half of
+the attention's flops counts half: fma_floor_basis says which) in both modes; the read control has none.
 Usage: fma_floor_rows.py BENCH_ACCESS OUT_DIR"""
 import csv
 import math
@@ -28,8 +29,18 @@ for r in rows:
     if not (peak > 0 and floor > 0):
         fails.append(f"{name}: fma_peak_gflops {r.get('fma_peak_gflops')!r}, fma_floor_s {r.get('fma_floor_s')!r}")
         continue
-    if not math.isclose(floor, flops / (peak * 1e9), rel_tol=1e-3):
-        fails.append(f"{name}: fma_floor_s {floor} is not flops {flops} / {peak} GFLOP/s")
+    basis = r.get("fma_floor_basis", "")
+    if basis == "fp32 fma":
+        if not math.isclose(floor, flops / (peak * 1e9), rel_tol=1e-3):
+            fails.append(f"{name}: fma_floor_s {floor} is not flops {flops} / {peak} GFLOP/s")
+    elif basis.startswith("qk vdpbf16ps"):
+        # Every row here routes nothing or little: its QK is half of flops at most, so 0.75..1 of flops / peak.
+        if not (0.75 * flops / (peak * 1e9) * (1 - 1e-3) <= floor < flops / (peak * 1e9)):
+            fails.append(f"{name}: fma_floor_s {floor} with {basis!r}: not within 0.75..1 of flops / peak")
+        if "bf16" not in r.get("dtype", "bf16"):
+            fails.append(f"{name}: {basis!r} on dtype {r.get('dtype')}")
+    else:
+        fails.append(f"{name}: fma_floor_basis {basis!r}")
     if "fp32 fma" not in r.get("fma_peak_isa", "") and "generic" not in r.get("fma_peak_isa", ""):
         fails.append(f"{name}: fma_peak_isa {r.get('fma_peak_isa')!r}")
 for want in [("dense", "cold"), ("dense", "hot"), ("block", "cold"), ("token", "cold")]:

@@ -124,8 +124,11 @@ PathRun run_path(const AttnShape& s, const Selection& sel, const std::vector<std
   ws.bf16_dot = dot;
   ws.far_prefetch = far;
   PathRun r{std::vector<float>(s.q_elems(), -7.0f), {}};
+  // What the study's FMA floor asks before the first call (the access study's fma_floor_basis).
+  const bool qk_dot = attention_cpu_qk_dot(s, ws);
   attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, r.out.data());
   r.note = ws.path_note;
+  EXPECT_EQ(qk_dot, r.note.find("qk=vdpbf16ps") != std::string::npos) << r.note;
   return r;
 }
 
@@ -176,6 +179,27 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_EQ(aut.out, dot.out);
   }
   if (portable_only) GTEST_SKIP() << "this CPU has no AVX-512: only its one non-AVX-512 path ran (checked against the reference)";
+}
+
+// attention_cpu_qk_dot says no wherever the kernel cannot take the vdpbf16ps QK (another dtype, the choice off, a
+// CPU without AVX512_BF16) and yes elsewhere, for groups of 2 and 4; run_path checks it against the kernel's note.
+TEST(AttnSpeedPaths, QkDotOnlyWhereTheKernelRunsIt) {
+  for (const DType dt : {DType::bf16, DType::fp16})
+    for (const std::uint32_t hq : {16u, 32u}) {
+      AttnShape s;
+      s.batch = 1; s.hq = hq; s.hkv = 8; s.d = 128; s.ctx = 512; s.dtype = dt; s.page = 16;
+      validate_shape(s);
+      std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+      fill_qkv(s, q.data(), k.data(), v.data(), 5);
+      const Selection sel = select_dense(s, 256);
+      AttnWorkspace ws;
+      plan_cpu(s, sel, ws);
+      const bool expect = dt == DType::bf16 && bf16_dot_available() && kvf::cpu_avx512();
+      EXPECT_EQ(attention_cpu_qk_dot(s, ws), expect) << to_string(dt) << " hq " << hq;
+      ws.bf16_dot = CpuChoice::off;
+      EXPECT_FALSE(attention_cpu_qk_dot(s, ws));
+      run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::off);
+    }
 }
 
 // fp16 K/V have no dot path: forcing it is an error, automatic runs the fp32 path.

@@ -167,8 +167,8 @@ std::string section_gather(ReportContext& cx) {
 // the stream read ceiling is what the access pattern allows a plain loop; the row against its control is what
 // the kernel adds (above 1) or loses. Matched on every column that shapes the bytes read, in the same mode. A
 // subsection of the section of its rows (arm: gather or dense), "" where no row has its control.
-// with_fma_floor: a last column, the row's FMA floor (fma_floor_s: its flops at the fp32 FMA peak measured in the
-// run) as a percentage of its median time, "-" where the row has none.
+// with_fma_floor: a last column, the row's FMA floor (fma_floor_s: its products at the fp32 FMA peak measured in
+// the run, fma_floor_basis) as a percentage of its median time, "-" where the row has none.
 std::string controls_table(ReportContext& cx, const std::string& arm, const std::string& control,
                            bool with_fma_floor = false) {
   static const char* const shape[] = {"part", "ctx", "layout", "dtype", "head_dim", "hq", "hkv", "batch",
