@@ -250,11 +250,48 @@ void guard_termination_signals() {
   });
 }
 
+std::size_t ResultsDir::case_row_count() const {
+  const fs::path path = dir_ / "cases.csv";
+  return fs::exists(path) ? read_csv_table(path.string()).rows.size() : 0;
+}
+
+std::size_t ResultsDir::restate_ceilings(std::size_t first,
+                                         const std::function<const CeilingRef*(const std::string&)>& ceiling_of) {
+  WriteSection hold;
+  const fs::path path = dir_ / "cases.csv";
+  if (!fs::exists(path)) return 0;
+  CsvTable t = read_csv_table(path.string());
+  const auto name = t.column("case"), mode = t.column("mode"), be = t.column("backend"), dev = t.column("device");
+  const auto pct = t.column("pct_of_ceiling"), value = t.column("ceiling_value");
+  if (!name || !mode || !pct || !value) return 0;
+  std::size_t changed = 0;
+  for (std::size_t r = first; r < t.rows.size(); ++r) {
+    auto& row = t.rows[r];
+    const CeilingRef* ref = ceiling_of(row[*name]);
+    if (!ref || row[*value].empty()) continue;  // no ceiling was found for it then: none is claimed now either
+    const auto rate = parse_number(t, r, ref->metric);
+    const auto best = find_ceiling(t, *ref, row[*mode], be ? row[*be] : "", dev ? row[*dev] : "");
+    if (!rate || !best || *best <= 0 || csv_number(*best) == row[*value]) continue;
+    row[*value] = csv_number(*best);
+    row[*pct] = csv_number(100.0 * *rate / *best);
+    ++changed;
+  }
+  if (changed == 0) return 0;
+  std::string content = csv_line(t.header);
+  for (const auto& row : t.rows) content += csv_line(row);
+  write_atomically(path, content);
+  return changed;
+}
+
 std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, const std::string& mode,
                                    const std::string& backend, const std::string& device) {
   const fs::path path = dir / "cases.csv";
   if (!fs::exists(path)) return std::nullopt;
-  const CsvTable t = read_csv_table(path.string());
+  return find_ceiling(read_csv_table(path.string()), ref, mode, backend, device);
+}
+
+std::optional<double> find_ceiling(const CsvTable& t, const CeilingRef& ref, const std::string& mode,
+                                   const std::string& backend, const std::string& device) {
   const auto study = t.column("study"), md = t.column("mode"), metric = t.column(ref.metric);
   const auto be = t.column("backend"), dev = t.column("device");
   if (!study || !md || !metric) return std::nullopt;

@@ -90,6 +90,43 @@ TEST(Results, CeilingIsOfTheRowsBackendAndDevice) {
   EXPECT_DOUBLE_EQ(*find_ceiling(d, read, "hot"), 3000.0);  // no backend or device given: any row
 }
 
+// A run's rows stated against the best so far of their own ceiling are stated again against the best at the end
+// (the stream study's read variants); rows before `first`, rows without a ceiling and rows already right stay.
+TEST(Results, RestateCeilingsStatesEarlierRowsAgainstTheRunsBest) {
+  const auto d = fresh_dir("restate");
+  ResultsDir dir(d);
+  const std::vector<Sample> s = {{1.0}};
+  const CeilingRef read{"stream", {{"op", "read"}}, "gbps"};
+  auto stated = [&](CaseRecord r, double ceiling) {
+    r.ceiling = read.label();
+    r.ceiling_value = ceiling;
+    r.pct_of_ceiling = 100 * r.gbps / ceiling;
+    return r;
+  };
+  dir.write_case(stated(record("stream", "read/old", {{"op", "read"}}, 1.0, 40e9), 40), s);  // an earlier run
+  const std::size_t first = dir.case_row_count();
+  EXPECT_EQ(first, 1u);
+  dir.write_case(stated(record("stream", "read/a", {{"op", "read"}}, 1.0, 10e9), 10), s);   // best so far: itself
+  dir.write_case(stated(record("stream", "write", {{"op", "write"}}, 1.0, 5e9), 10), s);    // against read/a
+  dir.write_case(stated(record("stream", "read/b", {{"op", "read"}}, 1.0, 20e9), 40), s);   // already right
+  dir.write_case(record("stream", "free", {{"op", "read_1thread"}}, 1.0, 1e9), s);          // no ceiling
+  const std::size_t n = dir.restate_ceilings(first, [&](const std::string& name) -> const CeilingRef* {
+    return name == "free" ? nullptr : &read;
+  });
+  EXPECT_EQ(n, 2u);
+  const CsvTable t = read_csv_table((d / "cases.csv").string());
+  ASSERT_EQ(t.rows.size(), 5u);
+  EXPECT_EQ(t.at(0, "ceiling_value"), "40");  // before first: left as it was
+  EXPECT_EQ(parse_number(t, 1, "ceiling_value"), 40.0);
+  EXPECT_EQ(parse_number(t, 1, "pct_of_ceiling"), 25.0);
+  EXPECT_EQ(parse_number(t, 2, "pct_of_ceiling"), 12.5);
+  EXPECT_EQ(parse_number(t, 3, "pct_of_ceiling"), 50.0);
+  EXPECT_EQ(t.at(4, "ceiling_value"), "");
+  EXPECT_EQ(t.at(1, "note"), "line one line two, with comma");  // the rest of each row as it was
+  EXPECT_FALSE(fs::exists(d / "cases.csv.tmp"));
+  EXPECT_EQ(dir.restate_ceilings(first, [&](const std::string&) { return &read; }), 0u);  // nothing left to change
+}
+
 TEST(Results, MetaUpdatesMerge) {
   const auto d = fresh_dir("meta");
   ResultsDir dir(d);

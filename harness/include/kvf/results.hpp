@@ -66,6 +66,17 @@ struct CaseRecord {
   std::string note;
 };
 
+struct CsvTable;
+
+// What a figure is stated against: the best `metric` ("gbps" or "tflops") over the rows of cases.csv in
+// `dir` with study == `study`, mode == `mode` and every (param, value) in `match`.
+struct CeilingRef {
+  std::string study;                 // e.g. "stream"
+  std::vector<Param> match;          // e.g. {{"op","read"}}
+  std::string metric = "gbps";
+  std::string label() const;         // "stream:op=read"
+};
+
 class ResultsDir {
  public:
   // Creates the directory (and meta.json when absent). Throws UsageError if it cannot be created.
@@ -76,6 +87,13 @@ class ResultsDir {
   void write_case(const CaseRecord& rec, std::span<const Sample> samples);
   // Read-modify-write of meta.json (atomic through rename; WriteError leaves the old meta.json).
   void update_meta(const std::function<void(nlohmann::json&)>& edit);
+  // Rows in cases.csv now: the index of the first row a run is about to write.
+  std::size_t case_row_count() const;
+  // States rows [first, end) of cases.csv against their ceilings as they stand now: a row measured before a better
+  // ceiling row of the same run (the stream study's read variants, each its own candidate) was stated against
+  // the best so far. ceiling_of(case) names a row's ceiling (nullptr: leave the row). Rewrites cases.csv whole
+  // (atomically) where a value changed; returns how many rows changed. WriteError leaves the old file.
+  std::size_t restate_ceilings(std::size_t first, const std::function<const CeilingRef*(const std::string&)>& ceiling_of);
 
  private:
   void ensure_param_columns(const std::vector<Param>& params);
@@ -83,20 +101,15 @@ class ResultsDir {
   std::vector<std::string> case_header_;
 };
 
-// What a figure is stated against: the best `metric` ("gbps" or "tflops") over the rows of cases.csv in
-// `dir` with study == `study`, mode == `mode` and every (param, value) in `match`.
-struct CeilingRef {
-  std::string study;                 // e.g. "stream"
-  std::vector<Param> match;          // e.g. {{"op","read"}}
-  std::string metric = "gbps";
-  std::string label() const;         // "stream:op=read"
-};
 // The best matching row of `mode` measured on `backend` and `device` (a directory may hold a CPU stream study
 // beside a CUDA one: neither is the other's ceiling); empty backend/device, or a file without those columns,
 // match any.
 std::optional<double> find_ceiling(const std::filesystem::path& dir, const CeilingRef& ref,
                                    const std::string& mode, const std::string& backend = {},
                                    const std::string& device = {});
+// The same over a cases.csv already read.
+std::optional<double> find_ceiling(const CsvTable& cases, const CeilingRef& ref, const std::string& mode,
+                                   const std::string& backend = {}, const std::string& device = {});
 
 // Any other output file written whole or not at all (kvf residency's CSV and JSON): `content` to `path`.tmp,
 // fsync, rename(2) over `path`, termination signals held off meanwhile; a reader never sees a torn file.
