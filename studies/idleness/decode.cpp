@@ -141,6 +141,18 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   if (!c->ceiling)
     c->ceiling = corun ? kvf::CeilingRef{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"}
                        : read_ceiling_ref();
+  if (corun) {
+    // A co-run's slowdown is against decode alone of its own step (model, batch, context, layers, launch), not
+    // against the fastest "none" row in the directory (with --models a,b: the other model's).
+    std::vector<kvf::Param> step;
+    for (const char* axis : {"model", "batch", "context", "layers", kvf::study::kLaunchAxis})
+      if (p.has(axis)) step.push_back({axis, p[axis]});
+    const auto same_step = [&](kvf::CeilingRef& r) {
+      if (r.study == "idleness") r.match.insert(r.match.begin() + 1, step.begin(), step.end());  // after arm
+    };
+    same_step(*c->ceiling);
+    for (auto& u : c->uses) same_step(u);
+  }
   const auto ceilings = idle_ceilings();
   c->uses.insert(c->uses.begin(), ceilings.begin(), ceilings.end());
   if (!env.gpu) c->uses.push_back(stream_read_ref());

@@ -41,6 +41,10 @@ TEST(IdlenessBench, CpuRunWritesCountersCsv) {
             std::string::npos);
   EXPECT_NE(cases.find("512 KiB O_DIRECT reads of a 64 MiB tier file (one thread): units_per_s="), std::string::npos);
   EXPECT_EQ(cases.find("co-run INVALID"), std::string::npos) << cases;
+  // Each co-run row is stated against decode alone of its own step, not any "none" row of the directory.
+  EXPECT_NE(cases.find(",idleness:arm=corun:model=Tiny-GQA:batch=16:context=4096:layers=2:background=none:gbps,"),
+            std::string::npos);
+  EXPECT_EQ(cases.find(",idleness:arm=corun:background=none:gbps,"), std::string::npos);
   // Nothing skipped, but the oneDNN bf16 ceiling on a host whose oneDNN has no bf16 matmul (AVX2 only).
   for (std::size_t at = cases.find("skipped:"); at != std::string::npos; at = cases.find("skipped:", at + 1))
     EXPECT_EQ(cases.compare(at, 52, "skipped: this oneDNN has no bf16 matmul for this CPU"), 0)
