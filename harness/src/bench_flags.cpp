@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "bench_detail.hpp"
 #include "kvf/errors.hpp"
@@ -103,6 +106,35 @@ std::optional<int> repetitions_flag(int argc, char** argv, std::string* bad) {
     reps = static_cast<int>(*v);
   }
   return reps;
+}
+
+// Google Benchmark's reading of a boolean flag's value (IsTruthyFlagValue): a bare flag is true.
+bool benchmark_truthy(const std::string& v) {
+  if (v.size() == 1)
+    return std::isalnum(static_cast<unsigned char>(v[0])) && std::string_view("0fFnN").find(v[0]) == std::string_view::npos;
+  std::string lower;
+  for (const char c : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v.empty() || !(lower == "false" || lower == "no" || lower == "off");
+}
+
+// Random interleaving (the flag, or Google Benchmark's environment variable for it) shuffles every case's cold and
+// hot runs across cases. A study's cases share buffers that each case's setup prepares in registration order (the
+// access study's K/V: one shape at a time), so a shuffled order would time a case on another's buffers: refused.
+std::string refuse_random_interleaving(int argc, char** argv) {
+  constexpr std::string_view key = "--benchmark_enable_random_interleaving";
+  std::string given;
+  if (const char* e = std::getenv("BENCHMARK_ENABLE_RANDOM_INTERLEAVING"); e && benchmark_truthy(e))
+    given = std::string("BENCHMARK_ENABLE_RANDOM_INTERLEAVING=") + e;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a.substr(0, key.size()) != key || (a.size() > key.size() && a[key.size()] != '=')) continue;
+    const std::string value = a.size() > key.size() ? std::string(a.substr(key.size() + 1)) : std::string();
+    given = benchmark_truthy(value) ? std::string(a) : std::string();
+  }
+  if (given.empty()) return {};
+  return given + ": not supported: the cases of a study share buffers that each case's setup prepares in "
+                 "registration order, so a shuffled order would time a case on another's buffers; repeat with "
+                 "--benchmark_repetitions=N, alternate two builds with kvf gate --ab";
 }
 
 // --benchmark_filter=RE is the harness's (Flags::benchmark_filter): taken out of argv before Google Benchmark
@@ -267,6 +299,10 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
     return kExitUsage;
   }
   f.reps = *reps_flag;
+  if (const std::string bad = refuse_random_interleaving(*argc, argv); !bad.empty()) {
+    print_error(prog, bad);
+    return kExitUsage;
+  }
   if (const std::string bad = take_benchmark_filter(argc, argv, f); !bad.empty()) {
     print_error(prog, bad);
     return kExitUsage;
