@@ -246,6 +246,10 @@ class Runner {
   // is the ceiling and beats what was measured before it.
   void state_ceiling(const Case& c, const std::string& mode, CaseRecord& rec) {
     if (!c.ceiling) return;
+    if (mode == "hot" && c.hot_in_cache) {  // compose_note says why
+      rec.ceiling.clear();
+      return;
+    }
     const double rate = c.ceiling->metric == "tflops" ? rec.tflops : rec.gbps;
     auto ceil = find_ceiling(dir_.path(), *c.ceiling, mode, rec.backend, rec.device);
     bool self = c.ceiling->study == study_;
@@ -354,6 +358,8 @@ class Runner {
     }
     if (!c.note.empty()) parts.push_back(c.note);
     parts.insert(parts.end(), p.extras.begin(), p.extras.end());
+    if (c.ceiling && c.hot_in_cache && p.rec.mode == "hot")
+      parts.push_back("hot from cache: no pct_of_ceiling against " + c.ceiling->label() + " (a memory read)");
     if (f_.reps > 1)
       parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +
                       " repetitions pooled (samples.csv: repetition)");

@@ -159,6 +159,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
   // Hot samples only where the gathered bytes fit the cache (else hot = cold, and time is short).
   c->hot = g.total_bytes < env.llc;
+  c->hot_in_cache = c->hot;
   const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
   c->est_seconds = 0.05 + double(pool) / (gpu ? 5e11 : 3e9) +
                    (c->hot ? 2 : 1) * std::min(0.6, std::max(0.2, 10 * t + 0.05)) + double(g.total_bytes) / 1e9 +
