@@ -610,6 +610,21 @@ TEST(Verdicts, BlockTokenSignsOnlyOutsideTheNoise) {
   EXPECT_NE(flat.figures.find("gap widens in 0 groups, narrows in 0"), std::string::npos) << flat.figures;
 }
 
+// The CPU's derived columns (the FMA floor grows with the context; huge_backed_pct is what the kernel granted) are
+// no part of a group: with them in the key, every context was a group of its own and claim 5 was never judged.
+TEST(Verdicts, BlockTokenGroupsIgnoreTheCpusDerivedColumns) {
+  ResultSet rs = block_token_set(1.02, 1.03, 0.001);
+  for (auto& r : rs.cases) {
+    const double ctx = *r.num("ctx");
+    r.params["fma_floor_s"] = fmt(ctx * 1e-9);
+    r.params["fma_peak_gflops"] = "200";
+    r.params["fma_peak_isa"] = "avx2 ymm fp32 fma, 2 threads";
+    r.params["fma_floor_basis"] = "fp32 fma";
+    r.params["huge_backed_pct"] = ctx > 8192 ? "100" : "98.5";
+  }
+  EXPECT_EQ(find(verdicts({rs}), "Contiguous blocks").verdict, "supported");
+}
+
 // Claim 5 pairs a token row with the block row of its own block size (the same sink, latest blocks and budget) at
 // the block size whose block row is fastest; before, the fastest token row of any block size or selection was
 // divided by the fastest block row, a best-of-N on the token side only.

@@ -36,9 +36,11 @@ struct AccessGroup {
 };
 
 std::vector<AccessGroup> access_groups(const ResultSet& rs) {
-  static const std::set<std::string> skip = {"arm",        "block",     "scatter",           "ctx",
+  // Derived per row (sizes, what the kernel was granted, the FMA floor that grows with ctx): not the group's.
+  static const std::set<std::string> skip = {"arm",         "block",           "scatter",          "ctx",
                                              "budget_tokens", "working_set_bytes", "working_set_vs_llc",
-                                             "kv_bytes",  "llc_bytes"};
+                                             "kv_bytes",    "llc_bytes",       "huge_backed_pct",  "fma_floor_s",
+                                             "fma_peak_gflops", "fma_peak_isa", "fma_floor_basis"};
   struct Acc {
     AccessGroup g;
     std::map<double, std::map<std::string, const CaseRow*>> block, token;  // ctx -> block size -> row

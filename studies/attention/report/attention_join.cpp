@@ -78,8 +78,10 @@ struct Group {
 };
 
 std::vector<Group> access_groups(const ResultSet& rs) {
-  static const std::set<std::string> derived = {"arm", "scatter", "budget_tokens", "working_set_bytes",
-                                                "working_set_vs_llc", "kv_bytes", "llc_bytes"};
+  static const std::set<std::string> derived = {"arm",           "scatter",        "budget_tokens",
+                                                "working_set_bytes", "working_set_vs_llc", "kv_bytes",
+                                                "llc_bytes",     "huge_backed_pct", "fma_floor_s",
+                                                "fma_peak_gflops", "fma_peak_isa",  "fma_floor_basis"};
   std::map<std::string, Group> by;
   for (const auto* r : rs.rows("access")) {
     const std::string arm = r->param("arm");
