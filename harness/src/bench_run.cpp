@@ -359,7 +359,8 @@ class Runner {
     if (!c.note.empty()) parts.push_back(c.note);
     parts.insert(parts.end(), p.extras.begin(), p.extras.end());
     if (c.ceiling && c.hot_in_cache && p.rec.mode == "hot")
-      parts.push_back("hot from cache: no pct_of_ceiling against " + c.ceiling->label() + " (a memory read)");
+      parts.push_back("hot reads (partly) from cache: no pct_of_ceiling against " + c.ceiling->label() +
+                      " (a memory read)");
     if (f_.reps > 1)
       parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +
                       " repetitions pooled (samples.csv: repetition)");

@@ -638,7 +638,7 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
     return skipped_case("", c->params, "--l2-prefetch-steps: the mma kernel has none (--attn-loads regs or smem)");
 #endif
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
-  c->hot_in_cache = ws < double(env.llc);
+  c->hot_in_cache = ws < 4.0 * double(env.llc);  // as the stream study: under 4x the LLC, partly cache
   const double rate = gpu ? 2e12 : 8e9;
   const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
   const double fill = 2.0 * double(s.kv_bytes()) / (gpu ? 1e11 : 6e8);  // amortized over the cases sharing it

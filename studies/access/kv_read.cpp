@@ -56,7 +56,7 @@ std::unique_ptr<Case> make_kv_read_case(const AccessEnv& env, const ka::AttnShap
   c->params = std::move(params);
   c->bytes = 2.0 * double(s.kv_bytes());
   c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
-  c->hot_in_cache = c->bytes < double(env.llc);
+  c->hot_in_cache = c->bytes < 4.0 * double(env.llc);
   const double t = c->bytes / 8e9, fill = c->bytes / 6e8;
   c->est_seconds = 0.05 + fill / 4 + 2 * std::min(0.6, std::max(0.25, 10 * t + 0.1));
   return c;  // make_attn_case has refused K and V that memory cannot hold

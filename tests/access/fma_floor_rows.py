@@ -2,7 +2,7 @@
 """A small CPU access run: every attention row with flops carries its FMA floor (fma_floor_s = flops / the
 fp32 FMA peak measured in the run, fma_peak_gflops, fma_peak_isa; where the QK runs as vdpbf16ps, its half of
 the attention's flops counts half: fma_floor_basis says which) in both modes; the read control has none. And a
-hot row whose working set fits the LLC names no ceiling (a memory read does not bound it) and says why.
+hot row whose working set is under 4x the LLC names no ceiling (a memory read does not bound it) and says why.
 Usage: fma_floor_rows.py BENCH_ACCESS OUT_DIR"""
 import csv
 import math
@@ -20,8 +20,8 @@ fails = []
 seen = set()
 for r in rows:
     name = f"{r['case']} {r['mode']}"
-    in_cache = r["mode"] == "hot" and float(r["working_set_vs_llc"]) < 1
-    if in_cache and (r["ceiling"] or "hot from cache: no pct_of_ceiling" not in r["note"]):
+    in_cache = r["mode"] == "hot" and float(r["working_set_vs_llc"]) < 4
+    if in_cache and (r["ceiling"] or "hot reads (partly) from cache: no pct_of_ceiling" not in r["note"]):
         fails.append(f"{name}: in cache (working_set_vs_llc {r['working_set_vs_llc']}) but ceiling {r['ceiling']!r}")
     if not in_cache and r["ceiling"] != "stream:op=read:gbps":
         fails.append(f"{name}: ceiling {r['ceiling']!r}")

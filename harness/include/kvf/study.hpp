@@ -41,8 +41,8 @@ class Case {
   double est_seconds = 0.5;         // for --list and the ETA (setup + verify + both modes)
   TimeOptions time_opts{};
   bool cold = true, hot = true;     // which modes make sense for this case
-  // Hot samples read from the LLC (CPU) or L2 (GPU): a memory-read ceiling does not bound them, so hot rows state
-  // no pct_of_ceiling (and say why) where one would read as "above 100% of the ceiling".
+  // Hot samples read wholly or partly from the LLC (CPU) or L2 (GPU), e.g. a working set under 4x of it: a
+  // memory-read ceiling does not bound them, so hot rows state no pct_of_ceiling (and say why).
   bool hot_in_cache = false;
   std::string note;                 // carried to the "note" column
 
