@@ -366,10 +366,14 @@ std::string DecodeGpu::green_slowdown_note(const kvf::Summary& s, const std::str
   const double gbps = s.median > 0 ? bytes / s.median / 1e9 : 0;
   auto against = [&](const std::string& bg, const std::string& what) {
     auto m = match;
+    if (bg == "green_none")  // a partition of the same size (--green-sms may differ between runs in one directory)
+      for (const auto& p : params)
+        if (p.name == "decode_sms") m.push_back(p);
     m.push_back({"background", bg});
     const auto ref = env_.out_dir.empty()
                          ? std::nullopt
-                         : kvf::find_ceiling(env_.out_dir, kvf::CeilingRef{"idleness", m, "gbps"}, mode);
+                         : kvf::find_ceiling(env_.out_dir, kvf::CeilingRef{"idleness", m, "gbps"}, mode, "cuda",
+                                             env_.device_name);
     if (!ref || gbps <= 0) return "slowdown vs " + what + ": no row of this run";
     return "slowdown vs " + what + " " + num(*ref / gbps, 4) + "x";
   };
@@ -432,7 +436,8 @@ std::unique_ptr<kvf::Case> make_decode_gpu_case(const md::ModelShape& m, int B, 
                {"decode_sms", dec_sms},
                {"background_sms", bg_sms}};
   const kvf::CeilingRef full{"idleness", {{"arm", "corun"}, {"background", "none"}}, "gbps"};
-  const kvf::CeilingRef part{"idleness", {{"arm", "corun"}, {"background", "green_none"}}, "gbps"};
+  const kvf::CeilingRef part{
+      "idleness", {{"arm", "corun"}, {"decode_sms", dec_sms}, {"background", "green_none"}}, "gbps"};
   const bool alone = background == "green_none";
   c->ceiling = alone ? full : part;
   c->uses.push_back(full);

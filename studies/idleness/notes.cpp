@@ -36,7 +36,8 @@ std::vector<kvf::CeilingRef> idle_ceilings() { return {gemm_ceiling_ref(), read_
 
 double ceiling_value(const Env& env, const kvf::CeilingRef& ref, const std::string& mode) {
   if (env.out_dir.empty()) return 0;
-  const auto v = kvf::find_ceiling(env.out_dir, ref, mode);
+  // Of this backend and device only: a directory may hold a CPU run beside a CUDA one, or two GPUs' runs.
+  const auto v = kvf::find_ceiling(env.out_dir, ref, mode, env.gpu ? "cuda" : "cpu", env.device_name);
   return v ? *v * (ref.metric == "tflops" ? 1e12 : 1e9) : 0;
 }
 
