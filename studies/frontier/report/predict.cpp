@@ -22,6 +22,14 @@ Term host_link(const char* what, int copies) {
   return [what, copies](Predictor& p) { return p.link(p.g.host_link_gbps, what, copies); };
 }
 
+// bidir: H2D and D2H of bytes / 2 each at once, each on its own copy engine and link direction (PCIe and NVLink-C2C
+// are full duplex): one direction's time, not both bytes over one direction.
+std::optional<double> duplex_link(Predictor& p) {
+  if (p.g.host_link_gbps <= 0 || p.bytes <= 0) return p.none("host link, full duplex: no link figure or no bytes");
+  p.say("host link, full duplex: fixed + (bytes / 2) / link, each direction on its own copy engine");
+  return p.g.copy_fixed_us * 1e-6 + p.bytes / 2 / (p.g.host_link_gbps * 1e9);
+}
+
 std::optional<double> through_layers(Predictor& p) {
   const auto layers = p.count("layers", kMaxLayers);
   if (!layers) return p.none(p.bad_count);
@@ -170,7 +178,8 @@ std::vector<ModelTerm> model_terms() {
       {{"xq"}, roof(3, "roofline(flops, bytes) + 3 launches (dequant, GEMM, RoPE+write)")},
       {{"mla_latent", "mla_up"}, roof(2, "roofline(flops, bytes) + 2 launches")},
       {{"layers"}, through_layers},
-      {{"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "bidir"}, host_link("host link", 1)},
+      {{"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable"}, host_link("host link", 1)},
+      {{"bidir"}, duplex_link},
       {{"zero_copy"}, host_link("host link (SM reads)", 0)},
       {{"p2p"}, [](Predictor& p) { return p.link(p.g.nvlink_gbps, "NVLink", 1); }},
       {{"granularity"}, granularity},
