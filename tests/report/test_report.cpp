@@ -341,6 +341,25 @@ TEST(Calibrate, DiskFittedOnFilePageReads) {
   EXPECT_EQ(g.source.at("disk_latency_us"), "measured: 100 us per read, intercept of the same fit");
 }
 
+// On the CPU the compute field (named bf16_tflops) says which GEMM gave it: OpenBLAS fp32, or oneDNN's bf16 matmul
+// where that row is the best (it used to read "fp32 sgemm" whatever won).
+TEST(Calibrate, CpuGemmCeilingSaysWhichLibraryWon) {
+  ResultSet rs = load_results(kFx + "/cpu_tiers");
+  const auto gpus = load_gpus(default_gpus_path());
+  EXPECT_NE(spec_from_results(rs, gpus).source.at("bf16_tflops").find("(fp32 sgemm on the CPU)"), std::string::npos);
+  CaseRow bf16 = row_of(rs, "gemm_ceiling/2048");
+  bf16.case_name = "gemm_ceiling/2048/onednn_bf16";
+  bf16.params["gemm_lib"] = "onednn_bf16";
+  bf16.median_s = *bf16.median_s / 4;
+  bf16.tflops = *bf16.tflops * 4;
+  for (auto& x : bf16.samples_s) x /= 4;
+  rs.cases.push_back(bf16);
+  const GpuSpec g = spec_from_results(rs, gpus);
+  EXPECT_NEAR(g.bf16_tflops, 0.4, 1e-12);
+  EXPECT_NE(g.source.at("bf16_tflops").find("(oneDNN bf16 matmul on the CPU"), std::string::npos)
+      << g.source.at("bf16_tflops");
+}
+
 TEST(Calibrate, DiskFromTheDdRowWithoutTwoReadSizes) {
   ResultSet rs;
   rs.dir = "mem";

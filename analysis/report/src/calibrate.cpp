@@ -144,8 +144,16 @@ GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, cons
   }
   calibrate(studies, g, rs);
   if (rs.backend != "cuda") {
-    // The CPU's GEMM ceiling is fp32 (OpenBLAS): the field name says bf16, the number is what this box does.
-    if (g.source.count("bf16_tflops")) g.source["bf16_tflops"] += " (fp32 sgemm on the CPU)";
+    // The CPU's GEMM ceiling is the best gemm_ceiling row: OpenBLAS fp32, or oneDNN's bf16 matmul where this CPU
+    // has one (its case name says onednn_bf16). The field name says bf16 either way: say which it was.
+    if (g.source.count("bf16_tflops")) {
+      bool onednn = false;  // the row that gave the figure (the best gemm_ceiling row's rate is the field's)
+      for (const auto& r : rs.cases)
+        if (r.param("arm") == "gemm_ceiling" && r.tflops && *r.tflops == g.bf16_tflops)
+          onednn = onednn || r.param("gemm_lib") == "onednn_bf16";
+      g.source["bf16_tflops"] += onednn ? " (oneDNN bf16 matmul on the CPU; fp32 arms and twins run below it)"
+                                        : " (fp32 sgemm on the CPU)";
+    }
   }
   return g;
 }
