@@ -110,8 +110,10 @@ std::optional<int> repetitions_flag(int argc, char** argv, std::string* bad) {
 
 // Google Benchmark's reading of a boolean flag's value (IsTruthyFlagValue): a bare flag is true.
 bool benchmark_truthy(const std::string& v) {
-  if (v.size() == 1)
-    return std::isalnum(static_cast<unsigned char>(v[0])) && std::string_view("0fFnN").find(v[0]) == std::string_view::npos;
+  if (v.size() == 1) {
+    const char c = v[0];
+    return std::isalnum(static_cast<unsigned char>(c)) && std::string_view("0fFnN").find(c) == std::string_view::npos;
+  }
   std::string lower;
   for (const char c : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v.empty() || !(lower == "false" || lower == "no" || lower == "off");

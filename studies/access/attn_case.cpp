@@ -80,8 +80,7 @@ class AttnCase final : public kvf::Case {
     if (!gpu_) {
       ka::plan_cpu(sp.s, sel_, ws_);
       out_.assign(sp.s.q_elems(), 0.0f);
-      // The QK half of the attention's flops (its products as many as the PV's).
-      const double qk_dot_flops = ka::attention_cpu_qk_dot(sp.s, ws_) ? attention_flops_ / 2 : 0;
+      const double qk_dot_flops = ka::attention_cpu_qk_dot(sp.s, ws_) ? attention_flops_ / 2 : 0;  // QK = PV
       if (flops > 0) sh->add_fma_floor(params, flops, qk_dot_flops, ws_.threads);
     } else {
 #if defined(KVF_HAVE_CUDA)

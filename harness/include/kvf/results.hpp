@@ -93,7 +93,8 @@ class ResultsDir {
   // ceiling row of the same run (the stream study's read variants, each its own candidate) was stated against
   // the best so far. ceiling_of(case) names a row's ceiling (nullptr: leave the row). Rewrites cases.csv whole
   // (atomically) where a value changed; returns how many rows changed. WriteError leaves the old file.
-  std::size_t restate_ceilings(std::size_t first, const std::function<const CeilingRef*(const std::string&)>& ceiling_of);
+  std::size_t restate_ceilings(std::size_t first,
+                               const std::function<const CeilingRef*(const std::string&)>& ceiling_of);
 
  private:
   void ensure_param_columns(const std::vector<Param>& params);
