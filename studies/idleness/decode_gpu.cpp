@@ -361,7 +361,8 @@ std::string DecodeGpu::background_note() {
 std::string DecodeGpu::green_slowdown_note(const kvf::Summary& s, const std::string& mode) const {
   std::vector<kvf::Param> match;
   for (const auto& p : params)
-    if (p.name == "arm" || p.name == "model" || p.name == "batch" || p.name == "context" || p.name == "layers")
+    if (p.name == "arm" || p.name == "model" || p.name == "batch" || p.name == "context" || p.name == "layers" ||
+        p.name == kvf::study::kLaunchAxis)
       match.push_back(p);
   const double gbps = s.median > 0 ? bytes / s.median / 1e9 : 0;
   auto against = [&](const std::string& bg, const std::string& what) {
