@@ -219,40 +219,36 @@ void UcpSession::set_stop() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-UcpSession::Words UcpSession::peer_words() {
+void UcpSession::control_rma(bool put, int local, int remote, int n) {
   if (lost_) throw PeerLost("the peer was lost earlier in this run");
   ucp_request_param_t p{};
-  void* r = ucp_get_nbx(ep_, &words()[8], 16, peer_base_ + peer_pool_bytes_, peer_rkey_, &p);
-  if (UCS_PTR_IS_ERR(r)) lose(std::string("ucp_get_nbx of the control words: ") + status_text(UCS_PTR_STATUS(r)));
+  const std::size_t len = 8 * static_cast<std::size_t>(n);
+  const std::uint64_t at = peer_base_ + peer_pool_bytes_ + 8 * static_cast<std::uint64_t>(remote);
+  void* r = put ? ucp_put_nbx(ep_, &words()[local], len, at, peer_rkey_, &p)
+                : ucp_get_nbx(ep_, &words()[local], len, at, peer_rkey_, &p);
+  if (UCS_PTR_IS_ERR(r))
+    lose(std::string(put ? "ucp_put_nbx" : "ucp_get_nbx") + " of the control words: " + status_text(UCS_PTR_STATUS(r)));
   if (r != nullptr) ucp_request_free(r);
   wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
+}
+
+UcpSession::Words UcpSession::peer_words() {
+  control_rma(false, 8, 0, 2);  // the peer's [0] stop and [1] heartbeat land in this rank's [8..9]
   return {words()[8], words()[9]};
 }
 
 void UcpSession::put_peer_word(int index, std::uint64_t value) {
-  if (lost_) throw PeerLost("the peer was lost earlier in this run");
   if (index < 0 || index >= kControlWords)
     throw std::logic_error("control word " + std::to_string(index) + " out of range");
   words()[index] = value;
-  ucp_request_param_t p{};
-  void* r = ucp_put_nbx(ep_, &words()[index], 8, peer_base_ + peer_pool_bytes_ + 8 * static_cast<std::uint64_t>(index),
-                        peer_rkey_, &p);
-  if (UCS_PTR_IS_ERR(r)) lose(std::string("ucp_put_nbx of a control word: ") + status_text(UCS_PTR_STATUS(r)));
-  if (r != nullptr) ucp_request_free(r);
-  wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
+  control_rma(true, index, index, 1);
 }
 
 std::vector<std::uint64_t> UcpSession::peer_words(int first, int n) {
-  if (lost_) throw PeerLost("the peer was lost earlier in this run");
   if (first < 0 || n < 0 || first + n > kControlWords)
     throw std::logic_error("control words " + std::to_string(first) + " + " + std::to_string(n) + " out of range");
   if (n == 0) return {};
-  ucp_request_param_t p{};
-  void* r = ucp_get_nbx(ep_, &words()[first], 8 * static_cast<std::size_t>(n),
-                        peer_base_ + peer_pool_bytes_ + 8 * static_cast<std::uint64_t>(first), peer_rkey_, &p);
-  if (UCS_PTR_IS_ERR(r)) lose(std::string("ucp_get_nbx of the control words: ") + status_text(UCS_PTR_STATUS(r)));
-  if (r != nullptr) ucp_request_free(r);
-  wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
+  control_rma(false, first, first, n);
   return {&words()[first], &words()[first] + n};
 }
 

@@ -91,6 +91,9 @@ class UcpSession {
   void wait(void* request, const char* what, double timeout_s, bool sleep = false);
   void find_transport();
   [[noreturn]] void lose(const std::string& why);
+  // One put (or get) of n control words between this rank's words [local, local + n) and the peer's
+  // [remote, remote + n), flushed.
+  void control_rma(bool put, int local, int remote, int n);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
