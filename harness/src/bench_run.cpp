@@ -242,11 +242,14 @@ class Runner {
     return rec;
   }
 
+  // A hot row of a case whose hot samples read from cache: no memory-read ceiling is stated for it.
+  static bool hot_from_cache(const Case& c, const std::string& mode) { return mode == "hot" && c.hot_in_cache; }
+
   // pct_of_ceiling: against the ceiling this run measured (results directory), or this case itself when it
   // is the ceiling and beats what was measured before it.
   void state_ceiling(const Case& c, const std::string& mode, CaseRecord& rec) {
     if (!c.ceiling) return;
-    if (mode == "hot" && c.hot_in_cache) {  // compose_note says why
+    if (hot_from_cache(c, mode)) {  // compose_note says why
       rec.ceiling.clear();
       return;
     }
@@ -358,7 +361,7 @@ class Runner {
     }
     if (!c.note.empty()) parts.push_back(c.note);
     parts.insert(parts.end(), p.extras.begin(), p.extras.end());
-    if (c.ceiling && c.hot_in_cache && p.rec.mode == "hot")
+    if (c.ceiling && hot_from_cache(c, p.rec.mode))
       parts.push_back("hot reads (partly) from cache: no pct_of_ceiling against " + c.ceiling->label() +
                       " (a memory read)");
     if (f_.reps > 1)

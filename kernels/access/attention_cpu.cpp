@@ -1063,9 +1063,16 @@ void calibrate_far(const AttnShape& s, const void* q, const void* k, const void*
 
 }  // namespace
 
+namespace {
+// The vdpbf16ps QK where bf16 K/V, the choice and this CPU allow it (pick_item then hands out the dot kernel).
+bool dot_allowed(const AttnShape& s, const AttnWorkspace& ws) {
+  return s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
+}
+}  // namespace
+
 bool attention_cpu_qk_dot(const AttnShape& s, const AttnWorkspace& ws) {
-  const bool dot = s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
-  return dot && cpu_avx512() && pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), true);
+  return dot_allowed(s, ws) && cpu_avx512() &&
+         pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), true);
 }
 
 void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const void* vv, const Selection& sel,
@@ -1073,7 +1080,7 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
   const std::uint32_t nhp = ws.heads_per_item;
   if (nhp == 0 || nhp != heads_per_item(s) || ws.scratch.size() < ws.scratch_stride * ws.threads)
     throw std::invalid_argument("attention_cpu: the workspace was not planned for this shape (plan_cpu)");
-  const bool dot = s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
+  const bool dot = dot_allowed(s, ws);
   if (ws.bf16_dot == CpuChoice::on && !dot)
     throw std::invalid_argument("attention_cpu: bf16_dot on, but K/V are not bf16 or this CPU or build has no AVX512_BF16");
   const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot);

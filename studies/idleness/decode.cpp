@@ -145,7 +145,7 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
     // A co-run's slowdown is against decode alone of its own step (model, batch, context, layers, launch), not
     // against the fastest "none" row in the directory (with --models a,b: the other model's).
     std::vector<kvf::Param> step;
-    for (const char* axis : {"model", "batch", "context", "layers", kvf::study::kLaunchAxis})
+    for (const char* axis : kStepAxes)
       if (p.has(axis)) step.push_back({axis, p[axis]});
     const auto same_step = [&](kvf::CeilingRef& r) {
       if (r.study == "idleness") r.match.insert(r.match.begin() + 1, step.begin(), step.end());  // after arm

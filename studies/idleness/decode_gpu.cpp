@@ -4,6 +4,7 @@
 #if defined(KVF_HAVE_CUDA)
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 
 #include "background.hpp"
@@ -361,8 +362,7 @@ std::string DecodeGpu::background_note() {
 std::string DecodeGpu::green_slowdown_note(const kvf::Summary& s, const std::string& mode) const {
   std::vector<kvf::Param> match;
   for (const auto& p : params)
-    if (p.name == "arm" || p.name == "model" || p.name == "batch" || p.name == "context" || p.name == "layers" ||
-        p.name == kvf::study::kLaunchAxis)
+    if (p.name == "arm" || std::find(std::begin(kStepAxes), std::end(kStepAxes), p.name) != std::end(kStepAxes))
       match.push_back(p);
   const double gbps = s.median > 0 ? bytes / s.median / 1e9 : 0;
   auto against = [&](const std::string& bg, const std::string& what) {

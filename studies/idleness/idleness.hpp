@@ -12,6 +12,7 @@
 #include "decode.hpp"
 #include "kvf/arms.hpp"
 #include "kvf/file_dir_flag.hpp"
+#include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
 #include "kvf/results.hpp"
 #include "kvf/study.hpp"
@@ -110,6 +111,8 @@ double prefill_verify_s(const md::ModelShape& m, int T, int N);
 std::vector<kvf::CeilingRef> idle_ceilings();
 kvf::CeilingRef gemm_ceiling_ref();
 kvf::CeilingRef read_ceiling_ref();
+// The axes that make one decode step: a co-run row is stated against the "decode alone" row that shares them.
+inline constexpr const char* kStepAxes[] = {"model", "batch", "context", "layers", kvf::study::kLaunchAxis};
 // The stream study's read row, which the CPU figures take where it beats read_ceiling (cpu_after); declared in
 // a CPU case's `uses` so that kvf run keeps it under a case filter.
 kvf::CeilingRef stream_read_ref();
