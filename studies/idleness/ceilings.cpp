@@ -113,7 +113,7 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   }
   const int n = int(p.integer("gemm_n")), k = int(p.integer("gemm_k"));
   std::unique_ptr<kvf::Case> c;
-  if (p.has("gemm_lib")) {
+  if (p.has("gemm_lib") && p["gemm_lib"] == "onednn_bf16") {
     std::string why;
     if (!fr::onednn_bf16_available(&why))
       return kvf::skipped_case("", {}, "this oneDNN has no bf16 matmul for this CPU and ISA cap (" + why + ")");
@@ -123,7 +123,8 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   } else {
     c = std::make_unique<GemmCeilingCpu>(m, n, k);
     c->note = "OpenBLAS cblas_sgemm fp32, all cores (OpenMP splits N, one-thread OpenBLAS per slice, as in the "
-              "decode twin); the CPU compute ceiling is the best gemm_ceiling row";
+              "decode twin): the ceiling of the fp32 twins (decode, prefill); the CPU's compute ceiling is the best "
+              "gemm_ceiling row";
   }
   c->flops = 2.0 * m * n * k;
   c->ceiling = gemm_ceiling_ref();
@@ -165,20 +166,22 @@ Arm gemm_ceiling_arm() {
                 .quick = {"1024"}, .quick_gpu = {"8192"}},
                {.name = "gemm_n", .doc = "rows of the weights (CPU only)", .cpu = {"2048", "8192"}, .quick = {"1024"}},
                {.name = "gemm_k", .doc = "inner dimension (CPU only)", .cpu = {"2048", "4096"}, .quick = {"1024"}},
-               {.name = "gemm_lib", .doc = "CPU: onednn_bf16, the oneDNN bf16 rows beside OpenBLAS fp32 (its kernel "
-                "and ISA in the note)", .cpu = {"onednn_bf16"}, .quick = {"onednn_bf16"}}},
+               {.name = "gemm_lib", .doc = "CPU: openblas_fp32 (the fp32 twins' ceiling; not in the case name, as in "
+                "runs before the column) and onednn_bf16 (the oneDNN bf16 rows; kernel and ISA in the note)",
+                .cpu = {"openblas_fp32", "onednn_bf16"}, .quick = {"openblas_fp32", "onednn_bf16"}}},
       // Two shapes on the CPU, square and the decode/prefill shape (M activations against a wide weight
       // matrix), not their product: the ceiling is the better row. On the GPU one square GEMM named by its
       // side, --quick or not.
       .default_grid =
           [](const kvf::Target& t, const Env&) {
-            // Each CPU shape twice: OpenBLAS fp32 (no gemm_lib column, the rows of earlier runs) and oneDNN bf16.
+            // Each CPU shape twice: OpenBLAS fp32 (named as the rows of earlier runs) and oneDNN bf16.
             kvf::Grid g;
             const auto shape = [&g](const char* m, const char* n, const char* k) {
               kvf::Product prod{{{"arm", {"gemm_ceiling"}}, {"gemm_m", {m}}, {"gemm_n", {n}}, {"gemm_k", {k}}}};
-              g.push_back(prod);
-              prod.lists.push_back({"gemm_lib", {"onednn_bf16"}});
-              g.push_back(prod);
+              for (const char* lib : {"openblas_fp32", "onednn_bf16"}) {
+                g.push_back(prod);
+                g.back().lists.push_back({"gemm_lib", {lib}});
+              }
             };
             if (t.gpu) return kvf::Grid{kvf::Product{{{"arm", {"gemm_ceiling"}}, {"gemm_m", {"8192"}}}}};
             if (t.quick) {
@@ -192,8 +195,9 @@ Arm gemm_ceiling_arm() {
       .case_name_fn =
           [](const kvf::Point& p) {
             const bool square = !p.has("gemm_n") || (p["gemm_m"] == p["gemm_n"] && p["gemm_n"] == p["gemm_k"]);
+            const bool bf16 = p.has("gemm_lib") && p["gemm_lib"] == "onednn_bf16";
             return "gemm_ceiling/" + p["gemm_m"] + (square ? "" : "x" + p["gemm_n"] + "x" + p["gemm_k"]) +
-                   (p.has("gemm_lib") ? "/" + p["gemm_lib"] : "");
+                   (bf16 ? "/onednn_bf16" : "");
           },
       .make = make_gemm_ceiling};
 }

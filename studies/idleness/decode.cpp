@@ -155,7 +155,7 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   }
   const auto ceilings = idle_ceilings();
   c->uses.insert(c->uses.begin(), ceilings.begin(), ceilings.end());
-  if (!env.gpu) c->uses.push_back(stream_read_ref());
+  if (!env.gpu) c->uses.push_back(gemm_fp32_ceiling_ref());  // the fp32 twin's compute ceiling (cpu_after)
   const double t = env.gpu ? c->bytes / 2.5e12 + L * 60e-6 : c->bytes / 15e9 + c->flops / 150e9;
   // GPU: plus the counters phases after the hot samples (8 + 64 + 8 steps). CPU backgrounds: their pools (256 MiB
   // written) or tier file (64 MiB written and synced) at setup.

@@ -109,13 +109,11 @@ double est(double t, double setup_s, int modes = 2);
 double prefill_verify_s(const md::ModelShape& m, int T, int N);
 // The ceilings of this run every step's idleness figures divide by; --case-filter keeps them for a kept step.
 std::vector<kvf::CeilingRef> idle_ceilings();
-kvf::CeilingRef gemm_ceiling_ref();
+kvf::CeilingRef gemm_ceiling_ref();       // the best GEMM row (CPU: oneDNN bf16 where it beats OpenBLAS fp32)
+kvf::CeilingRef gemm_fp32_ceiling_ref();  // CPU: the OpenBLAS fp32 rows, the ceiling of the fp32 twins
 kvf::CeilingRef read_ceiling_ref();
 // The axes that make one decode step: a co-run row is stated against the "decode alone" row that shares them.
 inline constexpr const char* kStepAxes[] = {"model", "batch", "context", "layers", kvf::study::kLaunchAxis};
-// The stream study's read row, which the CPU figures take where it beats read_ceiling (cpu_after); declared in
-// a CPU case's `uses` so that kvf run keeps it under a case filter.
-kvf::CeilingRef stream_read_ref();
 // A ceiling measured earlier in this run (rows are written as each case ends), in FLOP/s or bytes/s; 0 if absent.
 double ceiling_value(const Env& env, const kvf::CeilingRef& ref, const std::string& mode);
 // CPU idleness of a measured case: the note text, and its rows appended to counters.csv. `once` runs one

@@ -126,9 +126,8 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
   c->params = {{"weight_bytes", num(wb)}};
   c->flops = dc::prefill_flops(m, T, N, L);
   c->bytes = dc::prefill_bytes(m, T, N, L, wb);
-  c->ceiling = gemm_ceiling_ref();
+  c->ceiling = env.gpu ? gemm_ceiling_ref() : gemm_fp32_ceiling_ref();  // the CPU twin computes in fp32
   c->uses = idle_ceilings();
-  if (!env.gpu) c->uses.push_back(stream_read_ref());
   c->note = "prefill chunk of T tokens after N resident: the compute-bound contrast to decode";
   c->cold = false;  // weights exceed the LLC/L2; compute bound
   if (env.gpu) {

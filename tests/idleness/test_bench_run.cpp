@@ -9,6 +9,9 @@
 #include <sstream>
 #include <string>
 
+#include "kvf/csv.hpp"
+#include "kvf/table.hpp"
+
 namespace {
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -16,7 +19,59 @@ std::string slurp(const std::filesystem::path& p) {
   s << in.rdbuf();
   return s.str();
 }
+int run_bench(const std::filesystem::path& out, const std::string& args) {
+  const std::string cmd = std::string(KVF_BENCH_IDLENESS) + " --backend cpu --models-file " KVF_IDLENESS_TEST_DIR
+                          "/tiny_models.json --models Tiny-GQA " + args + " --budget 0.05 --min-samples 2 --warmup 1"
+                          " --out " + out.string() + " >/dev/null 2>" + (out.parent_path() / "run.err").string();
+  std::filesystem::create_directories(out.parent_path());
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 }  // namespace
+
+// The CPU twins compute in fp32: their idle compute, ridge and bound batch, and the prefill row's pct_of_ceiling,
+// are stated against the OpenBLAS fp32 GEMM row, not a faster bf16 one (oneDNN's AMX matmul on such a host; here a
+// planted row), which the note names beside.
+TEST(IdlenessBench, CpuTwinsAreStatedAgainstTheFp32Gemm) {
+  const std::filesystem::path out = std::filesystem::path(KVF_IDLENESS_TMP) / "fp32_ceiling";
+  std::filesystem::remove_all(out);
+  const std::string args = "--arms decode,prefill --batches 1 --contexts 1024 --layers 1 --prefill-tokens 16";
+  ASSERT_EQ(run_bench(out, args), 0) << slurp(out.parent_path() / "run.err");
+  kvf::CsvTable t = kvf::read_csv_table((out / "cases.csv").string());
+  std::vector<std::string> fp32;
+  for (const auto& row : t.rows)
+    if (row[*t.column("case")] == "gemm_ceiling/2048" && row[*t.column("gemm_lib")] == "openblas_fp32") fp32 = row;
+  ASSERT_FALSE(fp32.empty()) << "no OpenBLAS fp32 gemm_ceiling/2048 row";
+  const double fp32_tflops = std::stod(fp32[*t.column("tflops")]);
+  auto planted = fp32;
+  planted[*t.column("case")] = "gemm_ceiling/2048/onednn_bf16";
+  planted[*t.column("gemm_lib")] = "onednn_bf16";
+  planted[*t.column("tflops")] = "1000";
+  std::ofstream(out / "cases.csv", std::ios::app) << kvf::csv_line(planted);
+  const std::size_t first = t.rows.size() + 1;  // the second run's rows
+
+  ASSERT_EQ(run_bench(out, args), 0) << slurp(out.parent_path() / "run.err");
+  t = kvf::read_csv_table((out / "cases.csv").string());
+  int decode = 0, prefill = 0;
+  for (std::size_t r = first; r < t.rows.size(); ++r) {
+    const auto& row = t.rows[r];
+    const std::string name = row[*t.column("case")], note = row[*t.column("note")];
+    if (name.rfind("prefill/", 0) == 0) {
+      ++prefill;
+      EXPECT_EQ(row[*t.column("ceiling")], "idleness:arm=gemm_ceiling:gemm_lib=openblas_fp32:tflops");
+      EXPECT_LT(std::stod(row[*t.column("ceiling_value")]), 1.5 * fp32_tflops) << note;
+    }
+    if (name.rfind("decode/", 0) == 0 || name.rfind("prefill/", 0) == 0) {
+      decode += name[0] == 'd';
+      EXPECT_NE(note.find("(fp32; the best GEMM row, oneDNN bf16, gives 1e+06)"), std::string::npos) << note;
+      const auto at = note.find("gemm_ceiling_gflops=");
+      ASSERT_NE(at, std::string::npos) << note;
+      EXPECT_LT(std::stod(note.substr(at + 20)), 1.5e3 * fp32_tflops) << note;
+    }
+  }
+  EXPECT_EQ(decode, 2);  // cold and hot
+  EXPECT_EQ(prefill, 1);
+}
 
 TEST(IdlenessBench, CpuRunWritesCountersCsv) {
   const std::filesystem::path out = std::filesystem::path(KVF_IDLENESS_TMP) / "run";
