@@ -358,6 +358,16 @@ TEST(Calibrate, CpuGemmCeilingSaysWhichLibraryWon) {
   EXPECT_NEAR(g.bf16_tflops, 0.4, 1e-12);
   EXPECT_NE(g.source.at("bf16_tflops").find("(oneDNN bf16 matmul on the CPU"), std::string::npos)
       << g.source.at("bf16_tflops");
+  // The fp32 twins (idleness decode/prefill, the OpenBLAS ceiling rows) are predicted at the fp32 GEMM, not the
+  // faster bf16 one: a compute-bound decode step of 1e11 FLOP takes 1 s at 0.1 TFLOP/s.
+  EXPECT_NEAR(g.fp32_tflops, 0.1, 1e-12);
+  CaseRow step = row_of(rs, "corun/Llama-3.1-8B/B16/C4K/L1/bg_none");
+  step.flops = 1e11;
+  std::string why;
+  EXPECT_NEAR(*predict_row(g, step, &why), 1.0, 1e-9) << why;
+  EXPECT_NE(why.find("fp32 GEMM peak 0.1 TFLOP/s"), std::string::npos) << why;
+  EXPECT_NEAR(*predict_row(g, row_of(rs, "gemm_ceiling/2048")), 1.0, 1e-9);
+  EXPECT_NEAR(*predict_row(g, bf16), 0.25, 1e-9);
 }
 
 TEST(Calibrate, DiskFromTheDdRowWithoutTwoReadSizes) {

@@ -71,6 +71,7 @@ struct Field {
 };
 constexpr Field kFields[] = {
     {"hbm_tbps", &GpuSpec::hbm_tbps},         {"bf16_tflops", &GpuSpec::bf16_tflops},
+    {"fp32_tflops", &GpuSpec::fp32_tflops},
     {"host_link_gbps", &GpuSpec::host_link_gbps}, {"copy_fixed_us", &GpuSpec::copy_fixed_us},
     {"disk_gbps", &GpuSpec::disk_gbps},       {"disk_latency_us", &GpuSpec::disk_latency_us},
     {"nvlink_gbps", &GpuSpec::nvlink_gbps},   {"launch_us", &GpuSpec::launch_us},
@@ -151,7 +152,7 @@ GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, cons
       for (const auto& r : rs.cases)
         if (r.param("arm") == "gemm_ceiling" && r.tflops && *r.tflops == g.bf16_tflops)
           onednn = onednn || r.param("gemm_lib") == "onednn_bf16";
-      g.source["bf16_tflops"] += onednn ? " (oneDNN bf16 matmul on the CPU; fp32 arms and twins run below it)"
+      g.source["bf16_tflops"] += onednn ? " (oneDNN bf16 matmul on the CPU; the fp32 twins are predicted at fp32_tflops)"
                                         : " (fp32 sgemm on the CPU)";
     }
   }

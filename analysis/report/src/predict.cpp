@@ -85,8 +85,18 @@ std::optional<double> Predictor::link(double gbps, const char* what, int copies)
   return copies * g.copy_fixed_us * 1e-6 + bytes / (gbps * 1e9);
 }
 
-std::optional<double> Predictor::roof(int launches, const std::string& what) {
+std::optional<double> Predictor::roof(int launches, const std::string& what, bool fp32) {
   if (flops > 0 && g.bf16_tflops <= 0) return none("no FLOP/s ceiling (no GEMM ceiling measured, no spec)");
+  if (fp32 && r.backend != "cuda" && flops > 0) {
+    GpuSpec f = g;
+    std::string peak = "; fp32: the best GEMM row (no fp32 GEMM row measured)";
+    if (g.fp32_tflops > 0) {
+      f.bf16_tflops = g.fp32_tflops;
+      peak = "; compute at the fp32 GEMM peak " + fmt(g.fp32_tflops) + " TFLOP/s";
+    }
+    say(what + peak);
+    return roofline_s(f, flops, bytes) + launches * g.launch_us * 1e-6;
+  }
   if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
   if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
   // A CUDA-graph row (the launch axis, kvf/cuda_graph.hpp) reaches the GPU in one launch however many kernels it holds.

@@ -159,8 +159,11 @@ std::string section_verdicts(Ctx& cx) {
 
 // The ceilings every prediction of a directory used, and where each came from.
 std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
+  const std::string fp32 = g.fp32_tflops > 0 && g.fp32_tflops != g.bf16_tflops
+                               ? " (fp32 twins " + fmt(g.fp32_tflops) + ")"
+                               : std::string();
   std::string c = "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
-                  " TFLOP/s, host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) +
+                  " TFLOP/s" + fp32 + ", host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) +
                   " us, per copy " + fmt(g.copy_fixed_us) + " us, disk " +
                   (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
                                    : std::string("- (no disk figure: no file-tier rows)")) +

@@ -14,8 +14,11 @@ namespace {
 
 using Term = std::function<std::optional<double>(Predictor&)>;
 
+// A CPU row whose GEMM ran OpenBLAS fp32 (gemm=openblas_fp32: no oneDNN bf16 matmul here) is bound by the fp32 peak.
 Term roof(int launches, std::string what) {
-  return [launches, what = std::move(what)](Predictor& p) { return p.roof(launches, what); };
+  return [launches, what = std::move(what)](Predictor& p) {
+    return p.roof(launches, what, p.r.param("gemm") == "openblas_fp32");
+  };
 }
 
 Term host_link(const char* what, int copies) {
@@ -173,7 +176,8 @@ std::optional<double> interference(Predictor& p) {
 
 std::vector<ModelTerm> model_terms() {
   return {
-      {{"gemm_ceiling"}, roof(1, "flops / GEMM peak")},
+      {{"gemm_ceiling"},
+       [](Predictor& p) { return p.roof(1, "flops / GEMM peak", p.r.param("gemm_lib") != "onednn_bf16"); }},
       {{"x"}, roof(2, "roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)")},
       {{"xq"}, roof(3, "roofline(flops, bytes) + 3 launches (dequant, GEMM, RoPE+write)")},
       {{"mla_latent", "mla_up"}, roof(2, "roofline(flops, bytes) + 2 launches")},

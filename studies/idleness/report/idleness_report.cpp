@@ -271,7 +271,8 @@ std::optional<double> corun(Predictor& p, int layer_launches) {
   // A row whose background did not overlap its steps (studies/idleness/background.hpp) measured no co-run.
   if (p.r.note.find("co-run INVALID") != std::string::npos)
     return p.none("the row's background did not overlap its steps (its note: co-run INVALID): no co-run to predict");
-  if (bg == "none") return p.roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer");
+  if (bg == "none")
+    return p.roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer", true);
   if (bg == "recompute_alone")
     return p.roof(p.r.backend == "cuda" ? 2 : 0,
                   "recompute one page alone: roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
@@ -310,6 +311,29 @@ std::optional<double> corun(Predictor& p, int layer_launches) {
   return p.none("co-run background '" + bg + "' has no model term");
 }
 
+// The fp32 twins' peak on the CPU: the best OpenBLAS fp32 GEMM row, this study's (gemm_lib=openblas_fp32; in runs
+// before that column the CPU rows without a gemm_lib were those) or the frontier study's (the same library, no
+// gemm_lib column). A GPU run has no fp32 twin.
+CalibrationTerm fp32_gemm_term() {
+  CalibrationTerm t;
+  t.field = "fp32_tflops";
+  t.rank = 1;
+  t.measure = [](const ResultSet& rs) -> std::vector<Calibrated> {
+    if (rs.backend == "cuda") return {};
+    std::optional<std::pair<double, std::string>> best;
+    std::string from;
+    for (const auto& [study, lib] : {std::pair{"idleness", "openblas_fp32"}, {"idleness", ""}, {"frontier", ""}}) {
+      const auto v = best_value(rs, study, {{"arm", "gemm_ceiling"}, {"gemm_lib", lib}}, true);
+      if (v && (!best || v->first > best->first)) best = v, from = study;
+    }
+    if (!best) return {};
+    return {{"fp32_tflops", best->first,
+             fmt(best->first) + " TFLOP/s, best OpenBLAS fp32 gemm_ceiling row, " + from + " (" + best->second + ") in " +
+                 rs.dir}};
+  };
+  return t;
+}
+
 }  // namespace
 
 StudyReport idleness_report() {
@@ -318,15 +342,16 @@ StudyReport idleness_report() {
   s.sections = {{"Idleness in decode", section_idle}};
   s.verdicts = {{2, kClaim2, claim2, nullptr}};
   s.terms = {
-      per_layer({"gemm_ceiling"}, [](Predictor& p, int) { return p.roof(1, "flops / GEMM peak"); }),
+      per_layer({"gemm_ceiling"},
+                [](Predictor& p, int) { return p.roof(1, "flops / GEMM peak", p.r.param("gemm_lib") != "onednn_bf16"); }),
       per_layer({"read_ceiling"}, [](Predictor& p, int) { return p.roof(1, "bytes / memory bandwidth"); }),
       per_layer({"decode", "prefill"},
-                [](Predictor& p, int n) { return p.roof(n, "roofline(flops, bytes) + 8 launches per layer"); }),
+                [](Predictor& p, int n) { return p.roof(n, "roofline(flops, bytes) + 8 launches per layer", true); }),
       per_layer({"corun"}, corun),
       per_layer({}, [](Predictor& p, int) { return p.none("idleness arm '" + p.r.param("arm") + "' has no model term"); }),
   };
   // The GEMM ceiling when the frontier study measured none (its rank is 0).
-  s.calibration = {best_row_term("bf16_tflops", 1, "idleness", {{"arm", "gemm_ceiling"}}, true)};
+  s.calibration = {best_row_term("bf16_tflops", 1, "idleness", {{"arm", "gemm_ceiling"}}, true), fp32_gemm_term()};
   return s;
 }
 

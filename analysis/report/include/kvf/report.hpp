@@ -98,6 +98,9 @@ struct GpuSpec {
   std::string name;
   std::vector<std::string> aliases;  // other spellings, CUDA device names among them (data/gpus.json)
   double hbm_tbps = 0, l2_mib = 0, host_link_gbps = 0, nvlink_gbps = 0, bf16_tflops = 0;
+  // CPU: the fp32 GEMM rows (OpenBLAS sgemm), the peak of the fp32 twins; 0 = not measured (bf16_tflops serves).
+  // bf16_tflops is then the best GEMM row, oneDNN's bf16 matmul where it is faster (AMX, AVX-512-BF16).
+  double fp32_tflops = 0;
   int sms = 0;
   double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
   // Disk tier (O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a results

@@ -160,8 +160,9 @@ class Predictor {
   std::optional<double> none(const std::string& s);  // no prediction, because s
   // copies x the per-copy fixed cost + bytes / link.
   std::optional<double> link(double gbps, const char* what, int copies);
-  // roofline(flops, bytes) of the row + launches x the launch overhead.
-  std::optional<double> roof(int launches, const std::string& what);
+  // roofline(flops, bytes) of the row + launches x the launch overhead. fp32: a CPU row that computes in fp32 (a
+  // twin, OpenBLAS) is bound by fp32_tflops where measured, not by the best (bf16) GEMM.
+  std::optional<double> roof(int launches, const std::string& what, bool fp32 = false);
   // Bandwidth sharing between a memory-bound step (this row) and a co-runner, both from this run's alone rows:
   // bytes / min(bytes / t_alone, memory bandwidth - demand_factor x co-runner bytes / time). busy_threads: CPU
   // threads the co-runner keeps running (0: it waits on a device or a disk, or a GPU run) add core time-sharing.
