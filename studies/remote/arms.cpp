@@ -67,6 +67,30 @@ std::unique_ptr<Case> granularity_case(const Point& p, Env& env) {
   return c;
 }
 
+// Many-to-one in lockstep: every reader (rank 0 and ranks 2..) reads its own slot of `bytes` at each go round;
+// bytes 0 is the signalling alone. The holder serves readers x bytes per sample.
+std::unique_ptr<Case> lockstep_case(std::int64_t bytes, Env& env) {
+  const std::int64_t n = env.readers;
+  const auto skip = [](const std::string& why) {
+    auto c = skipped_case("", {}, why);
+    c->cold = false;  // one row, as the measured ones (hot only)
+    return c;
+  };
+  if (n < 2) return skip("needs 3 or more ranks (mpirun -np 3 or more): rank 0 and ranks 2.. read at one go");
+  if (n + 1 > UcpSession::kMaxLockRanks)
+    return skip(std::to_string(n + 1) + " ranks: the holder's control words signal up to " +
+                std::to_string(UcpSession::kMaxLockRanks) + " ranks");
+  if (n * bytes > static_cast<std::int64_t>(env.pool_bytes))
+    return skip(std::to_string(n) + " readers x " + size_label(bytes) + " exceed the registered pool (--pool-mib " +
+                std::to_string(env.pool_bytes >> 20) + "): each reader reads its own slot");
+  auto c = std::make_unique<TransferCase>(env, Op::read, std::vector<Descriptor>{lock_slot(0, bytes)}, n * bytes);
+  c->lockstep = true;
+  c->lock_bytes = bytes;
+  for (int slot = 0; slot < n; ++slot) c->lock_slots.push_back(lock_slot(slot, bytes));
+  c->params = {{"descriptors", "1"}, {"descriptor_bytes", std::to_string(bytes)}, {"lockstep_bytes", std::to_string(bytes)}};
+  return c;
+}
+
 // Without a peer (listing) the context alone is asked; with one, the session's context.
 bool cuda_memory(const Env& env) {
   if (env.session) return env.session->has_cuda_memory();
@@ -118,7 +142,15 @@ std::vector<Arm<Env>> remote_arms() {
         c->cold = false;  // one row per op, as the host rows (hot only)
         return c;
       }};
-  return {ceiling, granularity, gpu};
+  Arm<Env> lockstep{
+      .name = "lockstep",
+      .doc = "many-to-one in lockstep: rank 0 and ranks 2.. each read their own region of the holder at one go "
+             "signal; a sample is go -> all done (bytes = readers x region), after a signalling-only row",
+      .axes = {{.name = "region_bytes", .doc = "each reader's region", .cpu = {"262144", "2097152", "16777216"},
+                .quick = {"2097152"}, .flag = "--sizes"}},
+      .case_name_fn = [](const Point& p) { return "lockstep/read/" + size_label(p.integer("region_bytes")); },
+      .make = [](const Point& p, Env& env) { return lockstep_case(p.integer("region_bytes"), env); }};
+  return {ceiling, granularity, gpu, lockstep};
 }
 
 void RemoteFlags::add_to(StudyFlags& f) {
@@ -179,7 +211,19 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
   std::vector<std::unique_ptr<Case>> out;
   for (const auto& arm : arms.all()) {
     if (!f.arms.empty() && std::find(f.arms.begin(), f.arms.end(), arm.name) == f.arms.end()) continue;
-    for (const auto& p : arms.points(arm, Target{false, env.quick}, user, env)) {
+    auto points = arms.points(arm, Target{false, env.quick}, user, env);
+    // The lockstep rows state the signalling's own cost, measured first: its row has no region to sweep.
+    if (arm.name == "lockstep" && !points.empty()) {
+      auto c = lockstep_case(0, env);
+      finish_case(*c, Point(std::vector<Param>{{"region_bytes", "0"}}), "lockstep/read/signal");
+      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
+        t->index = env.next_index;
+        t->params.push_back({"readers", std::to_string(env.readers)});
+      }
+      ++env.next_index;
+      out.push_back(std::move(c));
+    }
+    for (const auto& p : points) {
       auto c = arms.make_case(arm, p, env);
       if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
         t->index = env.next_index;

@@ -55,7 +55,8 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
         continue;
       }
       if (m.kind == MsgKind::prepare) {
-        if (t->op == Op::read) fill_runs(s.pool(), t->descriptors, true, m.value);
+        if (t->lockstep) fill_runs(s.pool(), t->lock_slots, true, m.value);  // every reader's slot, rank 0's too
+        else if (t->op == Op::read) fill_runs(s.pool(), t->descriptors, true, m.value);
         else zero_runs(s.pool(), t->descriptors, false);
         answer(s, "");
       } else if (m.kind == MsgKind::check) {

@@ -1,9 +1,11 @@
 // Ranks 2.. of a many-to-one run: each reads one region of the holder's pool in a loop, from the handshake to the
 // holder's stop flag, so that rank 0's rows are measured with N readers on one holder. They take no part in the
-// control messages; the holder's heartbeat word tells them it is alive.
+// control messages; the holder's heartbeat word tells them it is alive. During a lockstep case (the holder's lock
+// mode word is 1) a reader instead reads its own slot once per go round rank 0 gives and says it is done.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "kvf/errors.hpp"
 #include "mpi_boot.hpp"
@@ -37,19 +39,41 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     const std::int64_t region = std::min<std::int64_t>({kReaderRegion, static_cast<std::int64_t>(env.pool_bytes)});
     const std::vector<Descriptor> ds{{0, 0, region, 0}};
     // The bytes read so far, published in the holder's word for this rank after every read (rank 0 states the
-    // rate beside each row); ranks past the control area's words read unannounced.
+    // rate beside each row); ranks past the readers' words read unannounced (and take no part in lockstep cases:
+    // rank 0 skips those with this many ranks).
     const int word = UcpSession::kReaderWord0 + p.rank;
-    const bool announce = word < UcpSession::kControlWords;
+    const bool announce = word < UcpSession::kLockDone0;
     std::uint64_t bytes = 0;
     auto beat_at = std::chrono::steady_clock::now();
-    std::uint64_t beat = 0;
+    std::uint64_t beat = 0, round = 0, seed = 0;
     for (;;) {
-      const auto w = s->peer_words();
-      if (w.stop) break;
+      const auto w = s->peer_words(0, UcpSession::kLockWords);
+      if (w[0]) break;  // stop
       const auto now = std::chrono::steady_clock::now();
-      if (w.heartbeat != beat) beat = w.heartbeat, beat_at = now;
+      if (w[1] != beat) beat = w[1], beat_at = now;
       if (now - beat_at > std::chrono::duration<double>(10 * s->timeout_s()))
         throw PeerLost("the holder's heartbeat stalled for " + std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
+      if (w[UcpSession::kLockMode] == 1 && p.rank < UcpSession::kMaxLockRanks) {
+        if (w[UcpSession::kLockRound] <= round) {
+          std::this_thread::yield();  // more ranks than cores: let rank 0 and the others run
+          continue;
+        }
+        round = w[UcpSession::kLockRound];
+        const auto lock_bytes = static_cast<std::int64_t>(w[UcpSession::kLockBytes]);
+        // The first round of a case's seed lands in zeroed memory and is compared: a read of the wrong slot, or
+        // one that moved nothing, sets the done word's low bit (rank 0's verify names this rank).
+        const bool first = w[UcpSession::kLockSeed] != seed;
+        seed = w[UcpSession::kLockSeed];
+        std::uint64_t bad = 0;
+        if (lock_bytes > 0) {
+          const std::vector<Descriptor> slot{lock_slot(p.rank - 1, lock_bytes)};
+          if (first) zero_runs(s->pool(), slot, false);
+          s->transfer(Op::read, slot);
+          if (first) bad = compare_runs(s->pool(), slot, false, seed).empty() ? 0 : 1;
+        }
+        s->put_peer_word(UcpSession::kLockDone0 + p.rank, round << 1 | bad);
+        continue;
+      }
       s->transfer(Op::read, ds);
       ++reads;
       bytes += static_cast<std::uint64_t>(region);

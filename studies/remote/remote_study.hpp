@@ -36,7 +36,13 @@ struct Env {
   std::string transport_note;     // what UCX picked, said on every row
   int next_index = 0;             // the transfer's place in the case list: the holder finds it by this
   int readers = 1;                // ranks reading from the holder: rank 0 and the background readers (ranks 2..)
+  double lock_signal_s = 0;       // the lockstep arm's signalling-only median in this run (0: not measured)
+  std::uint64_t lock_round = 0;   // the last go round rank 0 gave: rounds only grow, over every lockstep case
 };
+
+// The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
+// offset s * bytes into its own offset 0, the pattern indexed from s * bytes (a read of the wrong slot fails).
+Descriptor lock_slot(int slot, std::int64_t bytes);
 
 // The flags checked into user lists and env (UsageError: one line naming the flag).
 UserLists check_flags(const RemoteFlags& f, Env& env);
@@ -58,7 +64,19 @@ class TransferCase final : public Case {
 
   PerftestResult perftest;  // ucx_perftest on the same pair, for the largest ceiling region of this op
 
+  // Many-to-one in lockstep (the lockstep arm): at one go signal every reader reads lock_bytes of its own slot
+  // (rank 0: `descriptors`, slot 0); a sample is go -> every reader done, so bytes = readers x lock_bytes.
+  // lock_bytes 0: the signalling alone (no reads), the protocol's own cost, stated beside the data rows.
+  bool lockstep = false;
+  std::int64_t lock_bytes = 0;
+  std::vector<Descriptor> lock_slots;  // the holder's fill: every reader's slot
+  void teardown(Backend&) override;
+
  private:
+  // One lockstep sample: the go word, rank 0's own read, then every reader's done word; returns the readers
+  // whose first read of this case's seed failed its compare ("rank 2, rank 3"), empty when none did.
+  std::string lock_round();
+
   // The bytes the background readers (ranks 2..) have published in the holder's control words, summed.
   std::uint64_t readers_bytes();
   Env& env_;

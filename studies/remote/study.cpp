@@ -73,9 +73,12 @@ class RemoteStudy final : public Study {
     std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
                  session_->transport().c_str());
     for (auto& c : out)
-      if (dynamic_cast<TransferCase*>(c.get())) {
+      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
         c->note = "transport " + session_->transport();
-        if (env_.readers > 1)
+        if (t->lockstep)
+          c->note += "; many-to-one in lockstep: rank 0 and " + std::to_string(env_.readers - 1) +
+                     " more rank(s) each read their own region at one go signal; a sample is go -> all done";
+        else if (env_.readers > 1)
           c->note += "; many-to-one: " + std::to_string(env_.readers - 1) +
                      " more rank(s) read 2 MiB regions of the holder in a loop throughout";
       }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "kvf/errors.hpp"
 #include "kvf/stats.hpp"
@@ -49,6 +50,8 @@ TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int6
   est_seconds = 0.2 + (env.quick ? 0.1 : 0.5) + static_cast<double>(descriptors.size()) * 2e-6;
 }
 
+Descriptor lock_slot(int slot, std::int64_t bytes) { return {slot * bytes, 0, bytes, slot * bytes}; }
+
 std::uint64_t TransferCase::readers_bytes() {
   const int first = UcpSession::kReaderWord0 + 2;
   const int n = std::min(env_.readers - 1, UcpSession::kControlWords - first);
@@ -66,12 +69,57 @@ void TransferCase::setup(Backend&) {
   const Msg a = ask(s, MsgKind::prepare, index, seed);
   if (a.kind != MsgKind::answer || a.text[0] != '\0')
     throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
-  if (env_.readers > 1) readers_mark_ = readers_bytes(), mark_s_ = now_s();
+  if (lockstep) {
+    // The readers leave their continuous loop for go rounds; bytes and seed before the mode (each put is flushed,
+    // so a reader that sees a new round sees this case's bytes and seed).
+    s.put_peer_word(UcpSession::kLockBytes, static_cast<std::uint64_t>(lock_bytes));
+    s.put_peer_word(UcpSession::kLockSeed, seed);
+    s.put_peer_word(UcpSession::kLockMode, 1);
+  } else if (env_.readers > 1) {
+    readers_mark_ = readers_bytes(), mark_s_ = now_s();
+  }
+}
+
+void TransferCase::teardown(Backend&) {
+  if (lockstep && env_.session && !env_.session->peer_lost()) env_.session->put_peer_word(UcpSession::kLockMode, 0);
+}
+
+std::string TransferCase::lock_round() {
+  UcpSession& s = session_of(env_);
+  const std::uint64_t round = ++env_.lock_round;
+  const int first = UcpSession::kLockDone0 + 2, n = env_.readers - 1;
+  s.put_peer_word(UcpSession::kLockRound, round);
+  if (lock_bytes > 0) s.transfer(op, descriptors);
+  const double t0 = now_s();
+  for (;;) {
+    const auto done = s.peer_words(first, n);
+    int behind = -1;
+    for (int i = 0; i < n && behind < 0; ++i)
+      if ((done[i] >> 1) < round) behind = i + 2;
+    if (behind < 0) {
+      std::string bad;
+      for (int i = 0; i < n; ++i)
+        if (done[i] & 1) bad += (bad.empty() ? "rank " : ", rank ") + std::to_string(i + 2);
+      return bad;
+    }
+    // A reader that died or hangs: the run ends as a lost peer (rows finished so far are kept).
+    if (now_s() - t0 > s.timeout_s())
+      throw PeerLost("reader rank " + std::to_string(behind) + " did not finish go round " + std::to_string(round) +
+                     " within " + std::to_string(static_cast<int>(s.timeout_s())) + " s");
+    std::this_thread::yield();  // more ranks than cores: let the readers run
+  }
 }
 
 void TransferCase::verify(Backend&) {
   UcpSession& s = session_of(env_);
-  s.transfer(op, descriptors);
+  if (lockstep) {
+    // One go round: every reader's first read of this seed is compared where it landed (readers.cpp).
+    if (const std::string bad = lock_round(); !bad.empty())
+      throw VerifyError(bad + " read bytes that differ from the holder's pattern in its slot");
+    if (lock_bytes == 0) return;
+  } else {
+    s.transfer(op, descriptors);
+  }
   if (op == Op::read) {
     if (const auto bad = compare_runs(s.pool(), descriptors, false, seed); !bad.empty())
       throw VerifyError("rank 0 read " + name + ": " + bad);
@@ -85,7 +133,8 @@ void TransferCase::verify(Backend&) {
 
 void TransferCase::run(Backend&) {
   const auto t0 = std::chrono::steady_clock::now();
-  env_.session->transfer(op, descriptors);
+  if (lockstep) (void)lock_round();
+  else env_.session->transfer(op, descriptors);
   seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
@@ -105,7 +154,19 @@ std::string TransferCase::after_measure(Backend&, const Summary& s, const std::s
   } else if (!perftest.why.empty()) {
     vs = "; ucx_perftest: " + perftest.why;
   }
-  if (env_.readers > 1) {
+  if (lockstep) {
+    char buf[200];
+    if (lock_bytes == 0) {
+      env_.lock_signal_s = s.median;
+      std::snprintf(buf, sizeof buf, "; signalling alone: go word, %d done words, no reads", env_.readers - 1);
+    } else if (env_.lock_signal_s > 0) {
+      std::snprintf(buf, sizeof buf, "; of which signalling alone (lockstep/signal) %s, median in this run",
+                    seconds_text(env_.lock_signal_s).c_str());
+    } else {
+      buf[0] = '\0';
+    }
+    vs += buf;
+  } else if (env_.readers > 1) {
     // The holder's other traffic over this mode's window (its verify and warm-up included: the readers never
     // pause), beside this rank's own rate: what the holder served in all.
     const std::uint64_t b = readers_bytes();

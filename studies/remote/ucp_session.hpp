@@ -69,6 +69,13 @@ class UcpSession {
   // kReaderWord0 + r, so rank 0 can state the holder's other traffic beside each of its rows.
   static constexpr int kReaderWord0 = 64;
   static constexpr int kControlWords = 512;  // 4 KiB after the pool: [0] stop, [1] heartbeat, [8..] gets land
+  // Many-to-one in lockstep (the lockstep arm): rank 0 writes the holder's [kLockMode] 1 (0: the readers read
+  // continuously), [kLockBytes] and [kLockSeed] for a case, then a new [kLockRound] per sample; each reader rank r
+  // reads its slot once per round and puts round << 1 | (its first read of the seed failed its compare) into
+  // [kLockDone0 + r]. Readers' byte words stop below kLockDone0.
+  static constexpr int kLockRound = 16, kLockBytes = 17, kLockSeed = 18, kLockMode = 19, kLockWords = 20;
+  static constexpr int kLockDone0 = 288;
+  static constexpr int kMaxLockRanks = kControlWords - kLockDone0;
   // Puts value into the peer's control word `index` (from this rank's own copy of that word), flushed.
   void put_peer_word(int index, std::uint64_t value);
   // The peer's control words [first, first + n), landing in this rank's own copies of them, flushed.

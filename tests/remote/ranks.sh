@@ -30,12 +30,14 @@ print(rows[0][sys.argv[3]] if rows else "")
 PY
 }
 
-check_rows() {  # DIR TRANSPORT_WORD
-  python3 - "$1/cases.csv" "$2" <<'PY' || exit 1
+check_rows() {  # DIR TRANSPORT_WORD ["lockstep: 2 ranks"]
+  python3 - "$1/cases.csv" "$2" "${3:-}" <<'PY' || exit 1
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-host = [r for r in rows if not r["case"].startswith("gpu_memory/")]
-gpu = [r for r in rows if r["case"].startswith("gpu_memory/")]
+# Skipped with their reason: GPU memory (no CUDA in this UCX), lockstep on two ranks (it needs 3 or more).
+skip = ("gpu_memory/",) + (("lockstep/",) if "lockstep: 2 ranks" in sys.argv[3:] else ())
+host = [r for r in rows if not r["case"].startswith(skip)]
+gpu = [r for r in rows if r["case"].startswith(skip)]
 assert len(host) >= 8, f"{len(host)} host rows"
 for r in host:
     assert r["verified"] == "yes", f"{r['case']}: verified={r['verified']}"
@@ -44,7 +46,7 @@ for r in host:
     assert "p99 " in r["note"] and "p99.9 " in r["note"], f"{r['case']}: no tail: {r['note']}"
 for r in gpu:
     assert r["samples"] == "0" and "skipped" in r["note"], f"{r['case']}: {r['note']}"
-print(f"{len(host)} verified rows over {sys.argv[2]}, {len(gpu)} GPU-memory rows skipped with their reason")
+print(f"{len(host)} verified rows over {sys.argv[2]}, {len(gpu)} rows skipped with their reason")
 PY
 }
 
@@ -83,7 +85,7 @@ shm)
   rc=$?
   tail -n 20 "$work/log"
   [ $rc -eq 0 ] || fail "exit $rc"
-  check_rows "$work/run" "memory("
+  check_rows "$work/run" "memory(" "lockstep: 2 ranks"
   [ "$(grep -c "of ucx_perftest's" "$work/run/cases.csv")" -eq 2 ] || fail "no ucx_perftest comparison on the ceiling rows"
   grep -o "[0-9.]* of ucx_perftest's [0-9.]* GB/s" "$work/run/cases.csv"
   # The granularity rows' geometry; their times against one descriptor are printed (medians 1.14x to 40x on a
@@ -104,7 +106,20 @@ tcp)
   check_rows "$work/run" "tcp/"
   python3 - "$work/run/cases.csv" <<'PY' || exit 1
 import csv, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if not r["case"].startswith("gpu_memory/")]
+every = [r for r in csv.DictReader(open(sys.argv[1])) if not r["case"].startswith("gpu_memory/")]
+# Lockstep: rank 0 and rank 2 each read their own region at one go; a sample is go -> both done. The signalling
+# alone comes first and the data rows state it; each moves 2 x its region per sample.
+lock = {r["case"]: r for r in every if r["case"].startswith("lockstep/")}
+assert set(lock) == {"lockstep/read/signal", "lockstep/read/256KiB", "lockstep/read/1MiB"}, sorted(lock)
+assert all("many-to-one in lockstep: rank 0 and 1 more rank" in r["note"] for r in lock.values())
+assert lock["lockstep/read/signal"]["bytes"] == "0" and "signalling alone" in lock["lockstep/read/signal"]["note"]
+for name in ("lockstep/read/256KiB", "lockstep/read/1MiB"):
+    r = lock[name]
+    assert int(r["bytes"]) == 2 * int(r["lockstep_bytes"]), f"{name}: bytes {r['bytes']} for 2 readers"
+    assert "of which signalling alone (lockstep/signal)" in r["note"], f"{name}: {r['note']}"
+print("lockstep, 2 readers: signal " + f"{float(lock['lockstep/read/signal']['median_s'])*1e6:.0f} us, " +
+      ", ".join(f"{n[14:]} {float(lock[n]['gbps']):.3f} GB/s in all" for n in ("lockstep/read/256KiB", "lockstep/read/1MiB")))
+rows = [r for r in every if not r["case"].startswith("lockstep/")]
 assert all(r["readers"] == "2" and "many-to-one: 1 more rank" in r["note"] for r in rows), "rows do not say 2 readers"
 # The other reader's traffic beside each row: what it published in the holder's control words, as a rate. Rank 2
 # reads its 2 MiB region without pause, so the rate is above 0 on every row.

@@ -150,6 +150,42 @@ TEST(RemoteTier, FetchPeerActionOnlyWithAFigureAndPricedAsRemotePlusDemote) {
   EXPECT_GT(peer, demote);
 }
 
+// Many-to-one in lockstep: predicted as the readers in parallel with no contention at the holder (this run's
+// signalling alone + one reader's fitted transfer of its region); the signalling row has no term of its own; the
+// section puts the rate in all beside one reader's ceiling row of the same region.
+TEST(RemoteLockstep, NoContentionBoundAndTheRateInAllBesideOneReader) {
+  auto rows = planted_rows();
+  rows.push_back(row("lockstep/read/signal", "read", 1, 0, 4e-6, {{"readers", "3"}, {"lockstep_bytes", "0"}}));
+  // Three readers of 2 MiB each, 1.5x one reader's time: 3 / 1.5 = 2x one reader's rate in all.
+  rows.push_back(row("lockstep/read/2MiB", "read", 1, 3 * 2097152.0, 1.5 * planted_s(1, 2097152),
+                     {{"readers", "3"}, {"lockstep_bytes", "2097152"}}));
+  for (auto& r : rows) r.gbps = *r.bytes / *r.median_s / 1e9;
+  const auto rs = set_of(rows);
+  GpuSpec g;
+  g.name = "g";
+  g.remote_gbps = 5;
+  g.remote_fixed_us = 5;
+  g.remote_descriptor_us = 2;
+  std::string why;
+  const auto t = predict_row(g, rs.cases.back(), &why, &rs);
+  ASSERT_TRUE(t) << why;
+  EXPECT_NEAR(*t, 4e-6 + planted_s(1, 2097152), 1e-12);
+  EXPECT_NE(why.find("no contention at the holder"), std::string::npos) << why;
+  EXPECT_FALSE(predict_row(g, rs.cases[rs.cases.size() - 2], &why, &rs));
+  EXPECT_NE(why.find("signalling alone"), std::string::npos) << why;
+  // Without the signalling row in the run there is no bound.
+  auto no_signal = rows;
+  no_signal.erase(no_signal.end() - 2);
+  const auto rs2 = set_of(no_signal);
+  EXPECT_FALSE(predict_row(g, rs2.cases.back(), &why, &rs2));
+  EXPECT_NE(why.find("no lockstep signalling row"), std::string::npos) << why;
+
+  const std::string md = render_markdown({rs}, {}, {});
+  // region, readers, ...; then in all / one reader and the signalling alone in us
+  EXPECT_NE(md.find("| test (cpu) | 2 MiB | 3 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | 4 |"), std::string::npos) << md;
+}
+
 TEST(RemoteClaim, PerLayerSlowerWithAnIntervalIsSupported) {
   std::vector<double> page(20), layer(20);
   for (int i = 0; i < 20; ++i) page[i] = 1e-3 + i * 1e-6, layer[i] = 1.5e-3 + i * 1e-6;

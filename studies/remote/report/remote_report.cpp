@@ -173,8 +173,36 @@ const CaseRow* page_row(const std::vector<const CaseRow*>& rows, const CaseRow& 
   return nullptr;
 }
 
+// The lockstep rows of one directory: the signalling-only row (lockstep_bytes 0) and the data rows, which moved
+// readers x lockstep_bytes per sample.
+const CaseRow* lock_signal(const ResultSet& rs, const std::string& readers) {
+  for (const auto* r : rs.rows("remote"))
+    if (arm_of(*r) == "lockstep" && r->param("lockstep_bytes") == "0" && r->param("readers") == readers &&
+        r->median_s && *r->median_s > 0)
+      return r;
+  return nullptr;
+}
+
+// Many-to-one in lockstep against one reader: each data row's rate in all beside the ceiling row of the same region
+// and op in the same run (measured beside continuous readers when the run had more than 2 ranks: its note says).
+std::string lockstep_table(const ResultSet& rs) {
+  std::string out;
+  for (const auto* r : remote_rows(rs, "lockstep")) {
+    const auto region = r->num("lockstep_bytes");
+    if (!region || *region <= 0) continue;
+    const CaseRow* one = nullptr;
+    for (const auto* c : remote_rows(rs, "ceiling", "read"))
+      if (c->bytes && *c->bytes == *region) one = c;
+    const CaseRow* sig = lock_signal(rs, r->param("readers"));
+    out += row({lbl(rs), bytes(*region), txt(r->param("readers")), us(r->median_s), r->gbps ? rate(*r->gbps) : "-",
+                one && one->gbps ? rate(*one->gbps) : "-",
+                one && one->gbps && r->gbps ? fmt(*r->gbps / *one->gbps) : "-", sig ? us(sig->median_s) : "-"});
+  }
+  return out;
+}
+
 std::string section_remote(ReportContext& cx) {
-  std::string ceil, gran, fits;
+  std::string ceil, gran, fits, lock;
   Plot p{"remote_granularity", "One KV page as N descriptors", "descriptors per page", "transfer time (us)",
          true, true, {}, {}};
   std::map<std::string, Line> lines;
@@ -197,6 +225,7 @@ std::string section_remote(ReportContext& cx) {
       l.key = {{"device", rs.label}, {"op", r->param("op")}, {"tokens", r->param("tokens")}, {"layout", r->param("layout")}};
       l.pts.emplace_back(*r->num("descriptors"), *r->median_s * 1e6);
     }
+    lock += lockstep_table(rs);
     if (const auto f = fit_remote(rs))
       fits += "- " + lbl(rs) + ": " + us_text(f->fixed_s) + " per transfer + " + us_text(f->per_descriptor_s) +
               " per descriptor + bytes / " + rate(f->bytes_per_s / 1e9) + " (" + std::to_string(f->rows) +
@@ -222,6 +251,12 @@ std::string section_remote(ReportContext& cx) {
   if (!ceil.empty())
     s += fold("Wire ceiling: one region in one operation (ucx_perftest on the same pair, same run, in the note)",
               header({"device", "op", "region", "readers", "median", "rate", "note"}) + ceil) + "\n";
+  if (!lock.empty())
+    s += fold("Many-to-one in lockstep: every reader pulls its own region of one holder at one go signal; a sample is "
+              "go -> all done (rate in all = readers x region / median), beside one reader's ceiling row of the same "
+              "region in the same run (with 3 or more ranks that row ran beside the continuous readers)",
+              header({"device", "region", "readers", "median (us)", "rate in all", "one reader (ceiling row)",
+                      "in all / one reader", "signalling alone (us)"}) + lock) + "\n";
   return s;
 }
 
@@ -249,6 +284,20 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
   const std::size_t n = slower + faster + none;
   v.verdict = slower == n ? "supported" : faster == n ? "refuted" : slower + faster == 0 ? "not established" : "mixed";
   return {v};
+}
+
+// Lockstep: the readers in parallel with no contention at the holder: the signalling alone (this run's row) + one
+// reader's fitted transfer of its region. Measured above it is what the holder's sharing costs.
+std::optional<double> predict_lockstep(Predictor& p) {
+  const auto region = p.r.num("lockstep_bytes");
+  if (!region || *region <= 0) return p.none("lockstep signalling alone: no transfer to model (stated beside the data rows)");
+  if (p.g.remote_gbps <= 0)
+    return p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
+  const CaseRow* sig = p.alone_row("remote", {{"lockstep_bytes", "0"}, {"readers", p.r.param("readers")}});
+  if (!sig || !sig->median_s || !(*sig->median_s > 0)) return p.none("no lockstep signalling row in this run");
+  p.say("lockstep, no contention at the holder: signalling alone (" + us_text(*sig->median_s) +
+        ", this run) + one reader's fixed + 1 descriptor + region / bandwidth; predicted / measured below 1: the holder's sharing");
+  return *sig->median_s + remote_s(p.g, *region, 1);
 }
 
 std::optional<double> predict_transfer(Predictor& p) {
@@ -279,6 +328,7 @@ StudyReport remote_report() {
   s.terms = {{{}, [](Predictor& p) {
                 const std::string arm = arm_of(p.r);
                 if (arm == "ceiling" || arm == "granularity") return predict_transfer(p);
+                if (arm == "lockstep") return predict_lockstep(p);
                 return p.none("remote arm '" + arm + "' has no model term");
               }}};
   s.calibration = {{"remote_gbps", 0, calibrate_remote,
