@@ -168,6 +168,10 @@ void RemoteFlags::add_to(StudyFlags& f) {
          "user (mmap, then registered: on one machine only cma reaches it); default ucx");
   f.flag("--no-perftest", no_perftest,
          "leave out ucx_perftest (run by default beside the largest ceiling region of each op)");
+  f.text("--ranks", ranks,
+         "ranks bench_remote starts itself with when no MPI launcher started it, 2..64 (default 2; 3 or more: "
+         "many-to-one, the lockstep arm); under mpirun or srun it must match the launcher's count; with --list it "
+         "plans for that many");
   f.text("--peer-timeout", peer_timeout,
          "seconds any wait on the other rank may take before the run says it is lost, 1..600 (default 10)");
 }
@@ -189,6 +193,14 @@ UserLists check_flags(const RemoteFlags& f, Env& env) {
   env.peer_timeout_s = f.peer_timeout.empty() ? 10
                                               : flag_int(f.peer_timeout, "--peer-timeout", 1, 600, 1,
                                                          "a whole number of seconds in 1..600");
+  if (!f.ranks.empty()) {
+    const int n = static_cast<int>(flag_int(f.ranks, "--ranks", 2, kMaxRanks, 1, "a whole number of ranks in 2..64"));
+    if (env.launched_ranks == 0) env.readers = n - 1;  // listing: plan the cases a run with n ranks has
+    else if (n != env.launched_ranks)
+      bad_flag("--ranks", f.ranks,
+               "this run has " + std::to_string(env.launched_ranks) + " ranks (started by an MPI launcher); allowed: " +
+                   std::to_string(env.launched_ranks) + ", or leave --ranks out");
+  }
   if (!f.pool_alloc.empty() && f.pool_alloc != "ucx" && f.pool_alloc != "user")
     bad_flag("--pool-alloc", f.pool_alloc, "allowed: ucx, user");
   env.pool_alloc = f.pool_alloc == "user" ? PoolAlloc::user : PoolAlloc::ucx;
@@ -203,6 +215,18 @@ UserLists check_flags(const RemoteFlags& f, Env& env) {
   env.all_models = models::load_models(models::default_models_path());
   for (const auto& m : f.models) user["--models"].push_back(models::find_model(env.all_models, m, "--models").name);
   return user;
+}
+
+int ranks_to_launch(int argc, char** argv) {
+  std::string v;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ranks" && i + 1 < argc) v = argv[i + 1];
+    else if (a.rfind("--ranks=", 0) == 0) v = a.substr(8);
+  }
+  if (v.empty() || v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos) return 2;
+  const int n = std::stoi(v);
+  return n >= 2 && n <= kMaxRanks ? n : 2;
 }
 
 std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {

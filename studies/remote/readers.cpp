@@ -32,6 +32,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
       throw UsageError("bad flags");  // rank 0 says what is wrong
     Env env;
     env.quick = f.quick;
+    env.launched_ranks = p.size;
     (void)check_flags(f, env);  // the pool size and deadline; rank 0 says what is wrong with a flag
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     const auto blobs = mpi_exchange(s->pack(), s->timeout_s());

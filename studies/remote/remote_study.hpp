@@ -20,7 +20,7 @@ namespace kvf::remote {
 // The study's own flags, as typed (checked in check_flags).
 struct RemoteFlags {
   std::vector<std::string> arms, ops, sizes, models, tokens, layouts, granularities;
-  std::string pool_mib, peer_timeout, pool_alloc;
+  std::string pool_mib, peer_timeout, pool_alloc, ranks;
   bool no_perftest = false;
   bool quick = false;  // the harness's --quick, which the holder parses itself
   void add_to(StudyFlags& f);
@@ -36,6 +36,7 @@ struct Env {
   std::string transport_note;     // what UCX picked, said on every row
   int next_index = 0;             // the transfer's place in the case list: the holder finds it by this
   int readers = 1;                // ranks reading from the holder: rank 0 and the background readers (ranks 2..)
+  int launched_ranks = 0;         // the MPI world's size; 0 while listing (--ranks then plans for its count)
   double lock_signal_s = 0;       // the lockstep arm's signalling-only median in this run (0: not measured)
   std::uint64_t lock_round = 0;   // the last go round rank 0 gave: rounds only grow, over every lockstep case
 };
@@ -46,6 +47,10 @@ Descriptor lock_slot(int slot, std::int64_t bytes);
 
 // The flags checked into user lists and env (UsageError: one line naming the flag).
 UserLists check_flags(const RemoteFlags& f, Env& env);
+// --ranks N (or --ranks=N) as typed on the command line: the count bench_remote starts itself with when no MPI
+// launcher started it, 2 when absent or not a whole number in 2..kMaxRanks (rank 0 then refuses it in one line).
+constexpr int kMaxRanks = 64;
+int ranks_to_launch(int argc, char** argv);
 
 // One page (or one region) moved from one rank to the other, timed at rank 0.
 class TransferCase final : public Case {

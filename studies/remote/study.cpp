@@ -1,7 +1,8 @@
 // bench_remote: KV pages between two ranks over UCX (UCP put/get on registered host memory), ranks placed by MPI.
 //
 // Run:   mpirun -np 2 build/bin/bench_remote [--quick] [--arms ceiling,granularity] [--out DIR]
-//        (started without a launcher it starts itself under `mpirun -np 2` on this machine; kvf run --study remote)
+//        (started without a launcher it starts itself under `mpirun -np 2` on this machine, or -np N with
+//        --ranks N; kvf run --study remote [--remote.ranks N])
 // Rank 0 runs the harness (flags, verify, samples, results); rank 1 holds the pool it reads and writes (holder.cpp);
 // ranks 2.. read from the holder too (readers.cpp: many-to-one). MPI carries only the start, the ranks' places, one
 // exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
@@ -56,14 +57,15 @@ class RemoteStudy final : public Study {
     flags_.add_to(flags);
     flags.footer(
         "Ranks: mpirun -np 2 bench_remote ... (rank 0 measures and writes the rows, rank 1 holds the pool); "
-        "started without an MPI launcher it runs itself under mpirun -np 2 on this machine. UCX_TLS picks the "
-        "transport (shm, tcp, rc,sm,self, ...); every row names the one UCX used. studies/remote/README.md: "
-        "two-node mpirun and srun recipes.");
+        "started without an MPI launcher it runs itself under mpirun -np 2 on this machine (--ranks N: -np N). "
+        "UCX_TLS picks the transport (shm, tcp, rc,sm,self, ...); every row names the one UCX used. "
+        "studies/remote/README.md: two-node mpirun and srun recipes.");
   }
 
   std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) override {
     env_.quick = ctx.quick;
     env_.readers = place_ ? place_->size - 1 : 1;
+    env_.launched_ranks = place_ ? place_->size : 0;
     auto out = build_cases(flags_, env_);
     if (!place_) return out;  // listing: nothing connects
     session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
@@ -155,6 +157,7 @@ int holder_main(int argc, char** argv, const Place& p) {
     Env env;
     env.quick = f.quick;
     env.readers = p.size - 1;
+    env.launched_ranks = p.size;
     auto cases = build_cases(f, env);  // a refused flag: rank 0 refuses it too and says so
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     handshake(*s, p, plan_digest(cases, env), cases.size());
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
     return kvf::bench_main(argc, argv, study);
   }
   try {
-    if (!under_mpi_launcher()) return self_launch(argc, argv, 2, kProg);
+    if (!under_mpi_launcher()) return self_launch(argc, argv, ranks_to_launch(argc, argv), kProg);
     const Place p = mpi_start(&argc, &argv);
     try {
       join_netns_from_env();

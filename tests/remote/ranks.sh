@@ -142,11 +142,13 @@ bad_input)
     local rc=$?
     grep -E "^bench_remote: error: " "$work/$name.log" | head -n 1
     [ $rc -eq 2 ] || { cat "$work/$name.log"; fail "$name: exit $rc, wanted 2"; }
-    grep -qE "$pat" "$work/$name.log" || { cat "$work/$name.log"; fail "$name: no line matching '$pat'"; }
+    grep -qE -e "$pat" "$work/$name.log" || { cat "$work/$name.log"; fail "$name: no line matching '$pat'"; }
     [ $(grep -c "error: " "$work/$name.log") -eq 1 ] || { cat "$work/$name.log"; fail "$name: more than one error line"; }
     echo "  $name: exit 2 in $((SECONDS - t0)) s"
   }
   expect2 one_rank "needs at least 2" "${mpi[@]}" -np 1 "$bench" --quick --out "$work/a"
+  expect2 ranks_range "--ranks 1: a whole number of ranks in 2..64" "$bench" --list --ranks 1
+  expect2 ranks_launcher "--ranks 3: this run has 2 ranks" "${mpi[@]}" -np 2 "$bench" --quick --ranks 3 --out "$work/e"
   # Both ranks check the flags alike before any exchange; --list runs that check without starting ranks.
   expect2 pool "larger than the registered pool" "$bench" --list --arms granularity --tokens 4096 --pool-mib 16
   expect2 flags_differ "flags differ between ranks" "${mpi[@]}" -np 1 "$bench" --quick --pool-mib 64 --out "$work/c" \
