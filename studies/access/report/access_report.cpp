@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "kvf/access_columns.hpp"
 #include "kvf/study_report.hpp"
 
 namespace kvf::report {
@@ -36,11 +37,12 @@ struct AccessGroup {
 };
 
 std::vector<AccessGroup> access_groups(const ResultSet& rs) {
-  // Derived per row (sizes, what the kernel was granted, the FMA floor that grows with ctx): not the group's.
-  static const std::set<std::string> skip = {"arm",         "block",           "scatter",          "ctx",
-                                             "budget_tokens", "working_set_bytes", "working_set_vs_llc",
-                                             "kv_bytes",    "llc_bytes",       "huge_backed_pct",  "fma_floor_s",
-                                             "fma_peak_gflops", "fma_peak_isa", "fma_floor_basis"};
+  // The arm and the axes a group spans, and what the bench derives per row: not the group's.
+  static const std::set<std::string> skip = [] {
+    auto s = access_derived_columns();
+    s.insert({"arm", "block", "scatter", "ctx"});
+    return s;
+  }();
   struct Acc {
     AccessGroup g;
     std::map<double, std::map<std::string, const CaseRow*>> block, token;  // ctx -> block size -> row

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "kvf/access_columns.hpp"
 #include "kvf/attention_report.hpp"
 #include "kvf/study_report.hpp"
 
@@ -78,10 +79,11 @@ struct Group {
 };
 
 std::vector<Group> access_groups(const ResultSet& rs) {
-  static const std::set<std::string> derived = {"arm",           "scatter",        "budget_tokens",
-                                                "working_set_bytes", "working_set_vs_llc", "kv_bytes",
-                                                "llc_bytes",     "huge_backed_pct", "fma_floor_s",
-                                                "fma_peak_gflops", "fma_peak_isa",  "fma_floor_basis"};
+  static const std::set<std::string> derived = [] {
+    auto s = access_derived_columns();  // what the access bench derives per row (its plug-in's list)
+    s.insert({"arm", "scatter"});
+    return s;
+  }();
   std::map<std::string, Group> by;
   for (const auto* r : rs.rows("access")) {
     const std::string arm = r->param("arm");
