@@ -141,9 +141,10 @@ int do_run(const RunOptions& o, const std::string& command) {
   std::string stream_size;
   for (const auto& s : plans.front().studies)
     if (s.study == "stream")
-      for (std::size_t i = 0; i < s.args.size(); ++i)
+      for (std::size_t i = 0; i < s.args.size(); ++i) {
         if (s.args[i] == "--size" && i + 1 < s.args.size()) stream_size = s.args[i + 1];
         else if (s.args[i].rfind("--size=", 0) == 0) stream_size = s.args[i].substr(7);
+      }
   const PlacementChoice placement =
       choose_thread_placement(o.thread_placement, cpu_figures, o.quick, stream_size,
                               plans.front().out + "/thread_placement",
