@@ -27,7 +27,8 @@ void answer(UcpSession& s, const std::string& text) {
 
 }  // namespace
 
-int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog) {
+int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
+                 bool* reader_lost) {
   // Rank 0 may spend a whole case between two requests (its --budget, a slow verify): the holder waits ten
   // deadlines before it calls rank 0 lost.
   const double idle_s = 10 * s.timeout_s();
@@ -35,7 +36,10 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
   try {
     for (;;) {
       const Msg m = s.receive(idle_s, true);
-      if (m.kind == MsgKind::done) return kExitOk;
+      if (m.kind == MsgKind::done) {
+        *reader_lost = m.value != 0;
+        return kExitOk;
+      }
       if (m.kind == MsgKind::perftest) {
         // The server side of ucx_perftest: started, announced with this host's name, waited for (bounded).
         std::string why;

@@ -39,6 +39,7 @@ struct Env {
   int launched_ranks = 0;         // the MPI world's size; 0 while listing (--ranks then plans for its count)
   double lock_signal_s = 0;       // the lockstep arm's signalling-only median in this run (0: not measured)
   std::uint64_t lock_round = 0;   // the last go round rank 0 gave: rounds only grow, over every lockstep case
+  std::string lock_lost;          // a reader that missed a round's deadline: later lockstep cases fail at once
 };
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
@@ -102,7 +103,9 @@ struct Place;
 // rank 0's measurement (readers.cpp).
 int reader_main(int argc, char** argv, const Place& p, const char* prog);
 
-// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done.
-int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog);
+// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done. reader_lost: rank 0's
+// done said a reader (rank 2..) stopped answering, so no rank waits for it at MPI_Finalize.
+int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
+                 bool* reader_lost);
 
 }  // namespace kvf::remote

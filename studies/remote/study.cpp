@@ -118,10 +118,13 @@ class RemoteStudy final : public Study {
   // After the run: the holder is told to stop; MPI is finished only when the holder is alive to finish too.
   int finish(int rc) {
     bool alive = !session_ || !session_->peer_lost();
+    // A reader that stopped answering would hold every rank at the closing barrier for its 30 s.
+    const bool reader_lost = !env_.lock_lost.empty();
     if (agreed_ && alive) {
       try {
         Msg done;
         done.kind = MsgKind::done;
+        done.value = reader_lost ? 1 : 0;
         session_->send(done);
       } catch (const PeerLost& e) {
         alive = false;
@@ -130,9 +133,12 @@ class RemoteStudy final : public Study {
     if (session_ && !alive)
       std::fprintf(stderr, "%s: error: the holder (rank 1) was lost during the run; the rows finished before it are kept\n",
                    kProg);
+    if (reader_lost)
+      std::fprintf(stderr, "%s: error: a background reader was lost during the run (%s); the rows finished before it "
+                   "are kept\n", kProg, env_.lock_lost.c_str());
     session_.reset();
-    if (alive) mpi_finish();
-    return rc;
+    if (alive && !reader_lost) mpi_finish();
+    return reader_lost && rc == kExitOk ? kExitFailure : rc;
   }
 
  private:
@@ -147,6 +153,7 @@ int holder_main(int argc, char** argv, const Place& p) {
   RemoteFlags f;
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
+  bool reader_lost = false;  // rank 0 said a reader stopped answering: nobody waits for it at the barrier
   try {
     // The harness's flags (--out DIR, --budget S, ...) are rank 0's business, and so is saying what is wrong.
     if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
@@ -162,7 +169,7 @@ int holder_main(int argc, char** argv, const Place& p) {
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     handshake(*s, p, plan_digest(cases, env), cases.size());
     env.session = s.get();
-    rc = serve_holder(*s, cases, kProg);
+    rc = serve_holder(*s, cases, kProg, &reader_lost);
   } catch (const UsageError&) {
     rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
   } catch (const std::exception& e) {
@@ -172,7 +179,7 @@ int holder_main(int argc, char** argv, const Place& p) {
   // The background readers (ranks 2..) read until this flag: set on every way out, then MPI_Finalize keeps the
   // pool mapped until they have seen it and finished too.
   if (s) s->set_stop();
-  const bool lost = s && s->peer_lost();
+  const bool lost = (s && s->peer_lost()) || reader_lost;
   if (!lost) mpi_finish([&s] {
       if (s) s->progress();
     });

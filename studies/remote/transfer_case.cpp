@@ -86,6 +86,7 @@ void TransferCase::teardown(Backend&) {
 
 std::string TransferCase::lock_round() {
   UcpSession& s = session_of(env_);
+  if (!env_.lock_lost.empty()) throw PeerLost(env_.lock_lost + " (earlier in this run): no lockstep without it");
   const std::uint64_t round = ++env_.lock_round;
   const int first = UcpSession::kLockDone0 + 2, n = env_.readers - 1;
   s.put_peer_word(UcpSession::kLockRound, round);
@@ -103,9 +104,11 @@ std::string TransferCase::lock_round() {
       return bad;
     }
     // A reader that died or hangs: the run ends as a lost peer (rows finished so far are kept).
-    if (now_s() - t0 > s.timeout_s())
-      throw PeerLost("reader rank " + std::to_string(behind) + " did not finish go round " + std::to_string(round) +
-                     " within " + std::to_string(static_cast<int>(s.timeout_s())) + " s");
+    if (now_s() - t0 > s.timeout_s()) {
+      env_.lock_lost = "reader rank " + std::to_string(behind) + " did not finish go round " + std::to_string(round) +
+                       " within " + std::to_string(static_cast<int>(s.timeout_s())) + " s";
+      throw PeerLost(env_.lock_lost);
+    }
     std::this_thread::yield();  // more ranks than cores: let the readers run
   }
 }

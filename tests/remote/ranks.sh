@@ -9,6 +9,8 @@
 #               1.5-2.4x; test_kv_descriptors checks the descriptor lists themselves)
 #   bad_input   one rank, flags that differ, no transport in common, a page larger than the pool: exit 2, one line
 #   rank_dies   rank 1 killed mid-run: rank 0 says so, exits non-zero, and the rows finished before stay
+#   reader_dies rank 2 killed during a lockstep case: that case fails at the deadline naming the rank, the later
+#               lockstep cases at once, the signalling row stays, the exit is non-zero
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
 #               where this user may not create namespaces)
 # Exit 77 (ctest: skipped) with the reason when mpirun is missing.
@@ -192,6 +194,38 @@ lost = [r for r in rows if r["note"].startswith("error: ")]
 assert len(done) >= 2, f"{len(done)} finished rows kept"
 assert lost, "no row says why it was not measured"
 print(f"{len(done)} finished rows kept, {len(lost)} rows say why they were not measured")
+PY
+  ;;
+reader_dies)
+  UCX_TLS=shm "$bench" --arms lockstep --ranks 3 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 2 \
+    --no-perftest --out "$work/run" > "$work/log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 150); do  # the signalling row written: the 64 MiB case is under way (~800 x 7 ms)
+    sleep 0.1
+    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 2 ] && break
+  done
+  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
+  killed=
+  for m in $(children $launcher); do
+    for c in $(children "$m"); do
+      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2; then kill -9 "$c" && killed=$c; fi
+    done
+  done
+  [ -n "$killed" ] || { kill $launcher; fail "rank 2 not found (or the run ended before the signalling row)"; }
+  timeout 40 tail --pid=$launcher -f /dev/null
+  wait $launcher
+  rc=$?
+  grep -v "^remote/" "$work/log" | tail -n 4
+  [ $rc -ne 0 ] || fail "exit 0 after rank 2 was killed"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
+sig = rows["lockstep/read/signal"]
+assert sig["verified"] == "yes" and int(sig["samples"]) > 0, f"signalling row not kept: {sig['note'][:120]}"
+big, small = rows["lockstep/read/64MiB"], rows["lockstep/read/2MiB"]
+assert big["note"].startswith("error: reader rank 2 did not finish go round"), big["note"][:160]
+assert "(earlier in this run)" in small["note"], small["note"][:160]
+print("rank 2 killed: " + big["note"][:80] + "; the next lockstep case: " + small["note"][7:60])
 PY
   ;;
 netns)
