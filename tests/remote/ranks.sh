@@ -76,6 +76,22 @@ print(f"{label}: fastest samples: 1 descriptor {page*1e6:.0f} us, 32 per layer {
 PY
 }
 
+# kill_rank_when LAUNCHER RANK LINES: once the run's cases.csv has LINES lines (15 s at most), kill -9 rank RANK of
+# the bench LAUNCHER started (found by /proc, no procps on a minimal image: the launcher's child is mpirun, mpirun's
+# are the ranks); prints its pid, nothing when it was not found.
+kill_rank_when() {
+  for _ in $(seq 150); do
+    sleep 0.1
+    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge "$3" ] && break
+  done
+  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
+  for m in $(children "$1"); do
+    for c in $(children "$m"); do
+      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then kill -9 "$c" && echo "$c"; fi
+    done
+  done
+}
+
 case $test in
 shm)
   # User-memory pools: on one machine cma reaches them with one process_vm_readv per descriptor, the per-
@@ -164,18 +180,7 @@ rank_dies)
   UCX_TLS=shm "$bench" --arms granularity --ops read,write --tokens 16,128 --layouts page_first,layer_first \
     --granularities page,layer,layer_head --pool-mib 64 --peer-timeout 1 --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  for _ in $(seq 150); do
-    sleep 0.1
-    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 3 ] && break
-  done
-  # Children by /proc (no procps on a minimal image): the launcher's child is mpirun, mpirun's are the ranks.
-  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
-  killed=
-  for m in $(children $launcher); do
-    for c in $(children "$m"); do
-      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then kill -9 "$c" && killed=$c; fi
-    done
-  done
+  killed=$(kill_rank_when $launcher 1 3)
   [ -n "$killed" ] || { kill $launcher; fail "rank 1 not found (or the run ended before 2 rows)"; }
   t0=$SECONDS
   timeout 40 tail --pid=$launcher -f /dev/null
@@ -200,17 +205,7 @@ reader_dies)
   UCX_TLS=shm "$bench" --arms lockstep --ranks 3 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 2 \
     --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  for _ in $(seq 150); do  # the signalling row written: the 64 MiB case is under way (~800 x 7 ms)
-    sleep 0.1
-    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 2 ] && break
-  done
-  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
-  killed=
-  for m in $(children $launcher); do
-    for c in $(children "$m"); do
-      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2; then kill -9 "$c" && killed=$c; fi
-    done
-  done
+  killed=$(kill_rank_when $launcher 2 2)  # the signalling row written: the 64 MiB case is under way (~800 x 7 ms)
   [ -n "$killed" ] || { kill $launcher; fail "rank 2 not found (or the run ended before the signalling row)"; }
   timeout 40 tail --pid=$launcher -f /dev/null
   wait $launcher

@@ -152,7 +152,7 @@ GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, cons
       for (const auto& r : rs.cases)
         if (r.param("arm") == "gemm_ceiling" && r.tflops && *r.tflops == g.bf16_tflops)
           onednn = onednn || r.param("gemm_lib") == "onednn_bf16";
-      g.source["bf16_tflops"] += onednn ? " (oneDNN bf16 matmul on the CPU; the fp32 twins are predicted at fp32_tflops)"
+      g.source["bf16_tflops"] += onednn ? " (oneDNN bf16 matmul on the CPU; fp32 twins are predicted at fp32_tflops)"
                                         : " (fp32 sgemm on the CPU)";
     }
   }

@@ -328,8 +328,8 @@ CalibrationTerm fp32_gemm_term() {
     }
     if (!best) return {};
     return {{"fp32_tflops", best->first,
-             fmt(best->first) + " TFLOP/s, best OpenBLAS fp32 gemm_ceiling row, " + from + " (" + best->second + ") in " +
-                 rs.dir}};
+             fmt(best->first) + " TFLOP/s, best OpenBLAS fp32 gemm_ceiling row, " + from + " (" + best->second +
+                 ") in " + rs.dir}};
   };
   return t;
 }
@@ -343,7 +343,9 @@ StudyReport idleness_report() {
   s.verdicts = {{2, kClaim2, claim2, nullptr}};
   s.terms = {
       per_layer({"gemm_ceiling"},
-                [](Predictor& p, int) { return p.roof(1, "flops / GEMM peak", p.r.param("gemm_lib") != "onednn_bf16"); }),
+                [](Predictor& p, int) {
+                  return p.roof(1, "flops / GEMM peak", p.r.param("gemm_lib") != "onednn_bf16");
+                }),
       per_layer({"read_ceiling"}, [](Predictor& p, int) { return p.roof(1, "bytes / memory bandwidth"); }),
       per_layer({"decode", "prefill"},
                 [](Predictor& p, int n) { return p.roof(n, "roofline(flops, bytes) + 8 launches per layer", true); }),
