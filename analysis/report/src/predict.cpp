@@ -87,6 +87,8 @@ std::optional<double> Predictor::link(double gbps, const char* what, int copies)
 
 std::optional<double> Predictor::roof(int launches, const std::string& what, bool fp32) {
   if (flops > 0 && g.bf16_tflops <= 0) return none("no FLOP/s ceiling (no GEMM ceiling measured, no spec)");
+  if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
+  if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
   if (fp32 && r.backend != "cuda" && flops > 0) {
     GpuSpec f = g;
     std::string peak = "; fp32: the best GEMM row (no fp32 GEMM row measured)";
@@ -97,8 +99,6 @@ std::optional<double> Predictor::roof(int launches, const std::string& what, boo
     say(what + peak);
     return roofline_s(f, flops, bytes) + launches * g.launch_us * 1e-6;
   }
-  if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
-  if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
   // A CUDA-graph row (the launch axis, kvf/cuda_graph.hpp) reaches the GPU in one launch however many kernels it holds.
   if (launches > 1 && r.param("launch") == "graph") {
     say(what + "; as one CUDA graph: 1 launch for the " + std::to_string(launches));
