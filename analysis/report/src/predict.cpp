@@ -89,24 +89,23 @@ std::optional<double> Predictor::roof(int launches, const std::string& what, boo
   if (flops > 0 && g.bf16_tflops <= 0) return none("no FLOP/s ceiling (no GEMM ceiling measured, no spec)");
   if (g.hbm_tbps <= 0) return none("no memory bandwidth (no stream read measured, no spec)");
   if (flops <= 0 && bytes <= 0) return none("row has neither bytes nor flops");
+  GpuSpec peak = g;
+  std::string said = what;
   if (fp32 && r.backend != "cuda" && flops > 0) {
-    GpuSpec f = g;
-    std::string peak = "; fp32: the best GEMM row (no fp32 GEMM row measured)";
     if (g.fp32_tflops > 0) {
-      f.bf16_tflops = g.fp32_tflops;
-      peak = "; compute at the fp32 GEMM peak " + fmt(g.fp32_tflops) + " TFLOP/s";
+      peak.bf16_tflops = g.fp32_tflops;
+      said += "; compute at the fp32 GEMM peak " + fmt(g.fp32_tflops) + " TFLOP/s";
+    } else {
+      said += "; fp32: the best GEMM row (no fp32 GEMM row measured)";
     }
-    say(what + peak);
-    return roofline_s(f, flops, bytes) + launches * g.launch_us * 1e-6;
   }
   // A CUDA-graph row (the launch axis, kvf/cuda_graph.hpp) reaches the GPU in one launch however many kernels it holds.
   if (launches > 1 && r.param("launch") == "graph") {
-    say(what + "; as one CUDA graph: 1 launch for the " + std::to_string(launches));
+    said += "; as one CUDA graph: 1 launch for the " + std::to_string(launches);
     launches = 1;
-  } else {
-    say(what);
   }
-  return roofline_s(g, flops, bytes) + launches * g.launch_us * 1e-6;
+  say(said);
+  return roofline_s(peak, flops, bytes) + launches * g.launch_us * 1e-6;
 }
 
 std::optional<double> Predictor::corun(const CaseRow* alone, const CaseRow* co, double demand_factor,
