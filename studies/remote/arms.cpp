@@ -233,6 +233,14 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
   const UserLists user = check_flags(f, env);
   const ArmList<Env> arms(remote_arms());
   std::vector<std::unique_ptr<Case>> out;
+  const auto add = [&](std::unique_ptr<Case> c) {
+    if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
+      t->index = env.next_index;
+      t->params.push_back({"readers", std::to_string(env.readers)});
+    }
+    ++env.next_index;
+    out.push_back(std::move(c));
+  };
   for (const auto& arm : arms.all()) {
     if (!f.arms.empty() && std::find(f.arms.begin(), f.arms.end(), arm.name) == f.arms.end()) continue;
     auto points = arms.points(arm, Target{false, env.quick}, user, env);
@@ -240,22 +248,9 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
     if (arm.name == "lockstep" && !points.empty()) {
       auto c = lockstep_case(0, env);
       finish_case(*c, Point(std::vector<Param>{{"region_bytes", "0"}}), "lockstep/read/signal");
-      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
-        t->index = env.next_index;
-        t->params.push_back({"readers", std::to_string(env.readers)});
-      }
-      ++env.next_index;
-      out.push_back(std::move(c));
+      add(std::move(c));
     }
-    for (const auto& p : points) {
-      auto c = arms.make_case(arm, p, env);
-      if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
-        t->index = env.next_index;
-        t->params.push_back({"readers", std::to_string(env.readers)});
-      }
-      ++env.next_index;
-      out.push_back(std::move(c));
-    }
+    for (const auto& p : points) add(arms.make_case(arm, p, env));
   }
   return out;
 }

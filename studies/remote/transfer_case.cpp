@@ -54,7 +54,7 @@ Descriptor lock_slot(int slot, std::int64_t bytes) { return {slot * bytes, 0, by
 
 std::uint64_t TransferCase::readers_bytes() {
   const int first = UcpSession::kReaderWord0 + 2;
-  const int n = std::min(env_.readers - 1, UcpSession::kControlWords - first);
+  const int n = std::min(env_.readers - 1, UcpSession::kLockDone0 - first);  // the words readers announce in
   std::uint64_t sum = 0;
   for (const auto w : session_of(env_).peer_words(first, n)) sum += w;
   return sum;
