@@ -16,6 +16,9 @@
 namespace kvf::idleness {
 namespace {
 
+// The oneDNN bf16 rows; the others (gemm_lib=openblas_fp32, or none on the GPU) are OpenBLAS fp32 or cuBLASLt.
+bool onednn_bf16(const kvf::Point& p) { return p.has("gemm_lib") && p["gemm_lib"] == "onednn_bf16"; }
+
 class GemmCeilingCpu final : public kvf::Case {
  public:
   GemmCeilingCpu(int m, int n, int k) : m_(m), n_(n), k_(k) {}
@@ -113,7 +116,7 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   }
   const int n = int(p.integer("gemm_n")), k = int(p.integer("gemm_k"));
   std::unique_ptr<kvf::Case> c;
-  if (p.has("gemm_lib") && p["gemm_lib"] == "onednn_bf16") {
+  if (onednn_bf16(p)) {
     std::string why;
     if (!fr::onednn_bf16_available(&why))
       return kvf::skipped_case("", {}, "this oneDNN has no bf16 matmul for this CPU and ISA cap (" + why + ")");
@@ -195,9 +198,8 @@ Arm gemm_ceiling_arm() {
       .case_name_fn =
           [](const kvf::Point& p) {
             const bool square = !p.has("gemm_n") || (p["gemm_m"] == p["gemm_n"] && p["gemm_n"] == p["gemm_k"]);
-            const bool bf16 = p.has("gemm_lib") && p["gemm_lib"] == "onednn_bf16";
             return "gemm_ceiling/" + p["gemm_m"] + (square ? "" : "x" + p["gemm_n"] + "x" + p["gemm_k"]) +
-                   (bf16 ? "/onednn_bf16" : "");
+                   (onednn_bf16(p) ? "/onednn_bf16" : "");
           },
       .make = make_gemm_ceiling};
 }
