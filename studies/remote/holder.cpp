@@ -3,7 +3,10 @@
 // worker progressing in between (TCP carries put/get as active messages the holder must serve).
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "kvf/errors.hpp"
 #include "remote_study.hpp"
@@ -28,7 +31,7 @@ void answer(UcpSession& s, const std::string& text) {
 }  // namespace
 
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
-                 bool* reader_lost) {
+                 int* lost_reader) {
   // Rank 0 may spend a whole case between two requests (its --budget, a slow verify): the holder waits ten
   // deadlines before it calls rank 0 lost.
   const double idle_s = 10 * s.timeout_s();
@@ -37,7 +40,7 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
     for (;;) {
       const Msg m = s.receive(idle_s, true);
       if (m.kind == MsgKind::done) {
-        *reader_lost = m.value != 0;
+        *lost_reader = static_cast<int>(m.value);
         return kExitOk;
       }
       if (m.kind == MsgKind::perftest) {
@@ -74,6 +77,20 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
     std::fprintf(stderr, "%s (rank 1, holder): error: rank 0 lost after %d requests: %s\n", prog.c_str(), served,
                  e.what());
     return kExitFailure;
+  }
+}
+
+void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader) {
+  s.set_stop(UcpSession::kStopReaderLost);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.timeout_s());
+  for (int r = 2; r < std::min(ranks, UcpSession::kMaxLockRanks);) {
+    if (r == lost_reader || s.own_word(UcpSession::kLockDone0 + r) == UcpSession::kStopSeen) {
+      ++r;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return;  // another reader gone too: it finds the pool gone
+    s.progress();  // over TCP a reader's gets need the holder's progress
+    std::this_thread::yield();
   }
 }
 

@@ -24,6 +24,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
   long reads = 0;
+  std::uint64_t stop = 0;  // the holder's stop word as last read
   try {
     if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
           f.add_to(sf);
@@ -46,25 +47,35 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     const bool announce = word < UcpSession::kLockDone0;
     std::uint64_t bytes = 0;
     auto beat_at = std::chrono::steady_clock::now();
-    std::uint64_t beat = 0, round = 0, seed = 0;
+    std::vector<std::uint64_t> seen{0, 0};  // this case's [kLockBytes], [kLockSeed]
+    std::uint64_t beat = 0, round = 0, tag = ~std::uint64_t{0};
     for (;;) {
       const auto w = s->peer_words(0, UcpSession::kLockWords);
-      if (w[0]) break;  // stop
+      if (w[0]) {
+        stop = w[0];
+        if (stop == UcpSession::kStopReaderLost && p.rank < UcpSession::kMaxLockRanks)
+          s->put_peer_word(UcpSession::kLockDone0 + p.rank, UcpSession::kStopSeen);
+        break;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (w[1] != beat) beat = w[1], beat_at = now;
       if (now - beat_at > std::chrono::duration<double>(10 * s->timeout_s()))
         throw PeerLost("the holder's heartbeat stalled for " + std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
       if (w[UcpSession::kLockMode] == 1 && p.rank < UcpSession::kMaxLockRanks) {
-        if (w[UcpSession::kLockRound] <= round) {
+        const std::uint64_t go = w[UcpSession::kLockRound];
+        if (go >> 16 <= round) {
           std::this_thread::yield();  // more ranks than cores: let rank 0 and the others run
           continue;
         }
-        round = w[UcpSession::kLockRound];
-        const auto lock_bytes = static_cast<std::int64_t>(w[UcpSession::kLockBytes]);
-        // The first round of a case's seed lands in zeroed memory and is compared: a read of the wrong slot, or
-        // one that moved nothing, sets the done word's low bit (rank 0's verify names this rank).
-        const bool first = w[UcpSession::kLockSeed] != seed;
-        seed = w[UcpSession::kLockSeed];
+        round = go >> 16;
+        // The first round of a case: its bytes and seed again, from a get issued after the round was seen.
+        const bool first = (go & 0xffff) != tag;
+        tag = go & 0xffff;
+        if (first) seen = s->peer_words(UcpSession::kLockBytes, 2);
+        const auto lock_bytes = static_cast<std::int64_t>(seen[0]);
+        const std::uint64_t seed = seen[1];
+        // That round lands in zeroed memory and is compared: a read of the wrong slot, or one that moved nothing,
+        // sets the done word's low bit (rank 0's verify names this rank).
         std::uint64_t bad = 0;
         if (lock_bytes > 0) {
           const std::vector<Descriptor> slot{lock_slot(p.rank - 1, lock_bytes)};
@@ -86,7 +97,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     std::fprintf(stderr, "%s (rank %d, reader): error after %ld reads: %s\n", prog, p.rank, reads, one_line(e.what()).c_str());
     rc = kExitFailure;
   }
-  const bool lost = s && s->peer_lost();
+  const bool lost = (s && s->peer_lost()) || stop == UcpSession::kStopReaderLost;
   if (!lost) mpi_finish();
   s.reset();
   return rc;

@@ -40,6 +40,7 @@ struct Env {
   double lock_signal_s = 0;       // the lockstep arm's signalling-only median in this run (0: not measured)
   std::uint64_t lock_round = 0;   // the last go round rank 0 gave: rounds only grow, over every lockstep case
   std::string lock_lost;          // a reader that missed a round's deadline: later lockstep cases fail at once
+  int lock_lost_rank = 0;         // its rank (rank 0 tells the holder, which tells the other readers)
 };
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
@@ -103,9 +104,12 @@ struct Place;
 // rank 0's measurement (readers.cpp).
 int reader_main(int argc, char** argv, const Place& p, const char* prog);
 
-// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done. reader_lost: rank 0's
-// done said a reader (rank 2..) stopped answering, so no rank waits for it at MPI_Finalize.
+// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done. lost_reader: the
+// reader rank (2..) rank 0's done named as stopped answering, 0 if none: then no rank meets at MPI_Finalize.
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
-                 bool* reader_lost);
+                 int* lost_reader);
+// After a lost reader: the stop word says so, and the holder keeps its pool served until every other reader
+// that has a done word has seen it (bounded by the peer timeout), so none of them waits at the closing barrier.
+void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader);
 
 }  // namespace kvf::remote

@@ -124,7 +124,7 @@ class RemoteStudy final : public Study {
       try {
         Msg done;
         done.kind = MsgKind::done;
-        done.value = reader_lost ? 1 : 0;
+        done.value = reader_lost ? static_cast<std::uint64_t>(env_.lock_lost_rank) : 0;
         session_->send(done);
       } catch (const PeerLost& e) {
         alive = false;
@@ -153,7 +153,7 @@ int holder_main(int argc, char** argv, const Place& p) {
   RemoteFlags f;
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
-  bool reader_lost = false;  // rank 0 said a reader stopped answering: nobody waits for it at the barrier
+  int lost_reader = 0;  // the reader rank 0 said stopped answering: nobody waits for it at the barrier
   try {
     // The harness's flags (--out DIR, --budget S, ...) are rank 0's business, and so is saying what is wrong.
     if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
@@ -169,7 +169,7 @@ int holder_main(int argc, char** argv, const Place& p) {
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     handshake(*s, p, plan_digest(cases, env), cases.size());
     env.session = s.get();
-    rc = serve_holder(*s, cases, kProg, &reader_lost);
+    rc = serve_holder(*s, cases, kProg, &lost_reader);
   } catch (const UsageError&) {
     rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
   } catch (const std::exception& e) {
@@ -178,8 +178,9 @@ int holder_main(int argc, char** argv, const Place& p) {
   }
   // The background readers (ranks 2..) read until this flag: set on every way out, then MPI_Finalize keeps the
   // pool mapped until they have seen it and finished too.
-  if (s) s->set_stop();
-  const bool lost = (s && s->peer_lost()) || reader_lost;
+  if (s && lost_reader) stop_readers_without_barrier(*s, p.size, lost_reader);
+  else if (s) s->set_stop();
+  const bool lost = (s && s->peer_lost()) || lost_reader;
   if (!lost) mpi_finish([&s] {
       if (s) s->progress();
     });

@@ -70,8 +70,8 @@ void TransferCase::setup(Backend&) {
   if (a.kind != MsgKind::answer || a.text[0] != '\0')
     throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
   if (lockstep) {
-    // The readers leave their continuous loop for go rounds; bytes and seed before the mode (each put is flushed,
-    // so a reader that sees a new round sees this case's bytes and seed).
+    // The readers leave their continuous loop for go rounds; bytes and seed before the mode and the first round
+    // (each put is flushed: a reader that gets them after seeing this case's first round reads them whole).
     s.put_peer_word(UcpSession::kLockBytes, static_cast<std::uint64_t>(lock_bytes));
     s.put_peer_word(UcpSession::kLockSeed, seed);
     s.put_peer_word(UcpSession::kLockMode, 1);
@@ -81,7 +81,12 @@ void TransferCase::setup(Backend&) {
 }
 
 void TransferCase::teardown(Backend&) {
-  if (lockstep && env_.session && !env_.session->peer_lost()) env_.session->put_peer_word(UcpSession::kLockMode, 0);
+  if (!lockstep || !env_.session || env_.session->peer_lost()) return;
+  try {
+    env_.session->put_peer_word(UcpSession::kLockMode, 0);
+  } catch (const PeerLost&) {
+    // The holder died after this case's last sample: the session is marked lost and the next case says so.
+  }
 }
 
 std::string TransferCase::lock_round() {
@@ -89,7 +94,7 @@ std::string TransferCase::lock_round() {
   if (!env_.lock_lost.empty()) throw PeerLost(env_.lock_lost + " (earlier in this run): no lockstep without it");
   const std::uint64_t round = ++env_.lock_round;
   const int first = UcpSession::kLockDone0 + 2, n = env_.readers - 1;
-  s.put_peer_word(UcpSession::kLockRound, round);
+  s.put_peer_word(UcpSession::kLockRound, UcpSession::lock_go_word(round, seed));
   if (lock_bytes > 0) s.transfer(op, descriptors);
   const double t0 = now_s();
   for (;;) {
@@ -105,6 +110,7 @@ std::string TransferCase::lock_round() {
     }
     // A reader that died or hangs: the run ends as a lost peer (rows finished so far are kept).
     if (now_s() - t0 > s.timeout_s()) {
+      env_.lock_lost_rank = behind;
       env_.lock_lost = "reader rank " + std::to_string(behind) + " did not finish go round " + std::to_string(round) +
                        " within " + std::to_string(static_cast<int>(s.timeout_s())) + " s";
       throw PeerLost(env_.lock_lost);

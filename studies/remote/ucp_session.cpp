@@ -214,9 +214,13 @@ void UcpSession::transfer(Op op, const std::vector<Descriptor>& ds) {
   wait(ucp_ep_flush_nbx(ep_, &p), "ucp_ep_flush_nbx", timeout_s_);
 }
 
-void UcpSession::set_stop() {
-  words()[0] = 1;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+void UcpSession::set_stop(std::uint64_t why) {
+  std::atomic_ref<std::uint64_t>(words()[0]).store(why, std::memory_order_seq_cst);
+}
+
+std::uint64_t UcpSession::own_word(int index) const {
+  if (index < 0 || index >= kControlWords) throw std::logic_error("control word " + std::to_string(index) + " out of range");
+  return std::atomic_ref<std::uint64_t>(words()[index]).load(std::memory_order_acquire);
 }
 
 void UcpSession::control_rma(bool put, int local, int remote, int n) {

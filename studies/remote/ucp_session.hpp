@@ -59,7 +59,12 @@ class UcpSession {
 
   // The control words after the pool (not part of any transfer): a stop flag and a heartbeat the holder keeps
   // (many-to-one: background readers stop on the flag and call the holder lost when the heartbeat stalls).
-  void set_stop();
+  // kStopReaderLost: a reader stopped answering, so no rank meets at the closing barrier (it would wait for the
+  // lost one); each reader that sees it puts kStopSeen in its lockstep done word before it leaves.
+  static constexpr std::uint64_t kStopDone = 1, kStopReaderLost = 2, kStopSeen = ~std::uint64_t{0};
+  void set_stop(std::uint64_t why = kStopDone);
+  // This rank's own control word `index` as a peer last put it.
+  std::uint64_t own_word(int index) const;
   void progress() { ucp_worker_progress(worker_); }
   struct Words {
     std::uint64_t stop = 0, heartbeat = 0;
@@ -70,12 +75,17 @@ class UcpSession {
   static constexpr int kReaderWord0 = 64;
   static constexpr int kControlWords = 512;  // 4 KiB after the pool: [0] stop, [1] heartbeat, [8..] gets land
   // Many-to-one in lockstep (the lockstep arm): rank 0 writes the holder's [kLockMode] 1 (0: the readers read
-  // continuously), [kLockBytes] and [kLockSeed] for a case, then a new [kLockRound] per sample; each reader rank r
-  // reads its slot once per round and puts round << 1 | (its first read of the seed failed its compare) into
-  // [kLockDone0 + r]. Readers' byte words stop below kLockDone0.
+  // continuously), [kLockBytes] and [kLockSeed] for a case, then a new [kLockRound] per sample: round << 16 | the
+  // case's tag (lock_go_word), so that a reader knows a round opens a new case and reads that case's bytes and
+  // seed again after it (one get need not read its words in order); each reader rank r reads its slot once per
+  // round and puts round << 1 | (its first read of the case failed its compare) into [kLockDone0 + r]. Readers'
+  // byte words stop below kLockDone0.
   static constexpr int kLockRound = 16, kLockBytes = 17, kLockSeed = 18, kLockMode = 19, kLockWords = 20;
   static constexpr int kLockDone0 = 288;
   static constexpr int kMaxLockRanks = kControlWords - kLockDone0;
+  static constexpr std::uint64_t lock_go_word(std::uint64_t round, std::uint64_t seed) {
+    return round << 16 | (seed & 0xffff);
+  }
   // Puts value into the peer's control word `index` (from this rank's own copy of that word), flushed.
   void put_peer_word(int index, std::uint64_t value);
   // The peer's control words [first, first + n), landing in this rank's own copies of them, flushed.

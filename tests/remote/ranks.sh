@@ -9,8 +9,9 @@
 #               1.5-2.4x; test_kv_descriptors checks the descriptor lists themselves)
 #   bad_input   one rank, flags that differ, no transport in common, a page larger than the pool: exit 2, one line
 #   rank_dies   rank 1 killed mid-run: rank 0 says so, exits non-zero, and the rows finished before stay
-#   reader_dies rank 2 killed during a lockstep case: that case fails at the deadline naming the rank, the later
-#               lockstep cases at once, the signalling row stays, the exit is non-zero
+#   reader_dies 4 ranks, reader rank 2 killed during a lockstep case: that case fails at the deadline naming the
+#               rank, the later lockstep cases at once, the signalling row stays, the exit is non-zero, and the
+#               run ends within 15 s of the kill (reader rank 3 skips the closing barrier, which would hold it 30 s)
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
 #               where this user may not create namespaces)
 # Exit 77 (ctest: skipped) with the reason when mpirun is missing.
@@ -202,16 +203,20 @@ print(f"{len(done)} finished rows kept, {len(lost)} rows say why they were not m
 PY
   ;;
 reader_dies)
-  UCX_TLS=shm "$bench" --arms lockstep --ranks 3 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 2 \
+  UCX_TLS=shm "$bench" --arms lockstep --ranks 4 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 2 \
     --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
   killed=$(kill_rank_when $launcher 2 2)  # the signalling row written: the 64 MiB case is under way (~800 x 7 ms)
   [ -n "$killed" ] || { kill $launcher; fail "rank 2 not found (or the run ended before the signalling row)"; }
-  timeout 40 tail --pid=$launcher -f /dev/null
+  t0=$SECONDS
+  timeout 45 tail --pid=$launcher -f /dev/null
   wait $launcher
   rc=$?
+  took=$((SECONDS - t0))
   grep -v "^remote/" "$work/log" | tail -n 4
+  echo "rank 2 (pid $killed) killed; the run ended $took s later with exit $rc"
   [ $rc -ne 0 ] || fail "exit 0 after rank 2 was killed"
+  [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"
   python3 - "$work/run/cases.csv" <<'PY' || exit 1
 import csv, sys
 rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
