@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "kvf/errors.hpp"
@@ -40,6 +41,10 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     s->connect(blobs[1]);
     const std::int64_t region = std::min<std::int64_t>({kReaderRegion, static_cast<std::int64_t>(env.pool_bytes)});
     const std::vector<Descriptor> ds{{0, 0, region, 0}};
+    // Test only (tests/remote/ranks.sh reader_verify): this rank reads another reader's slot in lockstep cases,
+    // which fails that case's verify; it cannot make a figure wrong.
+    const char* wrong = std::getenv("KVF_REMOTE_TEST_WRONG_SLOT");
+    const bool wrong_slot = wrong && std::atoi(wrong) == p.rank;
     // The bytes read so far, published in the holder's word for this rank after every read (rank 0 states the
     // rate beside each row); ranks past the readers' words read unannounced (and take no part in lockstep cases:
     // rank 0 skips those with this many ranks).
@@ -78,7 +83,8 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
         // sets the done word's low bit (rank 0's verify names this rank).
         std::uint64_t bad = 0;
         if (lock_bytes > 0) {
-          const std::vector<Descriptor> slot{lock_slot(p.rank - 1, lock_bytes)};
+          std::vector<Descriptor> slot{lock_slot(p.rank - 1, lock_bytes)};
+          if (wrong_slot) slot[0].src_off = 0;  // rank 0's slot, compared as this rank's
           if (first) zero_runs(s->pool(), slot, false);
           s->transfer(Op::read, slot);
           if (first) bad = compare_runs(s->pool(), slot, false, seed).empty() ? 0 : 1;

@@ -12,6 +12,8 @@
 #   reader_dies 4 ranks, reader rank 2 killed during a lockstep case: that case fails at the deadline naming the
 #               rank, the later lockstep cases at once, the signalling row stays, the exit is non-zero, and the
 #               run ends within 15 s of the kill (reader rank 3 skips the closing barrier, which would hold it 30 s)
+#   reader_verify  3 ranks, reader rank 2 told (KVF_REMOTE_TEST_WRONG_SLOT) to read rank 0's slot: the lockstep
+#               case fails verify naming rank 2, the signalling row stays verified, the exit is non-zero
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
 #               where this user may not create namespaces)
 # Exit 77 (ctest: skipped) with the reason when mpirun is missing.
@@ -226,6 +228,22 @@ big, small = rows["lockstep/read/64MiB"], rows["lockstep/read/2MiB"]
 assert big["note"].startswith("error: reader rank 2 did not finish go round"), big["note"][:160]
 assert "(earlier in this run)" in small["note"], small["note"][:160]
 print("rank 2 killed: " + big["note"][:80] + "; the next lockstep case: " + small["note"][7:60])
+PY
+  ;;
+reader_verify)
+  KVF_REMOTE_TEST_WRONG_SLOT=2 UCX_TLS=shm timeout 50 "$bench" --arms lockstep --ranks 3 --sizes 2MiB --quick \
+    --no-perftest --out "$work/run" > "$work/log" 2>&1
+  rc=$?
+  grep -v "^remote/" "$work/log" | tail -n 4
+  [ $rc -ne 0 ] || fail "exit 0 with a reader reading the wrong slot"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
+sig, data = rows["lockstep/read/signal"], rows["lockstep/read/2MiB"]
+assert sig["verified"] == "yes" and int(sig["samples"]) > 0, f"signalling row: {sig['note'][:120]}"
+assert data["verified"] != "yes" and data["samples"] == "0", f"wrong slot passed: {data['verified']} {data['note'][:120]}"
+assert "rank 2 read bytes that differ from the holder's pattern in its slot" in data["note"], data["note"][:160]
+print("wrong slot: " + data["note"][:100])
 PY
   ;;
 netns)
