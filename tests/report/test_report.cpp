@@ -370,6 +370,31 @@ TEST(Calibrate, CpuGemmCeilingSaysWhichLibraryWon) {
   EXPECT_NEAR(*predict_row(g, bf16), 0.25, 1e-9);
 }
 
+// A CPU directory without stream rows has no memory bandwidth: each row says "no prediction" and why (the fp32
+// roofline once skipped that check and kvf report exited 2 on such a directory).
+TEST(Calibrate, CpuDirectoryWithoutStreamRowsPredictsNothingAndRenders) {
+  const fs::path d = tmpdir("no_stream");
+  fs::copy(kFx + "/cpu_tiers", d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  for (const char* f : {"cases.csv", "samples.csv"}) {
+    std::istringstream in(slurp(d / f));
+    std::string out, line;
+    while (std::getline(in, line))
+      if (line.rfind("stream,", 0) != 0) out += line + "\n";
+    std::ofstream(d / f, std::ios::trunc) << out;
+  }
+  const auto sets = load_all({d.string()});
+  const GpuSpec g = spec_from_results(sets.front(), load_gpus(default_gpus_path()));
+  EXPECT_EQ(g.hbm_tbps, 0);
+  EXPECT_NEAR(g.fp32_tflops, 0.1, 1e-12);
+  std::string why;
+  EXPECT_FALSE(predict_row(g, row_of(sets.front(), "corun/Llama-3.1-8B/B16/C4K/L1/bg_none"), &why).has_value());
+  EXPECT_NE(why.find("no memory bandwidth"), std::string::npos) << why;
+  ReportOptions o;
+  std::string md;
+  ASSERT_NO_THROW(md = render_markdown(sets, o, {}));
+  EXPECT_NE(md.find("no memory bandwidth"), std::string::npos);
+}
+
 TEST(Calibrate, DiskFromTheDdRowWithoutTwoReadSizes) {
   ResultSet rs;
   rs.dir = "mem";
