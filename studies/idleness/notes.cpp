@@ -74,7 +74,7 @@ std::string cpu_after(Env& env, const kvf::Case& c, const kvf::Summary& s, const
                                                       "a different machine load; re-run on a quiet machine)"
                                                     : "";
   const std::string best = best_gemm > gemm * 1.001 ? " (fp32; the best GEMM row, oneDNN bf16, gives " +
-                                                          num(best_gemm * 1e-9) + ")"
+                                                          num(best_gemm * 1e-9) + " GFLOP/s)"
                                                     : " (fp32)";
   return "ridge_flop_per_byte=" + num(ridge, 3) + " bound_batch=" + num(bound, 3) + " (fp32 weights); " +
          "cpu_idle_compute_pct=" + num(x.idle_compute_pct, 3) + " achieved_gflops=" + num(x.achieved_gflops) +
