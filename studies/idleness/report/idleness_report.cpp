@@ -313,7 +313,8 @@ std::optional<double> corun(Predictor& p, int layer_launches) {
 
 // The fp32 twins' peak on the CPU: the best OpenBLAS fp32 GEMM row, this study's (gemm_lib=openblas_fp32; in runs
 // before that column the CPU rows without a gemm_lib were those) or the frontier study's (the same library, no
-// gemm_lib column). A GPU run has no fp32 twin.
+// gemm_lib column). Each source gives its best cold row (its best hot row where it has no cold one, as best_value
+// picks for every ceiling field), and the higher of those is the peak. A GPU run has no fp32 twin.
 CalibrationTerm fp32_gemm_term() {
   CalibrationTerm t;
   t.field = "fp32_tflops";
