@@ -87,7 +87,9 @@ std::unique_ptr<Case> lockstep_case(std::int64_t bytes, Env& env) {
   c->lockstep = true;
   c->lock_bytes = bytes;
   for (int slot = 0; slot < n; ++slot) c->lock_slots.push_back(lock_slot(slot, bytes));
-  c->params = {{"descriptors", "1"}, {"descriptor_bytes", std::to_string(bytes)}, {"lockstep_bytes", std::to_string(bytes)}};
+  c->params = {{"descriptors", "1"},
+               {"descriptor_bytes", std::to_string(bytes)},
+               {"lockstep_bytes", std::to_string(bytes)}};
   return c;
 }
 

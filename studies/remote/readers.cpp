@@ -65,7 +65,8 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
       const auto now = std::chrono::steady_clock::now();
       if (w[1] != beat) beat = w[1], beat_at = now;
       if (now - beat_at > std::chrono::duration<double>(10 * s->timeout_s()))
-        throw PeerLost("the holder's heartbeat stalled for " + std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
+        throw PeerLost("the holder's heartbeat stalled for " +
+                       std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
       if (w[UcpSession::kLockMode] == 1 && p.rank < UcpSession::kMaxLockRanks) {
         const std::uint64_t go = w[UcpSession::kLockRound];
         if (go >> 16 <= round) {

@@ -219,7 +219,8 @@ void UcpSession::set_stop(std::uint64_t why) {
 }
 
 std::uint64_t UcpSession::own_word(int index) const {
-  if (index < 0 || index >= kControlWords) throw std::logic_error("control word " + std::to_string(index) + " out of range");
+  if (index < 0 || index >= kControlWords)
+    throw std::logic_error("control word " + std::to_string(index) + " out of range");
   return std::atomic_ref<std::uint64_t>(words()[index]).load(std::memory_order_acquire);
 }
 

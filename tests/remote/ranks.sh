@@ -87,10 +87,16 @@ kill_rank_when() {
     sleep 0.1
     [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge "$3" ] && break
   done
-  children() { for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"; done; }
+  children() {
+    for s in /proc/[0-9]*/stat; do
+      read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"
+    done
+  }
   for m in $(children "$1"); do
     for c in $(children "$m"); do
-      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then kill -9 "$c" && echo "$c"; fi
+      if tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+        kill -9 "$c" && echo "$c"
+      fi
     done
   done
 }
@@ -139,7 +145,8 @@ for name in ("lockstep/read/256KiB", "lockstep/read/1MiB"):
     assert int(r["bytes"]) == 2 * int(r["lockstep_bytes"]), f"{name}: bytes {r['bytes']} for 2 readers"
     assert "of which signalling alone (lockstep/signal)" in r["note"], f"{name}: {r['note']}"
 print("lockstep, 2 readers: signal " + f"{float(lock['lockstep/read/signal']['median_s'])*1e6:.0f} us, " +
-      ", ".join(f"{n[14:]} {float(lock[n]['gbps']):.3f} GB/s in all" for n in ("lockstep/read/256KiB", "lockstep/read/1MiB")))
+      ", ".join(f"{n[14:]} {float(lock[n]['gbps']):.3f} GB/s in all"
+                for n in ("lockstep/read/256KiB", "lockstep/read/1MiB")))
 rows = [r for r in every if not r["case"].startswith("lockstep/")]
 assert all(r["readers"] == "2" and "many-to-one: 1 more rank" in r["note"] for r in rows), "rows do not say 2 readers"
 # The other reader's traffic beside each row: what it published in the holder's control words, as a rate. Rank 2
@@ -241,7 +248,8 @@ import csv, sys
 rows = {r["case"]: r for r in csv.DictReader(open(sys.argv[1]))}
 sig, data = rows["lockstep/read/signal"], rows["lockstep/read/2MiB"]
 assert sig["verified"] == "yes" and int(sig["samples"]) > 0, f"signalling row: {sig['note'][:120]}"
-assert data["verified"] != "yes" and data["samples"] == "0", f"wrong slot passed: {data['verified']} {data['note'][:120]}"
+assert data["verified"] != "yes" and data["samples"] == "0", \
+    f"wrong slot passed: {data['verified']} {data['note'][:120]}"
 assert "rank 2 read bytes that differ from the holder's pattern in its slot" in data["note"], data["note"][:160]
 print("wrong slot: " + data["note"][:100])
 PY

@@ -290,13 +290,15 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
 // reader's fitted transfer of its region. Measured above it is what the holder's sharing costs.
 std::optional<double> predict_lockstep(Predictor& p) {
   const auto region = p.r.num("lockstep_bytes");
-  if (!region || *region <= 0) return p.none("lockstep signalling alone: no transfer to model (stated beside the data rows)");
+  if (!region || *region <= 0)
+    return p.none("lockstep signalling alone: no transfer to model (stated beside the data rows)");
   if (p.g.remote_gbps <= 0)
     return p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
   const CaseRow* sig = p.alone_row("remote", {{"lockstep_bytes", "0"}, {"readers", p.r.param("readers")}});
   if (!sig || !sig->median_s || !(*sig->median_s > 0)) return p.none("no lockstep signalling row in this run");
   p.say("lockstep, no contention at the holder: signalling alone (" + us_text(*sig->median_s) +
-        ", this run) + one reader's fixed + 1 descriptor + region / bandwidth; predicted / measured below 1: the holder's sharing");
+        ", this run) + one reader's fixed + 1 descriptor + region / bandwidth; predicted / measured below 1: the "
+        "holder's sharing");
   return *sig->median_s + remote_s(p.g, *region, 1);
 }
 
