@@ -19,6 +19,7 @@
 
 #include "kvf/errors.hpp"
 #include "kvf/studies.hpp"
+#include "run_flags.hpp"
 #include "run_plan.hpp"
 #include "run_plan_detail.hpp"
 #include "run_process.hpp"
@@ -159,11 +160,8 @@ gate::GateReport run_ab(const AbOptions& o, const gate::GateOptions& g) {
                        (name == "--out" ? std::string(" (keep the rounds' results with --keep-runs DIR)") : ""));
   }
   std::vector<std::string> studies = o.studies.empty() ? std::vector<std::string>{"stream"} : o.studies;
-  std::string allowed;
-  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   for (const auto& s : studies)
-    if (std::none_of(kStudies.begin(), kStudies.end(), [&](const auto& k) { return s == k.name; }))
-      throw UsageError("--study " + s + ": unknown study; allowed: " + allowed);
+    if (!is_run_study(s)) throw UsageError(unknown_study("--study " + s, s));
   const auto benches = ab_benches(o, studies);
 
   install_forwarding();

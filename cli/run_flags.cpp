@@ -32,6 +32,29 @@ std::string known_studies() {
   return s;
 }
 
+}  // namespace
+
+bool is_run_study(std::string_view name) {
+  return std::any_of(kStudies.begin(), kStudies.end(), [&](const auto& s) { return s.name == name; });
+}
+
+std::string run_elsewhere(std::string_view name) {
+  if (name == "attention")
+    return "the attention study is not run by kvf run or kvf gate: it reads a model checkpoint or a capture (kvf "
+           "attention --model-dir DIR --tokens FILE --out DIR, or --dump FILE; studies/attention/README.md)";
+  if (name == "residency")
+    return "residency is not run by kvf run or kvf gate: it replays a request trace (kvf residency --trace FILE, or "
+           "--synthetic; analysis/residency/README.md)";
+  return "";
+}
+
+std::string unknown_study(const std::string& typed, std::string_view name) {
+  const std::string elsewhere = run_elsewhere(name);
+  return typed + ": " + (elsewhere.empty() ? "unknown study; allowed: " + known_studies() : elsewhere);
+}
+
+namespace {
+
 // Flags kvf run gives every bench itself: one spelling per run, never a per-study one.
 const char* kvf_sets(std::string_view flag) {
   if (flag == "out") return "kvf run gives every bench its --out; use kvf run --out DIR";
@@ -97,8 +120,9 @@ std::vector<char*> take_study_flags(int argc, char** argv) {
     const std::size_t eq = a.find('=');
     f.flag = std::string(a.substr(dot + 1, eq == std::string_view::npos ? std::string_view::npos : eq - dot - 1));
     f.typed = std::string(a);
-    const bool known = std::any_of(kStudies.begin(), kStudies.end(), [&](const auto& s) { return s.name == f.study; });
-    if (!known)
+    if (const std::string elsewhere = run_elsewhere(f.study); !elsewhere.empty())
+      throw UsageError(f.typed.substr(0, f.typed.find('=')) + ": " + elsewhere);
+    if (!is_run_study(f.study))
       throw UsageError(f.typed.substr(0, f.typed.find('=')) + ": no study named '" + f.study +
                        "'; per-study flags are --<study>.<flag> [value] with <study> one of: " + known_studies());
     if (f.flag.empty()) throw UsageError(f.typed + ": no flag after '" + f.study + ".'; e.g. --" + f.study + ".budget 1");

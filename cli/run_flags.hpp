@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvf::cli {
@@ -21,6 +22,13 @@ extern const char* const kStudyFlagsHelp;
 // option (-h); so a negative number is a value. Other command lines pass through untouched. Throws UsageError
 // for an unknown study or a flag kvf run sets itself (--access.out).
 std::vector<char*> take_study_flags(int argc, char** argv);
+
+bool is_run_study(std::string_view name);  // a study of kStudies: a bench kvf run and kvf gate --ab start
+// How to run a part of the suite that has results and a report section but no bench of kvf run (attention: a
+// checkpoint or capture; residency: a request trace), "" for any other name.
+std::string run_elsewhere(std::string_view name);
+// "TYPED: unknown study; allowed: ..." or, for those parts, TYPED and how to run them.
+std::string unknown_study(const std::string& typed, std::string_view name);
 const std::vector<StudyFlag>& study_flags();
 // What came after "--" on a `kvf run` or `kvf gate` command line (taken out with the per-study flags).
 const std::vector<std::string>& flags_after_separator();

@@ -57,13 +57,10 @@ struct Chosen {
 // The studies to run, in the study list's order: those asked for (all built ones by default), stream first.
 Chosen choose_studies(const RunOptions& o, const std::string& out, const std::string& backend,
                       std::vector<std::string>& notes) {
-  std::string allowed;
-  for (const auto& s : kStudies) allowed += std::string(allowed.empty() ? "" : ", ") + std::string(s.name);
   Chosen c;
   const auto requested = split_commas(o.studies);
   for (const auto& r : requested)
-    if (std::none_of(kStudies.begin(), kStudies.end(), [&](const auto& s) { return r == s.name; }))
-      throw UsageError("--study " + r + ": unknown study; allowed: " + allowed);
+    if (!is_run_study(r)) throw UsageError(unknown_study("--study " + r, r));
   for (const auto& study : kStudies) {
     const std::string name(study.name);
     const bool want = requested.empty() || std::find(requested.begin(), requested.end(), name) != requested.end();
