@@ -76,7 +76,9 @@ std::unique_ptr<Case> lockstep_case(std::int64_t bytes, Env& env) {
     c->cold = false;  // one row, as the measured ones (hot only)
     return c;
   };
-  if (n < 2) return skip("needs 3 or more ranks (mpirun -np 3 or more): rank 0 and ranks 2.. read at one go");
+  if (n < 2)
+    return skip("needs 3 or more ranks (--ranks 3, kvf run --remote.ranks 3, or mpirun -np 3): rank 0 and ranks 2.. "
+                "read at one go");
   if (n + 1 > UcpSession::kMaxLockRanks)
     return skip(std::to_string(n + 1) + " ranks: the holder's control words signal up to " +
                 std::to_string(UcpSession::kMaxLockRanks) + " ranks");
