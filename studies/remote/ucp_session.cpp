@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -34,9 +35,9 @@ struct BlobHeader {
 
 }  // namespace
 
-void UcpSession::on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+void UcpSession::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* s = static_cast<UcpSession*>(arg);
-  s->ep_error_ = status;
+  if (ep == s->ep_) s->ep_error_ = status;  // not the endpoint connect() tried and closed
 }
 
 UcpSession::UcpSession(std::size_t pool_bytes, double timeout_s, PoolAlloc alloc)
@@ -149,11 +150,26 @@ void UcpSession::connect(const std::vector<char>& blob) {
   ucs_global_opts_get_value("LOG_LEVEL", level, sizeof level);
   ucs_global_opts_set_value("LOG_LEVEL", "fatal");
   ucs_status_t st = ucp_ep_create(worker_, &ep, &ep_);
+  ucp_ep_params_t plain = ep;
+  plain.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  plain.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   if (st == UCS_ERR_UNREACHABLE) {
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    st = ucp_ep_create(worker_, &ep, &ep_);
+    st = ucp_ep_create(worker_, &plain, &ep_);
     peer_failure_handled_ = false;
+  } else if (const std::string with_handling = st == UCS_OK ? lanes_of(ep_) : "";
+             st == UCS_OK && summarize_lanes(with_handling).find("; no RMA lane") != std::string::npos) {
+    // Peer-failure handling can cost the fast path: UCX 1.13's shared memory has none, so on one machine PEER takes
+    // TCP loopback (put/get as active messages: 0.7 against 29.6 GB/s here at 2 MiB). Where UCX without it puts
+    // RMA on another transport, that one is measured (as ucx_perftest does) and deadlines find a dead peer.
+    ucp_ep_h fast = nullptr;
+    if (ucp_ep_create(worker_, &plain, &fast) == UCS_OK) {
+      if (rma_on_another_transport(with_handling, lanes_of(fast))) {
+        std::swap(ep_, fast);
+        peer_failure_handled_ = false;
+        passed_over_ = summarize_lanes(with_handling);
+      }
+      close_forced(fast);
+    }
   }
   ucs_global_opts_set_value("LOG_LEVEL", level);
   if (st != UCS_OK) {
@@ -281,19 +297,36 @@ bool UcpSession::has_cuda_memory() const {
   return (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
-void UcpSession::find_transport() {
+std::string UcpSession::lanes_of(ucp_ep_h ep) {
   char* buf = nullptr;
   std::size_t len = 0;
   FILE* f = open_memstream(&buf, &len);
-  if (!f) return;
-  ucp_ep_print_info(ep_, f);
+  if (!f) return {};
+  ucp_ep_print_info(ep, f);
   std::fclose(f);
-  const std::string text(buf, len);
+  std::string text(buf, len);
   std::free(buf);
-  transport_ = summarize_lanes(text);
+  return text;
+}
+
+void UcpSession::close_forced(ucp_ep_h ep) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* r = ucp_ep_close_nbx(ep, &p);
+  if (!UCS_PTR_IS_PTR(r)) return;
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker_);
+  if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+}
+
+void UcpSession::find_transport() {
+  transport_ = summarize_lanes(lanes_of(ep_));
   const char* tls = std::getenv("UCX_TLS");
   transport_ += std::string("; UCX_TLS=") + (tls ? tls : "unset");
   if (!peer_failure_handled_) transport_ += "; no peer-failure handling on these transports (deadlines find a dead peer)";
+  if (!passed_over_.empty())
+    transport_ += "; with it UCX takes " + passed_over_.substr(0, passed_over_.find(';')) + " (no RMA lane)";
 }
 
 bool ucx_has_cuda_memory() {
@@ -311,39 +344,6 @@ bool ucx_has_cuda_memory() {
   const bool cuda = ucp_context_query(ctx, &a) == UCS_OK && (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   ucp_cleanup(ctx);
   return cuda;
-}
-
-// A lane line of ucp_ep_print_info (UCX 1.13):
-//   "#   lane[2]:  2:cma/memory.0 md[2]   -> md[2]/cma/sysdev[255] rma_bw#0"
-// gives "cma/memory(rma_bw)": the transport/device and the roles after the remote md, '#n' dropped.
-std::string summarize_lanes(const std::string& info) {
-  std::istringstream in(info);
-  std::string line, out;
-  bool rma = false;
-  while (std::getline(in, line)) {
-    const auto lane = line.find("lane[");
-    if (lane == std::string::npos) continue;
-    std::istringstream words(line.substr(line.find(':', lane) + 1));
-    std::string tl_dev, w;
-    words >> tl_dev;  // "2:cma/memory.0"
-    if (const auto c = tl_dev.find(':'); c != std::string::npos) tl_dev = tl_dev.substr(c + 1);
-    if (const auto d = tl_dev.rfind('.'); d != std::string::npos) tl_dev = tl_dev.substr(0, d);
-    std::string roles;
-    bool after_arrow = false, after_md = false;
-    while (words >> w) {
-      if (w == "->") after_arrow = true;
-      else if (after_arrow && !after_md) after_md = true;  // the remote md/transport/sysdev word
-      else if (after_md) {
-        if (const auto h = w.find('#'); h != std::string::npos) w = w.substr(0, h);
-        if (w.rfind("rma", 0) == 0) rma = true;
-        roles += (roles.empty() ? "" : " ") + w;
-      }
-    }
-    out += (out.empty() ? "" : " ") + tl_dev + (roles.empty() ? "" : "(" + roles + ")");
-  }
-  if (out.empty()) return "unknown (ucp_ep_print_info listed no lanes)";
-  if (!rma) out += "; no RMA lane: put/get run as active messages the holder's progress serves";
-  return out;
 }
 
 }  // namespace kvf::remote

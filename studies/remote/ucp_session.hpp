@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv_descriptors.hpp"
+#include "ucp_lanes.hpp"
 
 namespace kvf::remote {
 
@@ -34,9 +35,6 @@ enum class PoolAlloc { ucx, user };  // read: the initiator gets from the holder
 
 // Whether the installed UCX registers CUDA memory (a context of its own, ucp_context_query memory types).
 bool ucx_has_cuda_memory();
-// The lanes ucp_ep_print_info lists, shortened: "cma/memory(rma_bw) sysv/memory(am am_bw)", and for an endpoint
-// with no RMA lane, that put/get run over active messages.
-std::string summarize_lanes(const std::string& ep_info);
 
 class UcpSession {
  public:
@@ -107,6 +105,8 @@ class UcpSession {
  private:
   void wait(void* request, const char* what, double timeout_s, bool sleep = false);
   void find_transport();
+  std::string lanes_of(ucp_ep_h ep);  // ucp_ep_print_info's text
+  void close_forced(ucp_ep_h ep);     // bounded: 1 s of progress
   [[noreturn]] void lose(const std::string& why);
   // One put (or get) of n control words between this rank's words [local, local + n) and the peer's
   // [remote, remote + n), flushed.
@@ -128,6 +128,7 @@ class UcpSession {
   bool lost_ = false;
   bool owned_by_ucx_ = false;  // ucp_mem_unmap frees it
   bool peer_failure_handled_ = true;  // the endpoint was made with UCP_ERR_HANDLING_MODE_PEER
+  std::string passed_over_;  // the lanes the PEER endpoint had, where connect() took the faster one without it
   ucs_status_t ep_error_ = UCS_OK;
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 };
