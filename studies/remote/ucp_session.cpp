@@ -165,6 +165,7 @@ void UcpSession::connect(const std::vector<char>& blob) {
     if (ucp_ep_create(worker_, &plain, &fast) == UCS_OK) {
       if (rma_on_another_transport(with_handling, lanes_of(fast))) {
         std::swap(ep_, fast);
+        ep_error_ = UCS_OK;  // only the new endpoint's errors count (on_ep_error ignores the old one's from now)
         peer_failure_handled_ = false;
         passed_over_ = summarize_lanes(with_handling);
       }

@@ -175,8 +175,9 @@ default_tls)
   shm=$(lane "$work/shm/cases.csv") unset_=$(lane "$work/unset/cases.csv")
   echo "UCX_TLS=shm:   ${shm:0:150}"
   echo "UCX_TLS unset: ${unset_:0:230}"
-  [ "${shm%% *}" = yes ] && [ "${unset_%% *}" = yes ] || fail "a row not verified"
+  [ "${shm%% *}" = yes ] && [ "${unset_%% *}" = yes ] || { tail -n 5 "$work"/*.log; fail "a row not verified"; }
   if [[ $shm != *"no RMA lane: put/get"* ]] && [[ $unset_ == *"no RMA lane: put/get"* ]]; then
+    tail -n 5 "$work/unset.log"
     fail "UCX_TLS unset measured a transport without RMA where shared memory has it"
   fi
   ;;
