@@ -13,7 +13,7 @@ TEST(EndToEnd, StreamStudyWithTinySizes) {
                                   "--warmup", "1", "--out", d.string()}));
   ASSERT_EQ(rc, 0);
   const kvf::CsvTable t = kvf::read_csv_table((d / "cases.csv").string());
-  ASSERT_EQ(t.rows.size(), 18u);  // 9 arms x (cold, hot)
+  ASSERT_EQ(t.rows.size(), 20u);  // 10 cases x (cold, hot)
   std::size_t total_samples = 0;
   // Every row against the run's best read of its mode, also a read row measured before that best one.
   std::map<std::string, double> best_read;

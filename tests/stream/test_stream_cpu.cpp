@@ -35,18 +35,20 @@ TEST(StreamCpu, ReadsMatchTheReferenceXor) {
       EXPECT_EQ(st::cpu_read(f.p, bytes), want) << bytes << " bytes, skew " << skew;
       EXPECT_EQ(st::cpu_read_1thread(f.p, bytes), want) << bytes << " bytes, skew " << skew;
       EXPECT_EQ(st::cpu_read_prefetch(f.p, bytes), want) << bytes << " bytes, skew " << skew;
+      EXPECT_EQ(st::cpu_read_two_streams(f.p, bytes), want) << bytes << " bytes, skew " << skew;
     }
 }
 
 TEST(StreamCpu, ReadSeesEveryWord) {
   // One flipped bit anywhere (first word, inside a step, the tail) changes the checksum.
   const std::size_t bytes = 4096 + 24;
-  for (std::size_t w : {std::size_t{0}, std::size_t{17}, bytes / 8 - 1}) {
+  for (std::size_t w : {std::size_t{0}, std::size_t{17}, bytes / 8 / 2, bytes / 8 / 2 + 5, bytes / 8 - 1}) {
     Filled f(bytes, 1);
     const std::uint64_t want = st::read_checksum_ref(kSeed, bytes);
     f.p[w] ^= std::uint64_t{1} << (w % 64);
     EXPECT_NE(st::cpu_read(f.p, bytes), want) << "word " << w;
     EXPECT_NE(st::cpu_read_1thread(f.p, bytes), want) << "word " << w;
+    EXPECT_NE(st::cpu_read_two_streams(f.p, bytes), want) << "word " << w;
   }
 }
 
