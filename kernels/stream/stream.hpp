@@ -10,7 +10,7 @@ namespace kvf::stream {
 // XOR of every 64-bit word (the tail past a multiple of 8 bytes is ignored). All threads.
 std::uint64_t cpu_read(const void* src, std::size_t bytes);
 // Explicit 512-bit (or 256-bit) loads with software prefetch `kPrefetchBytes` ahead, all threads: the
-// study keeps both variants and the read ceiling is the better of them on each machine.
+// study keeps every variant and the read ceiling is the best of them on each machine.
 std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes);
 inline constexpr std::size_t kPrefetchBytes = 2048;
 // The read loop over two sequential streams per thread (the halves of its chunk in turn), all threads: some
