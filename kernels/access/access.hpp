@@ -14,7 +14,12 @@ namespace kvf::access {
 // ------------------------------------------------------------------------------------------------ gather
 // Wrapping sum of every 8-byte word of every run (see gather_expected_run_sum). pool must hold
 // pattern_word(seed, i) at word i for the reference to agree.
-std::uint64_t gather_cpu(const void* pool, const GatherGeom& g, bool prefetch = true);
+// How the CPU gather reads its runs: one at a time with a software prefetch ring (see gather_cpu.cpp), one at a time
+// without, or two at a time (the two halves of each thread's runs, one more stream in flight per core). Which is
+// fastest depends on the core and the run length: the access study times them (--prefetch auto).
+enum class GatherPath { prefetch, one_stream, two_streams };
+const char* gather_path_name(GatherPath p);
+std::uint64_t gather_cpu(const void* pool, const GatherGeom& g, GatherPath path = GatherPath::prefetch);
 std::uint64_t gather_ref(std::uint64_t seed, const GatherGeom& g);
 // The same sum by a plain OpenMP loop (no intrinsics, no software prefetch): the control gather_cpu is judged
 // against, in the same run.

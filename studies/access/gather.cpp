@@ -23,11 +23,12 @@ namespace {
 constexpr std::uint64_t kSeqRun = 65536;
 
 // Software prefetch helps on one microarchitecture and halves bandwidth on another (the issue-14 Xeon: 64 KiB
-// runs at 11.5 GB/s with it, 24.6 without), so by default each CPU case picks on or off by timing both on
-// its own pool just before it is measured, and its note says which it took and why. On is taken only when
-// faster by more than kPrefetchMargin (the attention's far prefetch rule): with three rounds and ties to on, a
-// 2-core Zen 3 VM took it for the sequential arm on 2.59 against 2.63 ms, where alternated in one process it reads
-// at 0.67-0.85 of the same loop without it, and the arm fell to 0.71 of the stream read.
+// runs at 11.5 GB/s with it, 24.6 without), and reading two runs at once (ka::GatherPath::two_streams) won on a
+// Zen 3 VM where neither did, so by default each CPU case times the three paths on its own pool just before it is
+// measured, takes the fastest, and its note says which and why. Prefetch is taken only when faster than the best
+// path without it by more than kPrefetchMargin (the attention's far prefetch rule): with three rounds and ties to
+// on, a 2-core Zen 3 VM took it for the sequential arm on 2.59 against 2.63 ms, where alternated in one process it
+// reads at 0.67-0.85 of the same loop without it, and the arm fell to 0.71 of the stream read.
 constexpr int kCalibrationRounds = 5;
 constexpr double kPrefetchMargin = 0.03;
 
@@ -35,8 +36,9 @@ class GatherCase final : public Case {
  public:
   std::shared_ptr<Shared> sh;
   ka::GatherGeom g;
-  bool huge = true, prefetch = true;
-  bool calibrate_prefetch = false;  // prefetch "auto"
+  bool huge = true;
+  ka::GatherPath path = ka::GatherPath::prefetch;
+  bool calibrate_prefetch = false;  // prefetch "auto": the fastest path
   std::string seq_key;    // sequential arm of the same pool/huge setting (for the vs_seq note)
   std::string plain_key;  // plain loop over the same runs (for the vs_plain note)
   bool is_seq = false, is_plain = false;
@@ -96,22 +98,28 @@ class GatherCase final : public Case {
     dsum.reset();
 #endif
   }
-  // Alternated rounds (on, off, off, on, ...) so a drift of the machine weighs on both, each after a cache
-  // flush as a cold sample is; the faster median wins.
+  // Rounds that turn the order of the three paths each time (a drift of the machine weighs on all), each after a
+  // cache flush as a cold sample is; the fastest median wins, prefetch only by the margin.
   void pick_prefetch(Backend& be) {
-    std::vector<double> t_on, t_off;
-    for (int r = 0; r < 2 * kCalibrationRounds; ++r) {
-      const bool on = (r % 4 == 0) || (r % 4 == 3);
-      be.flush_caches();
-      const auto t0 = std::chrono::steady_clock::now();
-      sh->sink += ka::gather_cpu(sh->pool->ptr, g, on);
-      (on ? t_on : t_off).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    const double on = summarize(t_on).median, off = summarize(t_off).median;
-    prefetch = on < (1 - kPrefetchMargin) * off;
-    prefetch_note_ = std::string("prefetch=") + (prefetch ? "on" : "off") + " (calibrated cold: on " +
-                     fmt(on * 1e3) + " ms, off " + fmt(off * 1e3) + " ms, median of " +
-                     std::to_string(kCalibrationRounds) + ", on only when 3% faster); ";
+    constexpr ka::GatherPath paths[3] = {ka::GatherPath::prefetch, ka::GatherPath::one_stream,
+                                         ka::GatherPath::two_streams};
+    std::vector<double> t[3];
+    for (int r = 0; r < kCalibrationRounds; ++r)
+      for (int i = 0; i < 3; ++i) {
+        const int k = (i + r) % 3;
+        be.flush_caches();
+        const auto t0 = std::chrono::steady_clock::now();
+        sh->sink += ka::gather_cpu(sh->pool->ptr, g, paths[k]);
+        t[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    const double on = summarize(t[0]).median, one = summarize(t[1]).median, two = summarize(t[2]).median;
+    const double without = std::min(one, two);
+    path = on < (1 - kPrefetchMargin) * without ? ka::GatherPath::prefetch
+           : two < one                          ? ka::GatherPath::two_streams
+                                                : ka::GatherPath::one_stream;
+    prefetch_note_ = std::string("path=") + ka::gather_path_name(path) + " (calibrated cold: prefetch " +
+                     fmt(on * 1e3) + " ms, one_stream " + fmt(one * 1e3) + " ms, two_streams " + fmt(two * 1e3) +
+                     " ms, median of " + std::to_string(kCalibrationRounds) + ", prefetch only when 3% faster); ";
   }
   std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
     std::string n = pool_note_ + prefetch_note_;
@@ -128,7 +136,7 @@ class GatherCase final : public Case {
 
  private:
   std::uint64_t gather_host() const {
-    return is_plain ? ka::gather_plain_cpu(sh->pool->ptr, g) : ka::gather_cpu(sh->pool->ptr, g, prefetch);
+    return is_plain ? ka::gather_plain_cpu(sh->pool->ptr, g) : ka::gather_cpu(sh->pool->ptr, g, path);
   }
   std::string pool_note_, prefetch_note_;  // in every mode's note
 };
@@ -145,7 +153,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   c->sh = env.shared;
   c->g = g;
   c->huge = huge;
-  c->prefetch = pf;
+  c->path = pf ? ka::GatherPath::prefetch : ka::GatherPath::one_stream;
   c->calibrate_prefetch = calibrate;
   c->is_seq = seq;
   c->is_plain = plain;
@@ -163,7 +171,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   const double t = double(g.total_bytes) / (gpu ? 1e12 : (R < 256 ? 2e9 : 8e9));
   c->est_seconds = 0.05 + double(pool) / (gpu ? 5e11 : 3e9) +
                    (c->hot ? 2 : 1) * std::min(0.6, std::max(0.2, 10 * t + 0.05)) + double(g.total_bytes) / 1e9 +
-                   (calibrate ? 2 * kCalibrationRounds * (t + double(env.llc) * 2 / 10e9) : 0);
+                   (calibrate ? 3 * kCalibrationRounds * (t + double(env.llc) * 2 / 10e9) : 0);
   return c;
 }
 
@@ -217,8 +225,9 @@ Arm<AccessEnv> gather_arm() {
                {.name = "pool_mib", .doc = "MiB of the pool the runs are drawn from", .flag = "--pool-mib"},
                {.name = "huge", .doc = "huge pages (CPU)", .cpu = {"on", "off"}, .gpu = {"on"}, .quick = {"on"},
                 .flag = "--huge-pages"},
-               {.name = "prefetch", .doc = "software prefetch of the CPU gather: auto (on only where more than 3% "
-                "faster in a calibration before each case, named in the note), on, off (empty on the GPU)",
+               {.name = "prefetch", .doc = "how the CPU gather reads: auto (the fastest of one run at a time with "
+                "software prefetch, without, and two runs at a time, timed before each case and named in the note; "
+                "prefetch only where more than 3% faster), on, off (one run at a time; empty on the GPU)",
                 .cpu = {"auto"},
                 .gpu = {""}, .quick = {"auto"}, .quick_gpu = {""}, .flag = "--prefetch"}},
       .default_grid = gather_grid,

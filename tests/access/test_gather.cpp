@@ -24,11 +24,14 @@ TEST(Gather, TwinMatchesReferenceEveryRunSize) {
   Pool pool(8u << 20, 42);
   for (std::uint64_t R = 32; R <= 65536; R *= 2) {
     for (bool seq : {false, true}) {
-      for (bool pf : {false, true}) {
-        GatherGeom g{pool.bytes, R, 2u << 20, 7, seq};
-        validate_gather(g);
-        EXPECT_EQ(gather_cpu(pool.p, g, pf), gather_ref(42, g)) << "R=" << R << " seq=" << seq << " pf=" << pf;
-      }
+      // An odd run count too: two_streams reads the run left over by its halves alone.
+      for (const std::uint64_t total : {std::uint64_t{2} << 20, (std::uint64_t{2} << 20) - 3 * R})
+        for (GatherPath path : {GatherPath::one_stream, GatherPath::prefetch, GatherPath::two_streams}) {
+          GatherGeom g{pool.bytes, R, total, 7, seq};
+          validate_gather(g);
+          EXPECT_EQ(gather_cpu(pool.p, g, path), gather_ref(42, g))
+              << "R=" << R << " seq=" << seq << " runs=" << g.nruns() << " " << gather_path_name(path);
+        }
       GatherGeom g{pool.bytes, R, 2u << 20, 7, seq};
       EXPECT_EQ(gather_plain_cpu(pool.p, g), gather_ref(42, g)) << "plain R=" << R << " seq=" << seq;
     }
@@ -43,7 +46,23 @@ TEST(Gather, ChecksumDetectsWrongRuns) {
   EXPECT_NE(gather_ref(1, g), gather_ref(1, other));
   pool.p[g.run_offset(0, g.slot_bits()) / 8] ^= 1;  // corrupt one word of a selected run
   EXPECT_NE(gather_cpu(pool.p, g), gather_ref(1, g));
+  EXPECT_NE(gather_cpu(pool.p, g, GatherPath::two_streams), gather_ref(1, g));
   EXPECT_NE(gather_plain_cpu(pool.p, g), gather_ref(1, g));
+}
+
+// Two streams per thread pair run i of each half of its range and read a left-over run alone: a word changed in any
+// of them changes the sum (an odd run count, so each thread's range has one).
+TEST(Gather, TwoStreamsReadEveryRun) {
+  Pool pool(1u << 20, 1);
+  const GatherGeom g{pool.bytes, 256, (1u << 18) - 256, 3, false};
+  const std::uint64_t want = gather_ref(1, g);
+  ASSERT_EQ(gather_cpu(pool.p, g, GatherPath::two_streams), want);
+  for (const std::uint64_t r : {std::uint64_t{0}, g.nruns() / 4, g.nruns() / 2, g.nruns() / 2 + 1, g.nruns() - 1}) {
+    std::uint64_t& w = pool.p[g.run_offset(r, g.slot_bits()) / 8 + 3];
+    w ^= 4;
+    EXPECT_NE(gather_cpu(pool.p, g, GatherPath::two_streams), want) << "run " << r;
+    w ^= 4;
+  }
 }
 
 TEST(Gather, RejectsBadGeometry) {
