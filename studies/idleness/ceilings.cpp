@@ -56,13 +56,14 @@ class GemmCeilingOnednn final : public kvf::Case {
 
 class ReadCeilingCpu final : public kvf::Case {
  public:
-  ReadCeilingCpu(std::size_t bytes, bool prefetch) : bytes_(bytes), prefetch_(prefetch) {}
+  using ReadFn = std::uint64_t (*)(const void*, std::size_t);
+  ReadCeilingCpu(std::size_t bytes, ReadFn read) : bytes_(bytes), read_(read) {}
   void setup(kvf::Backend&) override {
     p_ = kvf::host_alloc(bytes_, true);
     std::memset(p_, 1, bytes_);
   }
   void run(kvf::Backend&) override {
-    sink_ ^= prefetch_ ? kvf::stream::cpu_read_prefetch(p_, bytes_) : kvf::stream::cpu_read(p_, bytes_);
+    sink_ ^= read_(p_, bytes_);
   }
   void teardown(kvf::Backend&) override {
     if (p_) kvf::host_free(p_, bytes_);
@@ -71,7 +72,7 @@ class ReadCeilingCpu final : public kvf::Case {
 
  private:
   std::size_t bytes_;
-  bool prefetch_;
+  ReadFn read_;
   void* p_ = nullptr;
   std::uint64_t sink_ = 0;
 };
@@ -148,10 +149,13 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
     return c;
 #endif
   }
-  auto c = std::make_unique<ReadCeilingCpu>(bytes, p["kernel"] == "prefetch");
+  const std::string kernel = p["kernel"];
+  auto c = std::make_unique<ReadCeilingCpu>(bytes, kernel == "prefetch"   ? &kvf::stream::cpu_read_prefetch
+                                                   : kernel == "streams2" ? &kvf::stream::cpu_read_two_streams
+                                                                          : &kvf::stream::cpu_read);
   c->bytes = double(bytes);
   c->ceiling = read_ceiling_ref();
-  c->note = "all-core read (the stream study's kernels); the read ceiling is the better of plain and prefetch";
+  c->note = "all-core read (the stream study's kernels); the read ceiling is the best of plain, prefetch and streams2";
   c->est_seconds = est(double(bytes) / 20e9, 0.3, 1);
   c->hot = false;  // larger than the LLC either way; cold is the honest one
   return c;
@@ -205,14 +209,15 @@ Arm gemm_ceiling_arm() {
 }
 
 Arm read_ceiling_arm() {
-  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only)", .cpu = {"plain", "prefetch"},
-                         .quick = {"plain", "prefetch"}};
+  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only): plain, prefetch, streams2 (two "
+                         "streams per thread)", .cpu = {"plain", "prefetch", "streams2"},
+                         .quick = {"plain", "prefetch", "streams2"}};
   const kvf::Axis bytes{.name = "array_bytes", .doc = "bytes read, far above the LLC/L2",
                         .cpu = {i2s(512LL << 20)}, .gpu = {i2s(4LL << 30)}, .quick = {i2s(128LL << 20)},
                         .quick_gpu = {i2s(4LL << 30)}};
   return Arm{
       .name = "read_ceiling",
-      .doc = "memory ceiling: all-core read, plain and prefetching (CPU); 16-byte-load device read (GPU)",
+      .doc = "memory ceiling: all-core read, plain, prefetching and two-stream (CPU); 16-byte-load device read (GPU)",
       .axes = {arm_axis("read_ceiling", true), kernel, bytes},
       // One device read on the GPU: no kernel column there.
       .default_grid =
