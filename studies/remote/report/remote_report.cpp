@@ -174,7 +174,9 @@ const CaseRow* page_row(const std::vector<const CaseRow*>& rows, const CaseRow& 
 }
 
 // The lockstep rows of one directory: the signalling-only row (lockstep_bytes 0) and the data rows, which moved
-// readers x lockstep_bytes per sample.
+// readers x lockstep_bytes per sample. A directory with a run appended holds each case twice: the report core scores
+// the first of repeats that agree and none where they differ (load.cpp), so a data row and the signalling row it is
+// stated with are both of the first run.
 const CaseRow* lock_signal(const ResultSet& rs, const std::string& readers) {
   for (const auto* r : rs.rows("remote"))
     if (arm_of(*r) == "lockstep" && r->param("lockstep_bytes") == "0" && r->param("readers") == readers &&
