@@ -4,7 +4,7 @@
 # (kvf/cpu_isa.hpp). Run on a build whose -march has no AVX-512 (x86-64-v3): anything else holding one would be
 # executed unconditionally and die with an illegal instruction on a CPU without it.
 set -euo pipefail
-allowed='item_avx512_impl|gather_runs_avx512|xor_words_prefetch_avx512|chains_avx512'
+allowed='item_avx512_impl|gather_runs_avx512|gather_pairs_avx512|xor_words_prefetch_avx512|chains_avx512'
 bad=0
 for bin in "$@"; do
   found=$(objdump -d --no-show-raw-insn "$bin" |
