@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,12 @@ TEST(IdlenessBench, CpuTwinsAreStatedAgainstTheFp32Gemm) {
 
   ASSERT_EQ(run_bench(out, args), 0) << slurp(out.parent_path() / "run.err");
   t = kvf::read_csv_table((out / "cases.csv").string());
+  // The fp32 peak either run measured (the second run's twins may take the first's row: same directory). Not the
+  // first run's alone: on a loaded machine the two runs' GEMM rates differ by 2x.
+  double best_fp32 = fp32_tflops;
+  for (const auto& row : t.rows)
+    if (row[*t.column("gemm_lib")] == "openblas_fp32" && !row[*t.column("tflops")].empty())
+      best_fp32 = std::max(best_fp32, std::stod(row[*t.column("tflops")]));
   int decode = 0, prefill = 0;
   for (std::size_t r = first; r < t.rows.size(); ++r) {
     const auto& row = t.rows[r];
@@ -59,14 +66,14 @@ TEST(IdlenessBench, CpuTwinsAreStatedAgainstTheFp32Gemm) {
     if (name.rfind("prefill/", 0) == 0) {
       ++prefill;
       EXPECT_EQ(row[*t.column("ceiling")], "idleness:arm=gemm_ceiling:gemm_lib=openblas_fp32:tflops");
-      EXPECT_LT(std::stod(row[*t.column("ceiling_value")]), 1.5 * fp32_tflops) << note;
+      EXPECT_LE(std::stod(row[*t.column("ceiling_value")]), 1.001 * best_fp32) << note;
     }
     if (name.rfind("decode/", 0) == 0 || name.rfind("prefill/", 0) == 0) {
       decode += name[0] == 'd';
       EXPECT_NE(note.find("(fp32; the best GEMM row, oneDNN bf16, gives 1e+06 GFLOP/s)"), std::string::npos) << note;
       const auto at = note.find("gemm_ceiling_gflops=");
       ASSERT_NE(at, std::string::npos) << note;
-      EXPECT_LT(std::stod(note.substr(at + 20)), 1.5e3 * fp32_tflops) << note;
+      EXPECT_LE(std::stod(note.substr(at + 20)), 1.001e3 * best_fp32) << note;
     }
   }
   EXPECT_EQ(decode, 2);  // cold and hot
