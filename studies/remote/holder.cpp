@@ -80,15 +80,19 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
   }
 }
 
-void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader) {
-  s.set_stop(UcpSession::kStopReaderLost);
+void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader, const char* prog) {
+  s.set_stop(UcpSession::kStopNoBarrier);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.timeout_s());
   for (int r = 2; r < std::min(ranks, UcpSession::kMaxLockRanks);) {
     if (r == lost_reader || s.own_word(UcpSession::kLockDone0 + r) == UcpSession::kStopSeen) {
       ++r;
       continue;
     }
-    if (std::chrono::steady_clock::now() > deadline) return;  // another reader gone too: it finds the pool gone
+    if (std::chrono::steady_clock::now() > deadline) {  // another reader gone too: it finds the pool gone
+      std::fprintf(stderr, "%s (rank 1, holder): reader rank %d did not acknowledge the stop within %.0f s\n", prog,
+                   r, s.timeout_s());
+      return;
+    }
     s.progress();  // over TCP a reader's gets need the holder's progress
     std::this_thread::yield();
   }

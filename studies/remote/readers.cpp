@@ -26,6 +26,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
   int rc = kExitOk;
   long reads = 0;
   std::uint64_t stop = 0;  // the holder's stop word as last read
+  bool holder_gone = false;
   try {
     if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
           f.add_to(sf);
@@ -58,15 +59,22 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
       const auto w = s->peer_words(0, UcpSession::kLockWords);
       if (w[0]) {
         stop = w[0];
-        if (stop == UcpSession::kStopReaderLost && p.rank < UcpSession::kMaxLockRanks)
-          s->put_peer_word(UcpSession::kLockDone0 + p.rank, UcpSession::kStopSeen);
+        if (stop == UcpSession::kStopNoBarrier && p.rank < UcpSession::kMaxLockRanks) {
+          try {
+            s->put_peer_word(UcpSession::kLockDone0 + p.rank, UcpSession::kStopSeen);
+          } catch (const PeerLost&) {
+            // The holder stopped waiting for it (its deadline passed): nothing is lost, this rank leaves anyway.
+          }
+        }
         break;
       }
       const auto now = std::chrono::steady_clock::now();
       if (w[1] != beat) beat = w[1], beat_at = now;
-      if (now - beat_at > std::chrono::duration<double>(10 * s->timeout_s()))
+      if (now - beat_at > std::chrono::duration<double>(10 * s->timeout_s())) {
+        holder_gone = true;  // a UCX-mapped pool stays readable after its owner died: the gets alone do not say so
         throw PeerLost("the holder's heartbeat stalled for " +
                        std::to_string(static_cast<int>(10 * s->timeout_s())) + " s");
+      }
       if (w[UcpSession::kLockMode] == 1 && p.rank < UcpSession::kMaxLockRanks) {
         const std::uint64_t go = w[UcpSession::kLockRound];
         if (go >> 16 <= round) {
@@ -104,7 +112,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     std::fprintf(stderr, "%s (rank %d, reader): error after %ld reads: %s\n", prog, p.rank, reads, one_line(e.what()).c_str());
     rc = kExitFailure;
   }
-  const bool lost = (s && s->peer_lost()) || stop == UcpSession::kStopReaderLost;
+  const bool lost = (s && s->peer_lost()) || holder_gone || stop == UcpSession::kStopNoBarrier;
   if (!lost) mpi_finish();
   s.reset();
   return rc;

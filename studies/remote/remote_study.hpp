@@ -41,6 +41,7 @@ struct Env {
   std::uint64_t lock_round = 0;   // the last go round rank 0 gave: rounds only grow, over every lockstep case
   std::string lock_lost;          // a reader that missed a round's deadline: later lockstep cases fail at once
   int lock_lost_rank = 0;         // its rank (rank 0 tells the holder, which tells the other readers)
+  std::uint64_t lock_cases = 0;   // lockstep cases set up so far: each one's tag in the go word differs from the last
 };
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
@@ -91,6 +92,7 @@ class TransferCase final : public Case {
   // Many-to-one: the readers' byte count and the time when this case's window began (setup, then each mode).
   std::uint64_t readers_mark_ = 0;
   double mark_s_ = 0;
+  std::uint64_t lock_tag_ = 0;  // this lockstep case's tag in the go word (Env::lock_cases when it was set up)
 };
 
 std::vector<Arm<Env>> remote_arms();
@@ -108,8 +110,9 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog);
 // reader rank (2..) rank 0's done named as stopped answering, 0 if none: then no rank meets at MPI_Finalize.
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
                  int* lost_reader);
-// After a lost reader: the stop word says so, and the holder keeps its pool served until every other reader
-// that has a done word has seen it (bounded by the peer timeout), so none of them waits at the closing barrier.
-void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader);
+// When a rank is gone (rank 0, or the reader lost_reader, 0 if none): the stop word says "no barrier", and the holder
+// keeps its pool served until every other reader with a done word has seen it (bounded by the peer timeout, one
+// line naming a reader that did not), so none of them waits at the closing barrier for the lost rank.
+void stop_readers_without_barrier(UcpSession& s, int ranks, int lost_reader, const char* prog);
 
 }  // namespace kvf::remote

@@ -30,6 +30,9 @@ void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t 
   hello.kind = MsgKind::hello;
   hello.index = static_cast<std::uint32_t>(count);
   hello.value = digest;
+  // Each side picks its endpoint's error handling alone (UcpSession::connect): they must agree, or the side that
+  // kept peer-failure handling sees the other's discarded endpoint fail as its own.
+  std::snprintf(hello.text, sizeof hello.text, "%s", s.peer_failure_handled() ? "peer" : "none");
   Msg r;
   try {
     s.send(hello);
@@ -47,6 +50,10 @@ void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t 
                   static_cast<unsigned long long>(r.value));
     throw UsageError(buf);
   }
+  if (std::string(r.text) != hello.text)
+    throw UsageError(std::string("the ranks chose different UCP error handling: rank ") + std::to_string(p.rank) +
+                     " " + hello.text + " (" + s.transport() + "), rank " + std::to_string(p.rank == 0 ? 1 : 0) + " " +
+                     r.text + "; start both with the same UCX_TLS");
 }
 
 class RemoteStudy final : public Study {
@@ -178,9 +185,11 @@ int holder_main(int argc, char** argv, const Place& p) {
   }
   // The background readers (ranks 2..) read until this flag: set on every way out, then MPI_Finalize keeps the
   // pool mapped until they have seen it and finished too.
-  if (s && lost_reader) stop_readers_without_barrier(*s, p.size, lost_reader);
-  else if (s) s->set_stop();
+  // No rank meets at the barrier when one is gone (rank 0, or a reader rank 0 named): the stop word says so and the
+  // holder keeps its pool until the other readers have seen it.
   const bool lost = (s && s->peer_lost()) || lost_reader;
+  if (s && lost) stop_readers_without_barrier(*s, p.size, lost_reader, kProg);
+  else if (s) s->set_stop();
   if (!lost) mpi_finish([&s] {
       if (s) s->progress();
     });

@@ -70,6 +70,7 @@ void TransferCase::setup(Backend&) {
   if (a.kind != MsgKind::answer || a.text[0] != '\0')
     throw std::runtime_error(std::string("the holder could not prepare ") + name + ": " + a.text);
   if (lockstep) {
+    lock_tag_ = ++env_.lock_cases;
     // The readers leave their continuous loop for go rounds; bytes and seed before the mode and the first round
     // (each put is flushed: a reader that gets them after seeing this case's first round reads them whole).
     s.put_peer_word(UcpSession::kLockBytes, static_cast<std::uint64_t>(lock_bytes));
@@ -94,7 +95,7 @@ std::string TransferCase::lock_round() {
   if (!env_.lock_lost.empty()) throw PeerLost(env_.lock_lost + " (earlier in this run): no lockstep without it");
   const std::uint64_t round = ++env_.lock_round;
   const int first = UcpSession::kLockDone0 + 2, n = env_.readers - 1;
-  s.put_peer_word(UcpSession::kLockRound, UcpSession::lock_go_word(round, seed));
+  s.put_peer_word(UcpSession::kLockRound, UcpSession::lock_go_word(round, lock_tag_));
   if (lock_bytes > 0) s.transfer(op, descriptors);
   const double t0 = now_s();
   for (;;) {

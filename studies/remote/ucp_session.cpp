@@ -91,10 +91,11 @@ UcpSession::UcpSession(std::size_t pool_bytes, double timeout_s, PoolAlloc alloc
 UcpSession::~UcpSession() {
   if (peer_rkey_) ucp_rkey_destroy(peer_rkey_);
   if (ep_) {
-    // Forced when the peer is gone: a graceful close would wait for it.
+    // Forced when the peer is gone (a graceful close would wait for it), where UCX allows it: with peer-failure
+    // handling; without, the flush close below is bounded by the deadline instead.
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = lost_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.flags = lost_ && peer_failure_handled_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = ucp_ep_close_nbx(ep_, &p);
     if (UCS_PTR_IS_PTR(r)) {
       const auto deadline = Clock::now() + std::chrono::duration<double>(lost_ ? 1.0 : timeout_s_);
@@ -165,11 +166,12 @@ void UcpSession::connect(const std::vector<char>& blob) {
     if (ucp_ep_create(worker_, &plain, &fast) == UCS_OK) {
       if (rma_on_another_transport(with_handling, lanes_of(fast))) {
         std::swap(ep_, fast);
-        ep_error_ = UCS_OK;  // only the new endpoint's errors count (on_ep_error ignores the old one's from now)
         peer_failure_handled_ = false;
         passed_over_ = summarize_lanes(with_handling);
       }
-      close_forced(fast);
+      // UCX allows a forced close only on endpoints with peer-failure handling: the discarded one without it
+      // is flushed closed (bounded).
+      close_within(fast, !peer_failure_handled_);
     }
   }
   ucs_global_opts_set_value("LOG_LEVEL", level);
@@ -310,10 +312,10 @@ std::string UcpSession::lanes_of(ucp_ep_h ep) {
   return text;
 }
 
-void UcpSession::close_forced(ucp_ep_h ep) {
+void UcpSession::close_within(ucp_ep_h ep, bool force) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   void* r = ucp_ep_close_nbx(ep, &p);
   if (!UCS_PTR_IS_PTR(r)) return;
   const auto deadline = Clock::now() + std::chrono::seconds(1);

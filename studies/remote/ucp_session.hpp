@@ -57,9 +57,9 @@ class UcpSession {
 
   // The control words after the pool (not part of any transfer): a stop flag and a heartbeat the holder keeps
   // (many-to-one: background readers stop on the flag and call the holder lost when the heartbeat stalls).
-  // kStopReaderLost: a reader stopped answering, so no rank meets at the closing barrier (it would wait for the
-  // lost one); each reader that sees it puts kStopSeen in its lockstep done word before it leaves.
-  static constexpr std::uint64_t kStopDone = 1, kStopReaderLost = 2, kStopSeen = ~std::uint64_t{0};
+  // kStopNoBarrier: a rank is gone (rank 0, or a reader that stopped answering), so no rank meets at the closing
+  // barrier (it would wait for the lost one); each reader that sees it puts kStopSeen in its lockstep done word.
+  static constexpr std::uint64_t kStopDone = 1, kStopNoBarrier = 2, kStopSeen = ~std::uint64_t{0};
   void set_stop(std::uint64_t why = kStopDone);
   // This rank's own control word `index` as a peer last put it.
   std::uint64_t own_word(int index) const;
@@ -74,15 +74,15 @@ class UcpSession {
   static constexpr int kControlWords = 512;  // 4 KiB after the pool: [0] stop, [1] heartbeat, [8..] gets land
   // Many-to-one in lockstep (the lockstep arm): rank 0 writes the holder's [kLockMode] 1 (0: the readers read
   // continuously), [kLockBytes] and [kLockSeed] for a case, then a new [kLockRound] per sample: round << 16 | the
-  // case's tag (lock_go_word), so that a reader knows a round opens a new case and reads that case's bytes and
+  // case's tag (lock_go_word; consecutive lockstep cases have different tags), so that a reader knows a round opens a new case and reads that case's bytes and
   // seed again after it (one get need not read its words in order); each reader rank r reads its slot once per
   // round and puts round << 1 | (its first read of the case failed its compare) into [kLockDone0 + r]. Readers'
   // byte words stop below kLockDone0.
   static constexpr int kLockRound = 16, kLockBytes = 17, kLockSeed = 18, kLockMode = 19, kLockWords = 20;
   static constexpr int kLockDone0 = 288;
   static constexpr int kMaxLockRanks = kControlWords - kLockDone0;
-  static constexpr std::uint64_t lock_go_word(std::uint64_t round, std::uint64_t seed) {
-    return round << 16 | (seed & 0xffff);
+  static constexpr std::uint64_t lock_go_word(std::uint64_t round, std::uint64_t case_tag) {
+    return round << 16 | (case_tag & 0xffff);
   }
   // Puts value into the peer's control word `index` (from this rank's own copy of that word), flushed.
   void put_peer_word(int index, std::uint64_t value);
@@ -106,7 +106,7 @@ class UcpSession {
   void wait(void* request, const char* what, double timeout_s, bool sleep = false);
   void find_transport();
   std::string lanes_of(ucp_ep_h ep);  // ucp_ep_print_info's text
-  void close_forced(ucp_ep_h ep);     // bounded: 1 s of progress
+  void close_within(ucp_ep_h ep, bool force);  // bounded: 1 s of progress
   [[noreturn]] void lose(const std::string& why);
   // One put (or get) of n control words between this rank's words [local, local + n) and the peer's
   // [remote, remote + n), flushed.
