@@ -120,11 +120,12 @@ std::vector<char*> take_study_flags(int argc, char** argv) {
     const std::size_t eq = a.find('=');
     f.flag = std::string(a.substr(dot + 1, eq == std::string_view::npos ? std::string_view::npos : eq - dot - 1));
     f.typed = std::string(a);
-    if (const std::string elsewhere = run_elsewhere(f.study); !elsewhere.empty())
-      throw UsageError(f.typed.substr(0, f.typed.find('=')) + ": " + elsewhere);
-    if (!is_run_study(f.study))
-      throw UsageError(f.typed.substr(0, f.typed.find('=')) + ": no study named '" + f.study +
-                       "'; per-study flags are --<study>.<flag> [value] with <study> one of: " + known_studies());
+    if (!is_run_study(f.study)) {
+      const std::string typed = f.typed.substr(0, f.typed.find('=')), elsewhere = run_elsewhere(f.study);
+      throw UsageError(typed + (elsewhere.empty() ? ": no study named '" + f.study + "'; per-study flags are "
+                                                    "--<study>.<flag> [value] with <study> one of: " + known_studies()
+                                                  : ": " + elsewhere));
+    }
     if (f.flag.empty()) throw UsageError(f.typed + ": no flag after '" + f.study + ".'; e.g. --" + f.study + ".budget 1");
     if (const char* why = kvf_sets(f.flag)) throw UsageError("--" + f.study + "." + f.flag + ": " + why);
     if (eq != std::string_view::npos) {
