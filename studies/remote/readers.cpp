@@ -65,6 +65,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
           } catch (const PeerLost&) {
             // The holder stopped waiting for it (its deadline passed): nothing is lost, this rank leaves anyway.
           }
+          s->peer_leaving();  // the holder frees its pool once the readers have said so: do not wait on it
         }
         break;
       }

@@ -99,6 +99,8 @@ class UcpSession {
   // Whether this UCX registers CUDA memory (ucp_context_query memory types).
   bool has_cuda_memory() const;
   bool peer_lost() const { return lost_; }
+  // The peer is leaving (its stop word said so): from here on the endpoint closes within 1 s, as for a lost peer.
+  void peer_leaving() { lost_ = true; }
   bool peer_failure_handled() const { return peer_failure_handled_; }
   double timeout_s() const { return timeout_s_; }
 
