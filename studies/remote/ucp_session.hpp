@@ -74,10 +74,10 @@ class UcpSession {
   static constexpr int kControlWords = 512;  // 4 KiB after the pool: [0] stop, [1] heartbeat, [8..] gets land
   // Many-to-one in lockstep (the lockstep arm): rank 0 writes the holder's [kLockMode] 1 (0: the readers read
   // continuously), [kLockBytes] and [kLockSeed] for a case, then a new [kLockRound] per sample: round << 16 | the
-  // case's tag (lock_go_word; consecutive lockstep cases have different tags), so that a reader knows a round opens a new case and reads that case's bytes and
-  // seed again after it (one get need not read its words in order); each reader rank r reads its slot once per
-  // round and puts round << 1 | (its first read of the case failed its compare) into [kLockDone0 + r]. Readers'
-  // byte words stop below kLockDone0.
+  // case's tag (lock_go_word; consecutive lockstep cases have different tags), so that a reader knows a round
+  // opens a new case and reads that case's bytes and seed again after it (one get need not read its words in
+  // order); each reader rank r reads its slot once per round and puts round << 1 | (its first read of the case
+  // failed its compare) into [kLockDone0 + r]. Readers' byte words stop below kLockDone0.
   static constexpr int kLockRound = 16, kLockBytes = 17, kLockSeed = 18, kLockMode = 19, kLockWords = 20;
   static constexpr int kLockDone0 = 288;
   static constexpr int kMaxLockRanks = kControlWords - kLockDone0;

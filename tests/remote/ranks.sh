@@ -105,6 +105,22 @@ kill_rank_when() {
   done
 }
 
+# kill_and_wait RANK LINES WAIT_S WHAT: kill rank RANK of the bench started in the background (launcher=$!) once
+# cases.csv has LINES lines, wait for the run to end (WAIT_S at most); sets killed, rc and took (seconds from the
+# kill to the end), prints the log's last lines, and fails when the rank was not found (WHAT: what had not happened).
+kill_and_wait() {
+  killed=$(kill_rank_when $launcher "$1" "$2")
+  [ -n "$killed" ] || { kill $launcher; fail "rank $1 not found (or the run ended before $4)"; }
+  local t0=$SECONDS
+  timeout "$3" tail --pid=$launcher -f /dev/null
+  wait $launcher
+  rc=$?
+  took=$((SECONDS - t0))
+  grep -v "^remote/" "$work/log" | grep -v "^$" | tail -n 5
+  echo "rank $1 (pid $killed) killed; the run ended $took s later with exit $rc"
+  [ $rc -ne 0 ] || fail "exit 0 after rank $1 was killed"
+}
+
 case $test in
 shm)
   # User-memory pools: on one machine cma reaches them with one process_vm_readv per descriptor, the per-
@@ -168,11 +184,14 @@ PY
 default_tls)
   # The transport an unset UCX_TLS gives: where shared memory has an RMA lane (UCX_TLS=shm), the default run must not
   # measure TCP loopback's active messages (peer-failure handling had taken them: 0.7 against ~30 GB/s here).
-  lane() { python3 -c 'import csv,sys; r=next(csv.DictReader(open(sys.argv[1]))); print(r["verified"], r["note"])' "$1"; }
+  lane() {
+    python3 -c 'import csv,sys; r=next(csv.DictReader(open(sys.argv[1]))); print(r["verified"], r["note"])' "$1"
+  }
   for tls in shm unset; do
     (if [ $tls = shm ]; then export UCX_TLS=shm; else unset UCX_TLS; fi
      timeout 25 "${mpi[@]}" -np 2 "$bench" --quick --arms ceiling --ops read --sizes 2MiB --no-perftest \
-       --out "$work/$tls" > "$work/$tls.log" 2>&1) || { tail -n 5 "$work/$tls.log"; fail "UCX_TLS=$tls: exit non-zero"; }
+       --out "$work/$tls" > "$work/$tls.log" 2>&1) ||
+      { tail -n 5 "$work/$tls.log"; fail "UCX_TLS=$tls: exit non-zero"; }
   done
   shm=$(lane "$work/shm/cases.csv") unset_=$(lane "$work/unset/cases.csv")
   echo "UCX_TLS=shm:   ${shm:0:150}"
@@ -216,15 +235,7 @@ rank_dies)
   UCX_TLS=shm "$bench" --arms granularity --ops read,write --tokens 16,128 --layouts page_first,layer_first \
     --granularities page,layer,layer_head --pool-mib 64 --peer-timeout 1 --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  killed=$(kill_rank_when $launcher 1 3)
-  [ -n "$killed" ] || { kill $launcher; fail "rank 1 not found (or the run ended before 2 rows)"; }
-  t0=$SECONDS
-  timeout 40 tail --pid=$launcher -f /dev/null
-  wait $launcher
-  rc=$?
-  grep -v "^remote/" "$work/log" | tail -n 6
-  echo "rank 1 (pid $killed) killed; the run ended $((SECONDS - t0)) s later with exit $rc"
-  [ $rc -ne 0 ] || fail "exit 0 after rank 1 was killed"
+  kill_and_wait 1 3 40 "2 rows"
   grep -q "the holder (rank 1) was lost during the run; the rows finished before it are kept" "$work/log" ||
     fail "no closing line from rank 0"
   python3 - "$work/run/cases.csv" <<'PY' || exit 1
@@ -241,16 +252,7 @@ reader_dies)
   UCX_TLS=shm "$bench" --arms lockstep --ranks 4 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 2 \
     --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  killed=$(kill_rank_when $launcher 2 2)  # the signalling row written: the 64 MiB case is under way (~800 x 7 ms)
-  [ -n "$killed" ] || { kill $launcher; fail "rank 2 not found (or the run ended before the signalling row)"; }
-  t0=$SECONDS
-  timeout 45 tail --pid=$launcher -f /dev/null
-  wait $launcher
-  rc=$?
-  took=$((SECONDS - t0))
-  grep -v "^remote/" "$work/log" | tail -n 4
-  echo "rank 2 (pid $killed) killed; the run ended $took s later with exit $rc"
-  [ $rc -ne 0 ] || fail "exit 0 after rank 2 was killed"
+  kill_and_wait 2 2 45 "the signalling row"  # written: the 64 MiB case is under way (~800 x 7 ms)
   [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"
   # Rank 0 named rank 2 to the holder, and rank 3 acknowledged the stop (else the holder waits and says so).
   ! grep -q "did not acknowledge the stop" "$work/log" || fail "$(grep "did not acknowledge" "$work/log")"
@@ -270,16 +272,7 @@ rank0_dies)
   UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 1 \
     --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  killed=$(kill_rank_when $launcher 0 2)
-  [ -n "$killed" ] || { kill $launcher; fail "rank 0 not found (or the run ended before its first row)"; }
-  t0=$SECONDS
-  timeout 55 tail --pid=$launcher -f /dev/null
-  wait $launcher
-  rc=$?
-  took=$((SECONDS - t0))
-  grep -v "^remote/" "$work/log" | grep -v "^$" | tail -n 4
-  echo "rank 0 (pid $killed) killed; the run ended $took s later with exit $rc"
-  [ $rc -ne 0 ] || fail "exit 0 after rank 0 was killed"
+  kill_and_wait 0 2 55 "its first row"
   grep -q "(rank 1, holder): error: rank 0 lost" "$work/log" || fail "the holder did not say rank 0 was lost"
   [ $took -le 30 ] || fail "the run ended $took s after the kill: the reader waited at the closing barrier"
   ;;

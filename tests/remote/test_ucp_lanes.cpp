@@ -28,7 +28,8 @@ const std::string kPlainTcp =
 TEST(UcpLanes, SummarizesTransportsAndRoles) {
   EXPECT_EQ(summarize_lanes(kPlainShm), "sysv/memory(am am_bw) posix/memory cma/memory(rma_bw)");
   EXPECT_EQ(summarize_lanes(kPeerTcp),
-            "tcp/lo(am am_bw keepalive wireup); no RMA lane: put/get run as active messages the holder's progress serves");
+            "tcp/lo(am am_bw keepalive wireup); no RMA lane: put/get run as active messages the holder's progress "
+            "serves");
   EXPECT_EQ(summarize_lanes(kPlainTcp), "tcp/lo(rma_bw am am_bw) tcp/eth0(rma_bw wireup)");
   EXPECT_EQ(summarize_lanes("# no lanes\n"), "unknown (ucp_ep_print_info listed no lanes)");
   const auto lanes = parse_lanes(kPlainShm);
