@@ -158,9 +158,10 @@ class AccessStudy final : public Study {
     flags.text("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
                "(default min(64, pool/2))");
     flags.text("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
-    flags.text("--prefetch", prefetch_, "CPU gather software prefetch: auto (per case on and off timed in a short "
-               "calibration, on only when more than 3% faster, named in the note), on, off, or both (on and off "
-               "rows) (default auto)");
+    flags.text("--prefetch", prefetch_, "how the CPU gather reads: auto (per case, one run at a time with software "
+               "prefetch, without, and two runs at a time timed in a short calibration, the fastest taken, prefetch "
+               "only when more than 3% faster, named in the note), on (prefetch), off (one run at a time, no "
+               "prefetch), or both (on and off rows) (default auto)");
     flags.text("--placement", placement_,
                "KV placement of the attention and routing parts: shuffled (a paged cache: pages of --page-tokens "
                "tokens holding every kv head, in a seeded random page order), contiguous (unpaged, logical order "
