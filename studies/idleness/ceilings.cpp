@@ -150,12 +150,13 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
 #endif
   }
   const std::string kernel = p["kernel"];
-  auto c = std::make_unique<ReadCeilingCpu>(bytes, kernel == "prefetch"   ? &kvf::stream::cpu_read_prefetch
-                                                   : kernel == "streams2" ? &kvf::stream::cpu_read_two_streams
-                                                                          : &kvf::stream::cpu_read);
+  auto c = std::make_unique<ReadCeilingCpu>(bytes, kernel == "prefetch"      ? &kvf::stream::cpu_read_prefetch
+                                                   : kernel == "two_streams" ? &kvf::stream::cpu_read_two_streams
+                                                                             : &kvf::stream::cpu_read);
   c->bytes = double(bytes);
   c->ceiling = read_ceiling_ref();
-  c->note = "all-core read (the stream study's kernels); the read ceiling is the best of plain, prefetch and streams2";
+  c->note = "all-core read (the stream study's kernels); the read ceiling is the best of plain, prefetch and "
+            "two_streams";
   c->est_seconds = est(double(bytes) / 20e9, 0.3, 1);
   c->hot = false;  // larger than the LLC either way; cold is the honest one
   return c;
@@ -209,9 +210,9 @@ Arm gemm_ceiling_arm() {
 }
 
 Arm read_ceiling_arm() {
-  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only): plain, prefetch, streams2 (two "
-                         "streams per thread)", .cpu = {"plain", "prefetch", "streams2"},
-                         .quick = {"plain", "prefetch", "streams2"}};
+  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only): plain, prefetch, two_streams (two "
+                         "streams per thread)", .cpu = {"plain", "prefetch", "two_streams"},
+                         .quick = {"plain", "prefetch", "two_streams"}};
   const kvf::Axis bytes{.name = "array_bytes", .doc = "bytes read, far above the LLC/L2",
                         .cpu = {i2s(512LL << 20)}, .gpu = {i2s(4LL << 30)}, .quick = {i2s(128LL << 20)},
                         .quick_gpu = {i2s(4LL << 30)}};

@@ -111,7 +111,7 @@ std::vector<StreamArm> cpu_arms() {
                 },
                 .case_name_fn = [](const Point& p) {
                   const std::string k = p["kernel"];
-                  const char* kernel = k == "loop" ? "loop/" : k == "two_streams" ? "streams2/" : "prefetch/";
+                  const char* kernel = k == "loop" ? "loop/" : k == "two_streams" ? "two_streams/" : "prefetch/";
                   return sized_name(p, kernel + std::string(p["huge"] == "on" ? "huge" : "nohuge"));
                 },
                 .make = [](const Point& p, StreamEnv& e) -> std::unique_ptr<Case> {
