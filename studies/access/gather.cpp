@@ -38,7 +38,7 @@ class GatherCase final : public Case {
   ka::GatherGeom g;
   bool huge = true;
   ka::GatherPath path = ka::GatherPath::prefetch;
-  bool calibrate_prefetch = false;  // prefetch "auto": the fastest path
+  bool calibrate_path = false;  // --prefetch auto: the fastest path, timed in setup
   std::string seq_key;    // sequential arm of the same pool/huge setting (for the vs_seq note)
   std::string plain_key;  // plain loop over the same runs (for the vs_plain note)
   bool is_seq = false, is_plain = false;
@@ -56,7 +56,7 @@ class GatherCase final : public Case {
         pool_note_ =
             "huge pages not granted (" + (pct ? csv_number(*pct) + "% backed" : std::string("not advised")) + "); ";
     }
-    if (!is_cuda(be) && calibrate_prefetch) pick_prefetch(be);
+    if (!is_cuda(be) && calibrate_path) pick_path(be);
 #if defined(KVF_HAVE_CUDA)
     if (is_cuda(be)) {
       dsum = BufferHandle(be, 8, MemKind::device);
@@ -100,7 +100,7 @@ class GatherCase final : public Case {
   }
   // Rounds that turn the order of the three paths each time (a drift of the machine weighs on all), each after a
   // cache flush as a cold sample is; the fastest median wins, prefetch only by the margin.
-  void pick_prefetch(Backend& be) {
+  void pick_path(Backend& be) {
     constexpr ka::GatherPath paths[3] = {ka::GatherPath::prefetch, ka::GatherPath::one_stream,
                                          ka::GatherPath::two_streams};
     std::vector<double> t[3];
@@ -117,12 +117,12 @@ class GatherCase final : public Case {
     path = on < (1 - kPrefetchMargin) * without ? ka::GatherPath::prefetch
            : two < one                          ? ka::GatherPath::two_streams
                                                 : ka::GatherPath::one_stream;
-    prefetch_note_ = std::string("path=") + ka::gather_path_name(path) + " (calibrated cold: prefetch " +
+    path_note_ = std::string("path=") + ka::gather_path_name(path) + " (calibrated cold: prefetch " +
                      fmt(on * 1e3) + " ms, one_stream " + fmt(one * 1e3) + " ms, two_streams " + fmt(two * 1e3) +
                      " ms, median of " + std::to_string(kCalibrationRounds) + ", prefetch only when 3% faster); ";
   }
   std::string after_measure(Backend&, const Summary& m, const std::string& mode) override {
-    std::string n = pool_note_ + prefetch_note_;
+    std::string n = pool_note_ + path_note_;
     if (is_plain) {
       sh->record(plain_key, mode, m.median);
       return n + "control: a plain OpenMP loop over the same runs, no intrinsics, no software prefetch";
@@ -138,7 +138,7 @@ class GatherCase final : public Case {
   std::uint64_t gather_host() const {
     return is_plain ? ka::gather_plain_cpu(sh->pool->ptr, g) : ka::gather_cpu(sh->pool->ptr, g, path);
   }
-  std::string pool_note_, prefetch_note_;  // in every mode's note
+  std::string pool_note_, path_note_;  // in every mode's note
 };
 
 std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
@@ -154,7 +154,7 @@ std::unique_ptr<Case> make_gather(const Point& p, AccessEnv& env) {
   c->g = g;
   c->huge = huge;
   c->path = pf ? ka::GatherPath::prefetch : ka::GatherPath::one_stream;
-  c->calibrate_prefetch = calibrate;
+  c->calibrate_path = calibrate;
   c->is_seq = seq;
   c->is_plain = plain;
   c->seq_key = "seq" + std::to_string(pool) + (huge ? "h" : "n") + p["prefetch"];
