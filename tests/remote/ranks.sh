@@ -269,10 +269,17 @@ print("rank 2 killed: " + big["note"][:80] + "; the next lockstep case: " + smal
 PY
   ;;
 rank0_dies)
-  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 64MiB,2MiB --min-samples 800 --peer-timeout 1 \
+  # The 2 MiB row first (fast), then 1000 samples of 64 MiB (~10 s): rank 0 dies inside that case, not at the end
+  # (with the 64 MiB case first, a loaded machine let the run finish before the kill and hang in its barrier).
+  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 2MiB,64MiB --min-samples 1000 --peer-timeout 1 \
     --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  kill_and_wait 0 2 55 "its first row"
+  kill_and_wait 0 2 40 "its first row"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = [r["case"] for r in csv.DictReader(open(sys.argv[1])) if r["median_s"]]
+assert rows == ["ceiling/read/2MiB"], f"rank 0 was killed after {rows}: not inside the 64 MiB case"
+PY
   grep -q "(rank 1, holder): error: rank 0 lost" "$work/log" || fail "the holder did not say rank 0 was lost"
   [ $took -le 30 ] || fail "the run ended $took s after the kill: the reader waited at the closing barrier"
   ;;
