@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace kvf::stream {
 
@@ -16,6 +18,22 @@ inline constexpr std::size_t kPrefetchBytes = 2048;
 // The read loop over two sequential streams per thread (the halves of its chunk in turn), all threads: some
 // cores read two streams faster than one; the read ceiling takes the best of the three kernels.
 std::uint64_t cpu_read_two_streams(const void* src, std::size_t bytes);
+// The all-thread read kernels under one name each, the one list the stream study's `read` cases
+// (read/<name>/...) and the idleness read ceiling (read_ceiling/<name>/...) run: which one reads fastest moves
+// with the core, so every one is measured and the read ceiling is the best of them.
+struct CpuReadKernel {
+  const char* name;
+  std::uint64_t (*read)(const void* src, std::size_t bytes);
+  const char* doc;
+};
+inline constexpr CpuReadKernel kCpuReadKernels[] = {
+    {"loop", &cpu_read, "32-byte vectors, four accumulators"},
+    {"prefetch", &cpu_read_prefetch, "explicit vectors with a software prefetch 2 KiB ahead"},
+    {"two_streams", &cpu_read_two_streams, "the loop over the two halves of each thread's chunk in turn"}};
+// The kernel of that name; kvf::UsageError naming the allowed ones otherwise.
+const CpuReadKernel& cpu_read_kernel(std::string_view name);
+// "loop, prefetch, two_streams" (for axis docs and messages).
+std::string cpu_read_kernel_names();
 // The same loop on the calling thread only.
 std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes);
 // word i = seed ^ i, all threads.

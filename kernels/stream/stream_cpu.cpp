@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kvf/cpu_isa.hpp"
+#include "kvf/errors.hpp"
 #include "kvf/pattern.hpp"
 
 namespace kvf::stream {
@@ -161,6 +162,18 @@ std::uint64_t cpu_read_prefetch(const void* src, std::size_t bytes) {
   if (cpu_avx512()) return xor_all_threads(src, bytes, xor_words_prefetch_avx512);
 #endif
   return xor_all_threads(src, bytes, xor_words_prefetch_base);
+}
+
+std::string cpu_read_kernel_names() {
+  std::string names;
+  for (const CpuReadKernel& k : kCpuReadKernels) names += (names.empty() ? "" : ", ") + std::string(k.name);
+  return names;
+}
+
+const CpuReadKernel& cpu_read_kernel(std::string_view name) {
+  for (const CpuReadKernel& k : kCpuReadKernels)
+    if (name == k.name) return k;
+  bad_flag("read kernel", name, "allowed " + cpu_read_kernel_names());
 }
 
 std::uint64_t cpu_read_1thread(const void* src, std::size_t bytes) {

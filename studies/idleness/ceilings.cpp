@@ -149,14 +149,11 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
     return c;
 #endif
   }
-  const std::string kernel = p["kernel"];
-  auto c = std::make_unique<ReadCeilingCpu>(bytes, kernel == "prefetch"      ? &kvf::stream::cpu_read_prefetch
-                                                   : kernel == "two_streams" ? &kvf::stream::cpu_read_two_streams
-                                                                             : &kvf::stream::cpu_read);
+  auto c = std::make_unique<ReadCeilingCpu>(bytes, kvf::stream::cpu_read_kernel(p["kernel"]).read);
   c->bytes = double(bytes);
   c->ceiling = read_ceiling_ref();
-  c->note = "all-core read (the stream study's kernels); the read ceiling is the best of plain, prefetch and "
-            "two_streams";
+  c->note = "all-core read (the stream study's kernels); the read ceiling is the best of " +
+            kvf::stream::cpu_read_kernel_names();
   c->est_seconds = est(double(bytes) / 20e9, 0.3, 1);
   c->hot = false;  // larger than the LLC either way; cold is the honest one
   return c;
@@ -210,15 +207,16 @@ Arm gemm_ceiling_arm() {
 }
 
 Arm read_ceiling_arm() {
-  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only): plain, prefetch, two_streams (two "
-                         "streams per thread)", .cpu = {"plain", "prefetch", "two_streams"},
-                         .quick = {"plain", "prefetch", "two_streams"}};
+  std::vector<std::string> names;
+  for (const auto& k : kvf::stream::kCpuReadKernels) names.push_back(k.name);
+  const kvf::Axis kernel{.name = "kernel", .doc = "CPU read kernel (CPU only, the stream study's): " +
+                         kvf::stream::cpu_read_kernel_names(), .cpu = names, .quick = names};
   const kvf::Axis bytes{.name = "array_bytes", .doc = "bytes read, far above the LLC/L2",
                         .cpu = {i2s(512LL << 20)}, .gpu = {i2s(4LL << 30)}, .quick = {i2s(128LL << 20)},
                         .quick_gpu = {i2s(4LL << 30)}};
   return Arm{
       .name = "read_ceiling",
-      .doc = "memory ceiling: all-core read, plain, prefetching and two-stream (CPU); 16-byte-load device read (GPU)",
+      .doc = "memory ceiling: all-core read, each of the stream study's read kernels (CPU); 16-byte-load device read (GPU)",
       .axes = {arm_axis("read_ceiling", true), kernel, bytes},
       // One device read on the GPU: no kernel column there.
       .default_grid =

@@ -100,26 +100,19 @@ std::vector<StreamArm> cpu_arms() {
                 .on_gpu = false,
                 .axes = {{.name = "threads", .doc = "threads reading"},
                          {.name = "huge", .doc = "transparent huge pages"},
-                         {.name = "kernel",
-                          .doc = "loop (32-byte vectors), vector_prefetch, or two_streams (two halves per thread)"}},
+                         {.name = "kernel", .doc = "read kernel: " + st::cpu_read_kernel_names() + " (kvf::stream)"}},
                 .default_grid = [](const Target&,
                                    const StreamEnv& e) {
                   return Grid{sized("read", e.array_bytes,
-                                    {{"threads", {"all"}}, {"huge", {"on", "off"}}, {"kernel", {"loop", "vector_prefetch"}}}),
+                                    {{"threads", {"all"}}, {"huge", {"on", "off"}}, {"kernel", {"loop", "prefetch"}}}),
                               sized("read", e.array_bytes,
                                     {{"threads", {"all"}}, {"huge", {"on"}}, {"kernel", {"two_streams"}}})};
                 },
                 .case_name_fn = [](const Point& p) {
-                  const std::string k = p["kernel"];
-                  const char* kernel = k == "loop" ? "loop/" : k == "two_streams" ? "two_streams/" : "prefetch/";
-                  return sized_name(p, kernel + std::string(p["huge"] == "on" ? "huge" : "nohuge"));
+                  return sized_name(p, p["kernel"] + (p["huge"] == "on" ? "/huge" : "/nohuge"));
                 },
                 .make = [](const Point& p, StreamEnv& e) -> std::unique_ptr<Case> {
-                  const std::string k = p["kernel"];
-                  return std::make_unique<ReadCase>(e, k == "loop"          ? &st::cpu_read
-                                                       : k == "two_streams" ? &st::cpu_read_two_streams
-                                                                            : &st::cpu_read_prefetch,
-                                                    p["huge"] == "on");
+                  return std::make_unique<ReadCase>(e, st::cpu_read_kernel(p["kernel"]).read, p["huge"] == "on");
                 }},
       StreamArm{.name = "read_1thread",
                 .doc = "the read loop on one thread: the baseline the all-thread read is judged against",

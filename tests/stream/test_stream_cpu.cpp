@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvf/errors.hpp"
 #include "kvf/pattern.hpp"
 #include "stream.hpp"
 
@@ -32,11 +33,25 @@ TEST(StreamCpu, ReadsMatchTheReferenceXor) {
     for (std::size_t skew : {0, 1, 3}) {
       const Filled f(bytes, skew);
       const std::uint64_t want = st::read_checksum_ref(kSeed, bytes);
-      EXPECT_EQ(st::cpu_read(f.p, bytes), want) << bytes << " bytes, skew " << skew;
       EXPECT_EQ(st::cpu_read_1thread(f.p, bytes), want) << bytes << " bytes, skew " << skew;
-      EXPECT_EQ(st::cpu_read_prefetch(f.p, bytes), want) << bytes << " bytes, skew " << skew;
-      EXPECT_EQ(st::cpu_read_two_streams(f.p, bytes), want) << bytes << " bytes, skew " << skew;
+      for (const auto& k : st::kCpuReadKernels)
+        EXPECT_EQ(k.read(f.p, bytes), want) << k.name << ", " << bytes << " bytes, skew " << skew;
     }
+}
+
+// The studies run the read kernels by name (case read/<name>/..., read_ceiling/<name>/...): each name finds its
+// own kernel, and an unknown one is refused with the names allowed.
+TEST(StreamCpu, ReadKernelsByName) {
+  EXPECT_EQ(st::cpu_read_kernel("loop").read, &st::cpu_read);
+  EXPECT_EQ(st::cpu_read_kernel("prefetch").read, &st::cpu_read_prefetch);
+  EXPECT_EQ(st::cpu_read_kernel("two_streams").read, &st::cpu_read_two_streams);
+  EXPECT_EQ(st::cpu_read_kernel_names(), "loop, prefetch, two_streams");
+  try {
+    st::cpu_read_kernel("plain");
+    ADD_FAILURE() << "an unknown kernel name was taken";
+  } catch (const kvf::UsageError& e) {
+    EXPECT_STREQ(e.what(), "read kernel plain: allowed loop, prefetch, two_streams");
+  }
 }
 
 TEST(StreamCpu, ReadSeesEveryWord) {
@@ -46,9 +61,8 @@ TEST(StreamCpu, ReadSeesEveryWord) {
     Filled f(bytes, 1);
     const std::uint64_t want = st::read_checksum_ref(kSeed, bytes);
     f.p[w] ^= std::uint64_t{1} << (w % 64);
-    EXPECT_NE(st::cpu_read(f.p, bytes), want) << "word " << w;
     EXPECT_NE(st::cpu_read_1thread(f.p, bytes), want) << "word " << w;
-    EXPECT_NE(st::cpu_read_two_streams(f.p, bytes), want) << "word " << w;
+    for (const auto& k : st::kCpuReadKernels) EXPECT_NE(k.read(f.p, bytes), want) << k.name << ", word " << w;
   }
 }
 
