@@ -301,6 +301,7 @@ class Runner {
       state_[i].set_up = true;
       if (c->has_verify()) c->verify(be_);
     }
+    c->before_measure(be_, mode);
     Measurement m;
     {
       NvtxRange range(bname);

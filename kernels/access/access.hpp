@@ -167,9 +167,11 @@ struct AttnWorkspace {
   CpuChoice bf16_dot = CpuChoice::automatic;      // bf16 QK by vdpbf16ps (on: only where available)
   CpuChoice far_prefetch = CpuChoice::automatic;  // prefetcht1 2-4 chunks ahead, besides the L1 one
   // What the last attention_cpu call ran, and why (path_note: the row's note). The automatic far prefetch
-  // is calibrated once per plan_cpu, at the first call with prefetch on (far_on_s/far_off_s: best times).
+  // is calibrated once per plan_cpu, at the first call with prefetch on (far_on_s/far_off_s: best times;
+  // far_how: how they were timed), unless a caller timed it itself (take_far_prefetch).
   bool use_bf16_dot = false, use_far_prefetch = false, far_resolved = false;
   double far_on_s = 0, far_off_s = 0;
+  std::string far_how;
   std::string path_note;
   const void* path_note_fn = nullptr;  // the item kernel and prefetch settings path_note describes
   bool path_note_prefetch = false;
@@ -190,6 +192,12 @@ void plan_cpu(const AttnShape& s, const Selection& sel, AttnWorkspace& ws);
 // out: fp32 [batch][hq][d].
 void attention_cpu(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
                    AttnWorkspace& ws, float* out, bool prefetch = true);
+// Whether attention_cpu's kernel for this shape has the far prefetch to choose (the AVX-512 and AVX2 loops;
+// not the portable one).
+bool attention_cpu_has_far_prefetch(const AttnShape& s, const AttnWorkspace& ws);
+// The automatic far prefetch as a caller timed it on its own data (best times with it on and off; `how` the
+// note says, e.g. "cold, best of 3"): on only when more than 3% faster, as attention_cpu's own calibration.
+void take_far_prefetch(AttnWorkspace& ws, double on_s, double off_s, std::string how);
 // fp32 reference (double accumulation of the softmax and output), straightforward two-pass softmax.
 void attention_ref(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
                    float* out);

@@ -656,7 +656,7 @@ void item_avx2(const Item& it) {
         // the next head's row i of this block into L1 (a block of K and V outgrows L1 before it is read).
         if (it.prefetch)
           for (int i = i0; i < i0 + TQ && i < n; ++i) {
-            if (t0 + C + i < it.t1) {
+            if (it.far_prefetch && t0 + C + i < it.t1) {
               const std::uint64_t off = pos_next[it.shared ? 0 : h][i] * sizeof(E);
               for (int x = 0; x < kRowBytes; x += 64) {
                 _mm_prefetch(reinterpret_cast<const char*>(kb) + off + x, _MM_HINT_T1);
@@ -1054,14 +1054,20 @@ void calibrate_far(const AttnShape& s, const void* q, const void* k, const void*
       run_items(s, q, k, v, sel, ws, out, fn, true, f == 1);
       best[f] = std::min(best[f], std::chrono::duration<double>(clk::now() - t0).count());
     }
-  ws.far_on_s = best[1];
-  ws.far_off_s = best[0];
-  // Within 3% the two are equal within the noise of a shared machine: the cheaper path (fewer instructions) then.
-  ws.use_far_prefetch = best[1] < 0.97 * best[0];
-  ws.far_resolved = true;
+  take_far_prefetch(ws, best[1], best[0], "back to back, best of 3");
 }
 
 }  // namespace
+
+void take_far_prefetch(AttnWorkspace& ws, double on_s, double off_s, std::string how) {
+  ws.far_on_s = on_s;
+  ws.far_off_s = off_s;
+  ws.far_how = std::move(how);
+  // Within 3% the two are equal within the noise of a shared machine: the cheaper path (fewer instructions) then.
+  ws.use_far_prefetch = on_s < 0.97 * off_s;
+  ws.far_resolved = true;
+  ws.path_note.clear();  // composed again at the next call
+}
 
 namespace {
 // The vdpbf16ps QK where bf16 K/V, the choice and this CPU allow it (pick_item then hands out the dot kernel).
@@ -1069,6 +1075,10 @@ bool dot_allowed(const AttnShape& s, const AttnWorkspace& ws) {
   return s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
 }
 }  // namespace
+
+bool attention_cpu_has_far_prefetch(const AttnShape& s, const AttnWorkspace& ws) {
+  return pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot_allowed(s, ws)) != nullptr;
+}
 
 bool attention_cpu_qk_dot(const AttnShape& s, const AttnWorkspace& ws) {
   return dot_allowed(s, ws) && cpu_avx512() &&
@@ -1085,8 +1095,8 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
     throw std::invalid_argument("attention_cpu: bf16_dot on, but K/V are not bf16 or this CPU or build has no AVX512_BF16");
   const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot);
   const bool avx512 = fn && cpu_avx512();
-  bool far = false;  // the far (L2) prefetch distance is the AVX-512 loop's
-  if (avx512 && prefetch) {
+  bool far = false;
+  if (fn && prefetch) {
     if (ws.far_prefetch != CpuChoice::automatic) {
       far = ws.far_prefetch == CpuChoice::on;
     } else {
@@ -1108,12 +1118,12 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
                                                  : "cpu_attn=avx512 qk=fp32 fma (no avx512_bf16)";
     if (!prefetch) {
       note += "; prefetch=off";
-    } else if (avx512 && ws.far_prefetch != CpuChoice::automatic) {
+    } else if (fn && ws.far_prefetch != CpuChoice::automatic) {
       note += far ? "; far_prefetch=on (forced)" : "; far_prefetch=off (forced)";
-    } else if (avx512) {
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated: on %.3g ms, off %.3g ms, best of 3)",
-                    far ? "on" : "off", ws.far_on_s * 1e3, ws.far_off_s * 1e3);
+    } else if (fn) {
+      char buf[192];
+      std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated %s: on %.3g ms, off %.3g ms)",
+                    far ? "on" : "off", ws.far_how.c_str(), ws.far_on_s * 1e3, ws.far_off_s * 1e3);
       note += buf;
     }
     ws.path_note = std::move(note);

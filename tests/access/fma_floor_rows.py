@@ -3,9 +3,12 @@
 fp32 FMA peak measured in the run, fma_peak_gflops, fma_peak_isa; where the QK runs as vdpbf16ps, its half of
 the attention's flops counts half: fma_floor_basis says which) in both modes; the read control has none. And a
 hot row whose working set is under 4x the LLC names no ceiling (a memory read does not bound it) and says why.
+Every attention row whose loop has a far prefetch (cpu_attn=avx2 or avx512) says it was timed in the row's own
+mode (cold: caches flushed) and took it on exactly when more than 3% faster.
 Usage: fma_floor_rows.py BENCH_ACCESS OUT_DIR"""
 import csv
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +33,18 @@ for r in rows:
             fails.append(f"{name}: a read control has an FMA floor")
         continue
     seen.add((r["arm"], r["mode"]))
+    far = re.search(r"; far_prefetch=(on|off) \(calibrated (cold, caches flushed|hot), best of 3: on ([0-9.e+-]+) ms, "
+                    r"off ([0-9.e+-]+) ms\)", r["note"])
+    if "cpu_attn=portable" in r["note"]:
+        if "far_prefetch" in r["note"]:
+            fails.append(f"{name}: the portable loop has no far prefetch: {r['note']!r}")
+    elif not far:
+        fails.append(f"{name}: no far prefetch calibration in the note: {r['note']!r}")
+    elif far.group(2).split(",")[0] != r["mode"]:
+        fails.append(f"{name}: far prefetch timed {far.group(2)!r}")
+    elif abs(float(far.group(3)) / float(far.group(4)) - 0.97) > 0.01 and \
+            (far.group(1) == "on") != (float(far.group(3)) < 0.97 * float(far.group(4))):  # 3 digits printed
+        fails.append(f"{name}: far prefetch {far.group(1)} from on {far.group(3)} ms, off {far.group(4)} ms")
     flops = float(r["flops"])
     peak, floor = float(r.get("fma_peak_gflops") or "nan"), float(r.get("fma_floor_s") or "nan")
     if not (peak > 0 and floor > 0):

@@ -152,20 +152,31 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_LT(attention_rel_error(fma.out.data(), ref.data(), ref.size()), 1e-5) << "hq " << hq;
     const PathRun fma_far = run_path(s, sel, q, k, v, CpuChoice::off, CpuChoice::on);
     EXPECT_EQ(fma.out, fma_far.out) << "hq " << hq;  // prefetching changes no arithmetic
+    AttnWorkspace probe;
+    plan_cpu(s, sel, probe);
+    const bool far_choice = attention_cpu_has_far_prefetch(s, probe);  // the AVX-512 and AVX2 loops
+    const PathRun aut = run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::automatic);
+    if (far_choice) {
+      EXPECT_NE(fma_far.note.find("; far_prefetch=on (forced)"), std::string::npos) << fma_far.note;
+      EXPECT_NE(fma.note.find("; far_prefetch=off (forced)"), std::string::npos) << fma.note;
+      EXPECT_NE(aut.note.find("; far_prefetch="), std::string::npos) << aut.note;
+      EXPECT_NE(aut.note.find(" (calibrated back to back, best of 3: on "), std::string::npos) << aut.note;
+    } else {
+      EXPECT_EQ(aut.note.find("far_prefetch"), std::string::npos) << aut.note;
+    }
     if (!kvf::cpu_avx512()) {
-      // No AVX-512 here: one path (AVX2 where the baseline has it, else portable), no QK or prefetch choice.
+      // No AVX-512 here: one path (AVX2 where the baseline has it, else portable), no QK choice.
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
       EXPECT_EQ(fma.note.rfind("cpu_attn=avx2", 0), 0u) << fma.note;
+      EXPECT_TRUE(far_choice);
 #else
       EXPECT_EQ(fma.note.rfind("cpu_attn=portable", 0), 0u) << fma.note;
+      EXPECT_FALSE(far_choice);
 #endif
       EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off), std::invalid_argument);
       portable_only = true;
       continue;
     }
-    EXPECT_NE(fma_far.note.find("far_prefetch=on (forced)"), std::string::npos) << fma_far.note;
-    const PathRun aut = run_path(s, sel, q, k, v, CpuChoice::automatic, CpuChoice::automatic);
-    EXPECT_NE(aut.note.find("(calibrated: on "), std::string::npos) << aut.note;
     if (!bf16_dot_available()) {
       EXPECT_NE(fma.note.find("qk=fp32 fma"), std::string::npos) << fma.note;
       EXPECT_THROW(run_path(s, sel, q, k, v, CpuChoice::on, CpuChoice::off), std::invalid_argument);
@@ -178,7 +189,34 @@ TEST(AttnSpeedPaths, Bf16DotAndFp32PathsAgreeOnTheSameData) {
     EXPECT_LT(attention_rel_error(dot.out.data(), fma.out.data(), ref.size()), 1e-5) << "hq " << hq;
     EXPECT_EQ(aut.out, dot.out);
   }
-  if (portable_only) GTEST_SKIP() << "this CPU has no AVX-512: only its one non-AVX-512 path ran (checked against the reference)";
+  if (portable_only)
+    GTEST_SKIP() << "this CPU has no AVX-512: its one non-AVX-512 loop ran (checked against the reference, and its far "
+                    "prefetch choice where it has one); the QK choice was not tried";
+}
+
+// A far prefetch a caller timed itself (the access study, per mode): on only when more than 3% faster, the times
+// and how they were taken in the note, which the next call composes again.
+TEST(AttnSpeedPaths, FarPrefetchTakenFromTheCallersTimes) {
+  AttnShape s;
+  s.batch = 1; s.hq = 32; s.hkv = 8; s.d = 128; s.ctx = 512; s.page = 16;
+  validate_shape(s);
+  std::vector<std::uint16_t> q(s.q_elems()), k(s.kv_elems()), v(s.kv_elems());
+  fill_qkv(s, q.data(), k.data(), v.data(), 3);
+  const Selection sel = select_dense(s, 256);
+  AttnWorkspace ws;
+  plan_cpu(s, sel, ws);
+  if (!attention_cpu_has_far_prefetch(s, ws)) GTEST_SKIP() << "the portable loop here: no far prefetch to choose";
+  std::vector<float> out(s.q_elems());
+  take_far_prefetch(ws, 0.96e-3, 1e-3, "cold, test");
+  EXPECT_TRUE(ws.use_far_prefetch);
+  attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
+  EXPECT_NE(ws.path_note.find("; far_prefetch=on (calibrated cold, test: on 0.96 ms, off 1 ms)"), std::string::npos)
+      << ws.path_note;
+  take_far_prefetch(ws, 0.98e-3, 1e-3, "hot, test");  // within 3%: the fewer instructions
+  EXPECT_FALSE(ws.use_far_prefetch);
+  attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
+  EXPECT_NE(ws.path_note.find("; far_prefetch=off (calibrated hot, test: on 0.98 ms, off 1 ms)"), std::string::npos)
+      << ws.path_note;
 }
 
 // attention_cpu_qk_dot says no wherever the kernel cannot take the vdpbf16ps QK (another dtype, the choice off, a

@@ -24,8 +24,8 @@ struct StudyContext {
 
 // One measured case. The harness calls, in order:
 //   setup() once; verify() once (throw VerifyError on mismatch); then for each mode (cold, hot)
-//   run() for warm-up and for every sample (the timed region: enqueue or do exactly the work that is
-//   measured, nothing else); teardown() once.
+//   before_measure(mode), then run() for warm-up and for every sample (the timed region: enqueue or do exactly
+//   the work that is measured, nothing else); teardown() once.
 // Cold samples are preceded by Backend::flush_caches(); before_sample() runs before every sample,
 // untimed (e.g. to reset an output or re-randomize offsets).
 class Case {
@@ -50,6 +50,9 @@ class Case {
   virtual void verify(Backend&) {}  // default: nothing to verify -> verified = "n/a"
   virtual bool has_verify() const { return false; }
   virtual void before_sample(Backend&) {}
+  // Untimed, before the samples of each mode (and of each repetition): a case that tunes a choice to the mode
+  // does it here (the access study's CPU attention times its far prefetch on and off, caches flushed for cold).
+  virtual void before_measure(Backend&, const std::string& /*mode*/) {}
   virtual void run(Backend&) = 0;
   virtual void teardown(Backend&) {}
   // Extra figures a study adds to the note after measuring (e.g. "working_set_vs_llc=3.2"). Parameters it sets
