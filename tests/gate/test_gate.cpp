@@ -395,6 +395,47 @@ TEST(GateLoad, TablesWithParametersInAnyColumnOrder) {
   EXPECT_THROW(g::load_kvf_tables(cases, nocol, "mem"), kvf::UsageError);
 }
 
+// A value the run measured (kvf::measured_param_columns: the access study's FMA peak and floor, the share of an
+// array on huge pages) differs between two runs of one case: it is no part of the case's key, so the two match.
+TEST(GateLoad, MeasuredColumnsAreNoPartOfTheKey) {
+  const auto tables = [](const std::string& peak, const std::string& floor_s) {
+    kvf::CsvTable cases;
+    cases.path = "cases.csv";
+    cases.header = kvf::case_columns();
+    for (const char* c : {"ctx", "fma_peak_gflops", "fma_floor_s", "huge_backed_pct"}) cases.header.push_back(c);
+    std::vector<std::string> row(cases.header.size());
+    const auto set_col = [&](const std::string& col, const std::string& v) { row[*cases.column(col)] = v; };
+    set_col("study", "access");
+    set_col("case", "attn/dense/16K");
+    set_col("mode", "cold");
+    set_col("samples", "5");
+    set_col("ctx", "16384");
+    set_col("fma_peak_gflops", peak);
+    set_col("fma_floor_s", floor_s);
+    set_col("huge_backed_pct", peak == "124.8" ? "100" : "87.5");
+    cases.rows.push_back(row);
+    cases.line.push_back(2);
+    kvf::CsvTable samples;
+    samples.path = "samples.csv";
+    samples.header = kvf::sample_columns();
+    for (int i = 0; i < 5; ++i) {
+      samples.rows.push_back({"access", "attn/dense/16K", "cold", std::to_string(i), std::to_string(0.004 + i * 1e-5), "", "0", "0"});
+      samples.line.push_back(3 + i);
+    }
+    return std::make_pair(cases, samples);
+  };
+  const auto [c1, s1] = tables("124.8", "0.00215");
+  const auto [c2, s2] = tables("200.6", "0.00134");
+  const auto a = g::load_kvf_tables(c1, s1, "run 1"), b = g::load_kvf_tables(c2, s2, "run 2");
+  ASSERT_EQ(a.cases.size(), 1u);
+  EXPECT_EQ(a.cases[0].key.params_string(), "ctx=16384");
+  const auto r = g::run_gate(a, b, {});
+  EXPECT_EQ(r.count(g::Verdict::new_case), 0u);
+  EXPECT_EQ(r.count(g::Verdict::missing), 0u);
+  ASSERT_EQ(r.cases.size(), 1u);
+  EXPECT_EQ(r.cases[0].verdict, g::Verdict::same);
+}
+
 TEST(GateLoad, MetaDeviceNames) {
   const auto j = nlohmann::json::parse(R"({"studies":{"a":{"device":{"name":"H100"}},"b":{"device":"H100"}},
                                            "other":[{"device":{"name":"CPU"}}]})");

@@ -79,7 +79,11 @@ ResultSet load_kvf_tables(CsvTable cases_table, const CsvTable& samples, const s
     cd.key.study = std::move(e.study);
     cd.key.case_name = std::move(e.case_name);
     cd.key.mode = std::move(e.mode);
-    cd.key.params = std::move(e.params);  // matched by name: sorted
+    cd.key.params = std::move(e.params);  // matched by name: sorted; what the run measured is no part of the key
+    std::erase_if(cd.key.params, [](const Param& p) {
+      const auto& m = measured_param_columns();
+      return std::find(m.begin(), m.end(), p.name) != m.end();
+    });
     std::sort(cd.key.params.begin(), cd.key.params.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
     cd.backend = std::move(e.backend);
     cd.device = std::move(e.device);

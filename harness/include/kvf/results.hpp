@@ -42,6 +42,14 @@ inline const std::vector<std::string>& case_columns() {
       "ceiling_value", "verified", "stop_reason", "throttled_samples", "note"};
   return cols;
 }
+// Columns a case writes beside its parameters whose values are measured in the run, not part of what the case is:
+// the FMA peak and the arithmetic floor taken from it (the access study's fma_peak_gflops, fma_floor_s) and the
+// share of an array the kernel got huge pages for (huge_backed_pct). Readers that match a case across runs (kvf
+// gate) leave them out of its key: two runs of one case differ in them. A study adds here any such column it writes.
+inline const std::vector<std::string>& measured_param_columns() {
+  static const std::vector<std::string> cols = {"fma_peak_gflops", "fma_floor_s", "huge_backed_pct"};
+  return cols;
+}
 inline const std::vector<std::string>& sample_columns() {
   // repetition: which --benchmark_repetitions pass took the sample (0 without repetitions); the case row
   // pools them. Readers take it as optional (files written before it have none).
