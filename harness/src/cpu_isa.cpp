@@ -38,9 +38,10 @@ bool detect_avx512_bf16() {
 
 }  // namespace
 
-// Read once: kernels ask per call. A bad KVF_CPU_ISA throws on every call (the static is not initialized).
+// Read once: kernels ask per call. A bad KVF_CPU_ISA throws on every call (the static is not initialized), on a CPU
+// without AVX-512 too (the cap is read first: it had been read only where there was something to cap).
 bool cpu_avx512() {
-  static const bool use = detect_avx512() && !capped();
+  static const bool use = !capped() && detect_avx512();
   return use;
 }
 
