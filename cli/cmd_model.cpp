@@ -206,7 +206,8 @@ void add_model(CLI::App& app) {
     if (!args->reuse.empty()) ao.reuse = args->reuse;
     ao.prefill_pages = args->prefill_pages;
     if (price->count() > 0) ao.hbm_price_us_per_mib = args->hbm_price;
-    if (!args->calibrate.empty()) ao.measured = &in.calibration;  // measured arm times replace the model's where present
+    // Measured arm times replace the model's where present (a GPU run's; a CPU run's arms are the CPU's).
+    if (!args->calibrate.empty() && !in.cpu_calibration) ao.measured = &in.calibration;
     const auto table = report::action_table(g, m, ao);
     const auto j = report::action_table_json(g, m, ao, table);
     if (args->json == "-") {

@@ -295,8 +295,12 @@ void run_residency(const Args& a) {
       throw UsageError("--" + std::string(e.what()));
     }
   }();
-  if (!a.calibrate.empty()) rs::use_measured_restores(cost, in.calibration);
-  if (a.prefill_cost != "model" && !a.calibrate.empty()) {
+  if (in.cpu_calibration && a.prefill_cost == "measured")
+    throw UsageError("--prefill-cost measured: " + a.calibrate + " is a CPU run, its frontier rows do not price " +
+                     in.gpu.name + "'s prefill (--prefill-cost model, or a GPU run's directory)");
+  // A CPU run's restore and layer rows are the CPU's: the GPU's are priced by the model.
+  if (!a.calibrate.empty() && !in.cpu_calibration) rs::use_measured_restores(cost, in.calibration);
+  if (a.prefill_cost != "model" && !a.calibrate.empty() && !in.cpu_calibration) {
     const auto measured = rs::measured_prefill(cost, in.calibration);
     if (measured) rs::use_measured_prefill(cost, *measured);
     else if (a.prefill_cost == "measured")

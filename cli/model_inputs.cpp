@@ -15,12 +15,21 @@ ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& g
   in.model = static_cast<std::size_t>(&report::find_shape(in.shapes, model) - in.shapes.data());
   if (!calibrate_dir.empty()) {
     in.calibration = report::load_results(calibrate_dir);
-    in.calibrated = report::calibrate(in.gpu, in.calibration);
+    // A CPU run prices a GPU's disk and remote tiers (the host's side), never its memory, GEMM or link.
+    in.cpu_calibration = in.calibration.backend == "cpu";
+    in.calibrated = report::calibrate(in.gpu, in.calibration, in.cpu_calibration);
     std::size_t ceilings = 0;
     for (const auto& d : in.calibrated)
       if (d.rfind("l2_mib", 0) != 0) ++ceilings;  // the L2 size alone is not a ceiling
+    if (ceilings == 0 && in.cpu_calibration)
+      throw UsageError("--calibrate " + calibrate_dir + ": a CPU run (" + in.calibration.device +
+                       "), which prices only the disk and remote tiers of " + in.gpu.name +
+                       " (a CPU's memory and GEMM ceilings do not price a GPU), and it has no file-tier or remote rows");
     if (ceilings == 0)
       throw UsageError("--calibrate " + calibrate_dir + ": no stream read, GEMM ceiling or host copy rows to calibrate from");
+    if (in.cpu_calibration)
+      in.calibrated.push_back("memory, GEMM, host link, copy and launch figures: " + in.gpu.name +
+                              "'s spec sheet (" + calibrate_dir + " is a CPU run: its ceilings do not price a GPU)");
   }
   return in;
 }

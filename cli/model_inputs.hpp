@@ -17,6 +17,7 @@ struct ModelInputs {
   std::size_t model = 0;  // index into shapes
   report::ResultSet calibration;  // loaded when --calibrate was given
   std::vector<std::string> calibrated;  // the fields replaced, "field <- source"
+  bool cpu_calibration = false;  // --calibrate named a CPU run: only the disk and remote tiers came from it
   const report::Shape& shape() const { return shapes[model]; }
 };
 // UsageError naming the flag for an unknown GPU or model, an unreadable spec file, or a --calibrate directory

@@ -7,7 +7,9 @@
 
 namespace kvf::report {
 
-std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs) { return calibrate(study_reports(), g, rs); }
+std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs, bool host_tiers_only) {
+  return calibrate(study_reports(), g, rs, host_tiers_only);
+}
 
 GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus) {
   return spec_from_results(study_reports(), rs, gpus);

@@ -65,18 +65,21 @@ std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<
 namespace {
 
 // The fields a calibration term may set, in the order they are calibrated and listed.
+// host_tier: a figure of the host's side (disk, the remote tier between hosts' memories), which a CPU run measures
+// for a GPU as well as a GPU run does; the others are the device's own.
 struct Field {
   const char* name;
   double GpuSpec::*member;
+  bool host_tier;
 };
 constexpr Field kFields[] = {
-    {"hbm_tbps", &GpuSpec::hbm_tbps},         {"bf16_tflops", &GpuSpec::bf16_tflops},
-    {"fp32_tflops", &GpuSpec::fp32_tflops},
-    {"host_link_gbps", &GpuSpec::host_link_gbps}, {"copy_fixed_us", &GpuSpec::copy_fixed_us},
-    {"disk_gbps", &GpuSpec::disk_gbps},       {"disk_latency_us", &GpuSpec::disk_latency_us},
-    {"nvlink_gbps", &GpuSpec::nvlink_gbps},   {"launch_us", &GpuSpec::launch_us},
-    {"remote_gbps", &GpuSpec::remote_gbps},   {"remote_fixed_us", &GpuSpec::remote_fixed_us},
-    {"remote_descriptor_us", &GpuSpec::remote_descriptor_us},
+    {"hbm_tbps", &GpuSpec::hbm_tbps, false},         {"bf16_tflops", &GpuSpec::bf16_tflops, false},
+    {"fp32_tflops", &GpuSpec::fp32_tflops, false},
+    {"host_link_gbps", &GpuSpec::host_link_gbps, false}, {"copy_fixed_us", &GpuSpec::copy_fixed_us, false},
+    {"disk_gbps", &GpuSpec::disk_gbps, true},       {"disk_latency_us", &GpuSpec::disk_latency_us, true},
+    {"nvlink_gbps", &GpuSpec::nvlink_gbps, false},   {"launch_us", &GpuSpec::launch_us, false},
+    {"remote_gbps", &GpuSpec::remote_gbps, true},   {"remote_fixed_us", &GpuSpec::remote_fixed_us, true},
+    {"remote_descriptor_us", &GpuSpec::remote_descriptor_us, true},
 };
 
 double GpuSpec::*member_of(const std::string& field) {
@@ -87,13 +90,14 @@ double GpuSpec::*member_of(const std::string& field) {
 
 }  // namespace
 
-std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs) {
+std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs, bool host_tiers_only) {
   std::vector<std::string> done;
   auto note = [&](const std::string& field, const std::string& text) {
     g.source[field] = "measured: " + text;
     done.push_back(field + " <- " + text);
   };
   for (const auto& field : kFields) {
+    if (host_tiers_only && !field.host_tier) continue;
     std::vector<const CalibrationTerm*> terms;
     for (const auto& s : studies)
       for (const auto& t : s.calibration)
@@ -103,6 +107,10 @@ std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, cons
       const auto measured = t->measure(rs);
       if (measured.empty()) continue;
       for (const auto& m : measured) {
+        if (host_tiers_only && !std::any_of(std::begin(kFields), std::end(kFields), [&](const Field& f) {
+              return f.host_tier && m.field == f.name;
+            }))
+          continue;  // a term that sets a device field beside a host-tier one
         g.*member_of(m.field) = m.value;
         note(m.field, m.text);
       }
@@ -110,7 +118,7 @@ std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, cons
     }
   }
   // The L2 (last-level cache) size is the device's, from meta.json: no study measures it.
-  if (rs.backend == "cuda" && rs.llc_bytes) {
+  if (!host_tiers_only && rs.backend == "cuda" && rs.llc_bytes) {
     g.l2_mib = static_cast<double>(rs.llc_bytes) / (1 << 20);
     char buf[512];
     std::snprintf(buf, sizeof buf, "%.4g MiB, meta.json device.llc_bytes in %s", g.l2_mib, rs.dir.c_str());

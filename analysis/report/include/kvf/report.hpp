@@ -168,8 +168,10 @@ std::optional<double> corun_s(double bytes, double alone_s, double bw_bps, doubl
 
 // Replace spec peaks with ceilings measured in `rs`: the plug-ins' calibration terms (stream read, GEMM
 // ceiling, host copy and its per-copy fixed cost, disk, NVLink), then the L2 size from meta.json. Returns the
-// fields replaced (also appended to g.calibration).
-std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs);
+// fields replaced (also appended to g.calibration). host_tiers_only: the disk and remote-tier figures alone, the
+// host's side, which a CPU run measures for a GPU too (a CPU's memory and GEMM ceilings do not price a GPU).
+std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs,
+                                   bool host_tiers_only = false);
 // A spec built only from a results directory (e.g. a CPU run): every ceiling measured, none assumed
 // except launch/copy overheads (0 on the CPU).
 GpuSpec spec_from_results(const StudyReports& studies, const ResultSet& rs, const std::vector<GpuSpec>& gpus);
@@ -297,7 +299,7 @@ ReportResult write_report(const StudyReports& studies, const std::vector<ResultS
 
 // ------------------------------------------------------------------------------------------ with this build's plug-ins
 // The same as above with studies = study_reports(): defined in kvf_report (analysis/report/src/builtin.cpp).
-std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs);
+std::vector<std::string> calibrate(GpuSpec& g, const ResultSet& rs, bool host_tiers_only = false);
 GpuSpec spec_from_results(const ResultSet& rs, const std::vector<GpuSpec>& gpus);
 std::optional<double> predict_row(const GpuSpec& g, const CaseRow& r, std::string* why = nullptr,
                                   const ResultSet* run = nullptr, const std::vector<Shape>* shapes = nullptr);
