@@ -81,10 +81,21 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
   if (const std::string held = study_backend(out, "stream"); !held.empty() && held != backend)
     throw UsageError("--out " + out + ": holds a stream study measured on backend " + held +
                      ", this run's backend is " + backend + "; give another --out");
+  // One run of a study per directory (the bench refuses a second: it would write every case name again); said
+  // here before any study runs.
+  for (const auto& name : c.studies)
+    if (const std::string st = study_status(out, name); !st.empty())
+      throw UsageError("--out " + out + ": already holds the " + name + " study (status " + st +
+                       "); a second run there would write its cases twice: give another --out");
   if (c.studies.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
-    if (study_status(out, "stream") == "complete") {
+    const std::string st = study_status(out, "stream");
+    if (st == "complete") {
       c.stream_kept = true;
       notes.push_back("kvf run: " + out + " already holds a finished stream study: its ceilings are used, not measured again");
+    } else if (!st.empty()) {
+      throw UsageError("--out " + out + ": holds a stream study that did not finish (status " + st +
+                       "): no ceilings to state the rows against, and a second one there would write its cases twice: "
+                       "give another --out");
     } else {
       c.studies.insert(c.studies.begin(), "stream");
       c.stream_added = true;

@@ -255,6 +255,17 @@ std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::
   const nlohmann::json selection = device_selection_json(be, f);
   auto dir = std::make_unique<ResultsDir>(out_dir);
   dir->update_meta([&](nlohmann::json& m) {
+    // One run of a study per directory: a second would write every case name again (the report and the gate
+    // refuse such rows), and meta.json keeps one entry per study. Other studies may join it (a sweep split over calls).
+    if (m.contains("studies") && m["studies"].is_object() && m["studies"].contains(study)) {
+      const auto& held = m["studies"][study];
+      const auto text = [&](const char* k) {
+        return held.is_object() && held.contains(k) && held[k].is_string() ? held[k].get<std::string>() : std::string("?");
+      };
+      throw UsageError("--out " + out_dir + ": already holds the " + study + " study (status " + text("status") +
+                       ", started " + text("started_utc") + "); a second run there would write its cases twice: give "
+                       "another --out");
+    }
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     if (!m.contains("host")) m["host"] = {{"hostname", host}, {"os", os_name()}};

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "kvf/csv.hpp"
 #include "kvf/table.hpp"
 
@@ -50,6 +52,11 @@ TEST(IdlenessBench, CpuTwinsAreStatedAgainstTheFp32Gemm) {
   planted[*t.column("tflops")] = "1000";
   std::ofstream(out / "cases.csv", std::ios::app) << kvf::csv_line(planted);
   const std::size_t first = t.rows.size() + 1;  // the second run's rows
+  // A directory takes one run of a study: the first run's entry leaves meta.json, its rows stay as the ceilings
+  // the second run finds (as a stream study's do).
+  auto meta = nlohmann::json::parse(slurp(out / "meta.json"));
+  meta["studies"].erase("idleness");
+  std::ofstream(out / "meta.json") << meta.dump(2);
 
   ASSERT_EQ(run_bench(out, args), 0) << slurp(out.parent_path() / "run.err");
   t = kvf::read_csv_table((out / "cases.csv").string());
