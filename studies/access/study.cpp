@@ -151,7 +151,7 @@ class AccessStudy final : public Study {
     flags.text("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
     flags.text("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
     flags.text("--cluster-mean", cluster_mean_text_, "mean run length of the clustered token arm, 1..65536 (default 8)");
-    flags.list("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 to 1 GiB dividing the pool "
+    flags.list("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 B to 1 GiB (256, 4KiB, 1GiB) dividing the pool "
                "(default 32 .. 64Ki)");
     flags.list("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
                "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)");
@@ -292,8 +292,14 @@ class AccessStudy final : public Study {
       env.head_dims.push_back(static_cast<std::uint32_t>(d));
     }
     for (const auto& t : run_bytes_) {
-      const auto r = parse_whole(t, "--run-bytes", 32, 1ull << 30);
-      if (!pow2(r)) bad_flag("--run-bytes", t, "must be a power of two from 32 to 1 GiB (1073741824)");
+      const std::string allowed = "must be a power of two from 32 B to 1 GiB (e.g. 256, 4KiB, 64KiB, 1GiB)";
+      std::size_t r = 0;
+      try {
+        r = kvf::parse_bytes(t, "--run-bytes");  // as --size and --pool-mib's siblings: 64KiB, 1GiB
+      } catch (const UsageError&) {
+        bad_flag("--run-bytes", t, allowed);
+      }
+      if (r < 32 || r > (1ull << 30) || !pow2(r)) bad_flag("--run-bytes", t, allowed);
       env.runs.push_back(r);
     }
     for (auto d : env.dtypes) {

@@ -101,7 +101,7 @@ void IdlenessStudy::add_options(kvf::StudyFlags& flags) {
   flags.text("--models-file", models_file_, "model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
   flags.list("--batches", batches_text_, "batch sizes B, 1..256 (default CPU 1,4,16,64; GPU 1,4,16,64,256)");
   flags.list("--contexts", contexts_text_,
-             "contexts C in tokens, multiples of 1024 in 1024..131072 (default CPU 1024,4096; GPU "
+             "contexts C in tokens, multiples of 1024 in 1024..131072, or 1K..128K (default CPU 1024,4096; GPU "
              "1024,8192,32768,131072)");
   flags.text("--layers", layers_text_, "layers L per step, 1..model layers (default CPU 1; GPU 4)");
   flags.text("--prefill-tokens", prefill_tokens_text_, "prefill chunk tokens T, 16..4096 (default CPU 128; GPU 512)");
@@ -155,13 +155,26 @@ kvf::UserLists IdlenessStudy::parse_sweep_flags() {
   for (const auto& t : batches_text_)
     user["--batches"].push_back(i2s(kvf::flag_int(t, "--batches", dc::kMinBatch, dc::kMaxBatch, 1,
                                                   "batch must be a whole number in 1..256")));
-  for (const auto& t : contexts_text_)
-    user["--contexts"].push_back(
-        i2s(kvf::flag_int(t, "--contexts", dc::kMinContext, dc::kMaxContext, 1024,
-                          "context must be a multiple of 1024 in 1024..131072 (1K..128K), as plain digits")));
+  for (const auto& t : contexts_text_) {
+    // 4K = 4096, as the access study's --contexts takes it.
+    const bool k = !t.empty() && (t.back() == 'K' || t.back() == 'k');
+    const std::string allowed = "context must be a multiple of 1024 in 1024..131072, as digits or with K (1K..128K)";
+    int v = 0;
+    try {
+      v = kvf::flag_int(k ? t.substr(0, t.size() - 1) : t, "--contexts", k ? dc::kMinContext / 1024 : dc::kMinContext,
+                        k ? dc::kMaxContext / 1024 : dc::kMaxContext, k ? 1 : 1024, allowed);
+    } catch (const kvf::UsageError&) {
+      kvf::bad_flag("--contexts", t, allowed);  // naming the value as typed, K included
+    }
+    user["--contexts"].push_back(i2s(k ? v * 1024 : v));
+  }
   for (const auto& a : prefill_attention_) {
+    if (a == "both") {  // as the help says: mma,cuda_core
+      for (const char* k : {"mma", "cuda_core"}) user["--prefill-attention"].push_back(k);
+      continue;
+    }
     if (a != "mma" && a != "cuda_core")
-      kvf::bad_flag("--prefill-attention", a, "not a kernel; allowed: mma or cuda_core");
+      kvf::bad_flag("--prefill-attention", a, "not a kernel; allowed: mma, cuda_core or both");
     user["--prefill-attention"].push_back(a);
   }
   if (flags_.given("--prefill-tokens"))

@@ -158,7 +158,7 @@ std::vector<Arm<Env>> remote_arms() {
 }
 
 void RemoteFlags::add_to(StudyFlags& f) {
-  f.list("--arms", arms, "arms to run (default all): ceiling, granularity, gpu_memory");
+  f.list("--arms", arms, "arms to run (default all): ceiling, granularity, gpu_memory, lockstep (3 or more ranks)");
   f.list("--ops", ops, "read (decode pulls), write (prefill pushes); default both");
   f.list("--sizes", sizes, "ceiling region sizes, e.g. 32KiB,64MiB (default 32KiB,256KiB,2MiB,16MiB,64MiB)");
   f.list("--models", models, "models of the granularity arm (data/models.json; default Llama-3.1-8B)");
