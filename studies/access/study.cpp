@@ -376,11 +376,18 @@ class AccessStudy final : public Study {
     if (placement_ != "contiguous") {
       std::vector<std::uint32_t> all_ctx = env.ctxs;
       if (contexts_.empty()) all_ctx.push_back(env.side_ctx());
-      for (auto c : all_ctx)
+      for (auto c : all_ctx) {
+        // A power-of-two page that the user did not pick and a context it does not divide: the context is the bad
+        // value (--contexts 100 with the default 16-token pages).
+        if (!flags_.given("--page-tokens") && page_tokens && !(page_tokens & (page_tokens - 1)) &&
+            c % page_tokens)
+          bad_flag("--contexts", std::to_string(c), "must be a multiple of the " + std::to_string(page_tokens) +
+                   "-token pages of the shuffled placement (--page-tokens, or --placement contiguous)");
         if (!ka::valid_page_tokens(page_tokens, c))
           bad_flag("--page-tokens", std::to_string(page_tokens),
                    "must be a power of two from 1 to the context that divides it (context " + std::to_string(c) +
                        "); blocks and pages then nest (B/P pages per block or P/B blocks per page)");
+      }
     }
     for (const auto& s : reuse_)
       env.reuse_steps.push_back(static_cast<std::uint32_t>(parse_whole(s, "--reuse-steps", 1, 1u << 20)));
