@@ -52,6 +52,16 @@ int run(int argc, char** argv) {
   kvf::cli::add_residency(app);
   kvf::cli::add_attention(app);
   try {
+    // A first word that names no command: CLI11 would say only "A subcommand is required".
+    if (argc > 1 && argv[1][0] != '-') {
+      std::string known;
+      bool found = false;
+      for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+        known += (known.empty() ? "" : ", ") + sub->get_name();
+        found = found || sub->get_name() == argv[1];
+      }
+      if (!found) throw kvf::UsageError("unknown command " + kvf::shown_value(argv[1]) + ": allowed " + known);
+    }
     // kvf run's --<study>.<flag> arguments are the benches', not CLI11's (run_flags.hpp).
     std::vector<char*> args = kvf::cli::take_study_flags(argc, argv);
     app.parse(static_cast<int>(args.size()), args.data());

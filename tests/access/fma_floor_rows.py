@@ -34,7 +34,7 @@ for r in rows:
         continue
     seen.add((r["arm"], r["mode"]))
     far = re.search(r"; far_prefetch=(on|off) \(calibrated (cold, caches flushed|hot), best of 3: on ([0-9.e+-]+) ms, "
-                    r"off ([0-9.e+-]+) ms\)", r["note"])
+                    r"off ([0-9.e+-]+) ms, on only when 3% faster\)", r["note"])
     if "cpu_attn=portable" in r["note"]:
         if "far_prefetch" in r["note"]:
             fails.append(f"{name}: the portable loop has no far prefetch: {r['note']!r}")
