@@ -146,6 +146,14 @@ void check_arm_names(const char* flag, const std::vector<std::string>& given, co
       bad_flag(flag, g, "unknown arm; allowed: " + join_names(known, ","));
 }
 
+void check_arms_here(const char* flag, const std::vector<std::string>& given, const std::vector<std::string>& here,
+                     bool gpu) {
+  for (const auto& g : given)
+    if (std::find(here.begin(), here.end(), g) == here.end())
+      bad_flag(flag, g, gpu ? "a CPU arm, which the cuda backend does not run (--backend cpu)"
+                            : "a GPU arm, which the CPU backend does not run (--backend cuda on a machine with a GPU)");
+}
+
 void finish_case(Case& c, const Point& p, std::string name) {
   c.name = std::move(name);
   std::vector<Param> params = p.values();

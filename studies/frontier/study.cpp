@@ -118,6 +118,7 @@ void FrontierStudy::check_flags(Backend& be) {
   if (flags_.given("--file-size") && file_size_text_.empty())
     kvf::bad_flag("--file-size", "", "a size, a multiple of 2 MiB (e.g. 64MiB, 1GiB)");
   kvf::check_arm_names("--arms", arms_, unique_names(frontier_arms(env_)));
+  kvf::check_arms_here("--arms", arms_, frontier_arms(env_).names_on(env_.gpu), env_.gpu);
   const auto tokens = parse_ints(tokens_text_, "--tokens", 16, 4096, fr::kBlockTokens,
                                  "tokens per page must be a whole number in 16..4096 and a multiple of 16");
   const auto pages = parse_ints(pages_text_, "--pages", 1, 64, 1, "pages per call must be a whole number in 1..64");

@@ -66,6 +66,7 @@ class StreamStudy final : public Study {
     const std::size_t llc = be.info().llc_bytes ? be.info().llc_bytes : std::size_t{32} << 20;
     env_.note = env_.array_bytes < 4 * llc ? "arrays smaller than 4x LLC: partly cache, not memory" : "";
     const ArmList<StreamEnv> arms(gpu ? gpu_arms() : cpu_arms());
+    check_arms_here("--arms", arms_, arms.names(), gpu);
     std::vector<std::unique_ptr<Case>> out;
     for (const auto& arm : arms.all())
       if (arms_.empty() || std::find(arms_.begin(), arms_.end(), arm.name) != arms_.end())

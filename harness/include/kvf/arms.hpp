@@ -119,6 +119,10 @@ std::string join_names(const std::vector<std::string>& names, const char* sep = 
 
 // Checks a --arms list against the known names: kvf::bad_flag(flag, value, "unknown arm; allowed: ...").
 void check_arm_names(const char* flag, const std::vector<std::string>& given, const std::vector<std::string>& known);
+// An arm the user named (known to the study) that has no cases on this run's backend: one line saying where it runs,
+// rather than a run without it (here: the arms with cases on this backend; gpu: this run's target).
+void check_arms_here(const char* flag, const std::vector<std::string>& given, const std::vector<std::string>& here,
+                     bool gpu);
 
 template <class Env>
 class ArmList {
@@ -135,6 +139,13 @@ class ArmList {
     throw std::logic_error("no arm named " + std::string(name));
   }
   const std::vector<Arm<Env>>& all() const { return arms_; }
+  // The names of the arms with cases on that target (GPU or CPU).
+  std::vector<std::string> names_on(bool gpu) const {
+    std::vector<std::string> n;
+    for (const auto& a : arms_)
+      if ((gpu ? a.on_gpu : a.on_cpu) && std::find(n.begin(), n.end(), a.name) == n.end()) n.push_back(a.name);
+    return n;
+  }
 
   // The points of one arm, valid ones only.
   std::vector<Point> points(const Arm<Env>& arm, const Target& t, const UserLists& user, const Env& env) const {
