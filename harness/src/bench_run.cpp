@@ -365,6 +365,15 @@ class Runner {
     if (c.ceiling && hot_from_cache(c, p.rec.mode))
       parts.push_back("hot reads (partly) from cache: no pct_of_ceiling against " + c.ceiling->label() +
                       " (a memory read)");
+    // Well above its ceiling: a figure no reader should take as the hardware's (the ceiling row ran on a loaded
+    // machine, or the row read bytes the flush left in cache). Said, not hidden: the samples stay as measured.
+    if (p.rec.pct_of_ceiling && *p.rec.pct_of_ceiling > 110) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.0f%%", *p.rec.pct_of_ceiling);
+      parts.push_back(std::string("above its ceiling (") + buf + " of " + c.ceiling->label() +
+                      "): the ceiling measured less than this row reads (a loaded machine when it ran, or bytes the "
+                      "cache kept)");
+    }
     if (f_.reps > 1)
       parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +
                       " repetitions pooled (samples.csv: repetition)");
