@@ -334,7 +334,13 @@ void run_residency(const Args& a) {
       spec.requests = a.synthetic_requests;
       spec.block_tokens = a.block_tokens;
       rs::Trace t = rs::generate_trace(spec);
-      if (!a.save_trace.empty()) rs::write_mooncake_jsonl(t, a.save_trace);
+      if (!a.save_trace.empty()) {
+        try {
+          rs::write_mooncake_jsonl(t, a.save_trace);
+        } catch (const UsageError& e) {
+          throw UsageError("--save-trace " + std::string(e.what()));
+        }
+      }
       return t;
     }
     try {

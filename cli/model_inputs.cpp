@@ -14,7 +14,11 @@ ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& g
   in.shapes = report::load_shapes(models_path);
   in.model = static_cast<std::size_t>(&report::find_shape(in.shapes, model) - in.shapes.data());
   if (!calibrate_dir.empty()) {
-    in.calibration = report::load_results(calibrate_dir);
+    try {
+      in.calibration = report::load_results(calibrate_dir);
+    } catch (const UsageError& e) {
+      throw UsageError("--calibrate " + std::string(e.what()));  // "--calibrate DIR: no such results directory"
+    }
     // A CPU run prices a GPU's disk and remote tiers (the host's side), never its memory, GEMM or link.
     in.cpu_calibration = in.calibration.backend == "cpu";
     in.calibrated = report::calibrate(in.gpu, in.calibration, in.cpu_calibration);
@@ -39,8 +43,8 @@ CLI::Validator number_in(double lo, double hi, const std::string& allowed, bool 
       [=](std::string& text) -> std::string {
         double v = 0;
         if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number (allowed: " + allowed + ")";
-        if (!(v >= lo && v <= hi) || (whole && v != std::floor(v)))
-          return "'" + text + "' is out of range (allowed: " + allowed + ")";
+        if (!(v >= lo && v <= hi)) return "'" + text + "' is out of range (allowed: " + allowed + ")";
+        if (whole && v != std::floor(v)) return "'" + text + "' is not a whole number (allowed: " + allowed + ")";
         return "";
       },
       allowed);

@@ -77,7 +77,10 @@ void write_atomically(const fs::path& path, const std::string& content) {
     // No room for another inode is a full disk; anything else (permissions, a directory in the way) is
     // a directory the user has to fix.
     if (err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS) throw WriteError(path.string(), err);
-    throw UsageError(tmp + ": cannot write: " + std::strerror(err));
+    // The path the user named (the .tmp beside it is ours), and its directory when that is what is missing.
+    throw UsageError(path.string() + ": cannot write" +
+                     (err == ENOENT ? " (no directory " + path.parent_path().string() + ")" : std::string()) + ": " +
+                     std::strerror(err));
   }
   auto fail = [&](int err) {
     ::close(fd);

@@ -150,6 +150,10 @@ TEST(ResidencyTraceFormats, DetectionErrorsNameTheFileAndLine) {
   EXPECT_NE(error("time,input_length,output_length,block_ids\n").find(p + ": missing column 'timestamp_ms'"),
             std::string::npos);
   EXPECT_NE(error("").find(p + ":1: empty file"), std::string::npos);
+  // Not a trace at all (an /etc/passwd): the missing column, not the field count of a later line.
+  EXPECT_NE(error("root:x:0:0:root:/root:/bin/bash\nu:x:1000:1000:A User,,,:/home/u:/bin/bash\n")
+                .find(p + ": missing column 'timestamp_ms'"),
+            std::string::npos);
   EXPECT_NE(error("timestamp_ms,input_length,output_length,block_ids\n0,4,1,7\n0,4,1,7;8\n").find(p + ":3: column"),
             std::string::npos);
 }

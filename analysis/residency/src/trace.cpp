@@ -161,6 +161,12 @@ Trace read_mooncake_jsonl(const std::filesystem::path& path, int block_tokens) {
 
 Trace parse_trace_csv(std::string_view text, const std::string& source, int block_tokens) {
   check_block_tokens(block_tokens);
+  // The header's columns first: a file that is no trace at all (/etc/passwd) is named as such, not by the field
+  // count of some later line.
+  const std::string_view header = text.substr(0, text.find('\n'));
+  for (const char* c : {"timestamp_ms", "input_length", "output_length", "block_ids"})
+    if (header.find_first_not_of(" \t\r") != std::string_view::npos && header.find(c) == std::string_view::npos)
+      throw UsageError(source + ": missing column '" + c + "'");  // an empty file is parse_csv_text's to name
   const CsvTable t = parse_csv_text(text, source);
   for (const char* c : {"timestamp_ms", "input_length", "output_length", "block_ids"}) t.require_column(c);
   Trace trace;
