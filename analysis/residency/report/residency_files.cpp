@@ -73,6 +73,7 @@ void read_json(Replay& r, const fs::path& root) {
   r.block_form = json_string(j, "block_form", src, "block_form").value_or("");
   r.block_tokens = json_integer(j, "block_tokens", src, "block_tokens", 1, kMaxCount).value_or(0);
   r.block_bytes = json_number(j, "block_bytes", src, "block_bytes", 0, 1e18).value_or(0);
+  r.peer_tier = json_number(j, "peer_gib", src, "peer_gib", 0, 1e18).value_or(0) > 0;
   if (!j.contains("trace") || !j["trace"].is_object()) throw UsageError(src + ": key 'trace': expected an object");
   const auto& t = j["trace"];
   r.trace = json_string(t, "path", src, "trace.path").value_or("");
@@ -115,6 +116,10 @@ Row read_row(const CsvTable& t, std::size_t i) {
   w.host_gib = cell_number(t, i, "host_gib", 0, kMaxGiB);
   w.hit_rate_hbm = cell_number(t, i, "hit_rate_hbm", 0, 1);
   w.hit_rate_host = cell_number(t, i, "hit_rate_host", 0, 1);
+  // The third tier's columns are named disk for a peer pool too (residency.json's peer_gib says which).
+  if (t.column("disk_gib") && parse_number(t, i, "disk_gib")) w.tier3_gib = cell_number(t, i, "disk_gib", 0, kMaxGiB);
+  if (t.column("hit_rate_disk") && parse_number(t, i, "hit_rate_disk"))
+    w.hit_rate_tier3 = cell_number(t, i, "hit_rate_disk", 0, 1);
   w.hit_rate = t.column("hit_rate") && parse_number(t, i, "hit_rate") ? cell_number(t, i, "hit_rate", 0, 1)
                                                                        : w.hit_rate_hbm + w.hit_rate_host;
   w.prefill_avoided = cell_number(t, i, "prefill_avoided", 0, 1);

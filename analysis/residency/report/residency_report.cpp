@@ -132,7 +132,10 @@ std::string sentence(const rd::Replay& r, double b) {
     const rd::Row* base = row_at(r, name, b);
     if (!cost || !base) continue;
     s += "- For " + txt(r.model) + " on " + txt(r.gpu) + " with " + gib(b) + " of HBM" +
-         (cost->host_gib > 0 ? " (+ " + gib(cost->host_gib) + " host for cost" +
+         (cost->host_gib > 0 ? " (+ " + gib(cost->host_gib) + " host" +
+                                   (cost->tier3_gib > 0 ? " and " + gib(cost->tier3_gib) + (r.peer_tier ? " peer" : " disk")
+                                                        : std::string()) +
+                                   " for cost" +
                                    (base->host_gib > 0 ? ", " + gib(base->host_gib) + " for " + name : "") + ")"
                              : "") +
          ": ";
@@ -153,17 +156,31 @@ std::string sentence(const rd::Replay& r, double b) {
 }
 
 std::string answer_table(const rd::Replay& r, double b) {
-  std::string t = header({"policy", "host GiB", "hit rate HBM", "hit rate host", "prefill avoided (tokens)",
-                          "prefill avoided (s)", "prefill (s)", "added p50 (ms)", "added p99 (ms)", "host link (GB)"});
+  // The tier behind host memory (disk or a peer's pool), where any row at this budget has one: its hits are part
+  // of the prefill avoided.
+  bool tier3 = false;
+  for (const auto& w : r.rows) tier3 = tier3 || (w.hbm_gib == b && w.tier3_gib > 0);
+  const std::string t3 = r.peer_tier ? "peer" : "disk";
+  std::vector<std::string> cols = {"policy", "host GiB", "hit rate HBM", "hit rate host"};
+  if (tier3) cols.insert(cols.end(), {t3 + " GiB", "hit rate " + t3});
+  cols.insert(cols.end(), {"prefill avoided (tokens)", "prefill avoided (s)", "prefill (s)", "added p50 (ms)",
+                           "added p99 (ms)", "host link (GB)"});
+  std::string t = header(cols);
   const rd::Row* any = nullptr;
   for (const auto& w : r.rows) {
     if (w.hbm_gib != b) continue;
     any = any ? any : &w;
-    t += row({txt(w.policy) + (w.offline ? " (offline bound)" : ""), fmt(w.host_gib), fmt(w.hit_rate_hbm),
-              fmt(w.hit_rate_host), pct(w.prefill_avoided), fmt(w.prefill_avoided_s), fmt(w.prefill_total_s),
-              ms(w.added_p50_us), ms(w.added_p99_us), fmt(w.host_link_bytes / 1e9)});
+    std::vector<std::string> cells = {txt(w.policy) + (w.offline ? " (offline bound)" : ""), fmt(w.host_gib),
+                                      fmt(w.hit_rate_hbm), fmt(w.hit_rate_host)};
+    if (tier3) cells.insert(cells.end(), {fmt(w.tier3_gib), fmt(w.hit_rate_tier3)});
+    cells.insert(cells.end(), {pct(w.prefill_avoided), fmt(w.prefill_avoided_s), fmt(w.prefill_total_s),
+                               ms(w.added_p50_us), ms(w.added_p99_us), fmt(w.host_link_bytes / 1e9)});
+    t += row(cells);
   }
-  t += row({"no cache", "-", "0", "0", "0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-"});
+  std::vector<std::string> none = {"no cache", "-", "0", "0"};
+  if (tier3) none.insert(none.end(), {"-", "0"});
+  none.insert(none.end(), {"0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-"});
+  t += row(none);
   return t + "\n";
 }
 
@@ -196,8 +213,11 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
 
 std::string verdict_lines(const rd::Replay& r) {
   std::string s;
+  bool tier3 = false;
+  for (const auto& w : r.rows) tier3 = tier3 || w.tier3_gib > 0;
+  const std::string fetched = tier3 ? (r.peer_tier ? "host and peer fetch" : "host fetch and disk reads") : "host fetch";
   for (const char* base : {"lru", "lru-host"}) {
-    s += where_beats(r, base, std::string("Added latency summed over the trace (prefill + host fetch), against ") + base,
+    s += where_beats(r, base, "Added latency summed over the trace (prefill + " + fetched + "), against " + base,
                      [](const rd::Row& w) { return w.added_total_s; }, " s");
     s += where_beats(r, base, std::string("Added p99, against ") + base,
                      [](const rd::Row& w) { return w.added_p99_us / 1e3; }, " ms");

@@ -19,6 +19,7 @@ struct Row {
   bool offline = false;
   double hbm_gib = 0, host_gib = 0;
   double hit_rate_hbm = 0, hit_rate_host = 0, hit_rate = 0;
+  double tier3_gib = 0, hit_rate_tier3 = 0;  // the tier behind host memory (disk or peer; 0 in files before it)
   double prefill_avoided = 0, prefill_avoided_s = 0;  // fraction of input tokens; seconds over the trace
   double prefill_total_s = 0, added_total_s = 0;
   double added_p50_us = 0, added_p99_us = 0, nocache_p50_us = 0, nocache_p99_us = 0;
@@ -32,6 +33,7 @@ struct Replay {
   std::int64_t requests = 0, references = 0, distinct_blocks = 0, warnings = 0, prefix_violations = 0;
   std::int64_t block_tokens = 0;
   double block_bytes = 0;
+  bool peer_tier = false;  // the tier behind host memory is a peer's pool (--peer-gib), not a disk
   std::vector<std::string> calibration;  // "field <- what measured it", one per replaced spec figure
   std::vector<Row> rows;                 // residency.csv, file order
   std::vector<std::string> read_around;  // a torn last row left out
