@@ -145,7 +145,9 @@ StudyPlan list_study(const std::string& study, std::vector<std::string> args, co
   StudyPlan p;
   p.study = study;
   p.args = args;
-  args.insert(args.end(), {"--list", "json"});
+  // First, so a study flag given last without its value (--stream.size) is refused as such, not by "json" read
+  // as its value's stray neighbour.
+  args.insert(args.begin() + 1, {"--list", "json"});
   std::string out, err;
   const int rc = run_process(args, {.out = &out, .err = &err});
   if (stop_signal()) throw RunStopped{};
