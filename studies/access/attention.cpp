@@ -57,10 +57,12 @@ void add_arms(Grid& grid, Row base, bool with_dense, const std::vector<std::stri
       d.arm = "dense";
       d.keep = "1";
       d.block = d.select = "";
-      if (!env.target.gpu) {  // the dense row's control first, so the dense row finds its median
-        Row r = d;
-        r.arm = "read";
-        grid.push_back(product(r, env));
+      if (!env.target.gpu) {  // the dense row's controls first, so the dense row finds their medians
+        for (const char* control : {"read", "compute"}) {
+          Row r = d;
+          r.arm = control;
+          grid.push_back(product(r, env));
+        }
       }
       grid.push_back(product(d, env));
     }
@@ -184,9 +186,11 @@ Arm<AccessEnv> attention_arm() {
       .doc = "split-KV sparse decode: dense, block (centroid top-k, sink + latest kept) and token (same budget, "
              "uniform or clustered scatter), selection made before timing",
       .axes = {everywhere_axis("part", {"attention"}),
-               everywhere_axis("arm", {"dense", "block", "token", "read"},
+               everywhere_axis("arm", {"dense", "block", "token", "read", "compute"},
                                "dense, block or token; read (CPU, before each dense row: its K and V read by a plain "
-                               "loop in its order, no compute: what its access pattern costs a plain read)"),
+                               "loop in its order, no compute: what its access pattern costs a plain read); compute "
+                               "(CPU, hot, before each dense row: its loop over the same tokens folded into 256 KiB of "
+                               "K and V that stay in cache: what its arithmetic costs without DRAM)"),
                {.name = "ctx", .doc = "context in tokens", .cpu = {"4096", "16384", "65536", "131072"},
                 .gpu = {"4096", "8192", "16384", "32768", "65536", "131072", "262144"}, .quick = {"16384"},
                 .flag = "--contexts"},

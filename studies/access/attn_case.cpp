@@ -45,6 +45,7 @@ class AttnCase final : public kvf::Case {
     pm_ = ka::make_page_map(sp.s.ctx, sp.page, kPageMapKey);
     kb_ = sp.arm == ka::Arm::dense ? 0 : ka::sparse_blocks(sp.s.ctx, sp.block, sp.keep);
     sel_ = make_selection();
+    if (sp.compute_control) window_entries_ = fold_into_window(sp.s, sel_);
     if (sp.routing != Routing::none) {
       if (sp.arm == ka::Arm::block) sh->centroids(d, sp.block, pm_);
       if (sp.proxy_rank) recall_ = proxy_recall();
@@ -203,6 +204,15 @@ class AttnCase final : public kvf::Case {
 
   std::string after_measure(Backend&, const kvf::Summary& m, const std::string& mode) override {
     std::string n = "verify_err=" + fmt(err_, 2);
+    if (sp.compute_control) {
+      sh->record(compute_control_key(config_key), mode, m.median);
+      return n + "; control: the dense row's loop over the same tokens, every list folded into its first " +
+             std::to_string(window_entries_) + " entries of " + std::to_string(sel_.geom.span) + " tokens (" +
+             format_bytes(double(window_entries_) * sel_.geom.span * 2.0 * sp.s.hkv * sp.s.d *
+                          ka::dtype_bytes(sp.s.dtype)) +
+             " of K and V, in cache): its arithmetic and instructions without DRAM" +
+             (ws_.path_note.empty() ? std::string() : "; " + ws_.path_note);
+    }
     if (sp.proxy_rank) n += "; recall_vs_key_topk=" + fmt(recall_, 3);
     if (sp.routing == Routing::alone || sp.routing == Routing::end_to_end) {
 #if defined(KVF_HAVE_CUDA)
@@ -254,6 +264,8 @@ class AttnCase final : public kvf::Case {
     if (sp.arm == ka::Arm::dense) {
       sh->record(config_key, mode, m.median);
       if (auto rm = sh->median(kv_read_key(config_key), mode)) n += "; vs_kv_read=" + fmt(*rm / m.median);
+      // The loop in cache (hot only) over this row: 1 is a row bound by its own compute, below 1 the reads cost.
+      if (auto cm = sh->median(compute_control_key(config_key), "hot")) n += "; vs_compute=" + fmt(*cm / m.median);
     }
     if (sp.arm == ka::Arm::block) sh->record(pair_key, mode, m.median);
     if (sp.arm != ka::Arm::dense)
@@ -303,6 +315,7 @@ class AttnCase final : public kvf::Case {
     double on_s = std::numeric_limits<double>::infinity(), off_s = std::numeric_limits<double>::infinity();
   };
   bool far_timed_ = false;  // the CPU kernel has a far prefetch, and this case attends
+  std::uint32_t window_entries_ = 0;  // arm=compute: the entries every list is folded into
   FarTimes far_[2];         // per mode: hot, cold
 #if defined(KVF_HAVE_CUDA)
   ka::gpu::AttnDims dims_{};
@@ -505,7 +518,12 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   if (gpu && sp.l2_prefetch_steps && ka::gpu::resolve_loads(loads_of(sp.loads), s.dtype) == ka::gpu::AttnLoads::mma)
     return skipped_case("", c->params, "--l2-prefetch-steps: the mma kernel has none (--attn-loads regs or smem)");
 #endif
-  c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+  if (sp.compute_control) {
+    // In cache by construction: hot only, and no memory ceiling bounds it.
+    c->cold = false;
+  } else {
+    c->ceiling = CeilingRef{"stream", {{"op", "read"}}, "gbps"};
+  }
   c->hot_in_cache = ws < 4.0 * double(env.llc);  // as the stream study: under 4x the LLC, partly cache
   const double rate = gpu ? 2e12 : 8e9;
   const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);

@@ -57,6 +57,7 @@ AttnSpec spec_of(const Point& p, const AccessEnv& env) {
   sp.cluster_mean = env.cluster_mean;
   sp.graph = p.has("launch") && p["launch"] == "graph";
   read_gpu_variant(p, sp);
+  sp.compute_control = p["arm"] == "compute";
   // The shuffled placement is a paged layout (paged HND: heads of a page adjacent).
   sp.s.page = sp.page;
   return sp;
@@ -109,6 +110,14 @@ ka::Selection shape_of(const AttnSpec& sp, std::uint64_t& ntok) {
   return shape;
 }
 
+std::uint32_t fold_into_window(const ka::AttnShape& s, ka::Selection& sel) {
+  const std::uint64_t token_bytes = 2ull * s.hkv * s.d * ka::dtype_bytes(s.dtype);
+  const std::uint64_t tokens = std::max<std::uint64_t>(1, kComputeWindowBytes / token_bytes);
+  const auto w = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, tokens / sel.geom.span));
+  for (auto& e : sel.idx) e %= w;
+  return w;
+}
+
 std::string attn_case_name(const Point& p) {
   AttnSpec sp;
   sp.s.ctx = static_cast<std::uint32_t>(p.integer("ctx"));
@@ -127,9 +136,10 @@ std::string attn_case_name(const Point& p) {
   const std::string& router = p["router"];
   if (router.rfind("lowrank", 0) == 0) sp.proxy_rank = static_cast<std::uint32_t>(std::stoul(router.substr(7)));
   sp.keep_text = p["keep"];
-  const bool read = p["arm"] == "read";  // the dense row's control (kv_read.cpp)
+  // The dense row's controls: its bytes read by a plain loop (read, kv_read.cpp), its loop in cache (compute).
+  const bool control = p["arm"] == "read" || p["arm"] == "compute";
   std::string nm = (sp.routing == Routing::none ? "attn/" : std::string("route-") + to_string(sp.routing) + "/") +
-                   (read ? std::string("read") : arm_name(sp)) + "/" + cfg_name(sp);
+                   (control ? p["arm"] : arm_name(sp)) + "/" + cfg_name(sp);
   if (sp.arm != ka::Arm::dense) nm += "/keep" + keep_name(sp) + "/B" + p["block"] + "/" + p["select"];
   if (p.has("launch") && p["launch"] == "graph") nm += "/graph";
   return nm;

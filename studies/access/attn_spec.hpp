@@ -35,6 +35,8 @@ struct AttnSpec {
   std::uint32_t fixed_splits = 0;       // GPU: splits per item, 0 = the wave-aware policy (--attn-splits)
   bool merge_kernel = false;            // GPU: the merge as a second kernel, not fused (--attn-merge kernel)
   std::string loads = "auto";           // GPU: auto, mma, smem or regs (--attn-loads; ka::gpu::AttnLoads)
+  // arm=compute (CPU): the dense row's loop with every list folded into a window of pages that stays in cache.
+  bool compute_control = false;
   std::string placement_text() const { return page ? "shuffled" : "contiguous"; }
 };
 
@@ -48,5 +50,14 @@ std::string keep_name(const AttnSpec& sp);  // "1/8" -> "1:8"
 std::string arm_name(const AttnSpec& sp);   // dense, block, token-uniform, token-lowrank16, ...
 // Shape-only selection for the counts (physical entries x span per list), and the selected tokens.
 ka::Selection shape_of(const AttnSpec& sp, std::uint64_t& ntok);
+
+// The compute control's window: K and V bytes of all kv heads it folds every list into, under a core's L2 on
+// every x86 server part of the last decade (512 KiB on AMD Zen, 1-2 MiB on Intel since Skylake-SP).
+inline constexpr std::uint64_t kComputeWindowBytes = 256 << 10;
+// Folds every list's entries into the first W physical entries (entry e -> e mod W), W = the entries whose K and V
+// fit kComputeWindowBytes (at least one): the same tokens attended, read from cache. Returns W.
+std::uint32_t fold_into_window(const ka::AttnShape& s, ka::Selection& sel);
+// Where the compute control's median is recorded, for the dense row of that configuration (its vs_compute).
+inline std::string compute_control_key(const std::string& config_key) { return config_key + "/compute"; }
 
 }  // namespace kvf::access_study

@@ -913,6 +913,11 @@ TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
   add("attn/read/64K", with(a, "arm", "read"), "cold", 20);
   add("attn/dense/64K", with(with(a, "arm", "dense"), "fma_floor_s", "0.0005"), "cold", 30);
   add("attn/dense/64K/contiguous", with(with(a, "arm", "dense"), "placement", "contiguous"), "cold", 35);
+  // The compute control runs hot only, and a dense row of either mode is read against it; the contiguous one has none.
+  add("attn/compute/64K", with(a, "arm", "compute"), "hot", 60);
+  rs.cases.back().median_s = 0.7e-3;
+  add("attn/read/64K", with(a, "arm", "read"), "hot", 21);
+  add("attn/dense/64K", with(with(a, "arm", "dense"), "fma_floor_s", "0.0005"), "hot", 31);
   ReportOptions o;
   o.charts = false;
   const std::string md = render_markdown({rs}, o, {});
@@ -920,8 +925,12 @@ TEST(ReportAccess, RowsSitBesideTheirControlOfTheSameShapeAndMode) {
   EXPECT_NE(md.find("| X (cpu) | gather/R256 | cold | 8 GB/s | 20 | 4 GB/s | 10 | 2 |\n"), std::string::npos) << md;
   EXPECT_EQ(md.find("| X (cpu) | gather/R256 | hot |"), std::string::npos);
   EXPECT_NE(md.find("### Dense attention against the read of its own bytes"), std::string::npos);
-  // The dense table's last column: the row's FMA floor (0.5 ms) over its median (1 ms).
-  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | cold | 30 GB/s | 75 | 20 GB/s | 50 | 1.5 | 50 |\n"),
+  // The dense table's last columns: the compute control's time (0.7 ms, hot) and the row's FMA floor (0.5 ms),
+  // each over the row's median (1 ms).
+  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | cold | 30 GB/s | 75 | 20 GB/s | 50 | 1.5 | 70 | 50 |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| X (cpu) | attn/dense/64K | hot | 31 GB/s | 77.5 | 21 GB/s | 52.5 | 1.476 | 70 | 50 |\n"),
             std::string::npos)
       << md;
   EXPECT_EQ(md.find("| X (cpu) | attn/dense/64K/contiguous |"), std::string::npos);

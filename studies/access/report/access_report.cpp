@@ -171,8 +171,9 @@ std::string section_gather(ReportContext& cx) {
 // the stream read ceiling is what the access pattern allows a plain loop; the row against its control is what
 // the kernel adds (above 1) or loses. Matched on every column that shapes the bytes read, in the same mode. A
 // subsection of the section of its rows (arm: gather or dense), "" where no row has its control.
-// with_fma_floor: a last column, the row's FMA floor (fma_floor_s: its products at the fp32 FMA peak measured in
-// the run, fma_floor_basis) as a percentage of its median time, "-" where the row has none.
+// with_fma_floor (dense rows): two last columns, the compute control's time (arm=compute: the row's loop in cache,
+// hot, matched on the same shape) and the row's FMA floor (fma_floor_s: its products at the fp32 FMA peak measured
+// in the run, fma_floor_basis), each as a percentage of the row's median time, "-" where the row has none.
 std::string controls_table(ReportContext& cx, const std::string& arm, const std::string& control,
                            bool with_fma_floor = false) {
   static const char* const shape[] = {"part", "ctx", "layout", "dtype", "head_dim", "hq", "hkv", "batch",
@@ -185,11 +186,15 @@ std::string controls_table(ReportContext& cx, const std::string& arm, const std:
   const auto pct = [](const CaseRow& r) {
     return r.ceiling_value && *r.ceiling_value > 0 ? fmt(100 * *r.gbps / *r.ceiling_value) : std::string("-");
   };
+  const auto shape_key = [&](const CaseRow& r) { return key(r).substr(r.mode.size()); };  // any mode
   std::string table;
   for (const auto& rs : cx.sets) {
-    std::map<std::string, const CaseRow*> controls;
-    for (const auto* r : rs.rows("access"))
+    std::map<std::string, const CaseRow*> controls, compute;
+    for (const auto* r : rs.rows("access")) {
       if (r->param("arm") == control && r->gbps && *r->gbps > 0 && r->invalid.empty()) controls[key(*r)] = r;
+      if (with_fma_floor && r->param("arm") == "compute" && r->median_s && *r->median_s > 0 && r->invalid.empty())
+        compute[shape_key(*r)] = r;
+    }
     for (const auto* r : rs.rows("access")) {
       if (r->param("arm") != arm || !r->gbps || !r->invalid.empty()) continue;
       const auto it = controls.find(key(*r));
@@ -198,6 +203,10 @@ std::string controls_table(ReportContext& cx, const std::string& arm, const std:
       std::vector<std::string> cells = {lbl(rs),         txt(r->case_name), txt(r->mode), rate(*r->gbps), pct(*r),
                                         rate(*c.gbps), pct(c),            fmt(*r->gbps / *c.gbps)};
       if (with_fma_floor) {
+        const auto cc = compute.find(shape_key(*r));
+        cells.push_back(cc != compute.end() && r->median_s && *r->median_s > 0
+                            ? fmt(100 * *cc->second->median_s / *r->median_s)
+                            : "-");
         const auto floor = r->num("fma_floor_s");
         cells.push_back(floor && r->median_s && *r->median_s > 0 ? fmt(100 * *floor / *r->median_s) : "-");
       }
@@ -207,7 +216,7 @@ std::string controls_table(ReportContext& cx, const std::string& arm, const std:
   if (table.empty()) return "";
   std::vector<std::string> cols = {"device", "case", "mode", "bandwidth", "% of stream read ceiling",
                                    "control bandwidth", "control % of ceiling", "row / control"};
-  if (with_fma_floor) cols.push_back("FMA floor % of time");
+  if (with_fma_floor) cols.insert(cols.end(), {"compute control % of time", "FMA floor % of time"});
   return header(cols) + table + "\n";
 }
 
@@ -225,9 +234,12 @@ std::string dense_controls(ReportContext& cx) {
          "row's K and V once, chunk by chunk in its order and placement, with a plain OpenMP loop and no compute. "
          "Against the stream read ceiling it is what the access pattern allows (a paged cache in shuffled page "
          "order is not a sequential read); the dense row over it is what the kernel adds (above 1: its software "
-         "prefetch reads the pattern faster than the plain loop) or what its compute costs. The last column is the "
-         "time the row's QK and PV products alone would take with every FMA pipe busy (its flops at the fp32 FMA "
-         "peak measured in the same run, at the vector width the kernel runs): near 100 the row is bound by "
+         "prefetch reads the pattern faster than the plain loop) or what its compute costs. The compute control "
+         "(`compute`, CPU, hot) runs the row's loop over the same tokens folded into 256 KiB of K and V that stay in "
+         "cache: near 100 the row is bound by its own arithmetic and instructions, and the read and the compute "
+         "overlapped perfectly would take the longer of the control's time and the read control's. The last column "
+         "is the time the row's QK and PV products alone would take with every FMA pipe busy (its flops at the fp32 "
+         "FMA peak measured in the same run, at the vector width the kernel runs): near 100 the row is bound by "
          "arithmetic, and no read ceiling is within its reach.\n\n" + t;
 }
 
