@@ -207,7 +207,8 @@ class AttnCase final : public kvf::Case {
     if (sp.compute_control) {
       sh->record(compute_control_key(config_key), mode, m.median);
       return n + "; control: the dense row's loop over the same tokens, every list folded into its first " +
-             std::to_string(window_entries_) + " entries of " + std::to_string(sel_.geom.span) + " tokens (" +
+             std::to_string(window_entries_) + (window_entries_ == 1 ? " entry of " : " entries of ") +
+             std::to_string(sel_.geom.span) + " tokens (" +
              format_bytes(double(window_entries_) * sel_.geom.span * 2.0 * sp.s.hkv * sp.s.d *
                           ka::dtype_bytes(sp.s.dtype)) +
              " of K and V, in cache): its arithmetic and instructions without DRAM" +

@@ -26,7 +26,7 @@ for r in rows:
     name = f"{r['case']} {r['mode']}"
     in_cache = r["mode"] == "hot" and float(r["working_set_vs_llc"]) < 4
     if r["arm"] == "compute":  # the dense row's loop in cache: hot only, no memory ceiling, the window said
-        if r["mode"] != "hot" or r["ceiling"] or "every list folded into its first" not in r["note"]:
+        if r["mode"] != "hot" or r["ceiling"] or "every list folded into its first " not in r["note"]:
             fails.append(f"{name}: compute control mode {r['mode']}, ceiling {r['ceiling']!r}, note {r['note']!r}")
     elif in_cache and (r["ceiling"] or "hot reads (partly) from cache: no pct_of_ceiling" not in r["note"]):
         fails.append(f"{name}: in cache (working_set_vs_llc {r['working_set_vs_llc']}) but ceiling {r['ceiling']!r}")
