@@ -162,7 +162,9 @@ void add_model(CLI::App& app) {
       ->required()
       ->check(non_empty("a model name"));
   sub->add_option("--calibrate", args->calibrate,
-                  "Results directory whose measured ceilings (stream read, GEMM, host copy, disk, remote tier) replace the spec peaks")
+                  "Results directory whose measured ceilings (stream read, GEMM, host copy, disk, remote tier) "
+                  "replace the spec peaks; from a CPU run, the disk and remote tier only (a CPU's ceilings do not "
+                  "price a GPU)")
       ->check(non_empty("a results directory"));
   sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)")
       ->check(non_empty("a file name or '-'"));

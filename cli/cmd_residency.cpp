@@ -369,6 +369,7 @@ void run_residency(const Args& a) {
       std::printf("%s may compress HBM blocks to: %s%s\n", p->name.c_str(), to_text.empty() ? "none" : to_text.c_str(),
                   to_text.empty() ? "" : " (the model prices the restore passes, not the quality lost)");
   std::printf("prefill cost: %s\nhost fetch cost: %s\n", cost.prefill_source.c_str(), cost.fetch_source.c_str());
+  if (!in.calibration_note.empty()) std::printf("%s\n", in.calibration_note.c_str());
   if (disk_blocks > 0) std::printf("%s: %s\n", peer ? "read cost behind host" : "disk read cost", cost.disk_source.c_str());
   if (form != rs::Form::kv || !compress_to.empty()) std::printf("restore cost: %s\n", cost.restore_source.c_str());
   for (const auto* p : policies) {
@@ -463,7 +464,9 @@ void add_residency(CLI::App& app) {
       ->required()
       ->check(non_empty("a GPU name"));
   sub->add_option("--calibrate", args->calibrate,
-                  "Results directory whose measured ceilings (GEMM, stream read, host copy fit) replace the spec peaks")
+                  "Results directory whose measured ceilings (GEMM, stream read, host copy fit, disk, remote tier) "
+                  "replace the spec peaks; from a CPU run, the disk and remote tier only (a CPU's ceilings do not "
+                  "price a GPU)")
       ->check(non_empty("a results directory"));
   sub->add_option("--hbm-gib", args->hbm_gib, "HBM budget for KV blocks in GiB (2^30 bytes), fractional allowed; "
                                               "capacity = floor(budget / bytes per block). Or --sweep-hbm")

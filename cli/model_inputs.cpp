@@ -28,12 +28,13 @@ ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& g
     if (ceilings == 0 && in.cpu_calibration)
       throw UsageError("--calibrate " + calibrate_dir + ": a CPU run (" + in.calibration.device +
                        "), which prices only the disk and remote tiers of " + in.gpu.name +
-                       " (a CPU's memory and GEMM ceilings do not price a GPU), and it has no file-tier or remote rows");
+                       " (a CPU's memory and GEMM ceilings do not price a GPU), and it has no file-tier or remote "
+                       "rows");
     if (ceilings == 0)
       throw UsageError("--calibrate " + calibrate_dir + ": no stream read, GEMM ceiling or host copy rows to calibrate from");
     if (in.cpu_calibration)
-      in.calibrated.push_back("memory, GEMM, host link, copy and launch figures: " + in.gpu.name +
-                              "'s spec sheet (" + calibrate_dir + " is a CPU run: its ceilings do not price a GPU)");
+      in.calibration_note = "memory, GEMM, host link, copy and launch figures: " + in.gpu.name + "'s spec sheet (" +
+                            calibrate_dir + " is a CPU run: its ceilings do not price a GPU)";
   }
   return in;
 }

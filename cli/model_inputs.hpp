@@ -18,6 +18,7 @@ struct ModelInputs {
   report::ResultSet calibration;  // loaded when --calibrate was given
   std::vector<std::string> calibrated;  // the fields replaced, "field <- source"
   bool cpu_calibration = false;  // --calibrate named a CPU run: only the disk and remote tiers came from it
+  std::string calibration_note;  // what a CPU run left to the spec, one line ("" otherwise)
   const report::Shape& shape() const { return shapes[model]; }
 };
 // UsageError naming the flag for an unknown GPU or model, an unreadable spec file, or a --calibrate directory

@@ -86,16 +86,17 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
   for (const auto& name : c.studies)
     if (const std::string st = study_status(out, name); !st.empty())
       throw UsageError("--out " + out + ": already holds the " + name + " study (status " + st +
-                       "); a second run there would write its cases twice: give another --out");
+                       "); a second run there would write its cases twice: give another --out" +
+                       (name == "stream" ? " (or leave stream out of --study: the other studies use its ceilings)"
+                                         : ""));
   if (c.studies.front() != "stream" && std::filesystem::exists(bench_path("stream"))) {
-    const std::string st = study_status(out, "stream");
-    if (st == "complete") {
+    // Any stream study there is kept: one that ended with a failed case (errors) or at its time limit has the
+    // rows it measured, and a second would write its cases twice.
+    if (const std::string st = study_status(out, "stream"); !st.empty()) {
       c.stream_kept = true;
-      notes.push_back("kvf run: " + out + " already holds a finished stream study: its ceilings are used, not measured again");
-    } else if (!st.empty()) {
-      throw UsageError("--out " + out + ": holds a stream study that did not finish (status " + st +
-                       "): no ceilings to state the rows against, and a second one there would write its cases twice: "
-                       "give another --out");
+      notes.push_back("kvf run: " + out + " already holds a " +
+                      (st == "complete" ? std::string("finished stream study") : "stream study (status " + st + ")") +
+                      ": its ceilings are used, not measured again");
     } else {
       c.studies.insert(c.studies.begin(), "stream");
       c.stream_added = true;

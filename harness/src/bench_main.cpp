@@ -247,6 +247,23 @@ nlohmann::json device_selection_json(const Backend& be, const bench::Flags& f) {
           {"CUDA_VISIBLE_DEVICES", visible ? nlohmann::json(visible) : nlohmann::json(nullptr)}};
 }
 
+// One run of a study per directory: a second would write every case name again (the report and the gate refuse
+// such rows), and meta.json keeps one entry per study. Other studies may join it (a sweep split over calls). Checked
+// where meta.json is first written, before anything is measured (after the cases exist: bench_remote's ranks are
+// connected then, so a refusal there ends the holder too; refused before they connect, it waited its timeout).
+void refuse_second_run(const nlohmann::json& meta, const std::string& out_dir, const std::string& study) {
+  if (!meta.is_object() || !meta.contains("studies") || !meta["studies"].is_object() ||
+      !meta["studies"].contains(study))
+    return;
+  const auto& held = meta["studies"][study];
+  const auto text = [&](const char* k) {
+    return held.is_object() && held.contains(k) && held[k].is_string() ? held[k].get<std::string>() : std::string("?");
+  };
+  throw UsageError("--out " + out_dir + ": already holds the " + study + " study (status " + text("status") +
+                   ", started " + text("started_utc") + "); a second run there would write its cases twice: give "
+                   "another --out");
+}
+
 // Creates (or reopens) the results directory and records this study's run in meta.json.
 std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::string& study, const Backend& be,
                                          const std::string& command, std::size_t n_cases, const bench::Flags& f,
@@ -255,17 +272,7 @@ std::unique_ptr<ResultsDir> open_results(const std::string& out_dir, const std::
   const nlohmann::json selection = device_selection_json(be, f);
   auto dir = std::make_unique<ResultsDir>(out_dir);
   dir->update_meta([&](nlohmann::json& m) {
-    // One run of a study per directory: a second would write every case name again (the report and the gate
-    // refuse such rows), and meta.json keeps one entry per study. Other studies may join it (a sweep split over calls).
-    if (m.contains("studies") && m["studies"].is_object() && m["studies"].contains(study)) {
-      const auto& held = m["studies"][study];
-      const auto text = [&](const char* k) {
-        return held.is_object() && held.contains(k) && held[k].is_string() ? held[k].get<std::string>() : std::string("?");
-      };
-      throw UsageError("--out " + out_dir + ": already holds the " + study + " study (status " + text("status") +
-                       ", started " + text("started_utc") + "); a second run there would write its cases twice: give "
-                       "another --out");
-    }
+    refuse_second_run(m, out_dir, study);
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     if (!m.contains("host")) m["host"] = {{"hostname", host}, {"os", os_name()}};

@@ -371,8 +371,8 @@ class Runner {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.0f%%", *p.rec.pct_of_ceiling);
       parts.push_back(std::string("above its ceiling (") + buf + " of " + c.ceiling->label() +
-                      "): the ceiling measured less than this row reads (a loaded machine when it ran, or bytes the "
-                      "cache kept)");
+                      "): the ceiling measured less than this row runs at (a loaded machine when it ran" +
+                      (c.ceiling->metric == "gbps" ? ", or bytes the cache kept)" : ")"));
     }
     if (f_.reps > 1)
       parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +

@@ -1122,7 +1122,8 @@ void attention_cpu(const AttnShape& s, const void* qv, const void* kv, const voi
       note += far ? "; far_prefetch=on (forced)" : "; far_prefetch=off (forced)";
     } else if (fn) {
       char buf[192];
-      std::snprintf(buf, sizeof buf, "; far_prefetch=%s (calibrated %s: on %.3g ms, off %.3g ms, on only when 3%% faster)",
+      std::snprintf(buf, sizeof buf,
+                    "; far_prefetch=%s (calibrated %s: on %.3g ms, off %.3g ms, on only when 3%% faster)",
                     far ? "on" : "off", ws.far_how.c_str(), ws.far_on_s * 1e3, ws.far_off_s * 1e3);
       note += buf;
     }

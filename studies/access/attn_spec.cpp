@@ -11,7 +11,9 @@ Routing parse_routing(const std::string& t) {
                                                                                              : Routing::none;
 }
 
-ka::Arm parse_arm(const std::string& t) { return t == "block" ? ka::Arm::block : t == "token" ? ka::Arm::token : ka::Arm::dense; }
+ka::Arm parse_arm(const std::string& t) {
+  return t == "block" ? ka::Arm::block : t == "token" ? ka::Arm::token : ka::Arm::dense;
+}
 
 std::vector<std::uint32_t> parse_steps(const std::string& t) {
   std::vector<std::uint32_t> out;
@@ -69,7 +71,8 @@ std::string cfg_name(const AttnSpec& sp) {
          "/hq" + std::to_string(s.hq) + "hkv" + std::to_string(s.hkv) + "/b" + std::to_string(s.batch) +
          (sp.huge ? "" : "/nohuge") + (sp.page ? "/pg" + std::to_string(sp.page) : std::string("/contiguous")) +
          (sp.l2_prefetch_steps ? "/pf" + std::to_string(sp.l2_prefetch_steps) : std::string()) +
-         (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) + (sp.merge_kernel ? "/merge_kernel" : "") +
+         (sp.fixed_splits ? "/s" + std::to_string(sp.fixed_splits) : std::string()) +
+         (sp.merge_kernel ? "/merge_kernel" : "") +
          (sp.loads != "auto" ? "/" + sp.loads : std::string());
 }
 

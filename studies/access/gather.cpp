@@ -131,7 +131,8 @@ class GatherCase final : public Case {
     std::string vs;
     if (!is_seq)
       if (auto s = sh->median(seq_key, mode)) vs = "vs_seq=" + fmt(*s / m.median);
-    if (auto s = sh->median(plain_key, mode)) vs += (vs.empty() ? "" : " ") + std::string("vs_plain=") + fmt(*s / m.median);
+    if (auto s = sh->median(plain_key, mode))
+      vs += (vs.empty() ? "" : " ") + std::string("vs_plain=") + fmt(*s / m.median);
     if (!vs.empty()) return n + vs;
     // The notes above end in "; " for what follows; nothing does (the harness adds its own separator).
     while (n.size() >= 2 && n.compare(n.size() - 2, 2, "; ") == 0) n.resize(n.size() - 2);

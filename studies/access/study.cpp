@@ -151,7 +151,8 @@ class AccessStudy final : public Study {
     flags.text("--select", select_, "per_head, shared or both (default per_head, plus shared at one context)");
     flags.text("--scatter", scatter_, "token arm scatter: uniform, clustered or both (default both)");
     flags.text("--cluster-mean", cluster_mean_text_, "mean run length of the clustered token arm, 1..65536 (default 8)");
-    flags.list("--run-bytes", run_bytes_, "gather run sizes, powers of two from 32 B to 1 GiB (256, 4KiB, 1GiB) dividing the pool "
+    flags.list("--run-bytes", run_bytes_,
+               "gather run sizes, powers of two from 32 B to 1 GiB (256, 4KiB, 1GiB) dividing the pool "
                "(default 32 .. 64Ki)");
     flags.list("--pool-mib", pool_mib_, "gather pool sizes in MiB, at most half the memory "
                "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)");

@@ -216,7 +216,8 @@ Arm read_ceiling_arm() {
                         .quick_gpu = {i2s(4LL << 30)}};
   return Arm{
       .name = "read_ceiling",
-      .doc = "memory ceiling: all-core read, each of the stream study's read kernels (CPU); 16-byte-load device read (GPU)",
+      .doc = "memory ceiling: all-core read, each of the stream study's read kernels (CPU); 16-byte-load device "
+             "read (GPU)",
       .axes = {arm_axis("read_ceiling", true), kernel, bytes},
       // One device read on the GPU: no kernel column there.
       .default_grid =

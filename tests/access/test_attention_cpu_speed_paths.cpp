@@ -210,12 +210,14 @@ TEST(AttnSpeedPaths, FarPrefetchTakenFromTheCallersTimes) {
   take_far_prefetch(ws, 0.96e-3, 1e-3, "cold, test");
   EXPECT_TRUE(ws.use_far_prefetch);
   attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
-  EXPECT_NE(ws.path_note.find("; far_prefetch=on (calibrated cold, test: on 0.96 ms, off 1 ms, on only when 3% faster)"), std::string::npos)
+  EXPECT_NE(ws.path_note.find("; far_prefetch=on (calibrated cold, test: on 0.96 ms, off 1 ms, on only when 3% faster)"),
+            std::string::npos)
       << ws.path_note;
   take_far_prefetch(ws, 0.98e-3, 1e-3, "hot, test");  // within 3%: the fewer instructions
   EXPECT_FALSE(ws.use_far_prefetch);
   attention_cpu(s, q.data(), k.data(), v.data(), sel, ws, out.data());
-  EXPECT_NE(ws.path_note.find("; far_prefetch=off (calibrated hot, test: on 0.98 ms, off 1 ms, on only when 3% faster)"), std::string::npos)
+  EXPECT_NE(ws.path_note.find("; far_prefetch=off (calibrated hot, test: on 0.98 ms, off 1 ms, on only when 3% faster)"),
+            std::string::npos)
       << ws.path_note;
 }
 

@@ -419,7 +419,8 @@ TEST(GateLoad, MeasuredColumnsAreNoPartOfTheKey) {
     samples.path = "samples.csv";
     samples.header = kvf::sample_columns();
     for (int i = 0; i < 5; ++i) {
-      samples.rows.push_back({"access", "attn/dense/16K", "cold", std::to_string(i), std::to_string(0.004 + i * 1e-5), "", "0", "0"});
+      samples.rows.push_back(
+          {"access", "attn/dense/16K", "cold", std::to_string(i), std::to_string(0.004 + i * 1e-5), "", "0", "0"});
       samples.line.push_back(3 + i);
     }
     return std::make_pair(cases, samples);

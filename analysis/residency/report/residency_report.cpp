@@ -127,16 +127,18 @@ Plot hits_plot(const rd::Replay& r, std::size_t k) {
 // "for Llama-3.1-8B on H100 SXM with 34 GiB: cost saves 12.3% of lru's prefill time, 1,234 ms p99 against 1,456 ms".
 std::string sentence(const rd::Replay& r, double b) {
   const rd::Row* cost = row_at(r, "cost", b);
+  // A policy's tiers behind HBM: "64 GiB host and 1024 GiB disk".
+  const auto tiers = [&](const rd::Row& w) {
+    return gib(w.host_gib) + " host" +
+           (w.tier3_gib > 0 ? " and " + gib(w.tier3_gib) + (r.peer_tier ? " peer" : " disk") : std::string());
+  };
   std::string s;
   for (const char* name : {"lru", "lru-host"}) {
     const rd::Row* base = row_at(r, name, b);
     if (!cost || !base) continue;
     s += "- For " + txt(r.model) + " on " + txt(r.gpu) + " with " + gib(b) + " of HBM" +
-         (cost->host_gib > 0 ? " (+ " + gib(cost->host_gib) + " host" +
-                                   (cost->tier3_gib > 0 ? " and " + gib(cost->tier3_gib) + (r.peer_tier ? " peer" : " disk")
-                                                        : std::string()) +
-                                   " for cost" +
-                                   (base->host_gib > 0 ? ", " + gib(base->host_gib) + " for " + name : "") + ")"
+         (cost->host_gib > 0 ? " (+ " + tiers(*cost) + " for cost" +
+                                   (base->host_gib > 0 ? ", " + tiers(*base) + " for " + name : "") + ")"
                              : "") +
          ": ";
     if (base->prefill_total_s > 0) {
@@ -215,7 +217,8 @@ std::string verdict_lines(const rd::Replay& r) {
   std::string s;
   bool tier3 = false;
   for (const auto& w : r.rows) tier3 = tier3 || w.tier3_gib > 0;
-  const std::string fetched = tier3 ? (r.peer_tier ? "host and peer fetch" : "host fetch and disk reads") : "host fetch";
+  const std::string fetched =
+      tier3 ? (r.peer_tier ? "host and peer fetch" : "host fetch and disk reads") : "host fetch";
   for (const char* base : {"lru", "lru-host"}) {
     s += where_beats(r, base, "Added latency summed over the trace (prefill + " + fetched + "), against " + base,
                      [](const rd::Row& w) { return w.added_total_s; }, " s");

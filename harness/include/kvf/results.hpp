@@ -43,11 +43,12 @@ inline const std::vector<std::string>& case_columns() {
   return cols;
 }
 // Columns a case writes beside its parameters whose values are measured in the run, not part of what the case is:
-// the FMA peak and the arithmetic floor taken from it (the access study's fma_peak_gflops, fma_floor_s) and the
-// share of an array the kernel got huge pages for (huge_backed_pct). Readers that match a case across runs (kvf
+// the FMA peak and the arithmetic floor taken from it (the access study's fma_peak_gflops, fma_floor_s), the
+// share of an array the kernel got huge pages for (huge_backed_pct) and the other readers' rate beside a remote row
+// (readers_gbps). Readers that match a case across runs (kvf
 // gate) leave them out of its key: two runs of one case differ in them. A study adds here any such column it writes.
 inline const std::vector<std::string>& measured_param_columns() {
-  static const std::vector<std::string> cols = {"fma_peak_gflops", "fma_floor_s", "huge_backed_pct"};
+  static const std::vector<std::string> cols = {"fma_peak_gflops", "fma_floor_s", "huge_backed_pct", "readers_gbps"};
   return cols;
 }
 inline const std::vector<std::string>& sample_columns() {
