@@ -4,7 +4,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "access_math.hpp"
@@ -195,6 +197,12 @@ void attention_cpu(const AttnShape& s, const void* q, const void* k, const void*
 // Whether attention_cpu's kernel for this shape has the far prefetch to choose (the AVX-512 and AVX2 loops;
 // not the portable one).
 bool attention_cpu_has_far_prefetch(const AttnShape& s, const AttnWorkspace& ws);
+// attention_cpu with the far prefetch on and off, best of 3 rounds each (alternated, the order turned each round),
+// before_run called before every run (a cache flush for a cold calibration): {on_s, off_s}, for take_far_prefetch.
+// std::invalid_argument where attention_cpu_has_far_prefetch says no.
+std::pair<double, double> time_far_prefetch(const AttnShape& s, const void* q, const void* k, const void* v,
+                                            const Selection& sel, AttnWorkspace& ws, float* out,
+                                            const std::function<void()>& before_run = {});
 // The automatic far prefetch as a caller timed it on its own data (best times with it on and off; `how` the
 // note says, e.g. "cold, best of 3"): on only when more than 3% faster, as attention_cpu's own calibration.
 void take_far_prefetch(AttnWorkspace& ws, double on_s, double off_s, std::string how);

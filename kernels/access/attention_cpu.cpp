@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -1044,20 +1045,31 @@ void run_items(const AttnShape& s, const void* qv, const void* kv, const void* v
 // cache 35.8/42.0 GB/s; per-head 4 KiB runs (block keep 1/8, 256K) 18.8/14.0. Which one wins depends on the core's prefetchers and the layout, so the first call with
 // `automatic` times both on its own data (best of 3 each, alternated) and keeps the far one only where it is
 // faster by more than 3%.
-void calibrate_far(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
-                   AttnWorkspace& ws, float* out, ItemFn fn) {
+// Best of 3 rounds each, on and off alternated (the order turned each round, so a drift weighs on both).
+std::pair<double, double> best_far_on_off(const AttnShape& s, const void* q, const void* k, const void* v,
+                                          const Selection& sel, AttnWorkspace& ws, float* out, ItemFn fn,
+                                          const std::function<void()>& before_run) {
   using clk = std::chrono::steady_clock;
   double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
   for (int r = 0; r < 3; ++r)
-    for (int f = 0; f < 2; ++f) {
+    for (int i = 0; i < 2; ++i) {
+      const int f = (i + r) % 2;
+      if (before_run) before_run();
       const auto t0 = clk::now();
       run_items(s, q, k, v, sel, ws, out, fn, true, f == 1);
       best[f] = std::min(best[f], std::chrono::duration<double>(clk::now() - t0).count());
     }
-  take_far_prefetch(ws, best[1], best[0], "back to back, best of 3");
+  return {best[1], best[0]};
+}
+
+void calibrate_far(const AttnShape& s, const void* q, const void* k, const void* v, const Selection& sel,
+                   AttnWorkspace& ws, float* out, ItemFn fn) {
+  const auto [on_s, off_s] = best_far_on_off(s, q, k, v, sel, ws, out, fn, {});
+  take_far_prefetch(ws, on_s, off_s, "back to back, best of 3");
 }
 
 }  // namespace
+
 
 void take_far_prefetch(AttnWorkspace& ws, double on_s, double off_s, std::string how) {
   ws.far_on_s = on_s;
@@ -1075,6 +1087,14 @@ bool dot_allowed(const AttnShape& s, const AttnWorkspace& ws) {
   return s.dtype == DType::bf16 && ws.bf16_dot != CpuChoice::off && bf16_dot_available();
 }
 }  // namespace
+
+std::pair<double, double> time_far_prefetch(const AttnShape& s, const void* q, const void* k, const void* v,
+                                            const Selection& sel, AttnWorkspace& ws, float* out,
+                                            const std::function<void()>& before_run) {
+  const ItemFn fn = pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot_allowed(s, ws));
+  if (!fn) throw std::invalid_argument("time_far_prefetch: this shape runs the portable loop, which has none");
+  return best_far_on_off(s, q, k, v, sel, ws, out, fn, before_run);
+}
 
 bool attention_cpu_has_far_prefetch(const AttnShape& s, const AttnWorkspace& ws) {
   return pick_item(s.dtype, static_cast<int>(s.d), static_cast<int>(s.group()), dot_allowed(s, ws)) != nullptr;

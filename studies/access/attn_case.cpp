@@ -2,10 +2,9 @@
 // token), optionally routed first (scores + top-k + translation to physical entries). Its parameter
 // columns come from the arm declarations (attention.cpp, routing.cpp); this file derives the rest.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iterator>
-#include <limits>
+#include <tuple>
 
 #include "attn_spec.hpp"
 #include "kvf/errors.hpp"
@@ -162,18 +161,10 @@ class AttnCase final : public kvf::Case {
     const bool cold = mode == "cold";
     FarTimes& f = far_[cold];
     if (!f.timed) {
-      using clk = std::chrono::steady_clock;
-      for (int r = 0; r < 3; ++r)
-        for (int i = 0; i < 2; ++i) {
-          const bool on = (i + r) % 2 == 0;
-          ws_.far_prefetch = on ? ka::CpuChoice::on : ka::CpuChoice::off;
-          if (cold) be.flush_caches();
-          const auto t0 = clk::now();
-          attend(be);
-          double& best = on ? f.on_s : f.off_s;
-          best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count());
-        }
-      ws_.far_prefetch = ka::CpuChoice::automatic;
+      std::tie(f.on_s, f.off_s) = ka::time_far_prefetch(sp.s, data_->q->ptr, data_->k->ptr, data_->v->ptr, sel_, ws_,
+                                                        out_.data(), [&] {
+                                                          if (cold) be.flush_caches();
+                                                        });
       f.timed = true;
     }
     ka::take_far_prefetch(ws_, f.on_s, f.off_s, cold ? "cold, caches flushed, best of 3" : "hot, best of 3");
@@ -314,7 +305,7 @@ class AttnCase final : public kvf::Case {
   double err_ = 0, recall_ = 0;
   struct FarTimes {
     bool timed = false;
-    double on_s = std::numeric_limits<double>::infinity(), off_s = std::numeric_limits<double>::infinity();
+    double on_s = 0, off_s = 0;
   };
   bool far_timed_ = false;  // the CPU kernel has a far prefetch, and this case attends
   std::uint32_t window_entries_ = 0;  // arm=compute: the entries every list is folded into
