@@ -51,7 +51,8 @@ void wait_request(MPI_Request& r, double timeout_s, const char* what) {
     if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
     if (!done && MPI_Wtime() > deadline)
       throw UsageError(std::string("peer unreachable: the other rank did not join ") + what + " within " +
-                       std::to_string(static_cast<int>(timeout_s)) + " s (--peer-timeout)");
+                       std::to_string(static_cast<int>(timeout_s)) +
+                       " s (the start waits --peer-timeout or 30 s, the longer)");
   }
 }
 

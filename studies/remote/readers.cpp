@@ -38,7 +38,7 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     env.launched_ranks = p.size;
     (void)check_flags(f, env);  // the pool size and deadline; rank 0 says what is wrong with a flag
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
-    const auto blobs = mpi_exchange(s->pack(), s->timeout_s());
+    const auto blobs = mpi_exchange(s->pack(), s->start_timeout_s());
     s->connect(blobs[1]);
     const std::int64_t region = std::min<std::int64_t>({kReaderRegion, static_cast<std::int64_t>(env.pool_bytes)});
     const std::vector<Descriptor> ds{{0, 0, region, 0}};

@@ -9,8 +9,11 @@
 // messages included, runs over UCX.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include "kvf/errors.hpp"
 #include "mpi_boot.hpp"
@@ -24,7 +27,7 @@ constexpr const char* kProg = "bench_remote";
 
 // Connects this rank's session to the other's and checks that both planned the same transfers.
 void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t count) {
-  const auto blobs = mpi_exchange(s.pack(), s.timeout_s());
+  const auto blobs = mpi_exchange(s.pack(), s.start_timeout_s());
   s.connect(blobs[p.rank == 0 ? 1 : 0]);  // rank 0 and the holder (rank 1); other ranks are readers.cpp's
   Msg hello;
   hello.kind = MsgKind::hello;
@@ -36,7 +39,7 @@ void handshake(UcpSession& s, const Place& p, std::uint64_t digest, std::size_t 
   Msg r;
   try {
     s.send(hello);
-    r = s.receive(s.timeout_s());
+    r = s.receive(s.start_timeout_s());
   } catch (const PeerLost& e) {
     throw UsageError(std::string("peer unreachable: no hello from rank ") + std::to_string(p.rank == 0 ? 1 : 0) +
                      " over UCX (" + s.transport() + "): " + e.what());
@@ -76,6 +79,10 @@ class RemoteStudy final : public Study {
     auto out = build_cases(flags_, env_);
     if (!place_) return out;  // listing: nothing connects
     session_ = std::make_unique<UcpSession>(env_.pool_bytes, env_.peer_timeout_s, env_.pool_alloc);
+    // Test only (tests/remote/ranks.sh late_start): rank 0 joins the start this many seconds late, as a loaded
+    // machine makes it; it cannot change a figure.
+    if (const char* late = std::getenv("KVF_REMOTE_TEST_LATE_START_S"))
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(late)));
     handshake(*session_, *place_, plan_digest(out, env_), out.size());
     env_.session = session_.get();
     agreed_ = true;

@@ -103,6 +103,10 @@ class UcpSession {
   void peer_leaving() { lost_ = true; }
   bool peer_failure_handled() const { return peer_failure_handled_; }
   double timeout_s() const { return timeout_s_; }
+  // The start (address exchange and hello) waits at least kStartWaitS: rank 0 sets up the harness before it joins
+  // and the holder does not, so on a loaded machine a --peer-timeout of 1 s gave up on a rank that was only late.
+  static constexpr double kStartWaitS = 30;
+  double start_timeout_s() const { return timeout_s_ > kStartWaitS ? timeout_s_ : kStartWaitS; }
 
  private:
   void wait(void* request, const char* what, double timeout_s, bool sleep = false);
