@@ -40,6 +40,10 @@ int reader_main(int argc, char** argv, const Place& p, const char* prog) {
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     const auto blobs = mpi_exchange(s->pack(), s->start_timeout_s());
     s->connect(blobs[1]);
+    // Test only (tests/remote/ranks.sh late_start): this reader starts reading this many seconds late; rank 0
+    // waits for its first read before the first row, so no figure changes.
+    if (const char* late = std::getenv("KVF_REMOTE_TEST_LATE_READ_S"))
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(late)));
     const std::int64_t region = std::min<std::int64_t>({kReaderRegion, static_cast<std::int64_t>(env.pool_bytes)});
     const std::vector<Descriptor> ds{{0, 0, region, 0}};
     // Test only (tests/remote/ranks.sh reader_verify): this rank reads another reader's slot in lockstep cases,

@@ -42,6 +42,7 @@ struct Env {
   std::string lock_lost;          // a reader that missed a round's deadline: later lockstep cases fail at once
   int lock_lost_rank = 0;         // its rank (rank 0 tells the holder, which tells the other readers)
   std::uint64_t lock_cases = 0;   // lockstep cases set up so far: each one's tag in the go word differs from the last
+  bool readers_reading = false;   // every background reader has finished a read (waited for before the first row)
 };
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
@@ -84,6 +85,7 @@ class TransferCase final : public Case {
   // One lockstep sample: the go word, rank 0's own read, then every reader's done word; returns the readers
   // whose first read of this case's seed failed its compare ("rank 2, rank 3"), empty when none did.
   std::string lock_round();
+  void wait_readers_reading();
 
   // The bytes the background readers (ranks 2..) have published in the holder's control words, summed.
   std::uint64_t readers_bytes();

@@ -17,7 +17,9 @@
 #   rank0_dies  3 ranks, rank 0 killed: the holder gives up after its idle wait and tells the reader to skip the
 #               closing barrier: the run is over within 30 s of the kill (the reader waited the barrier's 30 s more)
 #   late_start  rank 0 joins the start 3 s late (KVF_REMOTE_TEST_LATE_START_S) with --peer-timeout 1: the start waits
-#               30 s at least, so the run is measured (a loaded CI machine had the holder give up on a late rank 0)
+#               30 s at least, so the run is measured (a loaded CI machine had the holder give up on a late rank 0);
+#               the reader (rank 2) reads its first bytes 4 s later still (KVF_REMOTE_TEST_LATE_READ_S): rank 0 waits
+#               for it, so every row has readers_gbps > 0 (a loaded machine gave the first TCP row 0)
 #   reader_verify  3 ranks, reader rank 2 told (KVF_REMOTE_TEST_WRONG_SLOT) to read rank 0's slot: the lockstep
 #               case fails verify naming rank 2, the signalling row stays verified, the exit is non-zero
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
@@ -290,12 +292,16 @@ PY
   [ $took -le 30 ] || fail "the run ended $took s after the kill: the reader waited at the closing barrier"
   ;;
 late_start)
-  KVF_REMOTE_TEST_LATE_START_S=3 UCX_TLS=shm timeout 50 "$bench" --arms ceiling --ops read --ranks 3 --sizes 2MiB \
-    --quick --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1
+  KVF_REMOTE_TEST_LATE_START_S=3 KVF_REMOTE_TEST_LATE_READ_S=4 UCX_TLS=shm timeout 50 "$bench" --arms ceiling \
+    --ops read --ranks 3 --sizes 256KiB,2MiB --quick --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1
   rc=$?
   grep -v "^remote/" "$work/log" | tail -n 4
   [ $rc -eq 0 ] || fail "exit $rc with rank 0 3 s late at the start and --peer-timeout 1"
-  [ -n "$(col "$work/run/cases.csv" ceiling/read/2MiB median_s)" ] || fail "no ceiling/read/2MiB row"
+  for c in ceiling/read/256KiB ceiling/read/2MiB; do
+    r=$(col "$work/run/cases.csv" $c readers_gbps)
+    echo "$c: readers_gbps $r"
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1] or 0) > 0 else 1)" "$r" || fail "$c: readers_gbps '$r'"
+  done
   ;;
 reader_verify)
   KVF_REMOTE_TEST_WRONG_SLOT=2 UCX_TLS=shm timeout 50 "$bench" --arms lockstep --ranks 3 --sizes 2MiB --quick \
