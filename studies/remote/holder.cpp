@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "remote_study.hpp"
 
@@ -36,6 +37,7 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
   // deadlines before it calls rank 0 lost.
   const double idle_s = 10 * s.timeout_s();
   int served = 0;
+  std::unique_ptr<Backend> flusher;  // made at the first cold sample
   try {
     for (;;) {
       const Msg m = s.receive(idle_s, true);
@@ -53,6 +55,17 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
           perftest_server_wait();
         } else {
           answer(s, why);
+        }
+        continue;
+      }
+      if (m.kind == MsgKind::flush) {
+        // Before a cold sample: this rank's caches flushed as the harness flushes rank 0's (2x its LLC read).
+        try {
+          if (!flusher) flusher = make_cpu_backend();
+          flusher->flush_caches();
+          answer(s, "");
+        } catch (const std::exception& e) {
+          answer(s, e.what());
         }
         continue;
       }

@@ -68,6 +68,8 @@ class TransferCase final : public Case {
   void setup(Backend&) override;
   bool has_verify() const override { return true; }
   void verify(Backend&) override;
+  void before_measure(Backend&, const std::string& mode) override { cold_mode_ = mode == "cold"; }
+  void before_sample(Backend&) override;
   void run(Backend&) override;
   std::string after_measure(Backend&, const Summary& s, const std::string& mode) override;
 
@@ -95,6 +97,7 @@ class TransferCase final : public Case {
   std::uint64_t readers_mark_ = 0;
   double mark_s_ = 0;
   std::uint64_t lock_tag_ = 0;  // this lockstep case's tag in the go word (Env::lock_cases when it was set up)
+  bool cold_mode_ = false;      // the samples of this mode flush the holder's caches first
 };
 
 std::vector<Arm<Env>> remote_arms();

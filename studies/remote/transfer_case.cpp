@@ -44,10 +44,10 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int64_t moved)
     : op(o), descriptors(std::move(ds)), env_(env) {
   bytes = static_cast<double>(moved);
-  // Hot only: the bytes leave and land in host memory the NIC (or the kernel's copy) reads; flushing this rank's
-  // caches would not reach the holder's.
-  cold = false;
-  est_seconds = 0.2 + (env.quick ? 0.1 : 0.5) + static_cast<double>(descriptors.size()) * 2e-6;
+  // Cold and hot: before each cold sample the holder flushes its caches (a flush request, answered when done)
+  // and the harness then flushes this rank's, so the bytes leave and land in DRAM as a peer's pool larger than its
+  // LLC would have them; hot samples move the same region again. (Lockstep cases are hot only: lockstep_case.)
+  est_seconds = 0.2 + 2 * (env.quick ? 0.1 : 0.5) + static_cast<double>(descriptors.size()) * 2e-6;
 }
 
 Descriptor lock_slot(int slot, std::int64_t bytes) { return {slot * bytes, 0, bytes, slot * bytes}; }
@@ -168,6 +168,14 @@ void TransferCase::verify(Backend&) {
   if (a.text[0] != '\0') throw VerifyError("the holder (rank 1) received " + name + ": " + a.text);
 }
 
+void TransferCase::before_sample(Backend&) {
+  if (!cold_mode_) return;
+  UcpSession& s = session_of(env_);
+  const Msg a = ask(s, MsgKind::flush, index, 0);
+  if (a.kind != MsgKind::answer || a.text[0] != '\0')
+    throw std::runtime_error(std::string("the holder could not flush its caches: ") + a.text);
+}
+
 void TransferCase::run(Backend&) {
   const auto t0 = std::chrono::steady_clock::now();
   if (lockstep) (void)lock_round();
@@ -177,19 +185,21 @@ void TransferCase::run(Backend&) {
 
 // The tail from this mode's samples: the last s.n run() times are the harness's samples (the ones before them
 // were its warm-up). Under 1000 samples p99.9 is interpolated next to the maximum, and the note says so.
-std::string TransferCase::after_measure(Backend&, const Summary& s, const std::string&) {
+std::string TransferCase::after_measure(Backend&, const Summary& s, const std::string& mode) {
   const std::size_t n = std::min(s.n, seconds_.size());
   if (n == 0) return {};
   std::vector<double> tail(seconds_.end() - static_cast<std::ptrdiff_t>(n), seconds_.end());
   std::sort(tail.begin(), tail.end());
   std::string vs;
-  if (perftest.gbps && s.median > 0) {
+  if (mode == "cold") {
+    vs = "; cold: the holder's caches, then this rank's, flushed before each sample";
+  } else if (perftest.gbps && s.median > 0) {  // ucx_perftest moves one region again and again: the hot row's peer
     char buf[160];
     std::snprintf(buf, sizeof buf, "; %.2f of ucx_perftest's %.2f GB/s on the same pair in this run (%s)",
                   bytes / s.median / 1e9 / *perftest.gbps, *perftest.gbps, perftest.command.c_str());
-    vs = buf;
+    vs += buf;
   } else if (!perftest.why.empty()) {
-    vs = "; ucx_perftest: " + perftest.why;
+    vs += "; ucx_perftest: " + perftest.why;
   }
   if (lockstep) {
     char buf[200];

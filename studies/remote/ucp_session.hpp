@@ -21,7 +21,7 @@ struct PeerLost : std::runtime_error {
 
 // What the initiator asks of the holder, and the holder's answer (tagged UCP messages: the control path runs over
 // UCX too; MPI only exchanged addresses and rkeys).
-enum class MsgKind : std::uint32_t { hello = 1, prepare = 2, check = 3, answer = 4, done = 5, perftest = 6 };
+enum class MsgKind : std::uint32_t { hello = 1, prepare = 2, check = 3, answer = 4, done = 5, perftest = 6, flush = 7 };
 struct Msg {
   MsgKind kind = MsgKind::hello;
   std::uint32_t index = 0;  // the transfer (plan index), or the hello's plan count

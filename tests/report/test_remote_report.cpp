@@ -88,6 +88,35 @@ TEST(RemoteTier, WritesAndLoadedRowsAreNotFitted) {
   EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
 }
 
+TEST(RemoteTier, ColdRowsAreFittedWhereTheRunHasThem) {
+  // The planted figures as cold rows, and the same cases hot at 4x the speed (the holder's cache): a peer's pool
+  // outgrows its LLC, so the fit is of the cold rows alone and says so.
+  std::vector<CaseRow> rows;
+  for (auto r : planted_rows()) {
+    r.mode = "cold";
+    rows.push_back(r);
+    r.mode = "hot";
+    r.median_s = *r.median_s / 4;
+    r.samples_s.assign(r.samples_s.size(), *r.median_s);
+    rows.push_back(r);
+  }
+  const auto rs = set_of(rows);
+  const auto f = calibrated(rs);
+  EXPECT_NEAR(f.at("remote_gbps"), 5.0, 5e-6);
+  EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
+  std::string text;
+  for (const auto& c : remote_report().calibration.front().measure(rs)) text += c.text;
+  EXPECT_NE(text.find("6 cold remote read rows"), std::string::npos) << text;
+  // Hot rows alone (a run from before cold rows existed, or --no-cold): fitted, and said to be hot.
+  std::vector<CaseRow> hot;
+  for (const auto& r : rows)
+    if (r.mode == "hot") hot.push_back(r);
+  text.clear();
+  for (const auto& c : remote_report().calibration.front().measure(set_of(hot))) text += c.text;
+  EXPECT_NE(text.find("6 hot remote read rows"), std::string::npos) << text;
+  EXPECT_NEAR(calibrated(set_of(hot)).at("remote_gbps"), 20.0, 2e-5);
+}
+
 TEST(RemoteTier, ATermThatFitsBelowZeroIsDroppedAndSaid) {
   // More descriptors take less time: no per-descriptor cost can be fitted; bandwidth and fixed cost remain.
   std::vector<CaseRow> v;
@@ -205,6 +234,17 @@ TEST(RemoteClaim, PerLayerSlowerWithAnIntervalIsSupported) {
   EXPECT_EQ(judge(layer, page).verdict, "refuted");
   EXPECT_EQ(judge(page, page).verdict, "not established");
   EXPECT_EQ(remote_report().verdicts.front().judge(set_of({})).front().verdict, "not measured");
+  // A per-layer row is compared with the one-descriptor row of its own mode only: a cold per-layer row beside a hot
+  // page row (the holder's cache) has nothing to compare with.
+  auto cold_layer = row("granularity/read/m/T16/page_first/layer", "read", 32, 2097152, layer[10], with(p16, "layer"),
+                        layer);
+  cold_layer.mode = "cold";
+  const auto mixed = set_of({row("granularity/read/m/T16/page_first/page", "read", 1, 2097152, page[10],
+                                 with(p16, "page"), page),
+                             cold_layer});
+  const auto unpaired = remote_report().verdicts.front().judge(mixed).front();
+  EXPECT_EQ(unpaired.verdict, "not measured") << unpaired.figures;
+  EXPECT_NE(unpaired.figures.find("no per-layer row"), std::string::npos) << unpaired.figures;
 }
 
 }  // namespace

@@ -18,10 +18,10 @@ using namespace md;
 
 const char* kClaim6 = "A KV page moved as one descriptor per layer is slower than as one descriptor";
 const char* kRule6 =
-    "Remote granularity rows of 16-token pages in page-first pools (one reader), per op: the per-layer row against the "
-    "one-descriptor row of the same op and model, median ratio with its bootstrap interval. Supported iff the interval "
-    "lies above 1 for every op measured; refuted iff it lies below 1 for every op; not established when no op shows a "
-    "sign; mixed otherwise. The transport each row names is printed with it: the answer belongs to that transport "
+    "Remote granularity rows of 16-token pages in page-first pools (one reader), per op and mode (cold, hot): the per-layer "
+    "row against the one-descriptor row of the same op, mode and model, median ratio with its bootstrap interval. "
+    "Supported iff the interval lies above 1 for every pair measured; refuted iff it lies below 1 for every pair; not "
+    "established when no pair shows a sign; mixed otherwise. The transport each row names is printed with it: the answer belongs to that transport "
     "(shared memory copies a 64 KiB descriptor in about the time it takes to post one; an RDMA NIC does not).";
 
 // "transport <how UCX moved it>; ..." at the start of every measured row's note (studies/remote/study.cpp).
@@ -60,6 +60,7 @@ struct RemoteFit {
   double fixed_s = 0, per_descriptor_s = 0, bytes_per_s = 0;
   std::size_t rows = 0, sizes = 0, descriptor_counts = 0;
   std::string transport, said;  // said: what was clamped or left out
+  std::string mode;             // of the rows fitted: cold where the run has cold rows
 };
 
 // Least squares of relative error over (descriptors, bytes, seconds): t = fixed + descriptors x c + bytes x b
@@ -97,13 +98,19 @@ std::optional<std::array<double, 3>> weighted_fit(const std::vector<std::array<d
 }
 
 std::optional<RemoteFit> fit_remote(const ResultSet& rs) {
-  std::vector<const CaseRow*> pool;
+  std::vector<const CaseRow*> all, pool;
   for (const char* arm : {"ceiling", "granularity"})
-    for (const auto* r : remote_rows(rs, arm, "read")) pool.push_back(r);
+    for (const auto* r : remote_rows(rs, arm, "read")) all.push_back(r);
+  // The cold rows where the run has them: a peer's KV pool outgrows its LLC, and a hot row's bytes come from the
+  // holder's cache (a 2 MiB page read 4x faster hot than cold over shared memory on one machine).
+  const bool has_cold = std::any_of(all.begin(), all.end(), [](const CaseRow* r) { return r->mode == "cold"; });
+  for (const auto* r : all)
+    if (!has_cold || r->mode == "cold") pool.push_back(r);
   std::vector<const CaseRow*> alone;
   for (const auto* r : pool)
     if (one_reader(*r)) alone.push_back(r);
   RemoteFit f;
+  f.mode = has_cold ? "cold" : "hot";
   if (alone.empty() && !pool.empty()) {
     alone = pool;
     f.said = "; every read row ran under other readers' load (many-to-one): the fit is of a loaded holder";
@@ -153,7 +160,7 @@ std::optional<RemoteFit> fit_remote(const ResultSet& rs) {
 std::vector<Calibrated> calibrate_remote(const ResultSet& rs) {
   const auto f = fit_remote(rs);
   if (!f) return {};
-  const std::string over = std::to_string(f->rows) + " remote read rows (" + std::to_string(f->sizes) + " sizes, " +
+  const std::string over = std::to_string(f->rows) + " " + f->mode + " remote read rows (" + std::to_string(f->sizes) + " sizes, " +
                            std::to_string(f->descriptor_counts) + " descriptor counts; transport " + f->transport +
                            ") in " + rs.dir + f->said;
   return {{"remote_gbps", f->bytes_per_s / 1e9,
@@ -168,7 +175,7 @@ std::vector<Calibrated> calibrate_remote(const ResultSet& rs) {
 const CaseRow* page_row(const std::vector<const CaseRow*>& rows, const CaseRow& r) {
   for (const auto* c : rows)
     if (c->param("granularity") == "page" && c->param("op") == r.param("op") && c->param("model") == r.param("model") &&
-        c->param("tokens") == r.param("tokens") && c->param("readers") == r.param("readers"))
+        c->param("tokens") == r.param("tokens") && c->param("readers") == r.param("readers") && c->mode == r.mode)
       return c;
   return nullptr;
 }
@@ -194,7 +201,7 @@ std::string lockstep_table(const ResultSet& rs) {
     if (!region || *region <= 0) continue;
     const CaseRow* one = nullptr;
     for (const auto* c : remote_rows(rs, "ceiling", "read"))
-      if (c->bytes && *c->bytes == *region) one = c;
+      if (c->bytes && *c->bytes == *region && c->mode == r->mode) one = c;
     const CaseRow* sig = lock_signal(rs, r->param("readers"));
     out += row({lbl(rs), bytes(*region), txt(r->param("readers")), us(r->median_s), r->gbps ? rate(*r->gbps) : "-",
                 one && one->gbps ? rate(*one->gbps) : "-",
@@ -212,7 +219,8 @@ std::string section_remote(ReportContext& cx) {
   for (const auto& rs : cx.sets) {
     for (const auto* r : remote_rows(rs, "ceiling")) {
       transports.insert(transport_of(*r));
-      ceil += row({lbl(rs), txt(r->param("op")), bytes(*r->bytes), r->param("readers").empty() ? "1" : txt(r->param("readers")),
+      ceil += row({lbl(rs), txt(r->param("op")), bytes(*r->bytes), txt(r->mode),
+                   r->param("readers").empty() ? "1" : txt(r->param("readers")),
                    us(r->median_s), r->gbps ? rate(*r->gbps) : "-", txt(note_after_transport(*r))});
     }
     const auto g = remote_rows(rs, "granularity");
@@ -220,18 +228,20 @@ std::string section_remote(ReportContext& cx) {
       transports.insert(transport_of(*r));
       const CaseRow* page = page_row(g, *r);
       const std::string vs = !page ? "-" : page == r ? "1" : median_ratio(*r, *page).text();
-      gran += row({lbl(rs), txt(r->param("op")), txt(r->param("tokens")), txt(r->param("layout")),
+      gran += row({lbl(rs), txt(r->param("op")), txt(r->mode), txt(r->param("tokens")), txt(r->param("layout")),
                    txt(r->param("granularity")), txt(r->param("descriptors")),
                    bytes(r->num("descriptor_bytes").value_or(0)), us(r->median_s), vs});
-      auto& l = lines[rs.label + '\x1f' + r->param("op") + '\x1f' + r->param("tokens") + '\x1f' + r->param("layout")];
-      l.key = {{"device", rs.label}, {"op", r->param("op")}, {"tokens", r->param("tokens")}, {"layout", r->param("layout")}};
+      auto& l = lines[rs.label + '\x1f' + r->param("op") + '\x1f' + r->mode + '\x1f' + r->param("tokens") + '\x1f' +
+                      r->param("layout")];
+      l.key = {{"device", rs.label}, {"op", r->param("op")}, {"mode", r->mode}, {"tokens", r->param("tokens")},
+               {"layout", r->param("layout")}};
       l.pts.emplace_back(*r->num("descriptors"), *r->median_s * 1e6);
     }
     lock += lockstep_table(rs);
     if (const auto f = fit_remote(rs))
       fits += "- " + lbl(rs) + ": " + us_text(f->fixed_s) + " per transfer + " + us_text(f->per_descriptor_s) +
               " per descriptor + bytes / " + rate(f->bytes_per_s / 1e9) + " (" + std::to_string(f->rows) +
-              " read rows, transport " + txt(f->transport) + txt(f->said) + ")\n";
+              " " + f->mode + " read rows, transport " + txt(f->transport) + txt(f->said) + ")\n";
   }
   for (auto& [k, l] : lines) {
     std::sort(l.pts.begin(), l.pts.end());
@@ -248,11 +258,11 @@ std::string section_remote(ReportContext& cx) {
   s += cx.chart(p);
   if (!gran.empty())
     s += fold("Granularity: one page as 1 .. N descriptors, against one descriptor (median ratio, bootstrap interval)",
-              header({"device", "op", "tokens", "layout", "granularity", "descriptors", "descriptor", "median",
+              header({"device", "op", "mode", "tokens", "layout", "granularity", "descriptors", "descriptor", "median",
                       "vs one descriptor"}) + gran) + "\n";
   if (!ceil.empty())
     s += fold("Wire ceiling: one region in one operation (ucx_perftest on the same pair, same run, in the note)",
-              header({"device", "op", "region", "readers", "median", "rate", "note"}) + ceil) + "\n";
+              header({"device", "op", "region", "mode", "readers", "median", "rate", "note"}) + ceil) + "\n";
   if (!lock.empty())
     s += fold("Many-to-one in lockstep: every reader pulls its own region of one holder at one go signal; a sample is "
               "go -> all done (rate in all = readers x region / median), beside one reader's ceiling row of the same "
@@ -275,7 +285,7 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
     if (!page) continue;
     const Ratio q = median_ratio(*r, *page);
     (q.a_slower() ? slower : q.a_faster() ? faster : none) += 1;
-    figs += (figs.empty() ? "" : "; ") + r->param("op") + ": per layer / per page " + q.text() + " (" +
+    figs += (figs.empty() ? "" : "; ") + r->param("op") + " " + r->mode + ": per layer / per page " + q.text() + " (" +
             r->param("descriptors") + " descriptors, " + transport_of(*r) + ")";
   }
   if (slower + faster + none == 0) {
@@ -311,6 +321,8 @@ std::optional<double> predict_transfer(Predictor& p) {
   if (!d || *d < 1) return p.none("the row has no descriptors column");
   p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
         " x per-descriptor + bytes / bandwidth" + (p.r.param("op") == "write" ? " (fitted on reads)" : "") +
+        (p.r.mode == "hot" ? " (fitted on the cold rows where the run has them: a hot row's bytes may come from the "
+                             "holder's cache)" : "") +
         (one_reader(p.r) ? "" : " (this row ran beside other readers)"));
   return remote_s(p.g, p.bytes, *d);
 }
