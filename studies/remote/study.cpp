@@ -63,6 +63,7 @@ class RemoteStudy final : public Study {
  public:
   explicit RemoteStudy(const Place* place) : place_(place) {}
   std::string name() const override { return "remote"; }
+  bool host_only() const override { return true; }
   void add_options(StudyFlags& flags) override {
     flags_.add_to(flags);
     flags.footer(

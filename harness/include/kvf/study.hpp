@@ -74,6 +74,11 @@ class Study {
   virtual void add_options(StudyFlags&) {}
   // The cases for this backend. Called after flags are parsed and the backend is chosen.
   virtual std::vector<std::unique_ptr<Case>> cases(const StudyContext& ctx) = 0;
+  // A study that moves host memory and times it on the host (the remote study: UCX between the ranks' host pools)
+  // runs on the CPU backend whatever --backend and --device say (kvf run passes its own to every study), and the
+  // backend line says so: under CUDA its samples would be timed by events on an idle stream, its cold flush would
+  // flush the GPU's L2 and leave the host's caches warm.
+  virtual bool host_only() const { return false; }
 };
 
 int bench_main(int argc, char** argv, Study& study);
