@@ -32,15 +32,17 @@ void answer(UcpSession& s, const std::string& text) {
 }  // namespace
 
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
-                 int* lost_reader) {
+                 int* lost_reader, Backend* flusher) {
   // Rank 0 may spend a whole case between two requests (its --budget, a slow verify): the holder waits ten
   // deadlines before it calls rank 0 lost.
   const double idle_s = 10 * s.timeout_s();
+  // Before its first request rank 0 waits up to the start's wait for the background readers' first reads.
+  double wait_s = std::max(idle_s, s.start_timeout_s() + s.timeout_s());
   int served = 0;
-  std::unique_ptr<Backend> flusher;  // made at the first cold sample
   try {
     for (;;) {
-      const Msg m = s.receive(idle_s, true);
+      const Msg m = s.receive(wait_s, true);
+      wait_s = idle_s;
       if (m.kind == MsgKind::done) {
         *lost_reader = static_cast<int>(m.value);
         return kExitOk;
@@ -59,9 +61,14 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
         continue;
       }
       if (m.kind == MsgKind::flush) {
-        // Before a cold sample: this rank's caches flushed as the harness flushes rank 0's (2x its LLC read).
+        // Before a cold sample: this rank's caches flushed as the harness flushes rank 0's (2x its LLC read, up to
+        // the flush cap). The buffer was written before the start: a flush here reads it and no more, so the
+        // holder's pause in serving (TCP readers' gets wait for its progress) stays a flush's read.
+        if (!flusher) {
+          answer(s, "the holder planned no cold case (its flags differ from rank 0's?)");
+          continue;
+        }
         try {
-          if (!flusher) flusher = make_cpu_backend();
           flusher->flush_caches();
           answer(s, "");
         } catch (const std::exception& e) {

@@ -42,8 +42,13 @@ struct Env {
   std::string lock_lost;          // a reader that missed a round's deadline: later lockstep cases fail at once
   int lock_lost_rank = 0;         // its rank (rank 0 tells the holder, which tells the other readers)
   std::uint64_t lock_cases = 0;   // lockstep cases set up so far: each one's tag in the go word differs from the last
-  bool readers_reading = false;   // every background reader has finished a read (waited for before the first row)
 };
+
+// Many-to-one rows say every background reader reads throughout: each reader that announces its bytes must read
+// again while rank 0 waits, within wait_s (`when` says since what, for the message). One that has not is a lost reader: PeerLost naming
+// it, Env::lock_lost set (this row and the later many-to-one ones fail naming it, and at the end rank 0 tells the
+// holder, so no rank waits for it at the closing barrier). No-op with one reader.
+void wait_readers_reading(Env& env, double wait_s, const std::string& when);
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's
 // offset s * bytes into its own offset 0, the pattern indexed from s * bytes (a read of the wrong slot fails).
@@ -87,7 +92,6 @@ class TransferCase final : public Case {
   // One lockstep sample: the go word, rank 0's own read, then every reader's done word; returns the readers
   // whose first read of this case's seed failed its compare ("rank 2, rank 3"), empty when none did.
   std::string lock_round();
-  void wait_readers_reading();
 
   // The bytes the background readers (ranks 2..) have published in the holder's control words, summed.
   std::uint64_t readers_bytes();
@@ -111,10 +115,11 @@ struct Place;
 // rank 0's measurement (readers.cpp).
 int reader_main(int argc, char** argv, const Place& p, const char* prog);
 
-// The holder's side of the run (rank 1): serves fill and check requests until rank 0 says done. lost_reader: the
-// reader rank (2..) rank 0's done named as stopped answering, 0 if none: then no rank meets at MPI_Finalize.
+// The holder's side of the run (rank 1): serves fill, check and flush requests until rank 0 says done. lost_reader:
+// the reader rank (2..) rank 0's done named as stopped answering, 0 if none: then no rank meets at MPI_Finalize.
+// flusher: flushes this rank's caches before rank 0's cold samples (made, and its buffer written, before the start).
 int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases, const std::string& prog,
-                 int* lost_reader);
+                 int* lost_reader, Backend* flusher);
 // When a rank is gone (rank 0, or the reader lost_reader, 0 if none): the stop word says "no barrier", and the holder
 // keeps its pool served until every other reader with a done word has seen it (bounded by the peer timeout, one
 // line naming a reader that did not), so none of them waits at the closing barrier for the lost rank.

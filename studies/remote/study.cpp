@@ -9,12 +9,14 @@
 // messages included, runs over UCX.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <thread>
 
+#include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
 #include "mpi_boot.hpp"
 #include "remote_study.hpp"
@@ -87,6 +89,13 @@ class RemoteStudy final : public Study {
     handshake(*session_, *place_, plan_digest(out, env_), out.size());
     env_.session = session_.get();
     agreed_ = true;
+    // The background readers connect on their own after the start: no many-to-one row before each has read (a
+    // loaded machine gave a TCP run's first row readers_gbps 0). The holder waits as long for the first request.
+    try {
+      wait_readers_reading(env_, session_->start_timeout_s(), "since the start");
+    } catch (const PeerLost& e) {
+      throw UsageError(std::string("peer unreachable: ") + e.what());
+    }
     std::fprintf(stderr, "%s: rank 0 on %s, holder rank 1; transport %s\n", kProg, place_->host.c_str(),
                  session_->transport().c_str());
     for (auto& c : out)
@@ -166,6 +175,8 @@ class RemoteStudy final : public Study {
 
 int holder_main(int argc, char** argv, const Place& p) {
   RemoteFlags f;
+  bool no_cold = false;  // the harness's --no-cold: no flush buffer
+  std::unique_ptr<Backend> flusher;
   std::unique_ptr<UcpSession> s;
   int rc = kExitOk;
   int lost_reader = 0;  // the reader rank 0 said stopped answering: nobody waits for it at the barrier
@@ -174,6 +185,7 @@ int holder_main(int argc, char** argv, const Place& p) {
     if (!parse_own_flags(argc, argv, [&](StudyFlags& sf) {
           f.add_to(sf);
           sf.flag("--quick", f.quick, "");
+          sf.flag("--no-cold", no_cold, "");
         }))
       throw UsageError("bad flags");
     Env env;
@@ -181,10 +193,15 @@ int holder_main(int argc, char** argv, const Place& p) {
     env.readers = p.size - 1;
     env.launched_ranks = p.size;
     auto cases = build_cases(f, env);  // a refused flag: rank 0 refuses it too and says so
+    // The flush buffer is written now, inside the start's wait, not at the first cold sample.
+    if (!no_cold && std::any_of(cases.begin(), cases.end(), [](const auto& c) { return c->cold; })) {
+      flusher = make_cpu_backend();
+      flusher->flush_caches();
+    }
     s = std::make_unique<UcpSession>(env.pool_bytes, env.peer_timeout_s, env.pool_alloc);
     handshake(*s, p, plan_digest(cases, env), cases.size());
     env.session = s.get();
-    rc = serve_holder(*s, cases, kProg, &lost_reader);
+    rc = serve_holder(*s, cases, kProg, &lost_reader, flusher.get());
   } catch (const UsageError&) {
     rc = kExitUsage;  // bad flags, an unreachable peer, flags that differ: rank 0 says the same in its one line
   } catch (const std::exception& e) {

@@ -77,35 +77,35 @@ void TransferCase::setup(Backend&) {
     s.put_peer_word(UcpSession::kLockSeed, seed);
     s.put_peer_word(UcpSession::kLockMode, 1);
   } else if (env_.readers > 1) {
-    if (!env_.readers_reading) wait_readers_reading();
+    wait_readers_reading(env_, s.timeout_s(), "since the last row");
     readers_mark_ = readers_bytes(), mark_s_ = now_s();
   }
 }
 
-// The background readers connect on their own after the start: a row measured before one has read anything is
-// not many-to-one (a loaded machine gave the first TCP row readers_gbps 0). Rank 0 waits for a first read from
-// each reader that announces its bytes, at most the start's wait; one that never reads is a lost reader.
-void TransferCase::wait_readers_reading() {
-  UcpSession& s = session_of(env_);
-  if (!env_.lock_lost.empty()) throw PeerLost(env_.lock_lost + " (earlier in this run): these rows need every reader");
+void wait_readers_reading(Env& env, double wait_s, const std::string& when) {
+  if (env.readers <= 1) return;
+  if (!env.lock_lost.empty()) throw PeerLost(env.lock_lost + " (earlier in this run): many-to-one needs every reader");
+  UcpSession& s = session_of(env);
   const int first = UcpSession::kReaderWord0 + 2;
-  const int n = std::min(env_.readers - 1, UcpSession::kLockDone0 - first);
+  const int n = std::min(env.readers - 1, UcpSession::kLockDone0 - first);
+  // Growth while rank 0 waits, not since it last looked: a reader killed during the last row has more bytes than
+  // at that row's start, and none since.
+  const auto base = s.peer_words(first, n);
   const double t0 = now_s();
   for (;;) {
     const auto words = s.peer_words(first, n);
     int idle = -1;
     for (int i = 0; i < n && idle < 0; ++i)
-      if (words[static_cast<std::size_t>(i)] == 0) idle = i + 2;
-    if (idle < 0) break;
-    if (now_s() - t0 > s.start_timeout_s()) {
-      env_.lock_lost_rank = idle;
-      env_.lock_lost = "reader rank " + std::to_string(idle) + " read nothing within " +
-                       std::to_string(static_cast<int>(s.start_timeout_s())) + " s of the first row";
-      throw PeerLost(env_.lock_lost);
+      if (words[static_cast<std::size_t>(i)] <= base[static_cast<std::size_t>(i)]) idle = i + 2;
+    if (idle < 0) return;
+    if (now_s() - t0 > wait_s) {
+      env.lock_lost_rank = idle;
+      env.lock_lost = "reader rank " + std::to_string(idle) + " read nothing " + when + " within " +
+                      std::to_string(static_cast<int>(wait_s)) + " s";
+      throw PeerLost(env.lock_lost);
     }
     std::this_thread::yield();  // more ranks than cores: let the readers run
   }
-  env_.readers_reading = true;
 }
 
 void TransferCase::teardown(Backend&) {

@@ -18,8 +18,12 @@
 #               closing barrier: the run is over within 30 s of the kill (the reader waited the barrier's 30 s more)
 #   late_start  rank 0 joins the start 3 s late (KVF_REMOTE_TEST_LATE_START_S) with --peer-timeout 1: the start waits
 #               30 s at least, so the run is measured (a loaded CI machine had the holder give up on a late rank 0);
-#               the reader (rank 2) reads its first bytes 4 s later still (KVF_REMOTE_TEST_LATE_READ_S): rank 0 waits
-#               for it, so every row has readers_gbps > 0 (a loaded machine gave the first TCP row 0)
+#               the reader (rank 2) reads its first bytes 12 s later still (KVF_REMOTE_TEST_LATE_READ_S): rank 0 waits
+#               for it, so every row, cold and hot, has readers_gbps > 0 (a loaded machine gave the first TCP row 0),
+#               and the holder waits as long for rank 0's first request (its idle wait alone is 10 s here)
+#   reader_lost 3 ranks, reader rank 2 killed after the first row of the continuous many-to-one arms: the next row
+#               fails naming it, the exit is non-zero, and the run ends within 15 s (nobody waits for it at the
+#               closing barrier)
 #   reader_verify  3 ranks, reader rank 2 told (KVF_REMOTE_TEST_WRONG_SLOT) to read rank 0's slot: the lockstep
 #               case fails verify naming rank 2, the signalling row stays verified, the exit is non-zero
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
@@ -64,13 +68,13 @@ PY
 }
 
 # ratios LABEL CSV CASE_PREFIX: the 16-token page as 1, 32 (per layer) and 512 (per layer and head) descriptors,
-# medians and fastest samples (printed: a benchmark result). Each row's geometry is asserted: its descriptor count,
+# medians and fastest samples of the hot rows (printed: a benchmark result). Each row's geometry is asserted: its descriptor count,
 # and descriptors x descriptor bytes = page bytes = bytes moved.
 ratios() {
   python3 - "$@" <<'PY' || exit 1
 import csv, sys
 label, path, prefix = sys.argv[1:4]
-table = {r["case"]: r for r in csv.DictReader(open(path)) if r["median_s"]}
+table = {r["case"]: r for r in csv.DictReader(open(path)) if r["median_s"] and r["mode"] == "hot"}
 grans = {"page": 1, "layer": 32, "layer_head": 512}
 for g, n in grans.items():
     r = table[prefix + "/" + g]
@@ -293,16 +297,36 @@ PY
   [ $took -le 30 ] || fail "the run ended $took s after the kill: the reader waited at the closing barrier"
   ;;
 late_start)
-  KVF_REMOTE_TEST_LATE_START_S=3 KVF_REMOTE_TEST_LATE_READ_S=4 UCX_TLS=shm timeout 50 "$bench" --arms ceiling \
+  KVF_REMOTE_TEST_LATE_START_S=3 KVF_REMOTE_TEST_LATE_READ_S=12 UCX_TLS=shm timeout 50 "$bench" --arms ceiling \
     --ops read --ranks 3 --sizes 256KiB,2MiB --quick --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1
   rc=$?
   grep -v "^remote/" "$work/log" | tail -n 4
   [ $rc -eq 0 ] || fail "exit $rc with rank 0 3 s late at the start and --peer-timeout 1"
-  for c in ceiling/read/256KiB ceiling/read/2MiB; do
-    r=$(col "$work/run/cases.csv" $c readers_gbps)
-    echo "$c: readers_gbps $r"
-    python3 -c "import sys; sys.exit(0 if float(sys.argv[1] or 0) > 0 else 1)" "$r" || fail "$c: readers_gbps '$r'"
-  done
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["case"].startswith("ceiling/")]
+assert len(rows) == 4, f"{len(rows)} ceiling rows, wanted 2 sizes x cold and hot"
+for r in rows:
+    print(f"{r['case']} {r['mode']}: readers_gbps {r['readers_gbps']}")
+    assert float(r["readers_gbps"] or 0) > 0, f"{r['case']} {r['mode']}: readers_gbps '{r['readers_gbps']}'"
+PY
+  ;;
+reader_lost)
+  # Rows of ~0.5, 1 and 2.5 s after the first: the kill (polled every 0.1 s) lands inside one with rows after it.
+  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 256KiB,16MiB,32MiB,64MiB --no-cold --min-samples 300 \
+    --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1 &
+  launcher=$!
+  kill_and_wait 2 2 45 "its first row"
+  [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"
+  python3 - "$work/run/cases.csv" <<'PY' || exit 1
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["case"].startswith("ceiling/")]
+lost = [r for r in rows if "reader rank 2 read nothing since the last row" in r["note"]]
+assert lost, "no row names the lost reader: " + "; ".join(r["case"] + " " + r["note"][:80] for r in rows)
+after = rows[rows.index(lost[0]) + 1:]
+assert all(r["note"].startswith("error: ") for r in after), "a row after the loss was measured as many-to-one"
+print(f"{lost[0]['case']}: {lost[0]['note'][:90]}; {len(after)} later row(s) refused")
+PY
   ;;
 reader_verify)
   KVF_REMOTE_TEST_WRONG_SLOT=2 UCX_TLS=shm timeout 50 "$bench" --arms lockstep --ranks 3 --sizes 2MiB --quick \

@@ -115,6 +115,20 @@ TEST(RemoteTier, ColdRowsAreFittedWhereTheRunHasThem) {
   for (const auto& c : remote_report().calibration.front().measure(set_of(hot))) text += c.text;
   EXPECT_NE(text.find("6 hot remote read rows"), std::string::npos) << text;
   EXPECT_NEAR(calibrated(set_of(hot)).at("remote_gbps"), 20.0, 2e-5);
+  // Each row is predicted by its own mode's fit: the calibrated (cold) figures for the cold rows, the run's fit of
+  // its hot rows for the hot ones (the cold figure would predict them 4x too slow).
+  GpuSpec g;
+  g.name = "g";
+  g.remote_gbps = f.at("remote_gbps");
+  g.remote_fixed_us = f.at("remote_fixed_us");
+  g.remote_descriptor_us = f.at("remote_descriptor_us");
+  for (const auto& r : rs.cases) {
+    std::string why;
+    const auto t = predict_row(g, r, &why, &rs);
+    ASSERT_TRUE(t) << r.case_name << " " << r.mode << ": " << why;
+    EXPECT_NEAR(*t / *r.median_s, 1.0, 1e-6) << r.case_name << " " << r.mode << ": " << why;
+    EXPECT_EQ(why.find("fit of its hot read rows") != std::string::npos, r.mode == "hot") << why;
+  }
 }
 
 TEST(RemoteTier, ATermThatFitsBelowZeroIsDroppedAndSaid) {

@@ -97,20 +97,25 @@ std::optional<std::array<double, 3>> weighted_fit(const std::vector<std::array<d
   return out;
 }
 
-std::optional<RemoteFit> fit_remote(const ResultSet& rs) {
+// mode: the rows' mode; empty: the cold rows where the run has them (among the one-reader rows when there are any),
+// since a peer's KV pool outgrows its LLC and a hot row's bytes come from the holder's cache (a 2 MiB page read 4x
+// faster hot than cold over shared memory on one machine).
+std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}) {
   std::vector<const CaseRow*> all, pool;
   for (const char* arm : {"ceiling", "granularity"})
     for (const auto* r : remote_rows(rs, arm, "read")) all.push_back(r);
-  // The cold rows where the run has them: a peer's KV pool outgrows its LLC, and a hot row's bytes come from the
-  // holder's cache (a 2 MiB page read 4x faster hot than cold over shared memory on one machine).
-  const bool has_cold = std::any_of(all.begin(), all.end(), [](const CaseRow* r) { return r->mode == "cold"; });
+  const bool any_alone = std::any_of(all.begin(), all.end(), [](const CaseRow* r) { return one_reader(*r); });
+  if (mode.empty())
+    mode = std::any_of(all.begin(), all.end(), [&](const CaseRow* r) {
+             return r->mode == "cold" && (one_reader(*r) || !any_alone);
+           }) ? "cold" : "hot";
   for (const auto* r : all)
-    if (!has_cold || r->mode == "cold") pool.push_back(r);
+    if (r->mode == mode) pool.push_back(r);
   std::vector<const CaseRow*> alone;
   for (const auto* r : pool)
     if (one_reader(*r)) alone.push_back(r);
   RemoteFit f;
-  f.mode = has_cold ? "cold" : "hot";
+  f.mode = mode;
   if (alone.empty() && !pool.empty()) {
     alone = pool;
     f.said = "; every read row ran under other readers' load (many-to-one): the fit is of a loaded holder";
@@ -298,33 +303,63 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
   return {v};
 }
 
+// The remote figures a row is predicted with: the calibrated ones (the cold rows' fit where the run has cold rows), or
+// for a hot row the run's own fit of its hot rows when the calibrated one is of cold rows (a hot row's bytes may come
+// from the holder's cache: the cold figure would predict it several times too slow). nullopt: none, said in p; `which`
+// gets what the prediction's line adds about the figures.
+std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
+  if (p.r.mode == "hot" && p.run_index) {
+    const ResultSet& rs = p.run_index->run();
+    if (const auto cal = fit_remote(rs); cal && cal->mode == "cold") {
+      const auto hot = fit_remote(rs, "hot");
+      if (!hot) {
+        p.none("a hot row, and the run's hot read rows give no fit of their own (the calibrated figure is of its cold "
+               "rows)");
+        return std::nullopt;
+      }
+      GpuSpec g = p.g;
+      g.remote_gbps = hot->bytes_per_s / 1e9;
+      g.remote_fixed_us = hot->fixed_s * 1e6;
+      g.remote_descriptor_us = hot->per_descriptor_s * 1e6;
+      which = "; hot: the run's fit of its hot read rows (" + rate(g.remote_gbps) + "; the calibrated figure is of its "
+              "cold rows)";
+      return g;
+    }
+  }
+  if (p.g.remote_gbps <= 0) {
+    p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
+    return std::nullopt;
+  }
+  return p.g;
+}
+
 // Lockstep: the readers in parallel with no contention at the holder: the signalling alone (this run's row) + one
 // reader's fitted transfer of its region. Measured above it is what the holder's sharing costs.
 std::optional<double> predict_lockstep(Predictor& p) {
   const auto region = p.r.num("lockstep_bytes");
   if (!region || *region <= 0)
     return p.none("lockstep signalling alone: no transfer to model (stated beside the data rows)");
-  if (p.g.remote_gbps <= 0)
-    return p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
+  std::string which;
+  const auto g = remote_terms(p, which);
+  if (!g) return std::nullopt;
   const CaseRow* sig = p.alone_row("remote", {{"lockstep_bytes", "0"}, {"readers", p.r.param("readers")}});
   if (!sig || !sig->median_s || !(*sig->median_s > 0)) return p.none("no lockstep signalling row in this run");
   p.say("lockstep, no contention at the holder: signalling alone (" + us_text(*sig->median_s) +
         ", this run) + one reader's fixed + 1 descriptor + region / bandwidth; predicted / measured below 1: the "
-        "holder's sharing");
-  return *sig->median_s + remote_s(p.g, *region, 1);
+        "holder's sharing" + which);
+  return *sig->median_s + remote_s(*g, *region, 1);
 }
 
 std::optional<double> predict_transfer(Predictor& p) {
-  if (p.g.remote_gbps <= 0)
-    return p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
+  std::string which;
+  const auto g = remote_terms(p, which);
+  if (!g) return std::nullopt;
   const auto d = p.r.num("descriptors");
   if (!d || *d < 1) return p.none("the row has no descriptors column");
   p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
         " x per-descriptor + bytes / bandwidth" + (p.r.param("op") == "write" ? " (fitted on reads)" : "") +
-        (p.r.mode == "hot" ? " (fitted on the cold rows where the run has them: a hot row's bytes may come from the "
-                             "holder's cache)" : "") +
-        (one_reader(p.r) ? "" : " (this row ran beside other readers)"));
-  return remote_s(p.g, p.bytes, *d);
+        (one_reader(p.r) ? "" : " (this row ran beside other readers)") + which);
+  return remote_s(*g, p.bytes, *d);
 }
 
 }  // namespace
