@@ -378,7 +378,8 @@ int run_study(int argc, char** argv, Study& study) {
     if (f.plan_device.empty() && study.host_only()) {
       be = make_cpu_backend();
       std::string unused = f.backend_choice == "cuda" ? "--backend cuda" : "";
-      if (f.device.kind == DeviceChoice::Kind::gpu) unused += (unused.empty() ? "--device " : " and --device ") + f.device.text;
+      if (f.device.kind == DeviceChoice::Kind::gpu)
+        unused += (unused.empty() ? "--device " : " and --device ") + f.device.text;
       note = "backend: cpu (the " + study.name() + " study moves host memory and times it on the host" +
              (unused.empty() ? "" : "; " + unused + " not used") + ")";
     } else if (f.plan_device.empty()) {
