@@ -37,7 +37,7 @@ int serve_holder(UcpSession& s, const std::vector<std::unique_ptr<Case>>& cases,
   // deadlines before it calls rank 0 lost.
   const double idle_s = 10 * s.timeout_s();
   // Before its first request rank 0 waits up to the start's wait for the background readers' first reads.
-  double wait_s = std::max(idle_s, s.start_timeout_s() + s.timeout_s());
+  double wait_s = s.start_timeout_s() + idle_s;
   int served = 0;
   try {
     for (;;) {

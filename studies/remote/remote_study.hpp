@@ -73,7 +73,7 @@ class TransferCase final : public Case {
   void setup(Backend&) override;
   bool has_verify() const override { return true; }
   void verify(Backend&) override;
-  void before_measure(Backend&, const std::string& mode) override { cold_mode_ = mode == "cold"; }
+  void before_measure(Backend&, const std::string& mode) override;
   void before_sample(Backend&) override;
   void run(Backend&) override;
   std::string after_measure(Backend&, const Summary& s, const std::string& mode) override;

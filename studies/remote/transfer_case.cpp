@@ -77,9 +77,17 @@ void TransferCase::setup(Backend&) {
     s.put_peer_word(UcpSession::kLockSeed, seed);
     s.put_peer_word(UcpSession::kLockMode, 1);
   } else if (env_.readers > 1) {
-    wait_readers_reading(env_, s.timeout_s(), "since the last row");
     readers_mark_ = readers_bytes(), mark_s_ = now_s();
   }
+}
+
+// Each mode's samples are many-to-one only if every reader still reads: seen before them (a reader lost during the
+// cold samples fails the hot ones). The read it waits for falls inside the mode's window of readers_gbps (marked at
+// setup and after each mode), so a short window states a rate of at least one read, never a false 0.
+void TransferCase::before_measure(Backend&, const std::string& mode) {
+  cold_mode_ = mode == "cold";
+  if (lockstep || env_.readers <= 1) return;
+  wait_readers_reading(env_, session_of(env_).timeout_s(), "since the last row");
 }
 
 void wait_readers_reading(Env& env, double wait_s, const std::string& when) {
@@ -93,12 +101,14 @@ void wait_readers_reading(Env& env, double wait_s, const std::string& when) {
   const auto base = s.peer_words(first, n);
   const double t0 = now_s();
   for (;;) {
+    // The clock first, then the words: a rank 0 descheduled past the deadline still reads them once more.
+    const bool late = now_s() - t0 > wait_s;
     const auto words = s.peer_words(first, n);
     int idle = -1;
     for (int i = 0; i < n && idle < 0; ++i)
       if (words[static_cast<std::size_t>(i)] <= base[static_cast<std::size_t>(i)]) idle = i + 2;
     if (idle < 0) return;
-    if (now_s() - t0 > wait_s) {
+    if (late) {
       env.lock_lost_rank = idle;
       env.lock_lost = "reader rank " + std::to_string(idle) + " read nothing " + when + " within " +
                       std::to_string(static_cast<int>(wait_s)) + " s";
@@ -214,8 +224,8 @@ std::string TransferCase::after_measure(Backend&, const Summary& s, const std::s
     }
     vs += buf;
   } else if (env_.readers > 1) {
-    // The holder's other traffic over this mode's window (its verify and warm-up included: the readers never
-    // pause), beside this rank's own rate: what the holder served in all.
+    // The holder's other traffic over this mode's window (verify, before_measure's wait and warm-up included: the
+    // readers never pause), beside this rank's own rate: what the holder served in all.
     const std::uint64_t b = readers_bytes();
     const double t = now_s(), gbps = t > mark_s_ ? static_cast<double>(b - readers_mark_) / (t - mark_s_) / 1e9 : 0;
     readers_mark_ = b, mark_s_ = t;

@@ -24,6 +24,8 @@
 #   reader_lost 3 ranks, reader rank 2 killed after the first row of the continuous many-to-one arms: the next row
 #               fails naming it, the exit is non-zero, and the run ends within 15 s (nobody waits for it at the
 #               closing barrier)
+#   reader_lost_last  the same with the kill inside the last row: rank 0's check at the end names the reader, and
+#               the run still ends within 15 s
 #   reader_verify  3 ranks, reader rank 2 told (KVF_REMOTE_TEST_WRONG_SLOT) to read rank 0's slot: the lockstep
 #               case fails verify naming rank 2, the signalling row stays verified, the exit is non-zero
 #   netns       the TCP path across two network namespaces joined by a veth pair (skipped, with the reason,
@@ -327,6 +329,22 @@ after = rows[rows.index(lost[0]) + 1:]
 assert all(r["note"].startswith("error: ") for r in after), "a row after the loss was measured as many-to-one"
 print(f"{lost[0]['case']}: {lost[0]['note'][:90]}; {len(after)} later row(s) refused")
 PY
+  ;;
+reader_lost_last)
+  # The 64 MiB row (600 samples, ~5 s) is the last: the kill lands inside its samples, 1 s after the first row
+  # (its setup and verify take ~0.1 s).
+  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 256KiB,64MiB --no-cold --min-samples 600 \
+    --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 150); do
+    sleep 0.1
+    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 2 ] && break
+  done
+  sleep 1
+  kill_and_wait 2 2 45 "its first row"
+  [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"
+  grep -q "a background reader was lost during the run (reader rank 2 read nothing during the last row" "$work/log" ||
+    fail "rank 0 did not name the reader lost during the last row"
   ;;
 reader_verify)
   KVF_REMOTE_TEST_WRONG_SLOT=2 UCX_TLS=shm timeout 50 "$bench" --arms lockstep --ranks 3 --sizes 2MiB --quick \

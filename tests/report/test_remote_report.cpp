@@ -129,6 +129,19 @@ TEST(RemoteTier, ColdRowsAreFittedWhereTheRunHasThem) {
     EXPECT_NEAR(*t / *r.median_s, 1.0, 1e-6) << r.case_name << " " << r.mode << ": " << why;
     EXPECT_EQ(why.find("fit of its hot read rows") != std::string::npos, r.mode == "hot") << why;
   }
+  // With the LLC known, a hot row larger than it moves from DRAM as a cold one: the calibrated (cold) figure predicts
+  // it; the hot fit is of the rows the LLC holds.
+  auto with_llc = rs;
+  with_llc.llc_bytes = 32 << 20;
+  for (const auto& r : with_llc.cases) {
+    if (r.mode != "hot") continue;
+    std::string why;
+    const auto t = predict_row(g, r, &why, &with_llc);
+    ASSERT_TRUE(t) << why;
+    const bool big = *r.bytes > (32 << 20);
+    EXPECT_NEAR(*t / *r.median_s, big ? 4.0 : 1.0, 1e-6) << r.case_name << ": " << why;
+    EXPECT_NE(why.find(big ? "larger than the LLC" : "hot read rows up to the LLC"), std::string::npos) << why;
+  }
 }
 
 TEST(RemoteTier, ATermThatFitsBelowZeroIsDroppedAndSaid) {

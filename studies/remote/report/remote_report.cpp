@@ -100,10 +100,12 @@ std::optional<std::array<double, 3>> weighted_fit(const std::vector<std::array<d
 // mode: the rows' mode; empty: the cold rows where the run has them (among the one-reader rows when there are any),
 // since a peer's KV pool outgrows its LLC and a hot row's bytes come from the holder's cache (a 2 MiB page read 4x
 // faster hot than cold over shared memory on one machine).
-std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}) {
+// max_bytes > 0: the rows that move at most that (a hot fit of what the holder's LLC can hold).
+std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}, double max_bytes = 0) {
   std::vector<const CaseRow*> all, pool;
   for (const char* arm : {"ceiling", "granularity"})
-    for (const auto* r : remote_rows(rs, arm, "read")) all.push_back(r);
+    for (const auto* r : remote_rows(rs, arm, "read"))
+      if (!(max_bytes > 0) || *r->bytes <= max_bytes) all.push_back(r);
   const bool any_alone = std::any_of(all.begin(), all.end(), [](const CaseRow* r) { return one_reader(*r); });
   if (mode.empty())
     mode = std::any_of(all.begin(), all.end(), [&](const CaseRow* r) {
@@ -304,14 +306,16 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
 }
 
 // The remote figures a row is predicted with: the calibrated ones (the cold rows' fit where the run has cold rows), or
-// for a hot row the run's own fit of its hot rows when the calibrated one is of cold rows (a hot row's bytes may come
-// from the holder's cache: the cold figure would predict it several times too slow). nullopt: none, said in p; `which`
-// gets what the prediction's line adds about the figures.
+// for a hot row that fits the LLC the run's own fit of its hot rows that do (its bytes may come from the holder's
+// cache: the cold figure predicted them 3-4x too slow; a hot row larger than the LLC moves from DRAM, as a cold one,
+// and a fit over both sizes predicted it 3.7x too fast). The LLC is the directory's (a GPU run's is its L2, of a
+// size with a CPU's L3). nullopt: none, said in p; `which` gets what the prediction's line adds about the figures.
 std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
-  if (p.r.mode == "hot" && p.run_index) {
-    const ResultSet& rs = p.run_index->run();
-    if (const auto cal = fit_remote(rs); cal && cal->mode == "cold") {
-      const auto hot = fit_remote(rs, "hot");
+  const ResultSet* rs = p.run_index ? &p.run_index->run() : nullptr;
+  const double llc = rs ? static_cast<double>(rs->llc_bytes) : 0;
+  if (p.r.mode == "hot" && rs && !(llc > 0 && p.bytes > llc)) {
+    if (const auto cal = fit_remote(*rs); cal && cal->mode == "cold") {
+      const auto hot = fit_remote(*rs, "hot", llc);
       if (!hot) {
         p.none("a hot row, and the run's hot read rows give no fit of their own (the calibrated figure is of its cold "
                "rows)");
@@ -321,8 +325,8 @@ std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
       g.remote_gbps = hot->bytes_per_s / 1e9;
       g.remote_fixed_us = hot->fixed_s * 1e6;
       g.remote_descriptor_us = hot->per_descriptor_s * 1e6;
-      which = "; hot: the run's fit of its hot read rows (" + rate(g.remote_gbps) + "; the calibrated figure is of its "
-              "cold rows)";
+      which = "; hot: the run's fit of its hot read rows" + std::string(llc > 0 ? " up to the LLC" : "") + " (" +
+              rate(g.remote_gbps) + "; the calibrated figure is of its cold rows)";
       return g;
     }
   }
@@ -330,6 +334,7 @@ std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
     p.none("no remote figure (no remote read rows of 2 sizes in this directory to fit it)");
     return std::nullopt;
   }
+  if (p.r.mode == "hot" && llc > 0 && p.bytes > llc) which = "; hot, larger than the LLC: the calibrated figure";
   return p.g;
 }
 
