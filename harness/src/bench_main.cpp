@@ -386,7 +386,8 @@ int run_study(int argc, char** argv, Study& study) {
       be = make_backend(f.backend_choice, &note, f.device);
     } else {
       be = make_plan_backend(f.plan_device);
-      note = "backend: " + be->name() + " (planned for " + be->info().name + " from " + f.plan_device + "; nothing runs" +
+      note = "backend: " + be->name() + " (planned for " + be->info().name + " from " + f.plan_device +
+             "; nothing runs" +
              (study.host_only() ? "; the " + study.name() + " study itself runs on the CPU backend" : "") + ")";
     }
     // A GPU sample is timed on the device: a host busy wait would not be inside it.

@@ -45,9 +45,9 @@ struct Env {
 };
 
 // Many-to-one rows say every background reader reads throughout: each reader that announces its bytes must read
-// again while rank 0 waits, within wait_s (`when` says since what, for the message). One that has not is a lost reader: PeerLost naming
-// it, Env::lock_lost set (this row and the later many-to-one ones fail naming it, and at the end rank 0 tells the
-// holder, so no rank waits for it at the closing barrier). No-op with one reader.
+// again while rank 0 waits, within wait_s (`when` says since what, for the message). One that has not is a lost
+// reader: PeerLost naming it, Env::lock_lost set (this row and the later many-to-one ones fail naming it, and at the
+// end rank 0 tells the holder, so no rank waits for it at the closing barrier). No-op with one reader.
 void wait_readers_reading(Env& env, double wait_s, const std::string& when);
 
 // The lockstep arm's slots: reader s (rank 0 is slot 0, rank r >= 2 slot r - 1) reads bytes from the holder's

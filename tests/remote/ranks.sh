@@ -70,8 +70,8 @@ PY
 }
 
 # ratios LABEL CSV CASE_PREFIX: the 16-token page as 1, 32 (per layer) and 512 (per layer and head) descriptors,
-# medians and fastest samples of the hot rows (printed: a benchmark result). Each row's geometry is asserted: its descriptor count,
-# and descriptors x descriptor bytes = page bytes = bytes moved.
+# medians and fastest samples of the hot rows (printed: a benchmark result). Each row's geometry is asserted: its
+# descriptor count, and descriptors x descriptor bytes = page bytes = bytes moved.
 ratios() {
   python3 - "$@" <<'PY' || exit 1
 import csv, sys
@@ -315,8 +315,8 @@ PY
   ;;
 reader_lost)
   # Rows of ~0.5, 1 and 2.5 s after the first: the kill (polled every 0.1 s) lands inside one with rows after it.
-  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 256KiB,16MiB,32MiB,64MiB --no-cold --min-samples 300 \
-    --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1 &
+  UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 256KiB,16MiB,32MiB,64MiB --no-cold \
+    --min-samples 300 --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
   kill_and_wait 2 2 45 "its first row"
   [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"

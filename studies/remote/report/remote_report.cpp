@@ -18,11 +18,12 @@ using namespace md;
 
 const char* kClaim6 = "A KV page moved as one descriptor per layer is slower than as one descriptor";
 const char* kRule6 =
-    "Remote granularity rows of 16-token pages in page-first pools (one reader), per op and mode (cold, hot): the per-layer "
-    "row against the one-descriptor row of the same op, mode and model, median ratio with its bootstrap interval. "
-    "Supported iff the interval lies above 1 for every pair measured; refuted iff it lies below 1 for every pair; not "
-    "established when no pair shows a sign; mixed otherwise. The transport each row names is printed with it: the answer belongs to that transport "
-    "(shared memory copies a 64 KiB descriptor in about the time it takes to post one; an RDMA NIC does not).";
+    "Remote granularity rows of 16-token pages in page-first pools (one reader), per op and mode (cold, hot): the "
+    "per-layer row against the one-descriptor row of the same op, mode and model, median ratio with its bootstrap "
+    "interval. Supported iff the interval lies above 1 for every pair measured; refuted iff it lies below 1 for every "
+    "pair; not established when no pair shows a sign; mixed otherwise. The transport each row names is printed with "
+    "it: the answer belongs to that transport (shared memory copies a 64 KiB descriptor in about the time it takes "
+    "to post one; an RDMA NIC does not).";
 
 // "transport <how UCX moved it>; ..." at the start of every measured row's note (studies/remote/study.cpp).
 std::string transport_of(const CaseRow& r) {
@@ -167,9 +168,9 @@ std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}, 
 std::vector<Calibrated> calibrate_remote(const ResultSet& rs) {
   const auto f = fit_remote(rs);
   if (!f) return {};
-  const std::string over = std::to_string(f->rows) + " " + f->mode + " remote read rows (" + std::to_string(f->sizes) + " sizes, " +
-                           std::to_string(f->descriptor_counts) + " descriptor counts; transport " + f->transport +
-                           ") in " + rs.dir + f->said;
+  const std::string over = std::to_string(f->rows) + " " + f->mode + " remote read rows (" +
+                           std::to_string(f->sizes) + " sizes, " + std::to_string(f->descriptor_counts) +
+                           " descriptor counts; transport " + f->transport + ") in " + rs.dir + f->said;
   return {{"remote_gbps", f->bytes_per_s / 1e9,
            fmt(f->bytes_per_s / 1e9) + " GB/s, fit t = fixed + descriptors x per-descriptor + n/B (relative error) over " + over},
           {"remote_fixed_us", f->fixed_s * 1e6, fmt(f->fixed_s * 1e6) + " us per transfer, the same fit"},
