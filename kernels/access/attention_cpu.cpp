@@ -1070,7 +1070,6 @@ void calibrate_far(const AttnShape& s, const void* q, const void* k, const void*
 
 }  // namespace
 
-
 void take_far_prefetch(AttnWorkspace& ws, double on_s, double off_s, std::string how) {
   ws.far_on_s = on_s;
   ws.far_off_s = off_s;
