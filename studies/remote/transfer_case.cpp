@@ -52,11 +52,20 @@ TransferCase::TransferCase(Env& env, Op o, std::vector<Descriptor> ds, std::int6
 
 Descriptor lock_slot(int slot, std::int64_t bytes) { return {slot * bytes, 0, bytes, slot * bytes}; }
 
-std::uint64_t TransferCase::readers_bytes() {
+namespace {
+
+// Each background reader's byte count, from the holder's words the readers announce in (ranks 2.. up to the
+// last word before the lockstep done words).
+std::vector<std::uint64_t> reader_words(const Env& env) {
   const int first = UcpSession::kReaderWord0 + 2;
-  const int n = std::min(env_.readers - 1, UcpSession::kLockDone0 - first);  // the words readers announce in
+  return session_of(env).peer_words(first, std::min(env.readers - 1, UcpSession::kLockDone0 - first));
+}
+
+}  // namespace
+
+std::uint64_t TransferCase::readers_bytes() {
   std::uint64_t sum = 0;
-  for (const auto w : session_of(env_).peer_words(first, n)) sum += w;
+  for (const auto w : reader_words(env_)) sum += w;
   return sum;
 }
 
@@ -93,17 +102,15 @@ void TransferCase::before_measure(Backend&, const std::string& mode) {
 void wait_readers_reading(Env& env, double wait_s, const std::string& when) {
   if (env.readers <= 1) return;
   if (!env.lock_lost.empty()) throw PeerLost(env.lock_lost + " (earlier in this run): many-to-one needs every reader");
-  UcpSession& s = session_of(env);
-  const int first = UcpSession::kReaderWord0 + 2;
-  const int n = std::min(env.readers - 1, UcpSession::kLockDone0 - first);
   // Growth while rank 0 waits, not since it last looked: a reader killed during the last row has more bytes than
   // at that row's start, and none since.
-  const auto base = s.peer_words(first, n);
+  const auto base = reader_words(env);
+  const int n = static_cast<int>(base.size());
   const double t0 = now_s();
   for (;;) {
     // The clock first, then the words: a rank 0 descheduled past the deadline still reads them once more.
     const bool late = now_s() - t0 > wait_s;
-    const auto words = s.peer_words(first, n);
+    const auto words = reader_words(env);
     int idle = -1;
     for (int i = 0; i < n && idle < 0; ++i)
       if (words[static_cast<std::size_t>(i)] <= base[static_cast<std::size_t>(i)]) idle = i + 2;
