@@ -93,14 +93,16 @@ print(f"{label}: fastest samples: 1 descriptor {page*1e6:.0f} us, 32 per layer {
 PY
 }
 
-# kill_rank_when LAUNCHER RANK LINES: once the run's cases.csv has LINES lines (15 s at most), kill -9 rank RANK of
-# the bench LAUNCHER started (found by /proc, no procps on a minimal image: the launcher's child is mpirun, mpirun's
-# are the ranks); prints its pid, nothing when it was not found.
+# kill_rank_when LAUNCHER RANK LINES [DELAY_S]: once the run's cases.csv has LINES lines (15 s at most) and DELAY_S
+# more seconds have passed (default 0), kill -9 rank RANK of the bench LAUNCHER started (found by /proc, no procps
+# on a minimal image: the launcher's child is mpirun, mpirun's are the ranks); prints its pid, nothing when it was
+# not found.
 kill_rank_when() {
   for _ in $(seq 150); do
     sleep 0.1
     [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge "$3" ] && break
   done
+  sleep "${4:-0}"
   children() {
     for s in /proc/[0-9]*/stat; do
       read -r pid _ _ ppid _ < "$s" 2>/dev/null && [ "$ppid" = "$1" ] && echo "$pid"
@@ -115,11 +117,12 @@ kill_rank_when() {
   done
 }
 
-# kill_and_wait RANK LINES WAIT_S WHAT: kill rank RANK of the bench started in the background (launcher=$!) once
-# cases.csv has LINES lines, wait for the run to end (WAIT_S at most); sets killed, rc and took (seconds from the
-# kill to the end), prints the log's last lines, and fails when the rank was not found (WHAT: what had not happened).
+# kill_and_wait RANK LINES WAIT_S WHAT [DELAY_S]: kill rank RANK of the bench started in the background (launcher=$!)
+# DELAY_S seconds (default 0) after cases.csv has LINES lines, wait for the run to end (WAIT_S at most); sets killed,
+# rc and took (seconds from the kill to the end), prints the log's last lines, and fails when the rank was not found
+# (WHAT: what had not happened).
 kill_and_wait() {
-  killed=$(kill_rank_when $launcher "$1" "$2")
+  killed=$(kill_rank_when $launcher "$1" "$2" "${5:-0}")
   if [ -z "$killed" ]; then
     kill $launcher 2>/dev/null && echo "the run was still going"
     tail -n 8 "$work/log"
@@ -336,12 +339,7 @@ reader_lost_last)
   UCX_TLS=shm "$bench" --arms ceiling --ops read --ranks 3 --sizes 256KiB,64MiB --no-cold --min-samples 600 \
     --peer-timeout 1 --no-perftest --out "$work/run" > "$work/log" 2>&1 &
   launcher=$!
-  for _ in $(seq 150); do
-    sleep 0.1
-    [ -f "$work/run/cases.csv" ] && [ "$(wc -l < "$work/run/cases.csv")" -ge 2 ] && break
-  done
-  sleep 1
-  kill_and_wait 2 2 45 "its first row"
+  kill_and_wait 2 2 45 "its first row" 1
   [ $took -le 15 ] || fail "the run ended $took s after the kill: a rank waited at the closing barrier"
   grep -q "a background reader was lost during the run (reader rank 2 read nothing during the last row" "$work/log" ||
     fail "rank 0 did not name the reader lost during the last row"
