@@ -198,7 +198,8 @@ void apply_benchmark_filter(std::vector<std::unique_ptr<Case>>& cases, const ben
                         : "");
 }
 
-int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::string& study, const Backend& be,
+// runs_on: the backend the cases run on (a host-only study's is the CPU's, whatever --backend or --plan-device say).
+int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::string& study, const std::string& runs_on,
                const Flags& f, const std::string& prog) {
   double total_est = 0;
   for (const auto& c : cases) total_est += c->est_seconds;
@@ -208,7 +209,7 @@ int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::strin
     const auto* sk = dynamic_cast<const bench::SkippedCase*>(c.get());
     if (f.list_format == "json") {
       nlohmann::json j = {{"study", study}, {"case", c->name}, {"est_seconds", c->est_seconds},
-                          {"cold", c->cold}, {"hot", c->hot}, {"params", params}};
+                          {"cold", c->cold}, {"hot", c->hot}, {"backend", runs_on}, {"params", params}};
       if (sk) j["skipped"] = sk->reason;
       // What the case is stated against and reads (kvf run keeps these ceilings under a case filter).
       nlohmann::json ceilings = nlohmann::json::array();
@@ -227,7 +228,7 @@ int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::strin
     }
   }
   if (f.list_format == "text")
-    std::printf("%zu cases, estimated %.0f s on backend %s\n", cases.size(), total_est, be.name().c_str());
+    std::printf("%zu cases, estimated %.0f s on backend %s\n", cases.size(), total_est, runs_on.c_str());
   if (const std::string failed = stdout_failure(); !failed.empty()) {
     print_error(prog, failed);
     return kExitFailure;
@@ -411,7 +412,7 @@ int run_study(int argc, char** argv, Study& study) {
   }
   std::erase_if(cases, [](const auto& c) { return !c->cold && !c->hot && !is_skipped(*c); });
 
-  if (f.listing) return print_list(cases, study.name(), *be, f, prog);
+  if (f.listing) return print_list(cases, study.name(), study.host_only() ? "cpu" : be->name(), f, prog);
   if (cases.empty()) {
     std::fprintf(stderr, "%s: error: no cases to run (check --case-filter)\n", prog.c_str());
     return kExitUsage;
