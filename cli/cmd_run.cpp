@@ -73,7 +73,8 @@ void print_list(const std::vector<DevicePlan>& plans, const RunOptions& o) {
         std::printf("%-10s %-58s %7.1fs%s\n", (pre + s.study).c_str(), c.name.c_str(), c.est_s,
                     c.skipped.empty() ? "" : ("  (skipped: " + c.skipped + ")").c_str());
     for (const auto& s : d.studies) {
-      std::printf("study %-9s %4zu cases  ~%.0f s\n", (pre + s.study).c_str(), s.cases.size(), s.est_s);
+      std::printf("study %-9s %4zu cases  ~%.0f s%s\n", (pre + s.study).c_str(), s.cases.size(), s.est_s,
+                  s.backend.empty() || s.backend == d.backend ? "" : ("  (on backend " + s.backend + ")").c_str());
       total += s.est_s;
       ++n;
     }
@@ -118,6 +119,7 @@ int do_run(const RunOptions& o, const std::string& command) {
   } catch (const RunStopped&) {
     return stopped_by_signal({});
   }
+  measure_host_studies_once(plans);
   // The plan stands (nothing refused): now kvf says what it found and decided.
   RunConsole console(::isatty(2) != 0);
   for (const auto& d : plans) {
@@ -125,8 +127,7 @@ int do_run(const RunOptions& o, const std::string& command) {
     for (const auto& n : d.notes) console.say(d.label.empty() ? n : "kvf run: " + d.label + ": " + n.substr(9));
   }
   // One thread placement for the whole run, chosen before the first study (its calibration beside the results).
-  const bool cpu_figures =
-      std::any_of(plans.begin(), plans.end(), [](const DevicePlan& d) { return d.backend == "cpu"; });
+  const bool cpu_figures = runs_on_cpu(plans);
   if (o.list) {
     print_list(plans, o);
     const PlacementChoice p = plan_thread_placement(o.thread_placement, cpu_figures, o.quick);

@@ -162,6 +162,7 @@ StudyPlan list_study(const std::string& study, std::vector<std::string> args, co
     ListedCase c;
     c.name = j.value("case", std::string());
     c.est_s = j.value("est_seconds", 0.0);
+    if (p.backend.empty()) p.backend = j.value("backend", std::string());
     const std::size_t modes =
         static_cast<std::size_t>(j.value("cold", false)) + static_cast<std::size_t>(j.value("hot", false));
     c.runs = modes * static_cast<std::size_t>(reps);

@@ -37,6 +37,7 @@ struct ListedCase {
 
 struct StudyPlan {
   std::string study;
+  std::string backend;  // what its cases run on, from its --list pass ("cpu" for a host-only study on any device)
   std::vector<std::string> args;  // the bench's command line without --out (and without --list)
   std::vector<ListedCase> cases;
   double est_s = 0;
@@ -70,5 +71,10 @@ std::vector<DeviceChoice> run_devices(const RunOptions& o);
 // flag of a study that does not run, or flags a bench refused in its --list pass (the line names the flag and
 // the study).
 DevicePlan plan_device(const RunOptions& o, const DeviceChoice& device, const std::string& stamp, bool per_device_dir);
+// Under --device all: a study that runs on the CPU whatever the device (host-only, as the remote study) stays in the
+// first GPU's plan only, and each later plan says where it is measured (run_host_studies.cpp).
+void measure_host_studies_once(std::vector<DevicePlan>& plans);
+// Whether any planned study runs on the CPU backend (a CPU run, or a host-only study of a GPU run).
+bool runs_on_cpu(const std::vector<DevicePlan>& plans);
 
 }  // namespace kvf::cli
