@@ -562,12 +562,20 @@ std::string validity_fixture() {
        "stream,read/b,cpu,X,cold,3,2.0,\n"            // 5
        "idleness,corun/x,cpu,X,cold,3,1.0,co-run INVALID: background finished first\n"
        "frontier,interference/y,cpu,X,cold,3,1.0,background: copy; background drained before the decode ended in 3 of 3 executions\n"
-       "frontier,interference/z,cpu,X,cold,3,1.0,background: copy; background drained before the decode ended in 0 of 3 executions\n";
+       "frontier,interference/z,cpu,X,cold,3,1.0,background: copy; background drained before the decode ended in 0 of 3 executions\n"
+       // The idleness wording (GPU co-run rows written before the overlap guard): scored once it says so.
+       "idleness,corun/y,cuda,X,hot,3,1.0,background: recompute; background drained before the step ended in 9 of 9 "
+       "executions (warm-up included; 0 expected)\n"
+       // Its rerun with the overlap guard, 2x slower: the failed row is no measurement to disagree with.
+       "idleness,corun/y,cuda,X,hot,3,2.0,background: recompute; co-run overlap checked\n";
   std::ofstream s(d / "samples.csv");
   s << "study,case,mode,sample,seconds,clock_mhz,throttled\n";
-  auto put = [&](const std::string& st, const std::string& cs, std::initializer_list<double> v) {
+  auto put_mode = [&](const std::string& st, const std::string& cs, const char* mode, std::initializer_list<double> v) {
     int i = 0;
-    for (double x : v) s << st << "," << cs << ",cold," << i++ << "," << x << ",,0\n";
+    for (double x : v) s << st << "," << cs << "," << mode << "," << i++ << "," << x << ",,0\n";
+  };
+  auto put = [&](const std::string& st, const std::string& cs, std::initializer_list<double> v) {
+    put_mode(st, cs, "cold", v);
   };
   put("stream", "read/a", {1.0, 1.01, 0.99});
   put("stream", "read/a", {1.0, 1.0, 1.01});
@@ -575,6 +583,8 @@ std::string validity_fixture() {
   put("stream", "read/b", {2.0, 2.02, 1.98});
   for (const char* x : {"interference/y", "interference/z"}) put("frontier", x, {1.0, 1.0, 1.0});
   put("idleness", "corun/x", {1.0, 1.0, 1.0});
+  put_mode("idleness", "corun/y", "hot", {1.0, 1.0, 1.0});
+  put_mode("idleness", "corun/y", "hot", {2.0, 2.0, 2.0});
   return d.string();
 }
 const CaseRow& row_at(const ResultSet& rs, const std::string& where_suffix) {
@@ -594,6 +604,9 @@ TEST(Validity, RepeatsAgreeingKeepTheFirstConflictsScoreNoneFailedChecksAreListe
   EXPECT_NE(row_at(rs, "cases.csv:6").invalid.find("co-run INVALID"), std::string::npos);
   EXPECT_NE(row_at(rs, "cases.csv:7").invalid.find("3 of 3 executions"), std::string::npos);
   EXPECT_EQ(row_at(rs, "cases.csv:8").invalid, "");
+  EXPECT_NE(row_at(rs, "cases.csv:9").invalid.find("drained before the step ended in 9 of 9 executions"),
+            std::string::npos) << row_at(rs, "cases.csv:9").invalid;
+  EXPECT_EQ(row_at(rs, "cases.csv:10").invalid, "");
   // Samples of the repeats stay apart: the second read/b holds the 2x samples.
   EXPECT_EQ(row_at(rs, "cases.csv:5").samples_s, (std::vector<double>{2.0, 2.02, 1.98}));
   EXPECT_EQ(rs.rows("stream").size(), 1u);  // only the first read/a is scored

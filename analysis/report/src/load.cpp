@@ -54,20 +54,21 @@ namespace {
 constexpr double kRepeatAgreement = 1.05;
 
 // A row's own check, from its note: "co-run INVALID" (since the co-run overlap guard), or, in rows written
-// before it, a background that "drained before the decode ended in N of N executions" (nothing overlapped).
+// before it, a background that "drained before the decode ended in N of N executions" (frontier) or "drained before
+// the step ended in N of N executions" (idleness): nothing overlapped.
 std::string own_check_failed(const std::string& note) {
   if (note.find("co-run INVALID") != std::string::npos)
     return "its own check failed: co-run INVALID (the background did not overlap the measured steps)";
   if (note.find("INVALID") != std::string::npos) return "its own check failed: the row's note says INVALID";
   if (note.find("profile run (--profile)") != std::string::npos)
     return "a profile run (--profile: one execution for a profiler), not a measurement";
-  if (note.find("drained before the decode ended") == std::string::npos) return "";  // std::regex is slow per row
-  static const std::regex drained(R"(drained before the decode ended in (\d+) of (\d+) executions)");
+  if (note.find("drained before the ") == std::string::npos) return "";  // std::regex is slow per row
+  static const std::regex drained(R"(drained before the (decode|step) ended in (\d+) of (\d+) executions)");
   std::smatch m;
   if (std::regex_search(note, m, drained) && note.find("background: none") == std::string::npos &&
-      m[1].str() == m[2].str() && m[1].str() != "0")
-    return "its own check failed: the background drained before the decode ended in " + m[1].str() + " of " +
-           m[2].str() + " executions (nothing overlapped)";
+      m[2].str() == m[3].str() && m[2].str() != "0")
+    return "its own check failed: the background drained before the " + m[1].str() + " ended in " + m[2].str() +
+           " of " + m[3].str() + " executions (nothing overlapped)";
   return "";
 }
 
@@ -82,20 +83,19 @@ void attach_samples_and_validity(ResultSet& rs, std::map<std::string, std::vecto
     for (CaseRow* r : rows)
       if (r->samples > 0 && it != samples_of.end() && next < it->second.size()) r->samples_s = std::move(it->second[next++]);
     for (CaseRow* r : rows) r->invalid = own_check_failed(r->note);
-    // Only measured occurrences compete: a row an interrupted run left without samples is no result.
-    std::erase_if(rows, [](const CaseRow* r) { return !r->measured(); });
+    // Only measured occurrences compete: a row an interrupted run left without samples is no result, and one whose
+    // own check failed measured something else (a co-run that overlapped nothing), so a later valid run stands alone.
+    std::erase_if(rows, [](const CaseRow* r) { return !r->measured() || !r->invalid.empty(); });
     if (rows.size() < 2) continue;
     bool agree = true;
     std::string figures;
     for (std::size_t i = 1; i < rows.size(); ++i) {
       const Ratio q = median_ratio(*rows[i], *rows[0]);
-      agree = agree && q.value > 0 && q.lo >= 1 / kRepeatAgreement && q.hi <= kRepeatAgreement &&
-              rows[i]->invalid.empty() && rows[0]->invalid.empty();
+      agree = agree && q.value > 0 && q.lo >= 1 / kRepeatAgreement && q.hi <= kRepeatAgreement;
       figures += (figures.empty() ? "" : ", ") + rows[i]->where + " / first: " + q.text();
     }
     const std::string times = std::to_string(rows.size()) + " times in this directory";
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (!rows[i]->invalid.empty()) continue;
       if (!agree)
         rows[i]->invalid = "measured " + times + " with results that differ or cannot be compared (" + figures +
                            "): which is right cannot be told, so none is scored";

@@ -197,7 +197,7 @@ std::string section_predicted(Ctx& cx, int number) {
     std::map<std::string, Line> lines;
     const RunIndex index(rs);
     for (const auto& r : rs.cases) {
-      if (!r.measured()) continue;
+      if (!r.measured() || !r.invalid.empty()) continue;  // listed under "Rows not scored", never set against a model
       std::string why;
       const auto pr = predict_row(cx.studies, g, r, &why, &index, cx.shapes_error.empty() ? &cx.shapes : nullptr);
       const std::string spread = r.q1_s && r.q3_s ? us(r.q1_s) + ".." + us(r.q3_s) : "-";
