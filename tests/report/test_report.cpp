@@ -635,6 +635,22 @@ TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
   EXPECT_FALSE(median_ratio({1.0, 2.0}, b).has_interval);  // fewer than 3 samples: no interval
 }
 
+// Rows whose samples.csv lines are missing: no interval, and the text says why (not "fewer than 3 raw samples" when
+// cases.csv counts 7 and 15).
+TEST(Noise, RowsWithoutTheirRawSamplesSaySoWhereTheyHaveNoInterval) {
+  CaseRow a, b;
+  a.samples = 7, b.samples = 15;
+  a.median_s = 2.0, b.median_s = 1.0;
+  const Ratio lost = median_ratio(a, b);
+  EXPECT_FALSE(lost.has_interval);
+  EXPECT_EQ(lost.text(), "2x (no interval: no raw samples in samples.csv)");
+  a.samples = 2;
+  EXPECT_EQ(median_ratio(a, b).text(), "2x (no interval: fewer than 3 raw samples)");
+  a.samples = 7;
+  a.samples_s = {2.0, 2.01, 1.99}, b.samples_s = {1.0, 1.01, 0.99};
+  EXPECT_TRUE(median_ratio(a, b).has_interval);
+}
+
 // Claim 5 reads a difference as a sign only outside the noise: the same two contexts judged with jittered samples.
 namespace {
 ResultSet block_token_set(double token_over_block_small, double token_over_block_large, double jitter) {
@@ -675,6 +691,13 @@ TEST(Verdicts, BlockTokenSignsOnlyOutsideTheNoise) {
   const auto flat = judge(block_token_set(1.2, 1.2, 0.001));
   EXPECT_EQ(flat.verdict, "mixed") << flat.figures;
   EXPECT_NE(flat.figures.find("gap widens in 0 groups, narrows in 0"), std::string::npos) << flat.figures;
+  // Without samples.csv's lines the noise is unknown: no interval, never "no measurable difference".
+  ResultSet lost = block_token_set(1.2, 1.5, 0.001);
+  for (auto& r : lost.cases) r.samples_s.clear();
+  const auto unknown = judge(lost);
+  EXPECT_EQ(unknown.verdict, "not established") << unknown.figures;
+  EXPECT_NE(unknown.figures.find("no measurable difference at 0, no interval at 2 (no raw samples in samples.csv)"),
+            std::string::npos) << unknown.figures;
 }
 
 // The CPU's derived columns (the FMA floor grows with the context; huge_backed_pct is what the kernel granted) are

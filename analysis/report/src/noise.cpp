@@ -72,11 +72,15 @@ Ratio median_ratio(const CaseRow& a, const CaseRow& b) {
   Ratio r = median_ratio(a.samples_s, b.samples_s);
   // Without raw samples (samples.csv missing or partial) the figure is still cases.csv's medians, uninterpreted.
   if (r.value == 0 && a.median_s && b.median_s && *b.median_s > 0) r.value = r.lo = r.hi = *a.median_s / *b.median_s;
+  // Rows that kept enough samples (cases.csv) but brought too few here: the interval is missing, not the measurement.
+  const auto kept = [](const CaseRow& c) { return c.samples - c.throttled_samples; };
+  if (!r.has_interval && kept(a) >= 3 && kept(b) >= 3 && b.median_s && *b.median_s > 0)
+    r.why_none = "no raw samples in samples.csv";
   return r;
 }
 
 std::string Ratio::text() const {
-  if (!has_interval) return fmt(value) + "x (no interval: fewer than 3 raw samples)";
+  if (!has_interval) return fmt(value) + "x (no interval: " + why_none + ")";
   return fmt(value) + "x [" + fmt(lo) + ", " + fmt(hi) + "]";
 }
 

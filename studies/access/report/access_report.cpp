@@ -405,8 +405,9 @@ std::string section_block_token(ReportContext& cx) {
 Verdict claim5(const ResultSet& rs) {
   Verdict v{kClaim5, rs.label, "not measured", "", kRule5};
   const auto gs = access_groups(rs);
-  std::size_t n = 0, points = 0, block_faster = 0, token_faster = 0, no_sign = 0, widens = 0, narrows = 0,
-              crosses_knee = 0;
+  std::size_t n = 0, points = 0, block_faster = 0, token_faster = 0, no_sign = 0, no_interval = 0, widens = 0,
+              narrows = 0, crosses_knee = 0;
+  std::string why_none;  // of the first point without an interval
   double bound = 0;  // the widest interval half-width among points without a sign
   std::string example;
   for (const auto& g : gs) {
@@ -416,9 +417,12 @@ Verdict claim5(const ResultSet& rs) {
       ++points;
       if (q.a_slower()) ++block_faster;
       else if (q.a_faster()) ++token_faster;
-      else {
+      else if (!q.has_interval) {
+        ++no_interval;  // not "no measurable difference": its noise is unknown
+        if (why_none.empty()) why_none = q.why_none;
+      } else {
         ++no_sign;
-        if (q.has_interval) bound = std::max({bound, q.hi - 1, 1 - q.lo});
+        bound = std::max({bound, q.hi - 1, 1 - q.lo});
       }
     }
     const Ratio &first = g.token_vs_block.front(), &last = g.token_vs_block.back();
@@ -441,7 +445,9 @@ Verdict claim5(const ResultSet& rs) {
   v.figures = std::to_string(n) + " groups, " + std::to_string(points) + " (group, context) points: block faster at " +
               std::to_string(block_faster) + ", token faster at " + std::to_string(token_faster) +
               ", no measurable difference at " + std::to_string(no_sign) +
-              (no_sign ? " (intervals within +-" + fmt(100 * bound) + "%)" : "") + "; gap widens in " +
+              (no_sign ? " (intervals within +-" + fmt(100 * bound) + "%)" : "") +
+              (no_interval ? ", no interval at " + std::to_string(no_interval) + " (" + why_none + ")" : "") +
+              "; gap widens in " +
               std::to_string(widens) + " groups, narrows in " + std::to_string(narrows) + ", neither established in " +
               std::to_string(n - widens - narrows) + "; " + std::to_string(crosses_knee) +
               " groups cross the LLC/L2 knee (a widening there may be the working set leaving cache); e.g. " + example;

@@ -21,7 +21,8 @@ const char* kRule6 =
     "Remote granularity rows of 16-token pages in page-first pools (one reader), per op and mode (cold, hot): the "
     "per-layer row against the one-descriptor row of the same op, mode and model, median ratio with its bootstrap "
     "interval. Supported iff the interval lies above 1 for every pair measured; refuted iff it lies below 1 for every "
-    "pair; not established when no pair shows a sign; mixed otherwise. The transport each row names is printed with "
+    "pair; not established when no pair shows a sign; mixed otherwise. A pair that cannot be formed is named as not "
+    "available and left out of the count. The transport each row names is printed with "
     "it: the answer belongs to that transport (shared memory copies a 64 KiB descriptor in about the time it takes "
     "to post one; an RDMA NIC does not).";
 
@@ -283,21 +284,34 @@ std::string section_remote(ReportContext& cx) {
 std::vector<Verdict> claim6(const ResultSet& rs) {
   Verdict v{kClaim6, rs.label, "not measured", "", kRule6};
   const auto g = remote_rows(rs, "granularity");
-  std::size_t slower = 0, faster = 0, none = 0;
+  std::size_t slower = 0, faster = 0, none = 0, missing = 0;
   std::string figs;
-  for (const auto* r : g) {
-    if (r->param("granularity") != "layer" || r->param("tokens") != "16" || r->param("layout") != "page_first" ||
+  // Every per-layer row of the claim's shape, measured or not: a pair that cannot be formed (a row without a median,
+  // a one-descriptor row missing) is named, never dropped from the figures in silence.
+  for (const auto& row : rs.cases) {
+    const CaseRow* r = &row;
+    if (r->study != "remote" || !r->invalid.empty() || arm_of(*r) != "granularity" ||
+        r->param("granularity") != "layer" || r->param("tokens") != "16" || r->param("layout") != "page_first" ||
         !one_reader(*r))
       continue;
-    const CaseRow* page = page_row(g, *r);
-    if (!page) continue;
+    const bool measured = std::find(g.begin(), g.end(), r) != g.end();
+    const CaseRow* page = measured ? page_row(g, *r) : nullptr;
+    if (!page) {
+      ++missing;
+      figs += (figs.empty() ? "" : "; ") + r->param("op") + " " + r->mode + ": not available (" +
+              (measured ? "no measured one-descriptor row of its op, mode and model" : "the per-layer row has no median") +
+              ")";
+      continue;
+    }
     const Ratio q = median_ratio(*r, *page);
     (q.a_slower() ? slower : q.a_faster() ? faster : none) += 1;
     figs += (figs.empty() ? "" : "; ") + r->param("op") + " " + r->mode + ": per layer / per page " + q.text() + " (" +
             r->param("descriptors") + " descriptors, " + transport_of(*r) + ")";
   }
   if (slower + faster + none == 0) {
-    v.figures = g.empty() ? "no remote granularity rows" : "no per-layer row of a 16-token page-first page with its one-descriptor row";
+    v.figures = g.empty() ? "no remote granularity rows"
+                          : "no per-layer row of a 16-token page-first page with its one-descriptor row" +
+                                (missing ? ": " + figs : std::string());
     return {v};
   }
   v.figures = figs;

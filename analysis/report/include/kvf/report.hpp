@@ -227,14 +227,15 @@ struct Verdict {
 struct Ratio {
   double value = 0, lo = 0, hi = 0;
   bool has_interval = false;
+  std::string why_none = "fewer than 3 raw samples";  // without an interval: why (text() says it)
   bool a_slower() const { return has_interval && lo > 1; }
   bool a_faster() const { return has_interval && hi < 1; }
   bool established() const { return a_slower() || a_faster(); }
-  std::string text() const;  // "1.058x [1.041, 1.075]" or "1.02x (no interval: < 3 samples)"
+  std::string text() const;  // "1.058x [1.041, 1.075]" or "1.02x (no interval: fewer than 3 raw samples)"
 };
 Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b);
 // Rows: their raw samples; without them (samples.csv missing or partial) value = lo = hi = the ratio of cases.csv's
-// medians, has_interval false.
+// medians, has_interval false, why_none naming samples.csv when cases.csv counts 3 or more samples on both sides.
 Ratio median_ratio(const CaseRow& a, const CaseRow& b);
 // Every plug-in's verdict rules on every set: grouped by claim (the rules' numbers), then by results
 // directory (the order given on the command line).
