@@ -111,23 +111,26 @@ long long huge_backed_bytes(const void* p, std::size_t bytes) {
   if (!in) return -1;
   const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + bytes;
   std::string line;
-  long long total = 0;
-  bool inside = false;
+  double total = 0;
+  double share = 0;  // of the current mapping inside [lo, hi): smaps counts a whole mapping, which may be larger
   bool any = false;
   while (std::getline(in, line)) {
     unsigned long long a = 0, b = 0;
     if (std::sscanf(line.c_str(), "%llx-%llx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
-      inside = a < hi && b > lo;  // the mapping overlaps our range
+      // A 1 MB array in its 2 MiB-aligned mapping (or arrays in merged mappings) would otherwise count huge pages
+      // outside it: a share of the mapping's huge bytes in proportion to the overlap (over 100% before).
+      const auto from = std::max<std::uintptr_t>(a, lo), to = std::min<std::uintptr_t>(b, hi);
+      share = a < hi && b > lo && b > a ? static_cast<double>(to - from) / static_cast<double>(b - a) : 0;
       continue;
     }
-    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+    if (share > 0 && line.rfind("AnonHugePages:", 0) == 0) {
       long long kb = 0;
       std::sscanf(line.c_str() + 14, "%lld", &kb);
-      total += kb * 1024;
+      total += share * static_cast<double>(kb) * 1024;
       any = true;
     }
   }
-  return any ? total : 0;
+  return any ? std::min(static_cast<long long>(std::llround(total)), static_cast<long long>(bytes)) : 0;
 }
 
 std::optional<double> huge_backed_pct(const void* p, std::size_t bytes) {

@@ -57,4 +57,10 @@ std::string format_bytes(double b) {
   return buf;
 }
 
+std::string exact_size_name(unsigned long long bytes) {
+  if (bytes > 0 && bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "MiB";
+  if (bytes > 0 && bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "KiB";
+  return std::to_string(bytes) + "B";
+}
+
 }  // namespace kvf

@@ -13,11 +13,7 @@ namespace kvf::remote {
 
 namespace {
 
-std::string size_label(std::int64_t b) {
-  if (b % (1 << 20) == 0) return std::to_string(b >> 20) + "MiB";
-  if (b % (1 << 10) == 0) return std::to_string(b >> 10) + "KiB";
-  return std::to_string(b) + "B";
-}
+std::string size_label(std::int64_t b) { return exact_size_name(static_cast<unsigned long long>(b)); }
 
 KvGeometry geometry(const models::ModelShape& m) {
   if (m.is_mla) return {m.layers, 1, std::int64_t(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * 2};

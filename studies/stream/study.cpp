@@ -21,7 +21,9 @@ StreamCase::StreamCase(const StreamEnv& env, std::size_t array_bytes, double mov
 }
 
 std::string sized_name(const Point& p, const std::string& variant) {
-  return p["op"] + (variant.empty() ? "" : "/" + variant) + "/" + std::to_string(p.integer("array_bytes") >> 20) + "MiB";
+  // Exactly: --size 1.5MiB was named "1MiB", and 1000000 bytes "0MiB".
+  return p["op"] + (variant.empty() ? "" : "/" + variant) + "/" +
+         exact_size_name(static_cast<unsigned long long>(p.integer("array_bytes")));
 }
 
 Product sized(const std::string& op, std::size_t array_bytes, std::vector<std::pair<std::string, std::vector<std::string>>> axes) {

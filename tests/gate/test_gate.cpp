@@ -142,6 +142,17 @@ TEST(GateFixtures, NewAndMissingAreReported) {
   const auto strict = gate("base", "newmissing", o);
   EXPECT_EQ(strict.exit_code, 1);
   EXPECT_NE(g::summary_line(strict).find("stream/write/cold missing"), std::string::npos);
+  // Without --fail-on-missing a MISSING case is no failure, also where another case fails the gate.
+  g::GateReport both = r;
+  both.exit_code = 1;
+  g::CaseResult slow;
+  slow.label = "stream/read/cold";
+  slow.verdict = g::Verdict::slower;
+  slow.change = 0.2;
+  both.cases.insert(both.cases.begin(), slow);
+  const std::string line = g::summary_line(both);
+  EXPECT_NE(line.find("failing: stream/read/cold +20"), std::string::npos) << line;
+  EXPECT_EQ(line.find("stream/write/cold missing"), std::string::npos) << line;
 }
 
 TEST(GateFixtures, SkippedCasesAreNotRegressions) {

@@ -122,6 +122,25 @@ TEST(Numa, BindPlacesPagesOnTheNode) {
   kvf::host_free(p, bytes);
 }
 
+// smaps counts a whole mapping: an array smaller than the huge page it sits in was reported 209.7% huge-backed.
+TEST(HugePages, AShareOfAnArrayNeverPassesAllOfIt) {
+  for (const std::size_t bytes : {std::size_t{1000000}, std::size_t{3} << 20, std::size_t{4} << 20}) {
+    bool advised = false;
+    auto* p = static_cast<unsigned char*>(kvf::host_alloc(bytes, true, &advised));
+    std::memset(p, 1, bytes);
+    const auto pct = kvf::huge_backed_pct(p, bytes);
+    ASSERT_TRUE(pct.has_value());
+    EXPECT_GE(*pct, 0) << bytes;
+    EXPECT_LE(*pct, 100) << bytes;
+    // Two arrays side by side: each its own share, not the pair's.
+    auto* q = static_cast<unsigned char*>(kvf::host_alloc(bytes, true, &advised));
+    std::memset(q, 1, bytes);
+    EXPECT_LE(*kvf::huge_backed_pct(q, bytes), 100) << bytes;
+    kvf::host_free(q, bytes);
+    kvf::host_free(p, bytes);
+  }
+}
+
 namespace {
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + name;

@@ -94,4 +94,8 @@ TEST(Units, ParsesSizes) {
   EXPECT_THROW(parse_bytes("12 furlongs", "--size"), UsageError);
   EXPECT_THROW(parse_bytes("", "--size"), UsageError);
   EXPECT_EQ(format_bytes(256.0 * (1 << 20)), "256 MiB");
+  // Case names carry a size exactly (--size 1.5MiB was named 1MiB, 1000000 bytes 0MiB).
+  EXPECT_EQ(kvf::exact_size_name(256ull << 20), "256MiB");
+  EXPECT_EQ(kvf::exact_size_name(3ull << 19), "1536KiB");
+  EXPECT_EQ(kvf::exact_size_name(1000000), "1000000B");
 }

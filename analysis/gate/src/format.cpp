@@ -128,7 +128,7 @@ std::string summary_line(const GateReport& r) {
   std::string named;
   int shown = 0;
   for (const auto& c : r.cases) {
-    const bool fails = c.verdict == Verdict::slower || (c.verdict == Verdict::missing && r.exit_code);
+    const bool fails = c.verdict == Verdict::slower || (c.verdict == Verdict::missing && r.missing_fails);
     if (!fails) continue;
     if (shown++ == 3) { named += ", ..."; break; }
     if (!named.empty()) named += ", ";

@@ -198,6 +198,7 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
   finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);
   rep.exit_code = fail ? kExitFailure : kExitOk;
+  rep.missing_fails = o.fail_on_missing;
   return rep;
 }
 

@@ -260,6 +260,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);
   rep.exit_code = fail ? kExitFailure : kExitOk;
+  rep.missing_fails = o.fail_on_missing;
   return rep;
 }
 

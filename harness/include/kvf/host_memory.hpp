@@ -52,8 +52,9 @@ class HostArray {
   T* p_ = nullptr;
 };
 
-// Bytes of [p, p+bytes) backed by huge pages now (AnonHugePages of the mapping in /proc/self/smaps,
-// touched memory only); -1 when it cannot be read.
+// Bytes of [p, p+bytes) backed by huge pages now (touched memory only; -1 when it cannot be read): the
+// AnonHugePages of each mapping in /proc/self/smaps that overlaps it, in proportion to the overlap (smaps counts
+// whole mappings), at most `bytes`.
 long long huge_backed_bytes(const void* p, std::size_t bytes);
 // The share of [p, p+bytes) backed by huge pages, in percent rounded to 0.1; none when smaps cannot be read.
 // For a row's huge_backed_pct: `huge` says what was asked for (madvise), this what the kernel granted.

@@ -10,5 +10,7 @@ namespace kvf {
 // Throws UsageError("<flag> <text>: ...") for anything that is not a positive size.
 std::size_t parse_bytes(std::string_view text, std::string_view flag);
 std::string format_bytes(double bytes);  // "256 MiB", "1.5 GiB", "512 B"
+// A size exactly, for a case name: "256MiB", "64KiB", "1000000B" (the largest unit that divides it).
+std::string exact_size_name(unsigned long long bytes);
 
 }  // namespace kvf

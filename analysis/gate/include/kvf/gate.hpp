@@ -177,6 +177,7 @@ struct GateReport {
   int throttled_base = 0, throttled_cur = 0;
   std::vector<std::string> warnings;
   int exit_code = 0;                 // 0 or 1 (bad input throws instead)
+  bool missing_fails = false;        // fail_on_missing: a MISSING case is among the failing ones
   std::size_t count(Verdict v) const;
   // A/B mode: the rounds, their order ("AB BA ..." with A the base build), the seed that drew it, the wall
   // time, and the fault injection given to the new build ("" when none).
