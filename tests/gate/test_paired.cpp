@@ -292,12 +292,15 @@ TEST(RunSettings, InjectedResultsAreRefusedUnlessAllowed) {
 
 // The remedy for too few samples fits how the run was made.
 TEST(RunSettings, TooFewSamplesRemedyFollowsTheRun) {
-  auto refusal = [](const g::ResultSet& cur) {
+  auto refusal = [](const g::ResultSet& cur, int gate_min_samples = g::GateOptions{}.min_samples) {
     g::ResultSet base;
     base.format = "kvf results";
     base.cases.push_back(sample_case("read", 1e-3));
+    base.cases[0].samples.resize(60, 1e-3);
+    g::GateOptions o;
+    o.min_samples = gate_min_samples;
     try {
-      g::run_gate(base, cur, g::GateOptions{});
+      g::run_gate(base, cur, o);
     } catch (const kvf::UsageError& e) {
       return std::string(e.what());
     }
@@ -311,6 +314,11 @@ TEST(RunSettings, TooFewSamplesRemedyFollowsTheRun) {
   EXPECT_NE(refusal(cur).find("a --quick run of this kvf takes at least 5"), std::string::npos) << refusal(cur);
   cur.run_min_samples = 3;
   EXPECT_NE(refusal(cur).find("-- --min-samples 5"), std::string::npos) << refusal(cur);
+  // The default recorded in meta.json is no flag the user gave: the remedy raises it, never "without it".
+  cur.run_min_samples = 5;
+  const std::string def = refusal(cur, 50);
+  EXPECT_NE(def.find("the run took at least 5 per case and mode (the default --min-samples): rerun kvf run with -- "
+                     "--min-samples 50"), std::string::npos) << def;
   cur.quick = false;
   cur.run_min_samples = 5;
   cur.run_budget_s = 0.5;

@@ -104,9 +104,13 @@ std::string remedy(const TooFew& t, const GateOptions& o) {
     return "rerun with --benchmark_repetitions=N (one sample per repetition in its JSON)";
   if (t.throttled > 0)
     return "its throttled samples were dropped: rerun on a device that holds its clocks (or with a longer -- --budget S)";
-  if (rs.run_min_samples > 0 && rs.run_min_samples < o.min_samples)
-    return "the run asked for " + std::to_string(rs.run_min_samples) + " (-- --min-samples " +
-           std::to_string(rs.run_min_samples) + "): rerun kvf run without it or with -- --min-samples " + want;
+  if (rs.run_min_samples > 0 && rs.run_min_samples < o.min_samples) {
+    // meta.json records the value either way: the default is no flag to leave out.
+    const std::string n = std::to_string(rs.run_min_samples);
+    return "the run took at least " + n + " per case and mode (" +
+           (rs.run_min_samples == StopRule{}.min_samples ? "the default --min-samples" : "-- --min-samples " + n) +
+           "): rerun kvf run with -- --min-samples " + want;
+  }
   if (rs.quick)
     return "a --quick run of this kvf takes at least " + std::to_string(StopRule{}.min_samples) +
            " samples per case and mode on any LLC size: rerun kvf run --quick with it (older runs stopped earlier)";
