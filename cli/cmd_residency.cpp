@@ -245,11 +245,15 @@ std::vector<rs::Form> compress_forms(const std::string& text, rs::Form form) {
   return {};
 }
 
-void write_outputs(const std::string& dir, const std::vector<ojson>& rows, const ojson& inputs) {
+void make_out_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
     throw UsageError("--out " + dir + ": cannot create the directory" + (ec ? ": " + ec.message() : std::string{}));
+}
+
+void write_outputs(const std::string& dir, const std::vector<ojson>& rows, const ojson& inputs) {
+  make_out_dir(dir);
   write_file_atomically(std::filesystem::path(dir) / "residency.csv", csv_text(rows));
   ojson j = inputs;
   j["rows"] = rows;
@@ -326,6 +330,9 @@ void run_residency(const Args& a) {
   }
   const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, report::fmt(tier3_gib)) : 0;
 
+  // Before the trace is read and replayed: a long sweep is not run for an --out it cannot write (created once the
+  // trace has been read, before the replay: root passes every permission check, so only creating it tells).
+  if (!a.out.empty()) check_out_dir(a.out, "--out");
   const auto t0 = std::chrono::steady_clock::now();
   const rs::Trace trace = [&] {
     if (a.synthetic) {
@@ -351,6 +358,7 @@ void run_residency(const Args& a) {
   }();
   const std::string trace_name = a.synthetic ? trace.source : a.trace;
   const rs::IndexedTrace it = rs::index_trace(trace, a.block_tokens);
+  if (!a.out.empty()) make_out_dir(a.out);
   std::printf("trace %s: %zu requests, %zu block references, %zu distinct blocks, %zu warnings%s\n", trace_name.c_str(),
               it.requests(), it.references(), it.distinct, trace.warnings.size(),
               trace.warnings.empty() ? "" : (" (first: " + trace.warnings.front() + ")").c_str());

@@ -120,6 +120,21 @@ void set_param(std::vector<Param>& params, const std::string& name, std::string 
 
 void write_file_atomically(const fs::path& path, const std::string& content) { write_atomically(path, content); }
 
+void check_out_dir(const fs::path& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  if (ec) throw UsageError(flag + " " + dir.string() + ": " + ec.message());
+  // The nearest part of the path that exists: the directory itself, or where create_directories would start.
+  while (!fs::exists(at, ec) && at.has_relative_path()) at = at.parent_path();
+  const bool self = at == fs::absolute(dir, ec);
+  if (!fs::is_directory(at, ec))
+    throw UsageError(flag + " " + dir.string() + ": " + at.string() + " is not a directory");
+  if (::access(at.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(flag + " " + dir.string() + ": " + (self ? "the directory is not writable" :
+                                                         "cannot create the directory (" + at.string() +
+                                                             " is not writable)"));
+}
+
 std::string CeilingRef::label() const {
   std::string s = study;
   for (const auto& p : match) s += ":" + p.name + "=" + p.value;

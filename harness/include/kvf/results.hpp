@@ -126,6 +126,9 @@ std::optional<double> find_ceiling(const CsvTable& cases, const CeilingRef& ref,
 // WriteError on a failed write (the .tmp removed); UsageError when the .tmp cannot be created (a directory in
 // the way, permissions).
 void write_file_atomically(const std::filesystem::path& path, const std::string& content);
+// Before long work whose output goes to DIR: UsageError("FLAG DIR: ...") when DIR could not be created or written
+// (an existing non-directory or unwritable directory, or no writable directory above it). Creates nothing.
+void check_out_dir(const std::filesystem::path& dir, const std::string& flag);
 
 // For a bench: blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread, and so in every thread
 // it starts later, and starts one thread that takes them. That thread waits for a results write in
