@@ -151,7 +151,7 @@ TEST(Crossover, InterpolatedBetweenMeasuredPoints) {
   const auto c = find_crossover({16, 128, 512}, {40, 48, 90}, {30, 170, 650}, "recompute", "transfer", "tokens");
   ASSERT_TRUE(c.found);
   EXPECT_NEAR(c.x, 16 + 112.0 * 10 / 132, 1e-12);
-  EXPECT_EQ(c.text, "24.48 tokens (interpolated between 16 and 128)");
+  EXPECT_EQ(c.text, "24.48 tokens (interpolated between 16 and 128; transfer faster below, recompute above)");
 }
 
 TEST(Crossover, OutsideMeasuredRangeIsSaid) {
@@ -161,7 +161,9 @@ TEST(Crossover, OutsideMeasuredRangeIsSaid) {
   const auto one = find_crossover({128}, {3}, {2}, "recompute", "transfer", "tokens");
   EXPECT_EQ(one.text, "one measured point (128..128 tokens): transfer faster there; crossover unknown");
   const auto exact = find_crossover({16, 64}, {5, 7}, {5, 9}, "r", "t", "tokens");
-  EXPECT_EQ(exact.text, "16 tokens (measured point)");
+  EXPECT_EQ(exact.text, "16 tokens (measured point; t faster below, r above)");
+  const auto at_first = find_crossover({16, 64}, {5, 9}, {5, 7}, "r", "t", "tokens");
+  EXPECT_EQ(at_first.text, "16 tokens (measured point; r faster below, t above)");
 }
 
 TEST(Crossover, Interpolate) {

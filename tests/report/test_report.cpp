@@ -66,14 +66,17 @@ TEST(Verdicts, GoldenGpuSet) {
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").verdict, "refuted");
   // Per batch, decode ranges only (the fixture's decode cases: batch 1 and 8).
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - SM").figures,
-            "decode ranges only (3), median by batch: B1 35%, B8 50%; lowest: 35% at batch 1");
+            "decode ranges only (3), median per batch and context: B1 35%; B8 50%; lowest: 35% at batch 1");
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - issue").verdict, "supported");
   EXPECT_EQ(find(vs, "More than 60% of the GPU is idle in decode - tensor").figures,
-            "decode ranges only (3), median by batch: B1 96%, B8 99%; lowest: 96% at batch 1");
+            "decode ranges only (3), median per batch and context: B1 96%; B8 99%; lowest: 96% at batch 1");
   // Claim 3: at 16 tokens the fetch (30 us) beats recompute (40 us): refuted; crossover 24.48 tokens.
   const auto& c3 = find(vs, "Recompute wins for small pages");
   EXPECT_EQ(c3.verdict, "refuted");
-  EXPECT_NE(c3.figures.find("crossover 24.48 tokens (interpolated between 16 and 128)"), std::string::npos) << c3.figures;
+  EXPECT_NE(c3.figures.find("crossover 24.48 tokens (interpolated between 16 and 128; h2d_pinned faster below, "
+                            "recompute above)"),
+            std::string::npos)
+      << c3.figures;
   EXPECT_NE(c3.figures.find("Llama-3.1-8B vs h2d_pinned (recompute cold, fetch cold): T=16"), std::string::npos)
       << c3.figures;  // the modes the rule picked (cold when measured, else hot) are printed
   EXPECT_NE(c3.figures.find("T=512 90 us / 650 us"), std::string::npos) << c3.figures;
@@ -169,11 +172,13 @@ TEST(Report, GoldenNumbersAndDeterminism) {
   o.charts = false;
   const std::string md = render_markdown(sets, o, {});
   EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | Llama-3.1-8B x/bf16 L1 P1 (cold) | h2d\\_pinned | 16..512 | 3 | "
-                    "24.48 tokens (interpolated between 16 and 128) | 0 |"),
+                    "24.48 tokens (interpolated between 16 and 128; transfer faster below, recompute above) | 0 |"),
             std::string::npos);
   EXPECT_NE(md.find("working set crosses the LLC/L2 at 3413 tokens"), std::string::npos);
   EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | cold | 4 KiB | 2 TB/s | 66.67 |"), std::string::npos);
-  EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64) |"), std::string::npos);
+  EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64; fetch faster below, "
+                    "recompute above) |"),
+            std::string::npos);
   EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | frontier | h2d\\_pinned/1 MiB | cold | 330 | - | 330 | 1 |"),
             std::string::npos);
   EXPECT_EQ(md, render_markdown(sets, o, {}));
@@ -759,14 +764,16 @@ TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
   rs.label = "X (cuda)";
   rs.backend = "cuda";
   rs.has_counters = true;
-  for (const char* name : {"decode/b1", "decode/b64", "prefill/p", "corun/c"}) {
+  for (const char* name : {"decode/b1", "decode/b64", "decode/b64_1k", "prefill/p", "corun/c"}) {
     CaseRow r;
     r.study = "idleness";
     r.case_name = name;
     r.mode = "cold";
     r.samples = 5;
     r.median_s = 1e-3;
-    r.params = {{"batch", std::string(name) == "decode/b64" ? "64" : "1"}, {"context", "32768"}};
+    const std::string n = name;
+    r.params = {{"batch", n.rfind("decode/b64", 0) == 0 ? "64" : "1"},
+                {"context", n == "decode/b64_1k" ? "1024" : "32768"}};
     rs.cases.push_back(r);
   }
   auto range = [&](const char* c, double v) {
@@ -780,6 +787,8 @@ TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
   };
   for (double v : {70.0, 72.0}) range("decode/b1", v);
   for (double v : {50.0, 52.0}) range("decode/b64", v);
+  // Batch 64 at 1K context: idle. Pooled with 32K the batch's median would be 70.5 (between its cells), "above".
+  for (double v : {89.0, 91.0}) range("decode/b64_1k", v);
   for (double v : {5.0, 6.0, 7.0, 8.0, 9.0}) {
     range("prefill/p", v);
     range("corun/c", v);
@@ -787,8 +796,8 @@ TEST(Verdicts, IdlenessCountsDecodeRangesOnlyPerBatch) {
   const auto v = find(verdicts({rs}), "More than 60% of the GPU is idle in decode - SM");
   EXPECT_EQ(v.verdict, "mixed") << v.figures;
   EXPECT_EQ(v.figures,
-            "decode ranges only (4), median by batch: B1 71%, B64 51%; above 60% at batch 1, not at batch 64; lowest: 51% "
-            "at batch 64, context 32K");
+            "decode ranges only (6), median per batch and context: B1 71% at 32K; B64 90% at 1K, 51% at 32K; above 60% "
+            "in 2 of 3 cells, not at batch 64, context 32K; lowest: 51% at batch 64, context 32K");
 }
 
 // A merged directory's "sources" give each study run its commit: the Inputs list every commit, not the merge's.

@@ -31,12 +31,22 @@ Crossover find_crossover(const std::vector<double>& x, const std::vector<double>
   range += " ";
   range += unit;
   range += ")";
+  // Which side wins below the crossover and which above: a crossover alone does not say (a model cell "crossover
+  // 54 tokens" read as support for "recompute wins for small pages" where fetch won below it).
+  const auto sides = [&](std::size_t at) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (a[i] != b[i]) {
+        const bool a_below = (a[i] < b[i]) == (i <= at);
+        return "; " + (a_below ? a_name : b_name) + " faster below, " + (a_below ? b_name : a_name) + " above";
+      }
+    return std::string();
+  };
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double d = a[i] - b[i];
     if (d == 0) {
       c.found = true;
       c.x = x[i];
-      c.text = fmt(c.x) + " " + unit + " (" + range_word + " point)";
+      c.text = fmt(c.x) + " " + unit + " (" + range_word + " point" + sides(i) + ")";
       return c;
     }
     if (i + 1 < x.size()) {
@@ -44,7 +54,8 @@ Crossover find_crossover(const std::vector<double>& x, const std::vector<double>
       if ((d < 0) != (d2 < 0) && d2 != 0) {
         c.found = true;
         c.x = x[i] + (x[i + 1] - x[i]) * d / (d - d2);
-        c.text = fmt(c.x) + " " + unit + " (interpolated between " + fmt(x[i]) + " and " + fmt(x[i + 1]) + ")";
+        c.text =
+            fmt(c.x) + " " + unit + " (interpolated between " + fmt(x[i]) + " and " + fmt(x[i + 1]) + sides(i) + ")";
         return c;
       }
     }
