@@ -38,18 +38,22 @@ std::vector<GpuListing> list_gpus(std::string* why_none) {
 #endif
 }
 
-DeviceChoice parse_device(std::string_view v) {
+DeviceChoice parse_device(std::string_view v, bool all_allowed) {
   DeviceChoice d;
   d.text = std::string(v);
   if (v == "cpu") {
     d.kind = DeviceChoice::Kind::cpu;
-  } else if (v == "all") {
+  } else if (v == "all" && all_allowed) {
     d.kind = DeviceChoice::Kind::all;
+  } else if (v == "all") {
+    bad_flag("--device", v, "a bench measures one device; kvf run --device all runs each visible GPU in turn, or give "
+                            "one ordinal");
   } else {
     int n = -1;
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
     if (v.empty() || ec != std::errc{} || p != v.data() + v.size() || n < 0 || n > kMaxDeviceOrdinal)
-      bad_flag("--device", v, "allowed: cpu, all, or a GPU ordinal 0.." + std::to_string(kMaxDeviceOrdinal) +
+      bad_flag("--device", v, std::string(all_allowed ? "allowed: cpu, all, or" : "allowed: cpu or") +
+                                  " a GPU ordinal 0.." + std::to_string(kMaxDeviceOrdinal) +
                                   " (kvf run --list-devices shows them)");
     d.kind = DeviceChoice::Kind::gpu;
     d.ordinal = n;

@@ -346,7 +346,7 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   }
   if (app.count("--device") > 0) {
     try {
-      f.device = parse_device(f.device_text);
+      f.device = parse_device(f.device_text, /*all_allowed=*/false);
     } catch (const UsageError& e) {
       print_error(prog, e.what());
       return kExitUsage;

@@ -401,8 +401,14 @@ int main(int argc, char** argv) {
                  "on the GPU, whose host cores would wait), on, off (after the pass)");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kvf::kExitUsage;
+    // One line, as every other bad input (CLI11's own exit prints a second, "Run with --help ...").
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, kvf::one_line(e.what()).c_str(), kProg);
+    return kvf::kExitUsage;
   }
   try {
     if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");

@@ -140,8 +140,9 @@ struct DeviceChoice {
   std::string text;  // as typed, for meta.json and messages
 };
 inline constexpr int kMaxDeviceOrdinal = 1023;
-// Throws UsageError("--device <v>: ...allowed...") for anything else.
-DeviceChoice parse_device(std::string_view v);
+// Throws UsageError("--device <v>: ...allowed...") for anything else. `all` only where allowed (kvf run); a bench
+// measures one device, and its message lists what it takes.
+DeviceChoice parse_device(std::string_view v, bool all_allowed = true);
 
 // One visible GPU, for `kvf run --list-devices`.
 struct GpuListing {
