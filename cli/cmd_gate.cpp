@@ -11,6 +11,7 @@
 #include "gate_ab.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/gate.hpp"
+#include "model_inputs.hpp"
 #include "read_limits.hpp"
 #include "run_flags.hpp"
 
@@ -103,11 +104,12 @@ void add_gate(CLI::App& app) {
         if (!s.empty() && s.back() == '%') s.pop_back();
         return s;
       })
-      ->check(CLI::Range(0.0, 1e6).description("PCT > 0"))
+      // The same words as the gate's own check of 0 (verdict.cpp): "must be a percentage > 0".
+      ->check(number_in(0.0, 1e6, "a percentage > 0, at most 1000000"))
       ->capture_default_str();
   sub->add_option("--alpha", args->opts.alpha, "Significance level: of the two-sided Mann-Whitney U test (stored baselines), of the one-sided "
                   "signed-rank test after Holm's correction over the cases (--ab)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in(0.0, 1.0, "a level in (0, 1)"))
       ->capture_default_str();
   sub->add_option("--min-samples", args->opts.min_samples,
                   "Every compared case needs at least this many usable (unthrottled) samples on each side; "
