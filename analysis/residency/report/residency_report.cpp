@@ -191,12 +191,18 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
                         const char* unit) {
   std::map<std::pair<std::string, double>, const rd::Row*> at;  // one pass: a sweep may have 1,000 budgets
   for (const auto& w : r.rows) at.emplace(std::make_pair(w.policy, w.hbm_gib), &w);
-  std::string lower, higher, equal;
+  std::string lower, higher, equal, unequal;
   std::size_t n = 0, wins = 0;
   for (double b : r.budgets()) {
     const auto c = at.find({"cost", b}), o = at.find({base, b});
     if (c == at.end() || o == at.end()) continue;
     ++n;
+    // lru keeps HBM only: against a cost policy with a host tier it is no like-for-like base, and the line says so.
+    const rd::Row &cr = *c->second, &orow = *o->second;
+    if (unequal.empty() && (cr.host_gib != orow.host_gib || cr.tier3_gib != orow.tier3_gib))
+      unequal = " (not at equal memory: cost has " + gib(cr.host_gib) + " of host" +
+                (cr.tier3_gib > 0 ? " and " + gib(cr.tier3_gib) + " behind it" : std::string()) + ", " + base + " " +
+                (orow.host_gib > 0 ? gib(orow.host_gib) + " of host" : std::string("HBM only")) + ")";
     const double d = f(*c->second) - f(*o->second);
     std::string& list = d < 0 ? lower : d > 0 ? higher : equal;
     list += (list.empty() ? "" : ", ") + gib(b) + (d == 0 ? "" : " (" + std::string(d > 0 ? "+" : "") + fmt(d) + unit + ")");
@@ -206,7 +212,7 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
   const std::string verdict = wins == n   ? "beats " + base + " at every budget"
                               : wins == 0 ? "does not beat " + base + " at any budget"
                                           : "beats " + base + " at " + std::to_string(wins) + " of " + std::to_string(n) + " budgets";
-  std::string s = "- " + what + ": cost **" + verdict + "**";
+  std::string s = "- " + what + ": cost **" + verdict + "**" + unequal;
   if (!lower.empty()) s += "; lower at " + lower;
   if (!higher.empty()) s += "; higher at " + higher;
   if (!equal.empty()) s += "; equal at " + equal;
