@@ -127,8 +127,11 @@ std::string throttled_note(Ctx& cx) {
         list += "- " + lbl(rs) + ": " + txt(r.study) + " " + txt(r.case_name) + " (" + txt(r.mode) + "): " +
                 std::to_string(r.throttled_samples) + " throttled, " + std::to_string(r.samples) + " kept\n";
       }
-  if (!cases)
-    return "Throttled samples: none (every case row has throttled_samples 0; the CPU backend never flags any).\n";
+  if (!cases) {
+    const bool cpu = std::any_of(cx.sets.begin(), cx.sets.end(), [](const ResultSet& rs) { return rs.backend == "cpu"; });
+    return std::string("Throttled samples: none (every case row has throttled_samples 0") +
+           (cpu ? "; the CPU backend never flags any" : "") + ").\n";
+  }
   return "Throttled samples: " + std::to_string(total) + " in " + std::to_string(cases) +
          " case rows (SM clock below 75% of the default). Every figure above and below excludes them: medians are "
          "over the kept samples only.\n\n" + list;
@@ -162,8 +165,11 @@ std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
   const std::string fp32 = g.fp32_tflops > 0 && g.fp32_tflops != g.bf16_tflops
                                ? " (fp32 twins " + fmt(g.fp32_tflops) + ")"
                                : std::string();
-  std::string c = "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " + fmt(g.bf16_tflops) +
-                  " TFLOP/s" + fp32 + ", host link " + fmt(g.host_link_gbps) + " GB/s, launch " + fmt(g.launch_us) +
+  // A figure the directory and the spec do not give (a CPU has no host link) is "-", as every missing number.
+  const auto given = [](double v, const char* unit) { return v > 0 ? fmt(v) + unit : std::string("-"); };
+  std::string c = "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " +
+                  given(g.bf16_tflops, " TFLOP/s") + fp32 + ", host link " + given(g.host_link_gbps, " GB/s") +
+                  ", launch " + fmt(g.launch_us) +
                   " us, per copy " + fmt(g.copy_fixed_us) + " us, disk " +
                   (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
                                    : std::string("- (no disk figure: no file-tier rows)")) +
