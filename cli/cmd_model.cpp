@@ -4,6 +4,7 @@
 // core (analysis/report, kvf/report.hpp); docs/report.md describes every term.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "kvf/results.hpp"
 #include "model_inputs.hpp"
 
 namespace kvf::cli {
@@ -199,6 +201,13 @@ void add_model(CLI::App& app) {
                                       std::pair{reuse, &args->reuse}})
       if (opt->count() > 0 && values->empty())
         throw UsageError(opt->get_name() + ": empty (expected a comma-separated list: " + opt->get_description() + ")");
+    // A file that cannot be written is refused before the tables are printed (they were, then "cannot write").
+    if (!args->json.empty() && args->json != "-") {
+      const std::filesystem::path parent = std::filesystem::path(args->json).parent_path();
+      if (!parent.empty() && !std::filesystem::is_directory(parent))
+        throw UsageError("--json " + args->json + ": " + parent.string() + " is not a directory");
+      check_out_dir(parent.empty() ? std::filesystem::path(".") : parent, "--json " + args->json + ":");
+    }
     const ModelInputs in = load_model_inputs(args->gpus_path, args->gpu, args->models_path, args->model, args->calibrate);
     const report::GpuSpec& g = in.gpu;
     const report::Shape& m = in.shape();
@@ -217,14 +226,9 @@ void add_model(CLI::App& app) {
       exit_with(kExitOk);
       return;
     }
+    if (!args->json.empty()) write_file_atomically(args->json, j.dump(2) + "\n");  // a WriteError names the cause
     print_model(g, m, ao, table);
-    if (!args->json.empty()) {
-      std::ofstream out(args->json);
-      out << j.dump(2) << "\n";
-      out.flush();
-      if (!out) throw std::runtime_error("--json " + args->json + ": cannot write");
-      std::printf("\naction table: %s\n", args->json.c_str());
-    }
+    if (!args->json.empty()) std::printf("\naction table: %s\n", args->json.c_str());
     exit_with(kExitOk);
   });
 }
