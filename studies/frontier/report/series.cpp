@@ -25,18 +25,20 @@ std::vector<XferSeries> transfer_series(const ResultSet& rs) {
   for (const auto& arm : kFetchArms) {
     auto [mode, rows] = pick_mode(rs, "frontier", [&](const CaseRow& r) { return r.param("arm") == arm; });
     if (rows.empty()) continue;
-    std::map<double, double> pts;  // first row of each size, in file order
+    std::map<double, const CaseRow*> pts;  // first row of each size, in file order
     for (const auto* r : rows) {
       auto b = r->num("copy_bytes");
       if (!b) b = r->bytes;
-      if (b && !pts.count(*b)) pts[*b] = *r->median_s;
+      if (b && !pts.count(*b)) pts[*b] = r;
     }
     XferSeries s;
     s.link = arm;
     s.mode = mode;
-    for (const auto& [b, t] : pts) {
+    for (const auto& [b, r] : pts) {
       s.bytes.push_back(b);
-      s.secs.push_back(t);
+      s.secs.push_back(*r->median_s);
+      s.lo.push_back(r->q1_s.value_or(*r->median_s));
+      s.hi.push_back(r->q3_s.value_or(*r->median_s));
     }
     out.push_back(std::move(s));
   }
@@ -47,6 +49,19 @@ const XferSeries* find_xfer(const std::vector<XferSeries>& all, const std::strin
   for (const auto& s : all)
     if (s.link == link) return &s;
   return nullptr;
+}
+
+std::optional<Timed> fetch_at(const XferSeries& f, double bytes) {
+  const auto m = interpolate(f.bytes, f.secs, bytes), lo = interpolate(f.bytes, f.lo, bytes),
+             hi = interpolate(f.bytes, f.hi, bytes);
+  if (!m || !lo || !hi) return std::nullopt;
+  return Timed{*m, *lo, *hi};
+}
+
+int faster_beyond_spread(const Timed& a, const Timed& b) { return a.hi < b.lo ? -1 : a.lo > b.hi ? 1 : 0; }
+
+std::string spread_text(const Timed& t) {
+  return fmt(t.median * 1e6) + " us (q1..q3 " + fmt(t.lo * 1e6) + ".." + fmt(t.hi * 1e6) + " us)";
 }
 
 std::string primary_link(const ResultSet& rs) { return rs.backend == "cuda" ? "h2d_pinned" : "file_page"; }
@@ -89,6 +104,8 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       if (!seen[key].insert(*T).second) continue;
       s.tokens.push_back(*T);
       s.secs.push_back(*r->median_s / std::max(1.0, s.pages));  // per page: a call recomputes P pages
+      s.lo.push_back(r->q1_s.value_or(*r->median_s) / std::max(1.0, s.pages));
+      s.hi.push_back(r->q3_s.value_or(*r->median_s) / std::max(1.0, s.pages));
       s.kv_bytes.push_back(r->num("kv_bytes_per_page").value_or(0));
       s.resident.push_back(r->num("resident_bytes_per_page").value_or(0));
       s.notes.push_back(r->note);
