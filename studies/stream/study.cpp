@@ -98,7 +98,8 @@ class StreamStudy final : public Study {
     // The value as typed when there is one (a message names what the user wrote), else the default's size.
     const auto shown_size = [&](std::size_t b) { return size_text_.empty() ? format_bytes(static_cast<double>(b)) : size_text_; };
     if (bytes < 4096)
-      throw UsageError("--size " + size_text_ + ": must be at least 4 KiB (memory rather than cache takes 4x the LLC, " +
+      throw UsageError("--size " + size_text_ +
+                       ": must be at least 4 KiB (memory rather than cache takes 4x the LLC, " +
                        format_bytes(4.0 * llc) + " here; smaller arrays run, and their rows say they measured cache)");
     const std::size_t host_mem = host_memory_bytes();
     if (host_mem && 2 * bytes > host_mem * 7 / 10)

@@ -306,7 +306,8 @@ ResultSet load_results(const std::string& dir) {
     rs.has_counters = true;
   } else {
     // No Markdown code marks: "What is missing" escapes its lines (they may quote paths), so they showed as such.
-    rs.missing.push_back("counters.csv missing: idleness not measured here (GPU run of the idleness study + kvf counters)");
+    rs.missing.push_back(
+        "counters.csv missing: idleness not measured here (GPU run of the idleness study + kvf counters)");
   }
 
   attach_samples_and_validity(rs, samples_of);

@@ -128,7 +128,8 @@ std::string throttled_note(Ctx& cx) {
                 std::to_string(r.throttled_samples) + " throttled, " + std::to_string(r.samples) + " kept\n";
       }
   if (!cases) {
-    const bool cpu = std::any_of(cx.sets.begin(), cx.sets.end(), [](const ResultSet& rs) { return rs.backend == "cpu"; });
+    const bool cpu =
+        std::any_of(cx.sets.begin(), cx.sets.end(), [](const ResultSet& rs) { return rs.backend == "cpu"; });
     return std::string("Throttled samples: none (every case row has throttled_samples 0") +
            (cpu ? "; the CPU backend never flags any" : "") + ").\n";
   }

@@ -17,8 +17,8 @@ const char* kClaim1 = "Recompute ~50 us vs fetch ~200 us at 128 tokens / 1 layer
 const char* kRule1 =
     "GPU only. arm=x bf16, tokens=128, layers=1, pages=1 (Llama-3.1-8B when measured, else the first model), cold when "
     "measured, else hot (the modes are printed); fetch = "
-    "h2d_pinned at the page's K/V bytes (interpolated between measured copy sizes, its q1 and q3 alike). Not established "
-    "when the two rows' q1..q3 spreads overlap; supported iff recompute is faster beyond them and "
+    "h2d_pinned at the page's K/V bytes (interpolated between measured copy sizes, its q1 and q3 alike). Not "
+    "established when the two rows' q1..q3 spreads overlap; supported iff recompute is faster beyond them and "
     "recompute in [25, 100] us and fetch in [100, 400] us (within 2x of the claimed figures); else refuted. The figures "
     "add the regime: each side's fitted fixed cost (t = a + T x per-token cost) and the share of it at 128 tokens.";
 const char* kClaim3 = "Recompute wins for small pages and few layers";

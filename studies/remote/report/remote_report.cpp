@@ -299,7 +299,8 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
     if (!page) {
       ++missing;
       figs += (figs.empty() ? "" : "; ") + r->param("op") + " " + r->mode + ": not available (" +
-              (measured ? "no measured one-descriptor row of its op, mode and model" : "the per-layer row has no median") +
+              (measured ? "no measured one-descriptor row of its op, mode and model"
+                        : "the per-layer row has no median") +
               ")";
       continue;
     }
