@@ -712,6 +712,27 @@ TEST(Verdicts, BlockTokenSignsOnlyOutsideTheNoise) {
             std::string::npos) << unknown.figures;
 }
 
+// Claim 5 is about memory: where a run has cold groups they decide, and hot points (cache-resident at small
+// contexts) are counted beside the verdict. Hot rows with token faster turned a cold "supported" into "mixed".
+TEST(Verdicts, BlockTokenJudgedOnColdGroupsWhereThereAreAny) {
+  ResultSet rs = block_token_set(1.02, 1.03, 0.001);
+  const ResultSet hot = block_token_set(0.8, 0.7, 0.001);
+  for (CaseRow r : hot.cases) {
+    r.mode = "hot";
+    rs.cases.push_back(r);
+  }
+  const auto v = find(verdicts({rs}), "Contiguous blocks");
+  EXPECT_EQ(v.verdict, "supported") << v.figures;
+  EXPECT_NE(v.figures.find("judged on cold groups only (hot ones, beside them: block faster at 0, token faster at 2 "
+                           "of 2 points)"),
+            std::string::npos)
+      << v.figures;
+  // Hot groups alone are judged as they are.
+  for (auto& r : rs.cases) r.mode = r.mode == "cold" ? "gone" : r.mode;
+  std::erase_if(rs.cases, [](const CaseRow& r) { return r.mode == "gone"; });
+  EXPECT_EQ(find(verdicts({rs}), "Contiguous blocks").verdict, "refuted");
+}
+
 // The CPU's derived columns (the FMA floor grows with the context; huge_backed_pct is what the kernel granted) are
 // no part of a group: with them in the key, every context was a group of its own and claim 5 was never judged.
 TEST(Verdicts, BlockTokenGroupsIgnoreTheCpusDerivedColumns) {
