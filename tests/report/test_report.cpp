@@ -647,6 +647,16 @@ TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
   EXPECT_FALSE(median_ratio({1.0, 2.0}, b).has_interval);  // fewer than 3 samples: no interval
 }
 
+// A NaN median (a damaged cases.csv) is not a measurement: the row is left out of every section and verdict.
+TEST(Validity, ANanMedianIsNoMeasurement) {
+  CaseRow r;
+  r.samples = 11;
+  r.median_s = std::nan("");
+  EXPECT_FALSE(r.measured());
+  r.median_s = 1e-3;
+  EXPECT_TRUE(r.measured());
+}
+
 // Rows whose samples.csv lines are missing: no interval, and the text says why (not "fewer than 3 raw samples" when
 // cases.csv counts 7 and 15).
 TEST(Noise, RowsWithoutTheirRawSamplesSaySoWhereTheyHaveNoInterval) {

@@ -314,11 +314,14 @@ ResultSet load_results(const std::string& dir) {
   for (const auto& s : kStudies)
     if (!studies_in_cases.count(std::string(s.name)))
       rs.missing.push_back("study " + std::string(s.name) + ": no rows in cases.csv (not run)");
-  std::size_t skipped = 0;
+  // Not measured: no samples (skipped or failed), or samples but no median (a hand-edited or damaged cases.csv).
+  std::size_t skipped = 0, no_median = 0;
   for (const auto& r : rs.cases)
-    if (!r.measured()) ++skipped;
+    if (!r.measured()) ++(r.samples > 0 ? no_median : skipped);
   if (skipped)
     rs.missing.push_back(std::to_string(skipped) + " case rows without samples (skipped or failed; reasons in their notes)");
+  if (no_median)
+    rs.missing.push_back(std::to_string(no_median) + " case rows with samples but no finite median_s: not scored");
 
   rs.label = (rs.device.empty() ? std::string("unknown device") : rs.device) + " (" +
              (rs.backend.empty() ? std::string("?") : rs.backend) + ")";

@@ -10,6 +10,7 @@
 // A partial directory (interrupted run, a study not run, no counters) loads; what is absent is listed in
 // ResultSet::missing and every claim that needs it is "not measured".
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -48,7 +49,8 @@ struct CaseRow {
   std::string invalid;
   const std::string& param(const std::string& name) const;  // "" when absent
   std::optional<double> num(const std::string& name) const;  // parameter as a number (nullopt when absent)
-  bool measured() const { return samples > 0 && median_s.has_value(); }
+  // A NaN median (a damaged cases.csv) is no measurement either.
+  bool measured() const { return samples > 0 && median_s.has_value() && std::isfinite(*median_s); }
   std::string key() const { return study + '\x1f' + case_name + '\x1f' + mode; }  // one case in one mode
 };
 
