@@ -103,9 +103,10 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
       if (s.mode != mode) continue;  // cold rows already made this series
       if (!seen[key].insert(*T).second) continue;
       s.tokens.push_back(*T);
-      s.secs.push_back(*r->median_s / std::max(1.0, s.pages));  // per page: a call recomputes P pages
-      s.lo.push_back(r->q1_s.value_or(*r->median_s) / std::max(1.0, s.pages));
-      s.hi.push_back(r->q3_s.value_or(*r->median_s) / std::max(1.0, s.pages));
+      const double per_page = std::max(1.0, s.pages);  // a call recomputes P pages
+      s.secs.push_back(*r->median_s / per_page);
+      s.lo.push_back(r->q1_s.value_or(*r->median_s) / per_page);
+      s.hi.push_back(r->q3_s.value_or(*r->median_s) / per_page);
       s.kv_bytes.push_back(r->num("kv_bytes_per_page").value_or(0));
       s.resident.push_back(r->num("resident_bytes_per_page").value_or(0));
       s.notes.push_back(r->note);

@@ -39,6 +39,7 @@ struct RecSeries {
   std::vector<double> lo, hi;  // q1 and q3 per page (the median where cases.csv has none)
   std::vector<std::string> notes;  // each row's note (the xq rows state their K/V error there)
   std::string label() const;
+  Timed timed(std::size_t i) const { return {secs[i], lo[i], hi[i]}; }  // token count i, per page, with its spread
 };
 std::vector<RecSeries> recompute_series(const ResultSet& rs);
 

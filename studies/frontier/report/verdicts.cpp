@@ -112,11 +112,11 @@ Verdict claim1(const ResultSet& rs) {
     return v;
   }
   const double rec = x->secs[i], fetch = fetch_t->median;
-  const int sign = faster_beyond_spread({rec, x->lo[i], x->hi[i]}, *fetch_t);
+  const int sign = faster_beyond_spread(x->timed(i), *fetch_t);
   const bool ok = sign < 0 && rec >= 25e-6 && rec <= 100e-6 && fetch >= 100e-6 && fetch <= 400e-6;
   // Inside the spread the order of the two is no sign, whatever the claimed figures (docs/report.md, noise).
   v.verdict = sign == 0 ? "not established" : ok ? "supported" : "refuted";
-  v.figures = x->model + ": recompute " + spread_text({rec, x->lo[i], x->hi[i]}) + " (" + x->mode + "), fetch " +
+  v.figures = x->model + ": recompute " + spread_text(x->timed(i)) + " (" + x->mode + "), fetch " +
               spread_text(*fetch_t) + " (" + f->mode + ")" +
               (sign == 0 ? ": inside each other's q1..q3 spread, no sign" : "");
   const Regimes g = regimes(*x, *f);
@@ -146,8 +146,8 @@ Verdict claim3(const ResultSet& rs) {
   for (std::size_t i = 0; i < x->tokens.size(); ++i)
     if (auto ft = fetch_at(*f, x->kv_bytes[i])) {
       if (!first_sign) {
-        first_sign = faster_beyond_spread({x->secs[i], x->lo[i], x->hi[i]}, *ft);
-        first_spread = "recompute " + spread_text({x->secs[i], x->lo[i], x->hi[i]}) + " / fetch " + spread_text(*ft);
+        first_sign = faster_beyond_spread(x->timed(i), *ft);
+        first_spread = "recompute " + spread_text(x->timed(i)) + " / fetch " + spread_text(*ft);
       }
       T.push_back(x->tokens[i]);
       r.push_back(x->secs[i]);
@@ -236,7 +236,7 @@ Verdict claim4(const ResultSet& rs) {
       auto& b = best[s.xdtype];
       if (ratio < b.ratio) {
         b.ratio = ratio;
-        b.sign = faster_beyond_spread({s.secs[i], s.lo[i], s.hi[i]}, per_page);
+        b.sign = faster_beyond_spread(s.timed(i), per_page);
         b.text = s.model + " " + s.xdtype + " X, T=" + fmt(s.tokens[i]) + " P" + fmt(s.pages) + " (recompute " +
                  s.mode + ", fetch " + f->mode + "): resident " +
                  md::bytes(s.resident[i]) + " vs K/V " + md::bytes(s.kv_bytes[i]) + " per page; recompute " +

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kvf/study_report.hpp"
 
@@ -61,12 +62,12 @@ std::vector<IdleStat> idle_stats(const ResultSet& rs) {
   // Only scored rows: a case whose every row is invalid (a co-run that overlapped nothing) is listed under "Rows
   // not scored", never beside the others here.
   std::unordered_map<std::string_view, const CaseRow*> row_of;
-  std::unordered_map<std::string_view, bool> unscored;
+  std::unordered_set<std::string_view> unscored;
   if (!vals.empty()) {
     row_of.reserve(rs.cases.size());
     for (const auto& r : rs.cases)
       if (r.invalid.empty()) row_of.emplace(r.case_name, &r);
-      else unscored.emplace(r.case_name, true);
+      else unscored.insert(r.case_name);
   }
   std::vector<IdleStat> out;
   for (const auto& [k, v] : vals) {
