@@ -630,6 +630,27 @@ TEST(Validity, RepeatsAgreeingKeepTheFirstConflictsScoreNoneFailedChecksAreListe
   EXPECT_NE(md.find("co-run INVALID"), std::string::npos);
 }
 
+// A row faster than its ceiling is listed with its percentage at its q3 time; the ceiling row itself (100 up to
+// rounding) and a row under 100 are not.
+TEST(Validity, RowsAboveTheirCeilingAreListedWithTheirSpread) {
+  const auto d = kvf_test::tmpdir("kvf_report_above", "run");
+  std::ofstream(d / "cases.csv")
+      << "study,case,backend,device,mode,samples,median_s,q1_s,q3_s,gbps,pct_of_ceiling,ceiling,ceiling_value\n"
+         "stream,read/c,cpu,X,cold,3,1.0,0.99,1.01,10,100.00000000000001,stream:op=read:gbps,10\n"
+         "stream,write/w,cpu,X,cold,3,1.0,0.99,1.1,11,110,stream:op=read:gbps,10\n"
+         "access,gather/g,cpu,X,cold,3,1.0,0.99,1.01,9,90,stream:op=read:gbps,10\n";
+  ReportOptions o;
+  o.charts = false;
+  const std::string md = render_markdown({load_results(d.string())}, o, {});
+  const auto at = md.find("### Rows above their ceiling");
+  ASSERT_NE(at, std::string::npos);
+  const std::string part = md.substr(at, md.find("### Input warnings") - at);
+  EXPECT_NE(part.find("| X (cpu) | stream | write/w | cold | stream:op=read:gbps | 110 | 100 |"), std::string::npos)
+      << part;
+  EXPECT_EQ(part.find("read/c"), std::string::npos) << part;
+  EXPECT_EQ(part.find("gather/g"), std::string::npos) << part;
+}
+
 TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
   const std::vector<double> a = {1.00, 1.02, 0.99, 1.01, 1.00}, b = {1.01, 0.99, 1.00, 1.02, 1.00};
   const Ratio same = median_ratio(a, b);

@@ -254,6 +254,8 @@ ResultSet load_results(const std::string& dir) {
     r.gbps = ct.number(i, "gbps");
     r.tflops = ct.number(i, "tflops");
     r.ceiling_value = ct.number(i, "ceiling_value");
+    r.pct_of_ceiling = ct.number(i, "pct_of_ceiling");
+    if (ct.table.column("ceiling")) r.ceiling = ct.table.at(i, "ceiling");
     if (r.median_s && *r.median_s < 0) throw UsageError(r.where + ": column 'median_s': negative time");
     for (auto& p : e.params) r.params.emplace(std::move(p.name), std::move(p.value));
     case_keys.insert(r.study + "\x1f" + r.case_name);

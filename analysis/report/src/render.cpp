@@ -67,6 +67,32 @@ std::string provenance(Ctx& cx) {
               header({"#", "study", "merged from", "git", "status", "started (UTC)", "finished (UTC)", "command"}) + t);
 }
 
+// Rows faster than the ceiling they are stated against: a ceiling that is beaten is the most its own loop did
+// in the run, not a bound, and every percentage of it overstates how near a row comes to the hardware.
+std::string above_ceiling(Ctx& cx) {
+  std::string t;
+  std::size_t n = 0;
+  for (const auto& rs : cx.sets)
+    for (const auto& r : rs.cases) {
+      // the ceiling row itself states 100 up to rounding
+      if (!r.measured() || !r.invalid.empty() || !r.pct_of_ceiling || *r.pct_of_ceiling <= 100 * (1 + 1e-9)) continue;
+      ++n;
+      // rate is bytes (or flops) over time: at the row's q3 time it is median / q3 of the median's rate
+      const bool spread = r.q3_s && *r.q3_s > 0;
+      t += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), r.ceiling.empty() ? "-" : txt(r.ceiling),
+                fmt(*r.pct_of_ceiling), spread ? fmt(*r.pct_of_ceiling * *r.median_s / *r.q3_s) : "-"});
+    }
+  std::string s = "\n### Rows above their ceiling\n\n";
+  if (!n) return s + "None: no row is faster than the ceiling it is stated against.\n";
+  s += "These rows ran faster than the ceiling of their run that they are stated against (`pct_of_ceiling` above "
+       "100): that ceiling is the most its own loop did, not what the hardware allows, and every percentage of it "
+       "(theirs and other rows') is against that loop. The last column is the row's percentage at its q3 time: "
+       "above 100 there, the row beats the ceiling beyond its own spread.\n\n";
+  const std::string table =
+      header({"device", "study", "case", "mode", "ceiling", "% of ceiling", "% at q3 time"}) + t;
+  return s + (n <= 10 ? table : fold(std::to_string(n) + " rows", table));
+}
+
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
@@ -104,6 +130,7 @@ std::string section_inputs(Ctx& cx) {
   if (!n_invalid) s += "None: every row passed its own checks and every case name is unique per directory.\n";
   else if (n_invalid <= 10) s += invalid;
   else s += fold(std::to_string(n_invalid) + " rows: listed, never scored by a verdict or a section", invalid);
+  s += above_ceiling(cx);
   s += "\n### Input warnings\n\n";
   any = false;
   for (const auto& r : cx.sets)

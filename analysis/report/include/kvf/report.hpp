@@ -43,6 +43,8 @@ struct CaseRow {
   long samples = 0;
   long throttled_samples = 0;  // GPU samples below 75% of the default SM clock, left out of the summary (CPU: 0)
   std::optional<double> median_s, q1_s, q3_s, bytes, flops, gbps, tflops, ceiling_value;
+  std::optional<double> pct_of_ceiling;  // cases.csv's, against `ceiling` (the label of the row it is stated against)
+  std::string ceiling;
   std::vector<double> samples_s;  // samples.csv's kept samples of this row (throttled ones left out), file order
   // Why this row is never scored (empty: valid): its own check failed (a co-run whose background drained),
   // or its (study, case, mode) appears twice in the directory (a merge of runs that is not one run).
