@@ -64,6 +64,11 @@ std::string map_table(const GpuSpec& g, const Shape& m, const std::string& label
   if (!Ts.empty() && !Ls.empty()) {
     p.extra.push_back("set xrange [" + fmt(Ts.front() / 1.5) + ":" + fmt(Ts.back() * 1.5) + "]");
     p.extra.push_back("set yrange [" + fmt(Ls.front() / 1.5) + ":" + fmt(Ls.back() * 1.5) + "]");
+    // the layer counts of the grid as the axis's ticks (a log axis of its own would label only 1 and 10)
+    std::string ytics;
+    for (double L : Ls) ytics += (ytics.empty() ? "set ytics (" : ", ") + fmt(L);
+    p.extra.push_back(ytics + ")");
+    p.extra.push_back("set mytics 1");
   }
   s += "\n";
   if (!chart.empty()) s += cx.chart(p);
