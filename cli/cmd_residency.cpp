@@ -2,6 +2,7 @@
 // trace against a prefix cache per policy and HBM budget (analysis/residency) and prices each replay with the
 // frontier study's analytic model, calibrated by a results directory when --calibrate is given
 // (kvf/residency/costs.hpp). analysis/residency/README.md states the semantics and every formula.
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -40,6 +41,7 @@ struct Args {
   std::string trace, model, gpu, calibrate, policies = "lru,lru-host,oracle", sweep, out, gpus_path, models_path,
       save_trace, form = "kv", compress_to = "auto", prefill_cost = "auto";
   bool synthetic = false;
+  bool seed_given = false, synthetic_requests_given = false;  // flags that only --synthetic reads
   std::uint64_t seed = 1;
   std::int64_t synthetic_requests = 4000;
   double hbm_gib = 0, host_gib = 0, disk_gib = 0, peer_gib = 0;
@@ -106,12 +108,19 @@ CLI::Validator gib_value() {
       allowed);
 }
 
+// A budget as given (shortest text that reads back equal): fmt's 4 digits would show 1e-300 as 0.
+std::string gib_text(double gib) {
+  char buf[32];
+  const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, gib);
+  return std::string(buf, p);
+}
+
 // Blocks in `gib`; a budget holding no block is refused, naming the flag, the value and the least budget.
 std::size_t blocks_in(double gib, const rs::CostModel& c, const std::string& flag, const std::string& value) {
   const std::size_t n = rs::capacity_blocks(gib, c.block_bytes);
   if (n == 0)
     bad_flag(flag, value,
-             report::fmt(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
+             gib_text(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
                  ", " + std::to_string(c.block_tokens) + " tokens, " + rs::form_description(c.form) + " of " +
                  report::fmt(c.model->layers) +
                  " layers; allowed: at least " + report::fmt(c.block_bytes / rs::kGiB) + " GiB)");
@@ -283,6 +292,11 @@ void run_residency(const Args& a) {
                      "the host tier's evictions; give a host budget too");
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
+  if (!a.synthetic && a.seed_given)
+    throw UsageError("--seed " + std::to_string(a.seed) + " without --synthetic: it seeds a generated trace");
+  if (!a.synthetic && a.synthetic_requests_given)
+    throw UsageError("--synthetic-requests " + std::to_string(a.synthetic_requests) +
+                     " without --synthetic: it sizes a generated trace");
 
   if (a.prefill_cost != "auto" && a.prefill_cost != "model" && a.prefill_cost != "measured")
     throw UsageError("--prefill-cost " + shown_value(a.prefill_cost) + ": expected auto, model or measured");
@@ -290,6 +304,14 @@ void run_residency(const Args& a) {
     throw UsageError("--prefill-cost measured without --calibrate: the measured prefill comes from a results directory");
   const rs::Form form = rs::parse_form(a.form, "--form");
   const std::vector<rs::Form> compress_to = compress_forms(a.compress_to, form);
+  if (a.compress_to != "auto" && a.compress_to != "none" &&
+      std::none_of(policies.begin(), policies.end(), [](const rs::PolicyInfo* p) { return p->compresses; })) {
+    std::string compressing;
+    for (const auto& p : rs::policy_registry())
+      if (p.compresses) compressing += (compressing.empty() ? "" : ", ") + p.name;
+    throw UsageError("--compress-to " + shown_value(a.compress_to) + ": no policy of --policies " +
+                     shown_value(a.policies) + " compresses (the ones that do: " + compressing + ")");
+  }
 
   const ModelInputs in = load_model_inputs(a.gpus_path, a.gpu, a.models_path, a.model, a.calibrate);
   rs::CostModel cost = [&] {
@@ -315,8 +337,8 @@ void run_residency(const Args& a) {
   std::vector<std::size_t> hbm_blocks;
   for (double b : budgets)
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
-                                   a.sweep.empty() ? report::fmt(b) : a.sweep));
-  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", report::fmt(a.host_gib)) : 0;
+                                   a.sweep.empty() ? gib_text(b) : a.sweep));
+  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", gib_text(a.host_gib)) : 0;
   if (a.disk_gib > 0 && !(in.gpu.disk_gbps > 0))
     throw UsageError("--disk-gib " + report::fmt(a.disk_gib) + ": " + in.gpu.name +
                      " has no disk figure (no spec sheet gives one): give --calibrate DIR, a results directory with the "
@@ -328,7 +350,7 @@ void run_residency(const Args& a) {
       throw UsageError("--peer-gib " + report::fmt(a.peer_gib) + ": " + e.what());
     }
   }
-  const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, report::fmt(tier3_gib)) : 0;
+  const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, gib_text(tier3_gib)) : 0;
 
   // Before the trace is read and replayed: a long sweep is not run for an --out it cannot write (created once the
   // trace has been read, before the replay: root passes every permission check, so only creating it tells).
@@ -357,6 +379,19 @@ void run_residency(const Args& a) {
     }
   }();
   const std::string trace_name = a.synthetic ? trace.source : a.trace;
+  if (trace.requests.empty())
+    throw UsageError("--trace " + shown_value(a.trace) + ": no requests (allowed: a trace of at least one request)");
+  if (std::all_of(trace.requests.begin(), trace.requests.end(), [](const rs::Request& r) { return r.hash_ids.empty(); }))
+    throw UsageError("--trace " + shown_value(a.trace) +
+                     ": no block ids in any request (allowed: a trace whose requests name their blocks)");
+  if (!a.synthetic && trace.length_mismatches * 2 > trace.requests.size()) {
+    const auto likely = rs::likely_block_tokens(trace);
+    throw UsageError("--block-tokens " + std::to_string(a.block_tokens) + ": " +
+                     std::to_string(trace.length_mismatches) + " of " + std::to_string(trace.requests.size()) +
+                     " requests of " + shown_value(a.trace) + " have more or fewer block ids than ceil(input_length / " +
+                     std::to_string(a.block_tokens) + ") (allowed: the block size the trace's ids were made with" +
+                     (likely ? "; " + std::to_string(*likely) + " matches most requests)" : ")"));
+  }
   const rs::IndexedTrace it = rs::index_trace(trace, a.block_tokens);
   if (!a.out.empty()) make_out_dir(a.out);
   std::printf("trace %s: %zu requests, %zu block references, %zu distinct blocks, %zu warnings%s\n", trace_name.c_str(),
@@ -524,7 +559,9 @@ void add_residency(CLI::App& app) {
       ->check(non_empty("a GPU spec file"));
   sub->add_option("--models-file", args->models_path, "Model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)")
       ->check(non_empty("a model shape file"));
-  sub->callback([args] {
+  sub->callback([args, sub] {
+    args->seed_given = sub->count("--seed") > 0;
+    args->synthetic_requests_given = sub->count("--synthetic-requests") > 0;
     run_residency(*args);
     exit_with(kExitOk);
   });

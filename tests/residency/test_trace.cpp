@@ -85,6 +85,33 @@ TEST(ResidencyTrace, InconsistentHashIdsWarnNamingTheRequest) {
   EXPECT_EQ(t.warnings[0], "t.jsonl:2: request 1 has 2 hash_ids, but input_length 9 at 4 tokens per block needs 3");
 }
 
+// The replay goes in file order: a request before its predecessor is refused, equal times are not.
+TEST(ResidencyTrace, TimestampsMayNotGoBack) {
+  const std::string a = "{\"timestamp\": 5, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [7]}\n";
+  const std::string b = "{\"timestamp\": 4.5, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [7]}\n";
+  EXPECT_EQ(parse_mooncake_jsonl(a + a, "t.jsonl", 4).requests.size(), 2u);
+  EXPECT_NE(usage_error(a + b).find("t.jsonl:2: timestamp 4.5 ms is before the previous request's 5 ms"),
+            std::string::npos)
+      << usage_error(a + b);
+}
+
+// A trace states no block size: the power of two whose block counts match most requests, where one matches
+// more than half of them.
+TEST(ResidencyTrace, LikelyBlockTokensMatchesMostRequests) {
+  const Trace t = parse_mooncake_jsonl(
+      "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [0, 1, 2, 3]}\n"
+      "{\"timestamp\": 1, \"input_length\": 64, \"output_length\": 1, \"hash_ids\": [0, 1]}\n"
+      "{\"timestamp\": 2, \"input_length\": 20, \"output_length\": 1, \"hash_ids\": [0, 9, 8]}\n",
+      "t.jsonl", 4);
+  EXPECT_EQ(t.length_mismatches, 3u);
+  EXPECT_EQ(likely_block_tokens(t), 32);  // 100 -> 4, 64 -> 2; 20 -> 1, not 3
+  const Trace none = parse_mooncake_jsonl(
+      "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}\n"
+      "{\"timestamp\": 1, \"input_length\": 64, \"output_length\": 1, \"hash_ids\": [0, 1, 2, 3, 4]}\n",
+      "t.jsonl", 4);
+  EXPECT_EQ(likely_block_tokens(none), std::nullopt);  // no power of two gives 3 blocks of 100 or 5 of 64
+}
+
 TEST(ResidencyTrace, BlockTokensCountTheLastPartialBlock) {
   EXPECT_EQ(block_tokens_of(10, 0, 4), 4);
   EXPECT_EQ(block_tokens_of(10, 2, 4), 2);

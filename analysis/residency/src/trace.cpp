@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "kvf/csv.hpp"
@@ -69,15 +70,32 @@ bool blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-// Appends r, with a warning when its id count differs from ceil(input_length / block_tokens).
+std::string number_text(double v) {
+  char buf[32];
+  const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back equal
+  return std::string(buf, p);
+}
+
+// ceil(input_length / block_tokens) without overflow: input_length is at most 2^63 - 1.
+std::int64_t blocks_needed(std::int64_t input_length, std::int64_t block_tokens) {
+  return input_length / block_tokens + (input_length % block_tokens != 0 ? 1 : 0);
+}
+
+// Appends r, with a warning when its id count differs from ceil(input_length / block_tokens). The replay goes in
+// file order and knows no clock, so a request before its predecessor is refused rather than replayed out of order.
 void add_request(Trace& trace, Request r, const std::string& where, int block_tokens) {
-  // ceil without overflow: input_length is at most 2^63 - 1.
-  const std::int64_t expected = r.input_length / block_tokens + (r.input_length % block_tokens != 0 ? 1 : 0);
-  if (static_cast<std::uint64_t>(expected) != r.hash_ids.size())
+  if (!trace.requests.empty() && r.timestamp_ms < trace.requests.back().timestamp_ms)
+    throw UsageError(where + ": timestamp " + number_text(r.timestamp_ms) + " ms is before the previous request's " +
+                     number_text(trace.requests.back().timestamp_ms) +
+                     " ms (allowed: requests in arrival order, timestamps never decreasing)");
+  const std::int64_t expected = blocks_needed(r.input_length, block_tokens);
+  if (static_cast<std::uint64_t>(expected) != r.hash_ids.size()) {
+    ++trace.length_mismatches;
     trace.warnings.push_back(where + ": request " + std::to_string(trace.requests.size()) + " has " +
                              std::to_string(r.hash_ids.size()) + " hash_ids, but input_length " +
                              std::to_string(r.input_length) + " at " + std::to_string(block_tokens) +
                              " tokens per block needs " + std::to_string(expected));
+  }
   trace.requests.push_back(std::move(r));
 }
 
@@ -102,11 +120,6 @@ std::vector<std::uint64_t> block_ids_of(std::string_view field, const std::strin
   return ids;
 }
 
-std::string number_text(double v) {
-  char buf[32];
-  const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back equal
-  return std::string(buf, p);
-}
 
 // The text both writers share per request, checked so that what is written reads back.
 void check_writable(const Trace& trace, std::size_t i) {
@@ -131,6 +144,19 @@ std::string joined_ids(const std::vector<std::uint64_t>& ids, const char* sep) {
 }
 
 }  // namespace
+
+std::optional<int> likely_block_tokens(const Trace& trace) {
+  std::optional<int> best;
+  std::size_t best_matches = 0;
+  for (int bt = 1; bt <= (1 << 20); bt *= 2) {
+    std::size_t matches = 0;
+    for (const Request& r : trace.requests)
+      matches += static_cast<std::uint64_t>(blocks_needed(r.input_length, bt)) == r.hash_ids.size();
+    if (matches > best_matches) best = bt, best_matches = matches;
+  }
+  if (best_matches * 2 <= trace.requests.size()) return std::nullopt;
+  return best;
+}
 
 std::int64_t block_tokens_of(std::int64_t input_length, std::size_t index, int block_tokens) {
   const std::int64_t start = static_cast<std::int64_t>(index) * block_tokens;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,11 +28,13 @@ struct Trace {
   // Requests whose hash_ids do not match ceil(input_length / block_tokens), one line each, for the caller to
   // print: the trace is still replayed (prefill tokens follow input_length, see block_tokens_of below).
   std::vector<std::string> warnings;
+  std::size_t length_mismatches = 0;  // requests among the warnings: hash_ids against input_length
 };
 
 // One JSON object per line: {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [id, ...]}.
 // Lines holding only white space are skipped. A line that is not such an object (bad JSON, a missing key, a
-// negative or fractional number, an id outside [0, 2^63)) throws UsageError("<source>:<line>: ...").
+// negative or fractional number, an id outside [0, 2^63), a timestamp before the previous request's) throws
+// UsageError("<source>:<line>: ...").
 // block_tokens (>= 1, else UsageError) only serves the hash_ids/input_length consistency warning.
 Trace parse_mooncake_jsonl(std::string_view text, const std::string& source, int block_tokens);
 // The same from a file, read through the harness's input limits (kvf/input.hpp: regular files, size cap).
@@ -40,7 +43,8 @@ Trace read_mooncake_jsonl(const std::filesystem::path& path, int block_tokens);
 // The suite's own trace format for users' traces: CSV with the header
 // `timestamp_ms,input_length,output_length,block_ids`, block_ids a space-separated list of ids in [0, 2^63) with
 // the same meaning as Mooncake's hash_ids (README "Traces"). Other columns are ignored. Read through the
-// harness's CSV reader (kvf/table.hpp: RFC 4180, file:line errors, input limits); a malformed row throws
+// harness's CSV reader (kvf/table.hpp: RFC 4180, file:line errors, input limits); a malformed row (or one whose
+// timestamp is before the previous row's) throws
 // UsageError("<source>:<line>: column '<name>': ..."); a torn last row and an ids/length mismatch are warnings.
 Trace parse_trace_csv(std::string_view text, const std::string& source, int block_tokens);
 
@@ -53,6 +57,10 @@ Trace read_trace(const std::filesystem::path& path, int block_tokens);
 // non-finite timestamp, a negative length, or an id of 2^63 or more is UsageError: the readers would refuse it.
 void write_mooncake_jsonl(const Trace& trace, const std::filesystem::path& path);
 void write_trace_csv(const Trace& trace, const std::filesystem::path& path);
+
+// The power of two from 1 to 2^20 tokens per block whose ceil(input_length / it) matches the most requests' id
+// counts, where it matches more than half of them (a trace states no block size); nullopt otherwise.
+std::optional<int> likely_block_tokens(const Trace& trace);
 
 // Tokens of block `index` of a prompt of `input_length` tokens: block_tokens for full blocks, the remainder for
 // the last partial one, 0 for ids beyond the prompt (a trace with more ids than its length needs).
