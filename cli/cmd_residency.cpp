@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -158,7 +159,8 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["demoted_blocks"] = s.demoted;
   j["promoted_blocks"] = s.promoted;
   j["to_disk_blocks"] = s.to_disk;
-  j["host_link_bytes"] = r.host_bytes;
+  j["host_link_bytes"] = r.host_bytes;  // fetched (host -> HBM); the demotes are the next column
+  j["host_link_demote_bytes"] = r.demote_bytes;
   j["disk_read_bytes"] = r.disk_bytes;
   j["added_mean_us"] = us(r.added.mean_s);
   j["added_p50_us"] = us(r.added.p50_s);
@@ -211,18 +213,18 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
   const auto& first = rows.front();
   std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
               std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
-  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
-              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "host_GB");
+  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
+              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "fetch_GB", "demote_GB");
   for (const auto& r : rows)
-    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g\n",
+    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g %10.4g\n",
                 (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
                 report::fmt(r["host_gib"].get<double>()).c_str(), r["hit_rate_hbm"].get<double>(),
                 r["hit_rate_host"].get<double>(), r["hit_rate_disk"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
                 r["prefill_avoided_s"].get<double>(), r["added_p50_us"].get<double>() / 1e3,
                 r["added_p99_us"].get<double>() / 1e3, r["added_pipelined_p50_us"].get<double>() / 1e3,
-                r["host_link_bytes"].get<double>() / 1e9);
-  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %11.4g %10s\n", "no cache", "-", "-", "-", "-", 0.0,
-              "0", base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, base.latency.p50_s * 1e3, "-");
+                r["host_link_bytes"].get<double>() / 1e9, r["host_link_demote_bytes"].get<double>() / 1e9);
+  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %11.4g %10s %10s\n", "no cache", "-", "-", "-", "-",
+              0.0, "0", base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, base.latency.p50_s * 1e3, "-", "-");
   // A policy that held blocks in several forms: how the HBM budget was shared, and what the forms cost.
   for (const auto& r : rows) {
     std::string shares;
@@ -326,10 +328,11 @@ void run_residency(const Args& a) {
                      in.gpu.name + "'s prefill (--prefill-cost model, or a GPU run's directory)");
   // A CPU run's restore and layer rows are the CPU's: the GPU's are priced by the model.
   if (!a.calibrate.empty() && !in.cpu_calibration) rs::use_measured_restores(cost, in.calibration);
+  // Applied once the trace is read: `auto` takes the measured scale only where its rows reach the trace's prompts.
+  std::optional<rs::PrefillCalibration> measured_prefill;
   if (a.prefill_cost != "model" && !a.calibrate.empty() && !in.cpu_calibration) {
-    const auto measured = rs::measured_prefill(cost, in.calibration);
-    if (measured) rs::use_measured_prefill(cost, *measured);
-    else if (a.prefill_cost == "measured")
+    measured_prefill = rs::measured_prefill(cost, in.calibration);
+    if (!measured_prefill && a.prefill_cost == "measured")
       throw UsageError("--prefill-cost measured: " + a.calibrate + " has no frontier `layers` row of " +
                        in.shape().name + " through its " + report::fmt(in.shape().layers) +
                        " layers (kvf run --study frontier --frontier.arms layers)");
@@ -400,6 +403,32 @@ void run_residency(const Args& a) {
   if (it.prefix_violations)
     std::printf("trace: %zu prefix violations (first: %s): the oracle's bound does not hold\n", it.prefix_violations,
                 it.first_prefix_violation.c_str());
+  // A request larger than HBM: no engine serves it whole; the policies keep its first blocks and part with the
+  // rest each their own way (README "Replay"), and the oracle's bound does not hold at that budget.
+  std::size_t oversize_budgets = 0;
+  for (const std::size_t n : hbm_blocks) oversize_budgets += n < it.max_request_blocks;
+  if (oversize_budgets)
+    std::printf("trace: its largest request has %zu blocks, more than HBM holds at %zu of %zu budgets (the smallest holds %s): "
+                "there no engine could serve it whole, policies keep its first blocks (lru-host demotes the rest, lru, "
+                "cost and oracle drop them) and the oracle's bound does not hold\n",
+                it.max_request_blocks, oversize_budgets, hbm_blocks.size(),
+                std::to_string(*std::min_element(hbm_blocks.begin(), hbm_blocks.end())).c_str());
+  if (measured_prefill) {
+    // One scale from a few short prefills (e.g. 128 tokens after 1K) says little of a 10K-token one, whose GEMMs
+    // run nearer the ceiling: `auto` does not stretch it past the rows; `measured` does, and says so.
+    std::vector<std::int64_t> lengths(it.input_length.begin(), it.input_length.end());
+    std::nth_element(lengths.begin(), lengths.begin() + lengths.size() / 2, lengths.end());
+    const double median = static_cast<double>(lengths[lengths.size() / 2]);
+    const std::string reach = "the measured layers rows reach " + report::fmt(measured_prefill->max_context) +
+                              " tokens, the trace's median prompt has " + report::fmt(median);
+    if (median <= measured_prefill->max_context || a.prefill_cost == "measured") rs::use_measured_prefill(cost, *measured_prefill);
+    if (median > measured_prefill->max_context)
+      std::printf("prefill: %s: %s\n", reach.c_str(),
+                  a.prefill_cost == "measured"
+                      ? ("their scale x" + report::fmt(measured_prefill->scale) + " is extrapolated to it").c_str()
+                      : ("auto prices it by the model, not by their scale x" + report::fmt(measured_prefill->scale) +
+                         " (--prefill-cost measured applies it)").c_str());
+  }
   std::printf("model %s, GPU %s, %d tokens per block, %s bytes per block (%s, %s layers)\n",
               in.shape().name.c_str(), in.gpu.name.c_str(), a.block_tokens, report::fmt(cost.block_bytes).c_str(),
               rs::form_description(form).c_str(), report::fmt(in.shape().layers).c_str());
@@ -442,17 +471,20 @@ void run_residency(const Args& a) {
     rows.insert(rows.end(), at_budget.begin(), at_budget.end());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("\n* offline: reads the future (a bound, README \"The oracle's bound\"). avoided: reused / input tokens; "
+  std::printf("\n* offline: reads the future, HBM only (a bound on HBM-only policies' reuse, not on those with a host "
+              "tier: README \"The oracle's bound\"). avoided: reused / input tokens; "
               "avoided_s: no-cache prefill time - the policy's, summed over requests; added latency: prefill of the missed "
               "tokens + host fetches + restores of blocks not kept as bf16 K/V (dequantize, recompute from X), per request, "
-              "serial; pipe: the fetch pipelined by layer against the compute (a lower bound).\n");
+              "serial; pipe: the fetch pipelined by layer against the compute (a lower bound). fetch_GB / demote_GB: bytes over "
+              "the host link, host -> HBM (host and disk hits) / HBM -> host (demoted blocks).\n");
   std::printf("%zu replays in %.3g s (trace read included)\n", rows.size(), secs);
 
   if (a.out.empty()) return;
   ojson inputs;
   inputs["trace"] = {{"path", trace_name},          {"requests", it.requests()},
                      {"references", it.references()}, {"distinct_blocks", it.distinct},
-                     {"warnings", trace.warnings.size()}, {"prefix_violations", it.prefix_violations}};
+                     {"warnings", trace.warnings.size()}, {"prefix_violations", it.prefix_violations},
+                     {"max_request_blocks", it.max_request_blocks}};
   inputs["model"] = in.shape().name;
   inputs["gpu"] = in.gpu.name;
   inputs["calibrate"] = a.calibrate;

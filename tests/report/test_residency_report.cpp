@@ -107,7 +107,7 @@ TEST(ReportResidency, TableEqualsTheCsv) {
     std::size_t seen = 0;
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       if (std::stod(t.at(i, "hbm_gib")) != budget) continue;
-      const std::string name = t.at(i, "policy") + (t.at(i, "offline") == "true" ? " (offline bound)" : "");
+      const std::string name = t.at(i, "policy") + (t.at(i, "offline") == "true" ? " (offline, HBM only)" : "");
       ASSERT_TRUE(rows.count(name)) << name << "\n" << md;
       const auto& c = rows.at(name);
       auto num = [&](const char* col) { return std::stod(t.at(i, col)); };
@@ -120,6 +120,7 @@ TEST(ReportResidency, TableEqualsTheCsv) {
       EXPECT_EQ(c.at(7), fmt(num("added_p50_us") / 1e3));
       EXPECT_EQ(c.at(8), fmt(num("added_p99_us") / 1e3));
       EXPECT_EQ(c.at(9), fmt(num("host_link_bytes") / 1e9));
+      EXPECT_EQ(c.at(10), "-");  // the fixture predates host_link_demote_bytes
       EXPECT_EQ(rows.at("no cache").at(8), fmt(num("nocache_p99_us") / 1e3));
       ++seen;
     }
@@ -167,6 +168,40 @@ TEST(ReportResidency, ChartFilesAreWritten) {
 }
 
 // Columns are read by name: others (added by the simulator later) change nothing.
+// The demotes' bytes get their own column; compress passes (off the request path) that cost more GPU time than
+// cost's gain in summed added latency are said under that verdict line.
+TEST(ReportResidency, DemotesAndCompressPassesAreShown) {
+  const auto ls = lines_of(original("residency.csv"));
+  std::vector<std::string> head;
+  {
+    std::stringstream in(ls.at(0));
+    for (std::string x; std::getline(in, x, ',');) head.push_back(x);
+  }
+  const auto col = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  };
+  ASSERT_LT(col("compress_total_s"), head.size());
+  std::string out = ls.at(0) + ",host_link_demote_bytes\n";
+  for (std::size_t i = 1; i < ls.size(); ++i) {
+    std::vector<std::string> f;
+    std::stringstream in(ls[i]);
+    for (std::string x; std::getline(in, x, ',');) f.push_back(x);
+    if (f.at(col("policy")) == "cost") f.at(col("compress_total_s")) = "1e6";
+    std::string joined;
+    for (std::size_t j = 0; j < f.size(); ++j) joined += (j ? "," : "") + f[j];
+    out += joined + ",2e9\n";
+  }
+  const std::string md = markdown(copy_with("demotes_compress", "residency.csv", out));
+  EXPECT_EQ(answer_rows(md).at("lru-host").at(10), "2") << md;
+  EXPECT_NE(md.find("cost's compress passes (GPU time off the request path, in no figure here) took more than its "
+                    "gain at "),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("of compress passes against a gain of"), std::string::npos);
+  // The fixture's compress passes (2.6-2.9 s) are far below cost's gains
+  EXPECT_NE(markdown(kFixture).find("took less than its gain at every budget where it wins"), std::string::npos);
+}
+
 TEST(ReportResidency, UnknownColumnsAreIgnored) {
   std::string csv = original("residency.csv");
   std::string out;

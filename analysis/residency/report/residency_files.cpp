@@ -131,6 +131,10 @@ Row read_row(const CsvTable& t, std::size_t i) {
   w.nocache_p50_us = cell_number(t, i, "nocache_p50_us", 0, inf);
   w.nocache_p99_us = cell_number(t, i, "nocache_p99_us", 0, inf);
   w.host_link_bytes = cell_number(t, i, "host_link_bytes", 0, inf);
+  if (t.column("host_link_demote_bytes") && parse_number(t, i, "host_link_demote_bytes"))
+    w.host_link_demote_bytes = cell_number(t, i, "host_link_demote_bytes", 0, inf);
+  if (t.column("compress_total_s") && parse_number(t, i, "compress_total_s"))
+    w.compress_total_s = cell_number(t, i, "compress_total_s", 0, inf);
   return w;
 }
 

@@ -166,22 +166,24 @@ std::string answer_table(const rd::Replay& r, double b) {
   std::vector<std::string> cols = {"policy", "host GiB", "hit rate HBM", "hit rate host"};
   if (tier3) cols.insert(cols.end(), {t3 + " GiB", "hit rate " + t3});
   cols.insert(cols.end(), {"prefill avoided (tokens)", "prefill avoided (s)", "prefill (s)", "added p50 (ms)",
-                           "added p99 (ms)", "host link (GB)"});
+                           "added p99 (ms)", "host link fetched (GB)", "host link demoted (GB)"});
   std::string t = header(cols);
   const rd::Row* any = nullptr;
   for (const auto& w : r.rows) {
     if (w.hbm_gib != b) continue;
     any = any ? any : &w;
-    std::vector<std::string> cells = {txt(w.policy) + (w.offline ? " (offline bound)" : ""), fmt(w.host_gib),
+    // Belady on HBM alone: a bound on the reuse of HBM-only policies, not of those with a host tier (README)
+    std::vector<std::string> cells = {txt(w.policy) + (w.offline ? " (offline, HBM only)" : ""), fmt(w.host_gib),
                                       fmt(w.hit_rate_hbm), fmt(w.hit_rate_host)};
     if (tier3) cells.insert(cells.end(), {fmt(w.tier3_gib), fmt(w.hit_rate_tier3)});
     cells.insert(cells.end(), {pct(w.prefill_avoided), fmt(w.prefill_avoided_s), fmt(w.prefill_total_s),
-                               ms(w.added_p50_us), ms(w.added_p99_us), fmt(w.host_link_bytes / 1e9)});
+                               ms(w.added_p50_us), ms(w.added_p99_us), fmt(w.host_link_bytes / 1e9),
+                               w.host_link_demote_bytes ? fmt(*w.host_link_demote_bytes / 1e9) : "-"});
     t += row(cells);
   }
   std::vector<std::string> none = {"no cache", "-", "0", "0"};
   if (tier3) none.insert(none.end(), {"-", "0"});
-  none.insert(none.end(), {"0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-"});
+  none.insert(none.end(), {"0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-", "-"});
   t += row(none);
   return t + "\n";
 }
@@ -219,6 +221,30 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
   return s + ".\n";
 }
 
+// Compress passes are GPU time the added latency leaves out (off the request path): where cost's gain in summed
+// added latency over `base` is smaller than that time, the gain is not a saving of GPU time, and the line says so.
+std::string compress_note(const rd::Replay& r, const std::string& base) {
+  std::size_t wins = 0, outweighed = 0;
+  std::string example;
+  for (double b : r.budgets()) {
+    const rd::Row *c = row_at(r, "cost", b), *o = row_at(r, base, b);
+    if (!c || !o || !c->compress_total_s || *c->compress_total_s <= 0) continue;
+    const double gain = o->added_total_s - c->added_total_s;
+    if (gain <= 0) continue;
+    ++wins;
+    if (*c->compress_total_s <= gain) continue;
+    if (!outweighed++)
+      example = gib(b) + ": " + fmt(*c->compress_total_s) + " s of compress passes against a gain of " + fmt(gain) + " s";
+  }
+  if (!wins) return "";
+  if (!outweighed)
+    return "  - cost's compress passes (GPU time off the request path, in no figure here) took less than its gain at "
+           "every budget where it wins.\n";
+  return "  - cost's compress passes (GPU time off the request path, in no figure here) took more than its gain at " +
+         std::to_string(outweighed) + " of the " + std::to_string(wins) + " budgets where it wins (" + example +
+         "): there the gain in latency is no saving of GPU time.\n";
+}
+
 std::string verdict_lines(const rd::Replay& r) {
   std::string s;
   bool tier3 = false;
@@ -226,8 +252,10 @@ std::string verdict_lines(const rd::Replay& r) {
   const std::string fetched =
       tier3 ? (r.peer_tier ? "host and peer fetch" : "host fetch and disk reads") : "host fetch";
   for (const char* base : {"lru", "lru-host"}) {
-    s += where_beats(r, base, "Added latency summed over the trace (prefill + " + fetched + "), against " + base,
-                     [](const rd::Row& w) { return w.added_total_s; }, " s");
+    const std::string summed =
+        where_beats(r, base, "Added latency summed over the trace (prefill + " + fetched + " + restores), against " + base,
+                    [](const rd::Row& w) { return w.added_total_s; }, " s");
+    s += summed + (summed.empty() ? "" : compress_note(r, base));
     s += where_beats(r, base, std::string("Added p99, against ") + base,
                      [](const rd::Row& w) { return w.added_p99_us / 1e3; }, " ms");
   }

@@ -218,6 +218,7 @@ void CostPolicy::demote(BlockId v) {
   if (tier_[v] == Tier::none) return;
   put(v, Tier::host);
   ++moves_->demoted;
+  ++moves_->demoted_form[static_cast<std::size_t>(form_[v])];
 }
 
 // The lowest-priority host block goes to disk when reading it back (disk read + host link) costs less than what

@@ -85,6 +85,7 @@ std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const rep
   for (const char* mode : {"cold", "hot"}) {
     std::vector<double> ratios;
     std::string rows;
+    double max_context = 0;
     for (const report::CaseRow& r : rs.cases) {
       if (r.study != "frontier" || r.mode != mode || !r.measured() || !r.invalid.empty() || r.param("arm") != "layers" ||
           r.param("model") != m.name || r.param("launch") == "graph")
@@ -94,6 +95,7 @@ std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const rep
       const double model = model_prefill_s(c, std::llround(*tokens), prefix ? std::llround(*prefix) : 0);
       if (!(model > 0) || !(*r.median_s > 0)) continue;
       ratios.push_back(*r.median_s / model);
+      max_context = std::max(max_context, *tokens + (prefix ? *prefix : 0));
       rows += (rows.empty() ? "" : ", ") + r.case_name + " " + report::us_text(*r.median_s) + " against the model's " +
               report::us_text(model);
     }
@@ -101,6 +103,7 @@ std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const rep
     std::sort(ratios.begin(), ratios.end());
     PrefillCalibration p;
     p.scale = quantile_sorted(ratios, 0.5);
+    p.max_context = max_context;
     p.source = "measured: frontier " + rows + " (" + mode + "): every prefill x" + report::fmt(p.scale) +
                (ratios.size() > 1 ? " (median of " + std::to_string(ratios.size()) + ")" : "") + " in " + rs.dir;
     return p;
@@ -266,6 +269,7 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     const auto i = static_cast<std::size_t>(f);
     out.host_bytes += double(sim.hits_host_form[i] + sim.hits_disk_form[i]) * c.form_bytes[i];
     out.disk_bytes += double(sim.hits_disk_form[i]) * c.form_bytes[i];
+    out.demote_bytes += double(sim.demoted_form[i]) * c.form_bytes[i];
     out.compress_s_total += double(sim.compressed[i]) * compress_s(c, f);
     if (sim.capacity.hbm_units() > 0) out.hbm_share[i] = sim.mean_hbm_units_form[i] / double(sim.capacity.hbm_units());
   }

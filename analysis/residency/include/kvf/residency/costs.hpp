@@ -60,6 +60,7 @@ Capacity capacity(const CostModel& c, std::size_t hbm_blocks, std::size_t host_b
 struct PrefillCalibration {
   double scale = 1;
   std::string source;  // "measured: <rows> (mode) <seconds> against the model's <seconds>: x<scale> in <dir>"
+  double max_context = 0;  // the longest measured prefill, prefix + tokens: beyond it the scale is extrapolated
 };
 std::optional<PrefillCalibration> measured_prefill(const CostModel& c, const report::ResultSet& rs);
 // Every prefill_s of c is scaled by p.scale from now on, and its source says so.
@@ -126,6 +127,7 @@ struct CostedResult {
   double disk_bytes = 0;             // read from disk: disk-tier hits x their form's bytes (they also cross the host link)
   double prefill_avoided = 0;        // reused tokens / input tokens (no cache prefills every input token)
   double host_bytes = 0;             // over the host link: host- and disk-tier hits x their form's bytes
+  double demote_bytes = 0;           // the other way (HBM -> host): demoted blocks x their form's bytes
   // Added latency per request: prefill_s(missed, reused) + per form fetch_s(host blocks) + disk_fetch_s(disk
   // blocks) + restore_s(blocks reused in a form other than kv, from any tier). fetch_s_total has the disk reads.
   std::vector<double> request_s;

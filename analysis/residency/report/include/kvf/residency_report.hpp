@@ -23,7 +23,9 @@ struct Row {
   double prefill_avoided = 0, prefill_avoided_s = 0;  // fraction of input tokens; seconds over the trace
   double prefill_total_s = 0, added_total_s = 0;
   double added_p50_us = 0, added_p99_us = 0, nocache_p50_us = 0, nocache_p99_us = 0;
-  double host_link_bytes = 0;
+  double host_link_bytes = 0;  // fetched over the host link (host -> HBM)
+  // HBM -> host (demotes) and the GPU time of compress passes, off the request path; nullopt in files before them
+  std::optional<double> host_link_demote_bytes, compress_total_s;
 };
 
 // residency.json's inputs: what was replayed, against what.
