@@ -2,6 +2,7 @@
 // and fail CI only for real regressions. The logic lives in analysis/gate (kvf/gate.hpp); this file is flags,
 // output and the exit code.
 //   exit 0: no regression, 1: a case is SLOWER (or MISSING with --fail-on-missing), 2: bad input.
+#include <filesystem>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -22,6 +23,27 @@ namespace {
 // The stored-baseline mode: one or more baseline runs against one current run.
 gate::GateReport stored_gate(const std::vector<std::string>& baselines, const std::string& current,
                              const gate::GateOptions& opts) {
+  // A path given twice would count one run twice: its samples and its median would look twice as certain.
+  std::vector<std::pair<std::filesystem::path, std::string>> seen;
+  for (const auto& path : baselines) {
+    std::error_code ec;
+    auto canon = std::filesystem::weakly_canonical(path, ec);
+    if (ec) canon = path;
+    for (const auto& [other, given] : seen)
+      if (other == canon)
+        throw UsageError("--baseline " + path + ": the same run as --baseline " + given +
+                         " (allowed: each baseline run once)");
+    seen.emplace_back(canon, path);
+  }
+  {
+    std::error_code ec;
+    auto canon = std::filesystem::weakly_canonical(current, ec);
+    if (ec) canon = current;
+    for (const auto& [other, given] : seen)
+      if (other == canon)
+        throw UsageError("--current " + current + ": the same run as --baseline " + given +
+                         " (allowed: a run that is not in the baseline)");
+  }
   std::vector<gate::ResultSet> runs;
   for (const auto& b : baselines) {
     try {
@@ -65,7 +87,8 @@ void add_gate(CLI::App& app) {
   sub->add_option("--baseline", args->baselines,
                   "Baseline: a results directory (or its cases.csv / samples.csv), or Google Benchmark JSON "
                   "with --benchmark_repetitions. Repeat it (--baseline A1 --baseline A2 ...) for a baseline of "
-                  "several runs: samples are pooled and how far whole runs moved widens the noise floor")
+                  "several runs (5 on a dedicated runner): the current run's median is then tested against the "
+                  "runs' medians (Student's t, runs as the units); one run: its samples (Mann-Whitney U)")
       ->take_all()
       ->expected(1, -1);
   sub->add_option("--current", args->current, "Current results, same forms as --baseline");
@@ -99,7 +122,8 @@ void add_gate(CLI::App& app) {
   // CLI11 reads "--" after a list option (--ab A B) as the end of its values and the rest as kvf's own flags.
   sub->add_option("bench_flags", args->ab.pass, "With --ab, after --: flags given to every bench of both builds");
   sub->add_option("--threshold", args->threshold_pct,
-                  "Smallest median change (percent) that can fail the build; a trailing % is accepted")
+                  "Smallest median change (percent) worth failing the build: stored baselines need the change "
+                  "itself above it; --ab needs its confidence interval to reach it. A trailing % is accepted")
       ->transform([](std::string s) {
         if (!s.empty() && s.back() == '%') s.pop_back();
         return s;
@@ -107,8 +131,9 @@ void add_gate(CLI::App& app) {
       // The same words as the gate's own check of 0 (verdict.cpp): "must be a percentage > 0".
       ->check(number_in(0.0, 1e6, "a percentage > 0, at most 1000000"))
       ->capture_default_str();
-  sub->add_option("--alpha", args->opts.alpha, "Significance level: of the two-sided Mann-Whitney U test (stored baselines), of the one-sided "
-                  "signed-rank test after Holm's correction over the cases (--ab)")
+  sub->add_option("--alpha", args->opts.alpha,
+                  "Significance level after Holm's correction over the cases: of the one-sided run-level t test "
+                  "(stored baselines of 2+ runs; Mann-Whitney U for one run) or signed-rank test (--ab)")
       ->check(number_in(0.0, 1.0, "a level in (0, 1)"))
       ->capture_default_str();
   sub->add_option("--min-samples", args->opts.min_samples,

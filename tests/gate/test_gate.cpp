@@ -90,7 +90,8 @@ TEST(GateFixtures, IdenticalRunsPass) {
   EXPECT_DOUBLE_EQ(r.geomean_ratio, 1.0);
   for (const auto& c : r.cases) {
     if (!c.compared) continue;
-    EXPECT_NEAR(c.p, 1.0, 1e-12) << c.label;
+    EXPECT_NEAR(c.p, 0.5, 1e-12) << c.label;  // one-sided, no direction
+    EXPECT_NEAR(c.p_holm, 1.0, 1e-12) << c.label;
   }
 }
 
@@ -110,7 +111,7 @@ TEST(GateFixtures, TenPercentSlowdownFails) {
   EXPECT_EQ(c.verdict, g::Verdict::slower);
   EXPECT_NEAR(c.change, 0.10, 0.01);
   EXPECT_LT(c.p, 0.001);
-  EXPECT_LT(c.noise_floor, 0.05);
+  EXPECT_LT(c.detectable, 0.05);
   EXPECT_EQ(r.count(g::Verdict::same), 2u);
   EXPECT_NE(g::summary_line(r).find("stream/read/cold +"), std::string::npos) << g::summary_line(r);
   // The same slowdown passes when the threshold is above it.
@@ -126,8 +127,8 @@ TEST(GateFixtures, NoisyCaseIsNoisyNotSlower) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->verdict, g::Verdict::noisy);
   EXPECT_GT(c->change, 0.05);       // its median did move by more than the threshold...
-  EXPECT_GT(c->noise_floor, 0.30);  // ...but well inside the noise
-  EXPECT_NE(c->note.find("noise floor"), std::string::npos);
+  EXPECT_GT(c->detectable, 0.05);  // ...but the samples could not have told 5% from their noise
+  EXPECT_NE(c->note.find("could not have flagged"), std::string::npos) << c->note;
 }
 
 TEST(GateFixtures, NewAndMissingAreReported) {
@@ -185,8 +186,8 @@ TEST(GateFixtures, DeviceMismatchIsRefusedUnlessAllowed) {
   o.allow_device_mismatch = true;
   const auto r = gate("base", "gpu", o);
   EXPECT_EQ(r.exit_code, 0);
-  ASSERT_FALSE(r.warnings.empty());
-  EXPECT_NE(r.warnings.back().find("device mismatch"), std::string::npos);
+  EXPECT_TRUE(std::any_of(r.warnings.begin(), r.warnings.end(),
+                          [](const std::string& w) { return w.find("device mismatch") != std::string::npos; }));
 }
 
 TEST(GateFixtures, FewerSamplesThanMinimumIsBadInput) {
@@ -238,7 +239,7 @@ TEST(GateFixtures, GoogleBenchmarkJsonWithRepetitions) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.cases.front().label, "BM_Copy/4096");
   EXPECT_EQ(r.cases.front().verdict, g::Verdict::slower);
-  EXPECT_NEAR(r.cases.front().p, 2.0 / 924.0, 1e-12);  // 6 vs 6, no overlap: 2 / C(12,6)
+  EXPECT_NEAR(r.cases.front().p, 1.0 / 924.0, 1e-12);  // 6 vs 6, no overlap: one-sided 1 / C(12,6)
   EXPECT_EQ(gate("gbench_base.json", "gbench_base.json").exit_code, 0);
 }
 
@@ -293,11 +294,22 @@ TEST(GateRules, NoiseWiderThanThresholdIsNoisy) {
   EXPECT_EQ(verdict_of(noisy, noisy), g::Verdict::noisy);  // cannot resolve 5% either way
 }
 
-TEST(GateRules, NoisyCurrentRunCannotFailTheBuild) {
-  // Tight baseline, a contended current run whose median moved 10% with a ~40% spread.
+TEST(GateRules, NoisyCurrentRunWhoseRanksDoNotMoveIsNotSlower) {
+  // Tight baseline, a jittery current run whose median moved 10% but whose ranks barely did (2 of 8 below).
   const std::vector<double> cur{1.10, 0.85, 1.45, 1.02, 1.30, 0.90, 1.25, 1.12};
   const std::vector<double> base{1.0, 1.002, 0.998, 1.004, 0.996, 1.001, 0.999, 1.003};
   EXPECT_EQ(verdict_of(base, cur), g::Verdict::noisy);
+}
+
+// A regression that also makes the timings noisier is a regression: the current run's spread widens nothing.
+TEST(GateRules, SlowdownThatAddsNoiseStillFails) {
+  const std::vector<double> base{1.0, 1.004, 0.996, 1.008, 0.993, 0.997, 1.003, 1.001, 0.994, 1.007};
+  // half the samples 1.5x slower (a lock, a bimodal path): +25% median
+  const std::vector<double> bimodal{1.0, 1.5, 1.004, 1.51, 0.996, 1.49, 1.008, 1.52, 0.993, 1.48};
+  // every sample 30% slower with 15% jitter
+  const std::vector<double> jitter{1.30, 1.12, 1.48, 1.25, 1.41, 1.18, 1.36, 1.29, 1.52, 1.22};
+  EXPECT_EQ(verdict_of(base, bimodal), g::Verdict::slower);
+  EXPECT_EQ(verdict_of(base, jitter), g::Verdict::slower);
 }
 
 TEST(GateRules, ChangeFarBeyondTheNoiseIsSlowerEvenWhenNoisy) {
@@ -310,8 +322,8 @@ TEST(GateRules, TooFewSamplesToBeSignificantIsNoisyAndSaysSo) {
   o.min_samples = 3;
   auto r = g::run_gate(set({mk("s", "x", {1.0, 1.001, 0.999})}), set({mk("s", "x", {1.5, 1.501, 1.499})}), o);
   const auto& c = r.cases.at(0);
-  EXPECT_EQ(c.verdict, g::Verdict::noisy);  // +50%, but 3 vs 3 can never reach p < 0.05 (min p = 0.1)
-  EXPECT_NEAR(c.p, 0.1, 1e-12);
+  EXPECT_EQ(c.verdict, g::Verdict::noisy);  // +50%, but 3 vs 3 can never reach p < 0.05 (min one-sided p 0.05)
+  EXPECT_NEAR(c.p, 0.05, 1e-12);
   EXPECT_NE(c.note.find("too few samples"), std::string::npos) << c.note;
   EXPECT_EQ(r.exit_code, 0);
 }
@@ -482,7 +494,7 @@ TEST(GateOutput, MarkdownForAPullRequest) {
   EXPECT_NE(md.find("geomean current/baseline"), std::string::npos);
   EXPECT_NE(md.find("<details>"), std::string::npos);  // SAME cases folded away
   EXPECT_NE(md.find("Fixture CPU 16-core"), std::string::npos);
-  // Every table row has the header's 9 cells.
+  // Every table row has the header's 10 cells.
   std::size_t pos = 0;
   while ((pos = md.find("\n| ", pos)) != std::string::npos) {
     const std::size_t end = md.find('\n', pos + 1);
@@ -490,7 +502,7 @@ TEST(GateOutput, MarkdownForAPullRequest) {
     std::size_t bars = 0;
     for (std::size_t i = 0; i < line.size(); ++i)
       if (line[i] == '|' && (i == 0 || line[i - 1] != '\\')) ++bars;
-    EXPECT_EQ(bars, 10u) << line;
+    EXPECT_EQ(bars, 11u) << line;
     pos = end;
   }
   EXPECT_NE(g::format_markdown(gate("base", "base"), {}).find("kvf gate: PASS"), std::string::npos);
@@ -525,7 +537,9 @@ struct Noise {
 };
 }  // namespace
 
-TEST(GateProperties, SameDistributionNeverSlower) {
+// One case per gate: a false SLOWER needs the one-sided test at alpha and a change above the threshold, so its
+// rate is at most alpha (0.05), and well below it where the noise is small against the threshold.
+TEST(GateProperties, SameDistributionRarelySlower) {
   Noise nz;
   int slower = 0, trials = 0;
   for (int n : {5, 8, 12, 30}) {
@@ -539,7 +553,60 @@ TEST(GateProperties, SameDistributionNeverSlower) {
       }
     }
   }
-  EXPECT_EQ(slower, 0) << "of " << trials << " same-distribution comparisons";
+  EXPECT_LE(slower, trials / 20) << "of " << trials << " same-distribution comparisons";
+}
+
+namespace {
+// A gate of `cases` cases, nothing changed: `runs` baseline runs and one current run, each run shifted as a whole
+// (sd `between`) and its `n` samples spread within it (sd `within`). True when the gate fails.
+bool null_gate_fails(Noise& nz, int cases, int runs, int n, double between, double within) {
+  auto run = [&](int r) {
+    std::vector<g::CaseData> cs;
+    for (int i = 0; i < cases; ++i) {
+      const double shift = 1 + between * nz.normal();
+      cs.push_back(mk("s", "c" + std::to_string(i), nz.samples(n, 1e-3 * shift, within)));
+    }
+    return set(std::move(cs), "run" + std::to_string(r));
+  };
+  std::vector<g::ResultSet> base;
+  for (int r = 0; r < runs; ++r) base.push_back(run(r));
+  return g::run_gate(g::merge_runs(std::move(base)), run(runs), {}).exit_code == 1;
+}
+}  // namespace
+
+// Holm over the cases: a gate of 40 unchanged cases fails about alpha of the time or less, with one baseline run
+// (within-run noise only) and with three runs whose whole-run shifts are twice the within-run noise (tested as
+// runs, not as pooled samples, which failed most such gates before).
+TEST(GateProperties, ManyUnchangedCasesFailAGateAtMostAlphaOfTheTime) {
+  Noise nz;
+  int one = 0, three = 0;
+  for (int t = 0; t < 60; ++t) {
+    one += null_gate_fails(nz, 40, 1, 8, 0.0, 0.05);
+    three += null_gate_fails(nz, 40, 3, 8, 0.02, 0.01);
+  }
+  EXPECT_LE(one, 6) << "of 60 gates, one-run baseline";
+  EXPECT_LE(three, 6) << "of 60 gates, three-run baseline";
+}
+
+// Power of the run-level test: five quiet runs (0.5% between runs) see a 15% slowdown of one case among 20.
+TEST(GateProperties, FiveQuietRunsSeeFifteenPercent) {
+  Noise nz;
+  for (int t = 0; t < 20; ++t) {
+    std::vector<g::ResultSet> base;
+    auto run = [&](int r, double slow) {
+      std::vector<g::CaseData> cs;
+      for (int i = 0; i < 20; ++i) {
+        const double shift = (1 + 0.005 * nz.normal()) * (i == 0 ? slow : 1.0);
+        cs.push_back(mk("s", "c" + std::to_string(i), nz.samples(10, 1e-3 * shift, 0.01)));
+      }
+      return set(std::move(cs), "run" + std::to_string(r));
+    };
+    for (int r = 0; r < 5; ++r) base.push_back(run(r, 1.0));
+    const auto rep = g::run_gate(g::merge_runs(std::move(base)), run(5, 1.15), {});
+    ASSERT_NE(find(rep, "s/c0/cold"), nullptr);
+    EXPECT_EQ(find(rep, "s/c0/cold")->verdict, g::Verdict::slower) << "trial " << t;
+    EXPECT_EQ(rep.count(g::Verdict::slower), 1u) << "trial " << t;
+  }
 }
 
 TEST(GateProperties, TenPercentSlowdownWithLowNoiseAlwaysCaught) {
@@ -586,7 +653,7 @@ TEST(GateRuns, RunToRunShiftInTheBaselineWidensTheNoiseFloor) {
   EXPECT_NE(r.verdict, g::Verdict::slower);
   EXPECT_EQ(three.exit_code, 0);
   EXPECT_EQ(r.runs_base, 3u);
-  EXPECT_GT(r.spread_runs, 0.25);
+  EXPECT_GT(r.spread_runs, 0.1);  // sd of the log medians 0, 0.26, 0.05
   EXPECT_NE(r.note.find("baseline runs"), std::string::npos) << r.note;
 }
 

@@ -1,12 +1,14 @@
 // Mann-Whitney U p-values against values computed by hand (and, where noted, published by scipy).
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "kvf/gate.hpp"
 
 using kvf::gate::mann_whitney_u;
 using kvf::gate::MwuMethod;
+namespace g = kvf::gate;
 
 // scipy.stats.mannwhitneyu docstring example (Shier 2004): males vs females, no ties, n = 5 and 4.
 // U1 = R1 - 5*6/2 = 32 - 15 = 17, U2 = 20 - 17 = 3. Exact: the number of arrangements of 4 among 9
@@ -98,4 +100,22 @@ TEST(Mwu, ExactCdfSmall) {
   // A large one stays a probability and symmetric: P(U <= k) + P(U <= mn - k - 1) = 1.
   const double a = kvf::gate::mwu_exact_cdf(8, 2000, 7000), b = kvf::gate::mwu_exact_cdf(8, 2000, 16000 - 7001);
   EXPECT_NEAR(a + b, 1.0, 1e-12);
+}
+
+// Student's t against tabulated values (scipy.stats.t.sf / isf give the same to the digits shown).
+TEST(StudentT, TailAndQuantileMatchTables) {
+  EXPECT_NEAR(g::student_t_sf(0.0, 3), 0.5, 1e-15);
+  EXPECT_NEAR(g::student_t_sf(1.0, 1), 0.25, 1e-12);  // Cauchy: 1/2 - atan(1)/pi
+  EXPECT_NEAR(g::student_t_sf(2.0, 5), 0.050969739414929, 1e-10);
+  EXPECT_NEAR(g::student_t_sf(-2.0, 5), 1 - 0.050969739414929, 1e-10);
+  EXPECT_NEAR(g::student_t_isf(0.025, 2), 4.302652729911275, 1e-8);
+  EXPECT_NEAR(g::student_t_isf(0.025, 4), 2.776445105197799, 1e-8);
+  EXPECT_NEAR(g::student_t_isf(0.01, 10), 2.763769458112696, 1e-8);
+  EXPECT_NEAR(g::student_t_isf(0.05, 1000), 1.646379615, 1e-6);  // near the normal's 1.645
+  EXPECT_NEAR(g::student_t_isf(0.975, 2), -4.302652729911275, 1e-8);
+  for (double df : {1.0, 2.0, 4.0, 9.0})
+    for (double p : {0.4, 0.05, 1e-3, 1e-6})
+      EXPECT_NEAR(g::student_t_sf(g::student_t_isf(p, df), df), p, p * 1e-6) << df << " " << p;
+  EXPECT_THROW(g::student_t_sf(1, 0), std::invalid_argument);
+  EXPECT_THROW(g::student_t_isf(0, 3), std::invalid_argument);
 }

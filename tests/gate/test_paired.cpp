@@ -286,8 +286,8 @@ TEST(RunSettings, InjectedResultsAreRefusedUnlessAllowed) {
   g::GateOptions allow;
   allow.allow_fault_injection = true;
   const auto r = g::run_gate(a, b, allow);
-  ASSERT_FALSE(r.warnings.empty());
-  EXPECT_NE(r.warnings.back().find("not a measurement"), std::string::npos);
+  EXPECT_TRUE(std::any_of(r.warnings.begin(), r.warnings.end(),
+                          [](const std::string& w) { return w.find("not a measurement") != std::string::npos; }));
 }
 
 // The remedy for too few samples fits how the run was made.

@@ -82,19 +82,22 @@ std::string md_row(const CaseResult& c) {
   std::string row = "| " + verdict + " | `" + code(c.label) + "` | ";
   if (c.compared) {
     row += duration(c.median_base) + " | " + duration(c.median_cur) + " | " + signed_pct(c.change) + " | " +
-           p_value(c.p) + " | " + pct(c.noise_floor) + " | ";
+           p_value(c.p) + " (" + p_value(c.p_holm) + ") | " +
+           (std::isfinite(c.detectable) ? pct(c.detectable) : std::string("none")) + " | " +
+           std::to_string(c.runs_base) + " | ";
   } else {
-    row += "| | | | | ";  // five empty cells
+    row += "| | | | | | ";  // six empty cells
   }
   row += std::to_string(c.n_base) + " / " + std::to_string(c.n_cur) + " | " + cell(c.note) + " |\n";
   return row;
 }
 
 const char* kTableHead =
-    "| verdict | case | baseline median | current median | change | p | noise floor | samples b / c | note |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---|\n";
+    "| verdict | case | baseline median | current median | change | p (Holm) | detectable | baseline runs | samples b / c "
+    "| note |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
 
-// A/B mode: the interval, the Holm-corrected p, the power and every round's ratio take the noise floor's place.
+// A/B mode: the interval and every round's ratio take the baseline runs' and the samples' place.
 const char* kPairedHead =
     "| verdict | case | base | new | change [CI] | p (Holm) | detectable | new/base per round | note |\n"
     "|---|---|---:|---:|---:|---:|---:|---|---|\n";
@@ -189,8 +192,11 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
   } else {
     md += "Threshold " + pct(o.threshold) + ", alpha " + fmt("%g", o.alpha) + ", min samples " +
           std::to_string(o.min_samples) + filter +
-          ". A case is SLOWER when its median rose by more than max(threshold, noise floor) and the "
-          "Mann-Whitney U test gives p < alpha; noise floor = 2 x the wider relative IQR of the two runs.\n\n";
+          ". A case is SLOWER when its median rose by more than the threshold and its one-sided p, Holm-corrected "
+          "over " + std::to_string(r.compared) + " cases, is below alpha: with 2 or more baseline runs a t test of the "
+          "current run's median against the runs' medians (runs are the units), with one run a Mann-Whitney U test "
+          "of the samples. detectable: the smallest slowdown the case's test could have flagged; above the "
+          "threshold the case is NOISY (more baseline runs, or a quieter case).\n\n";
     md += "Baseline: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). Current: `" +
           code(r.current_source) + "` (" + cell(r.current_device) + ").\n";
   }
@@ -228,16 +234,17 @@ std::string format_csv(const GateReport& r) {
   if (r.paired) return format_csv_paired(r);
   std::string out = csv_line({"verdict", "study", "case", "mode", "params", "baseline_samples", "current_samples",
                               "baseline_throttled", "current_throttled", "baseline_median_s", "current_median_s",
-                              "change", "p_value", "test", "baseline_rel_iqr", "current_rel_iqr", "noise_floor",
-                              "limit", "note"});
+                              "change", "p_value", "p_holm", "test", "baseline_runs", "baseline_runs_sd",
+                              "baseline_rel_iqr", "current_rel_iqr", "detectable", "note"});
   const double nan = std::nan("");
   for (const auto& c : r.cases) {
     auto n = [&](double v) { return csv_number(c.compared ? v : nan); };
     out += csv_line({to_string(c.verdict), c.key.study, c.key.case_name, c.key.mode, c.key.params_string(),
                      std::to_string(c.n_base), std::to_string(c.n_cur), std::to_string(c.throttled_base),
                      std::to_string(c.throttled_cur), n(c.median_base), n(c.median_cur), n(c.change), n(c.p),
-                     c.compared ? (c.exact ? "exact" : "asymptotic") : "", n(c.spread_base), n(c.spread_cur),
-                     n(c.noise_floor), n(c.limit), c.note});
+                     n(c.p_holm), c.compared ? (c.runs_base >= 2 ? "t" : c.exact ? "exact" : "asymptotic") : "",
+                     c.compared ? std::to_string(c.runs_base) : "", n(c.spread_runs), n(c.spread_base),
+                     n(c.spread_cur), n(c.detectable), c.note});
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
 #include "kvf/gate.hpp"
+#include "gate_detail.hpp"
 #include "kvf/result_tables.hpp"
 
 namespace kvf::gate {
@@ -314,6 +315,7 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
   ResultSet out;
   out.format = runs.front().format;
   std::map<CaseKey, std::size_t> index;
+  std::map<CaseKey, std::pair<std::string, std::string>> device_seen;  // the first run's device and source
   for (auto& run : runs) {
     out.source += (out.source.empty() ? "" : " + ") + run.source;
     out.meta_devices.insert(run.meta_devices.begin(), run.meta_devices.end());
@@ -324,6 +326,13 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
       out.run_min_samples = run.run_min_samples;
     out.run_budget_s = std::max(out.run_budget_s, run.run_budget_s);
     for (auto& c : run.cases) {
+      // Runs of one baseline on different devices are no baseline: said, for run_gate to refuse.
+      if (const std::string d = detail::device_of(c, run); !d.empty()) {
+        const auto [seen, first] = device_seen.try_emplace(c.key, d, run.source);
+        if (!first && seen->second.first != d && out.run_device_conflicts.empty())
+          out.run_device_conflicts.push_back(c.key.label() + ": '" + seen->second.first + "' in " +
+                                             seen->second.second + ", '" + d + "' in " + run.source);
+      }
       auto [it, fresh] = index.try_emplace(c.key, out.cases.size());
       if (fresh) {
         CaseData first = c;

@@ -1,13 +1,15 @@
 // Matching cases and giving verdicts. The rules are stated once, at the top of kvf/gate.hpp, and in
-// docs/gate.md "Verdict rules"; classify() below is their only implementation.
+// docs/gate.md "Verdict rules"; measure() and decide() below are their only implementation.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "kvf/errors.hpp"
 #include "kvf/gate.hpp"
@@ -47,45 +49,122 @@ namespace {
 
 using namespace detail;
 
-// Fill in the numbers and the verdict of a case measured on both sides. See kvf/gate.hpp.
-void classify(CaseResult& r, const CaseData& b, const CaseData& c, const GateOptions& o) {
+// The run-to-run standard deviation of log run medians is taken as at least this (0.01%): runs of quantized timings
+// can agree exactly, and a zero would make every difference infinitely significant.
+constexpr double kMinRunSd = 1e-4;
+
+// One compared case's test, before the correction over cases: the one-sided p of each direction, and what the
+// smallest detectable slowdown needs (see kvf/gate.hpp).
+struct CaseTest {
+  double p_slower = 1, p_faster = 1;
+  // k >= 2 baseline runs: the prediction test's pieces (log medians); k = 1: the samples, for the rank test
+  std::size_t runs = 1;
+  double mean_log = 0, scale = 0;  // mean of the runs' log medians; s * sqrt(1 + 1/k)
+  const CaseData *b = nullptr, *c = nullptr;
+};
+
+// One-sided Mann-Whitney p that `c` is shifted up (slower) against `b`, and down: half the two-sided p in the
+// direction the ranks moved.
+std::pair<double, double> one_sided_mwu(std::span<const double> c, std::span<const double> b, bool* exact = nullptr) {
+  const MwuResult t = mann_whitney_u(c, b);
+  if (exact) *exact = t.exact;
+  const double half = 0.5 * t.p, mid = 0.5 * static_cast<double>(c.size() * b.size());
+  if (t.u1 > mid) return {half, 1 - half};
+  if (t.u1 < mid) return {1 - half, half};
+  return {0.5, 0.5};
+}
+
+// Fill in the numbers of a case measured on both sides and its uncorrected test. See kvf/gate.hpp.
+CaseTest measure(CaseResult& r, const CaseData& b, const CaseData& c) {
   r.compared = true;
   r.median_base = median_of(b.samples);
   r.median_cur = median_of(c.samples);
   r.change = r.median_cur / r.median_base - 1.0;
   r.spread_base = relative_iqr(b.samples);
   r.spread_cur = relative_iqr(c.samples);
-  // Between-run movement of a multi-run baseline counts like a spread: a whole run can shift on a
-  // shared machine by more than the samples inside any one run vary.
-  if (b.run_medians.size() >= 2) {
-    const auto [lo, hi] = std::minmax_element(b.run_medians.begin(), b.run_medians.end());
-    r.spread_runs = (*hi - *lo) / r.median_base;
-    r.runs_base = b.run_medians.size();
+  CaseTest t;
+  t.b = &b;
+  t.c = &c;
+  t.runs = std::max<std::size_t>(1, b.run_medians.size());
+  r.runs_base = t.runs;
+  if (t.runs >= 2) {
+    // Whole runs are the units: is the current run's median one more draw of the baseline runs' medians?
+    // Student's t prediction test on log medians, k - 1 degrees of freedom (samples inside a run move together,
+    // so pooling them as independent would overstate what the baseline knows).
+    const double k = static_cast<double>(t.runs);
+    double sum = 0, sq = 0;
+    for (double m : b.run_medians) sum += std::log(m);
+    t.mean_log = sum / k;
+    for (double m : b.run_medians) sq += (std::log(m) - t.mean_log) * (std::log(m) - t.mean_log);
+    r.spread_runs = std::sqrt(sq / (k - 1));
+    t.scale = std::max(r.spread_runs, kMinRunSd) * std::sqrt(1 + 1 / k);
+    const double stat = (std::log(r.median_cur) - t.mean_log) / t.scale;
+    t.p_slower = student_t_sf(stat, k - 1);
+    t.p_faster = student_t_sf(-stat, k - 1);
+    r.exact = true;
+  } else {
+    std::tie(t.p_slower, t.p_faster) = one_sided_mwu(c.samples, b.samples, &r.exact);
   }
-  r.noise_floor = 2.0 * std::max({r.spread_base, r.spread_cur, r.spread_runs});
-  if (r.spread_runs > std::max(r.spread_base, r.spread_cur))
-    append_note(r.note, "the " + std::to_string(r.runs_base) + " baseline runs' medians differ by " + pct(r.spread_runs));
-  r.limit = std::max(o.threshold, r.noise_floor);
-  const MwuResult t = mann_whitney_u(c.samples, b.samples);
-  r.p = t.p;
-  r.exact = t.exact;
-  const bool significant = r.p < o.alpha;
-  if (r.change > r.limit && significant) {
+  return t;
+}
+
+// The smallest slowdown s the case's test would have flagged at `level` (Holm's first step, alpha / m):
+// infinity when none can.
+double detectable(const CaseResult& r, const CaseTest& t, double level) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (t.runs >= 2) {
+    const double q = student_t_isf(level, static_cast<double>(t.runs) - 1);
+    return std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
+  }
+  // One run: the current samples moved onto the baseline's median, then slowed by s.
+  auto p_at = [&](double s) {
+    std::vector<double> moved(t.c->samples);
+    for (double& x : moved) x *= (1 + s) * r.median_base / r.median_cur;
+    return one_sided_mwu(moved, t.b->samples).first;
+  };
+  double hi = 1;
+  while (!(p_at(hi) < level)) {
+    if (hi > 1e3) return inf;  // past every baseline sample and still not: the rank test's floor
+    hi *= 4;
+  }
+  if (p_at(0) < level) return 0;
+  double lo = 0;
+  for (int i = 0; i < 60 && hi - lo > 1e-6; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (p_at(mid) < level ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+// The verdict from the corrected p-values (kvf/gate.hpp).
+void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_faster_holm, std::size_t m,
+            const GateOptions& o) {
+  const bool up = r.change >= 0;
+  r.p = up ? t.p_slower : t.p_faster;
+  r.p_holm = up ? p_slower_holm : p_faster_holm;
+  r.detectable = detectable(r, t, o.alpha / static_cast<double>(m));
+  if (t.runs >= 2 && r.spread_runs > 0)
+    append_note(r.note, "the " + std::to_string(t.runs) + " baseline runs' medians vary by " + pct(r.spread_runs) +
+                            " (sd)");
+  if (r.spread_cur > 3 * std::max(r.spread_base, 0.01))
+    append_note(r.note, "current spread " + pct(r.spread_cur) + " against the baseline's " + pct(r.spread_base));
+  if (p_slower_holm < o.alpha && r.change > o.threshold) {
     r.verdict = Verdict::slower;
-  } else if (r.change < -r.limit && significant) {
+  } else if (p_faster_holm < o.alpha && r.change < -o.threshold) {
     r.verdict = Verdict::faster;
-  } else if (r.noise_floor > o.threshold) {
+  } else if (r.detectable > o.threshold) {
     r.verdict = Verdict::noisy;
-    append_note(r.note, "noise floor " + pct(r.noise_floor) + " > threshold " + pct(o.threshold));
+    append_note(r.note, std::isfinite(r.detectable)
+                            ? "could not have flagged less than +" + pct(r.detectable) + " (threshold " +
+                                  pct(o.threshold) + ")"
+                            : "too few samples or runs: no slowdown could reach p < alpha / " + std::to_string(m));
   } else if (std::fabs(r.change) > o.threshold) {
     r.verdict = Verdict::noisy;
-    append_note(r.note, "change not significant (p " + num(r.p) + " >= alpha " + num(o.alpha) + ")");
+    append_note(r.note, "change not significant (p " + num(r.p_holm) + " after Holm >= alpha " + num(o.alpha) + ")");
   } else {
     r.verdict = Verdict::same;
+    if (r.p_holm < o.alpha) append_note(r.note, "significant, but within the threshold");
   }
-  const double min_p = t.ties ? 0.0 : mwu_min_p(b.samples.size(), c.samples.size());
-  if (t.exact && min_p >= o.alpha)
-    append_note(r.note, "too few samples: p can never be below alpha (smallest possible p " + num(min_p) + ")");
 }
 
 // A case with fewer usable samples than --min-samples: the line that says so.
@@ -197,10 +276,16 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
       if (b->skipped) append_note(r.note, "skipped in baseline: " + b->note);
     } else {
       ++in_common;
-      if (b->skipped || c->skipped) {
+      if (b->skipped && c->skipped) {
         r.verdict = Verdict::skipped;
-        if (b->skipped) append_note(r.note, "baseline: " + b->note);
-        if (c->skipped) append_note(r.note, "current: " + c->note);
+        append_note(r.note, "baseline: " + b->note);
+        append_note(r.note, "current: " + c->note);
+      } else if (c->skipped) {  // measured before, not now: as good as gone (--fail-on-missing fails it)
+        r.verdict = Verdict::missing;
+        append_note(r.note, "measured in the baseline, skipped in current: " + c->note);
+      } else if (b->skipped) {  // measured now, not before: nothing to compare it with
+        r.verdict = Verdict::new_case;
+        append_note(r.note, "skipped in baseline: " + b->note);
       } else {
         const std::string db = device_of(*b, baseline), dc = device_of(*c, current);
         if (!db.empty()) dev_b.insert(db);
@@ -232,6 +317,12 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   if (n_cmp == 0)
     throw UsageError("nothing to compare: all " + std::to_string(in_common) + " cases in common" + filt +
                      " were skipped in the baseline or the current run");
+  if (!baseline.run_device_conflicts.empty()) {
+    const std::string msg = "baseline runs of different devices: " + baseline.run_device_conflicts.front();
+    if (!o.allow_device_mismatch) throw UsageError(msg + "; pass --allow-device-mismatch to pool them anyway");
+    rep.warnings.push_back(msg + " (allowed by --allow-device-mismatch)");
+  }
+  if (dev_c.empty()) rep.warnings.push_back("current: no compared case names its device: the device check could not run");
   if (!mismatched.empty()) {
     std::string msg = "device mismatch: " + mismatched.front();
     if (mismatched.size() > 1) msg += " (and " + std::to_string(mismatched.size() - 1) + " more cases)";
@@ -247,6 +338,9 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   rep.current_device = join(dev_c);
 
   double log_sum = 0;
+  std::vector<CaseTest> tests(rep.cases.size());
+  std::vector<double> p_slower, p_faster;  // of the compared cases, in case order
+  bool one_run = false;
   for (std::size_t i = 0; i < rep.cases.size(); ++i) {
     CaseResult& r = rep.cases[i];
     if (r.throttled_base || r.throttled_cur)
@@ -255,11 +349,26 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     rep.throttled_base += r.throttled_base;
     rep.throttled_cur += r.throttled_cur;
     if (!r.compared) continue;
-    classify(r, *pairs[i].first, *pairs[i].second, o);
+    tests[i] = measure(r, *pairs[i].first, *pairs[i].second);
+    one_run = one_run || tests[i].runs < 2;
+    p_slower.push_back(tests[i].p_slower);
+    p_faster.push_back(tests[i].p_faster);
     log_sum += std::log(r.median_cur / r.median_base);
     ++rep.compared;
   }
   rep.geomean_ratio = std::exp(log_sum / static_cast<double>(rep.compared));
+  // Holm over the compared cases, each direction on its own: one gate raises a false SLOWER with probability at
+  // most alpha, however many cases it compares.
+  const std::vector<double> slower_holm = holm_adjust(p_slower), faster_holm = holm_adjust(p_faster);
+  for (std::size_t i = 0, j = 0; i < rep.cases.size(); ++i)
+    if (rep.cases[i].compared) {
+      decide(rep.cases[i], tests[i], slower_holm[j], faster_holm[j], rep.compared, o);
+      ++j;
+    }
+  if (one_run)
+    rep.warnings.push_back("a baseline of one run (for some cases): its samples are tested as if independent, and a "
+                           "whole run's shift (clocks, placement, another job) reads as a change; give --baseline "
+                           "3 or more runs (docs/gate.md \"Statistics\")");
 
   finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);

@@ -6,24 +6,28 @@
 // mismatch). Nothing that goes wrong while reading or comparing is ever reported as exit 1.
 //
 // Verdict rules (first that applies wins; docs/gate.md "Verdict rules" says the same in prose):
-//   Per compared case: b = baseline samples, c = current samples (throttled samples dropped),
+//   Per compared case: b = baseline samples (every run's, pooled), c = current samples (throttled dropped),
+//   k = baseline runs that measured it, m = compared cases:
 //     change      = median(c) / median(b) - 1                 (> 0: current is slower)
-//     spread(x)   = (q3(x) - q1(x)) / median(x)               (relative IQR, Hyndman-Fan type 7)
-//     noise_floor = 2 * max(spread(b), spread(c))
-//     limit       = max(threshold, noise_floor)
-//     p           = two-sided Mann-Whitney U p-value of c vs b (see mann_whitney_u)
-//   NEW      the key is only in the current set.
-//   MISSING  the key is only in the baseline set.
-//   SKIPPED  the key is in both, but either side was skipped (samples = 0): not compared.
-//   SLOWER   change >  +limit and p < alpha.
-//   FASTER   change <  -limit and p < alpha.
-//   NOISY    noise_floor > threshold (the spread is too wide for the threshold to be resolved), or
-//            |change| > threshold without the two conditions above (a change that the samples cannot
-//            tell apart from noise).
-//   SAME     everything else: |change| <= threshold and noise_floor <= threshold.
-// So a case fails the build only when its median moved by more than the threshold AND by more than
-// twice the wider of the two runs' interquartile spreads AND the rank test says the shift is
-// significant. Noise (in either run) widens the limit instead of failing the build.
+//     k >= 2      x_j = log(median of run j), s = their sd (at least 1e-4), t = (log median(c) - mean(x)) /
+//                 (s sqrt(1 + 1/k)): p_slower = P(T_{k-1} > t), p_faster = P(T_{k-1} < t) (is the current run
+//                 one more run of the baseline? samples inside one run move together: runs are the units)
+//     k = 1       p_slower / p_faster: one-sided Mann-Whitney U of c against b (half the two-sided p in the
+//                 direction the ranks moved); whole-run shifts are invisible to it (the report warns)
+//     Holm's correction of p_slower over the m cases, and of p_faster: one gate raises a false SLOWER with
+//     probability at most alpha, however many cases it compares
+//     detectable  = the smallest slowdown the case's test would flag at alpha / m (Holm's first step)
+//   NEW      the key is only in the current set, or skipped in the baseline and measured now.
+//   MISSING  the key is only in the baseline set, or measured there and skipped now.
+//   SKIPPED  the key is in both, skipped on both sides: not compared.
+//   SLOWER   p_slower (Holm) < alpha and change > +threshold.
+//   FASTER   p_faster (Holm) < alpha and change < -threshold.
+//   NOISY    detectable > threshold (this baseline could not have flagged a slowdown of the threshold's size),
+//            or |change| > threshold without significance.
+//   SAME     everything else.
+// The threshold is the smallest change worth a red build; the test says the change is more than run-to-run
+// (k >= 2) or sample (k = 1) noise. A noisy current run no longer widens anything: a case whose samples
+// turned bimodal or jittery, with its median shifted significantly, is a regression.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +84,8 @@ struct ResultSet {
   // "study: CASE_REGEX=FRACTION" for each study of the run that a test-only fault injection slowed (meta.json),
   // and each case whose note says so.
   std::vector<std::string> fault_injection;
+  // merge_runs: a case whose baseline runs name different devices ("label: 'a' in run1, 'b' in run2", the first)
+  std::vector<std::string> run_device_conflicts;
 };
 
 // path: a results directory, its cases.csv / samples.csv / meta.json, or a Google Benchmark JSON
@@ -119,6 +125,10 @@ MwuResult mann_whitney_u(std::span<const double> x, std::span<const double> y,
 double mwu_exact_cdf(std::size_t n1, std::size_t n2, std::size_t u);
 // The smallest two-sided p-value the exact test can give: 2 / C(n1+n2, n1) (capped at 1).
 double mwu_min_p(std::size_t n1, std::size_t n2);
+// Student's t with df degrees of freedom (df > 0): P(T > t), and the t with P(T > t) = p, p in (0, 1)
+// (std::invalid_argument outside those ranges).
+double student_t_sf(double t, double df);
+double student_t_isf(double p, double df);
 // (q3 - q1) / median; 0 for fewer than 2 samples.
 double relative_iqr(std::span<const double> xs);
 
@@ -153,14 +163,14 @@ struct CaseResult {
   double median_base = 0, median_cur = 0;  // seconds (0 where not compared)
   double change = 0;                       // median_cur / median_base - 1
   double spread_base = 0, spread_cur = 0;  // relative IQR
-  double spread_runs = 0;                  // (max - min) / median of the baseline runs' medians (0: one run)
+  double spread_runs = 0;                  // sd of the baseline runs' log medians (0: one run)
   std::size_t runs_base = 1;               // how many baseline runs measured the case
-  double noise_floor = 0, limit = 0;
-  double p = 1;
+  double p = 1;                            // stored baselines: one-sided, in the direction of the change
   bool compared = false;                   // both sides measured: the numbers above are meaningful
   bool exact = false;
   std::string note;
-  // A/B mode (run_paired_gate): change is the Hodges-Lehmann estimate of new/base - 1 over the rounds, [ci_lo,
+  // Stored baselines: p_holm is p after Holm's correction, detectable the smallest slowdown the case's test would
+  // have flagged (infinity: none). A/B mode (run_paired_gate): change is the Hodges-Lehmann estimate of new/base - 1 over the rounds, [ci_lo,
   // ci_hi] its 1 - alpha interval, p the one-sided signed-rank p in the direction of the change, p_holm that p
   // after Holm's correction over the compared cases, detectable the smallest slowdown this run would have
   // flagged (infinity: none; see detectable_slowdown). median_base / median_cur: medians of the rounds' medians.
