@@ -123,6 +123,12 @@ q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::
   qo.selection.blocks.clear();
   for (auto b : f.blocks)
     if (ctx % b == 0) qo.selection.blocks.push_back(b);
+  if (qo.selection.blocks.empty() && !f.blocks.empty()) {
+    std::string given;
+    for (auto b : f.blocks) given += (given.empty() ? "" : ",") + std::to_string(b);
+    throw UsageError("--blocks " + given + ": none divides the prompt's " + std::to_string(ctx) +
+                     " tokens (allowed: block sizes that divide it)");
+  }
   qo.selection.keeps = f.keeps;
   qo.selection.needles = needles;
   return qo;
@@ -173,12 +179,22 @@ double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, i
 // A user's dump instead of a forward pass: every layer it holds, one at a time (dump_input.hpp has the format).
 int run_dump(const Flags& f) {
   const kvf::attention::AttentionDump dump(f.dump);
+  // --layers picks among the dump's layers, as among a checkpoint's
+  auto layers = dump.layers();
+  if (!f.layers.empty()) {
+    std::string held;
+    for (const auto l : layers) held += (held.empty() ? "" : ", ") + std::to_string(l);
+    for (const auto want : f.layers)
+      if (std::find(layers.begin(), layers.end(), want) == layers.end())
+        throw UsageError("--layers " + std::to_string(want) + ": " + f.dump + " holds layers " + held);
+    std::erase_if(layers, [&](auto l) { return std::find(f.layers.begin(), f.layers.end(), l) == f.layers.end(); });
+  }
   kvf::attention::FigureFiles files;
   kvf::attention::AttentionDump::Store store;
   nlohmann::json meta;
   std::vector<q::Needle> needles;
   const auto t1 = std::chrono::steady_clock::now();
-  for (const auto l : dump.layers()) {
+  for (const auto l : layers) {
     const q::LayerAttention a = dump.layer(l, store);
     if (files.layers() == 0) {
       needles = parse_needles(f.needles, static_cast<int>(a.ctx));
@@ -197,7 +213,7 @@ int run_dump(const Flags& f) {
   meta["source"] = "dump";
   meta["dump"] = f.dump;
   meta["causal"] = dump.causal();
-  meta["captured_layers"] = dump.layers();
+  meta["captured_layers"] = layers;
   meta["figures_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   files.write(f.out, meta, f.entropy_threshold, !needles.empty());
   std::fprintf(stderr, "%s: %zu layers of %s; results in %s\n", kProg, files.layers(), f.dump.c_str(), f.out.c_str());
@@ -373,8 +389,11 @@ int main(int argc, char** argv) {
                  "directory for the CSV files and meta.json; RESULTS/attention puts them in `kvf report RESULTS` "
                  "(joined with the access study's latency there)")
       ->required();
-  app.add_option("--queries", f.queries, "M: the last M query rows captured per layer and head (default 16)");
-  app.add_option("--chunk", f.chunk, "query rows per prefill step (default 256)");
+  // The flags of a forward pass: a dump has no pass, so with --dump each is refused rather than ignored.
+  std::vector<CLI::Option*> pass_only;
+  pass_only.push_back(
+      app.add_option("--queries", f.queries, "M: the last M query rows captured per layer and head (default 16)"));
+  pass_only.push_back(app.add_option("--chunk", f.chunk, "query rows per prefill step (default 256)"));
   app.add_option("--layers", f.layers, "layers to capture, e.g. 0,1,31 (default all)")->delimiter(',');
   app.add_option("--sink", f.sink, "tokens of the sink block for the locality mass (default 16)");
   app.add_option("--windows", f.windows, "local windows W in tokens (default 0,64,256,1024,4096; above the prompt: left out)")
@@ -389,16 +408,21 @@ int main(int argc, char** argv) {
                  "needs every layer captured");
   answer->excludes(dump);
   app.add_option("--entropy-threshold", f.entropy_threshold, "normalized entropy of the first_below boundary (default 0.5)");
-  app.add_option("--gflops", f.gflops, "state one rate (GFLOP/s) for the estimate's GEMMs and attention instead of measuring them");
-  app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop");
-  app.add_option("--backend", f.backend,
+  pass_only.push_back(app.add_option("--gflops", f.gflops,
+                                     "state one rate (GFLOP/s) for the estimate's GEMMs and attention instead of "
+                                     "measuring them"));
+  pass_only.push_back(app.add_flag("--estimate-only", f.estimate_only, "print the time and memory estimate and stop"));
+  pass_only.push_back(app.add_option("--backend", f.backend,
                  "where the prefill runs: auto (cuda where this build has CUDA and a GPU is visible), cpu, or cuda "
                  "(bf16 weights, K/V and q, checked on layer 0 against the fp64 reference first); the needle decode "
-                 "and the figures run on the CPU either way");
-  app.add_option("--device", f.device, "cpu, or the GPU ordinal of --backend cuda/auto (default 0)");
-  app.add_option("--figures-during-pass", f.figures_during_pass,
-                 "compute each captured layer's figures on the CPU while the pass goes on: auto (on when the pass runs "
-                 "on the GPU, whose host cores would wait), on, off (after the pass)");
+                 "and the figures run on the CPU either way"));
+  pass_only.push_back(
+      app.add_option("--device", f.device, "cpu, or the GPU ordinal of --backend cuda/auto (default 0)"));
+  pass_only.push_back(app.add_option("--figures-during-pass", f.figures_during_pass,
+                                     "compute each captured layer's figures on the CPU while the pass goes on: auto "
+                                     "(on when the pass runs on the GPU, whose host cores would wait), on, off (after "
+                                     "the pass)"));
+  for (CLI::Option* o : pass_only) dump->excludes(o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -417,7 +441,14 @@ int main(int argc, char** argv) {
     if (f.backend != "auto" && f.backend != "cpu" && f.backend != "cuda")
       throw UsageError("--backend " + kvf::shown_value(f.backend) + ": auto, cpu or cuda");
     for (double k : f.keeps)
-      if (!(k > 0 && k <= 1)) throw UsageError("--keeps " + num(k) + ": a fraction in (0, 1]");
+      if (!(k > 0 && k <= 1))
+        throw UsageError("--keeps " + (std::isnan(k) ? std::string("nan") : num(k)) + ": a fraction in (0, 1]");
+    // A value given twice would write its rows twice, and an average over rows would count them twice.
+    std::sort(f.keeps.begin(), f.keeps.end(), std::greater<>());
+    f.keeps.erase(std::unique(f.keeps.begin(), f.keeps.end()), f.keeps.end());
+    std::sort(f.windows.begin(), f.windows.end());
+    f.windows.erase(std::unique(f.windows.begin(), f.windows.end()), f.windows.end());
+    kvf::check_out_dir(f.out, "--out");
     for (auto b : f.blocks)
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))

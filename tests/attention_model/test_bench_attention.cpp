@@ -395,4 +395,48 @@ TEST(BenchAttention, ABadDumpIsOneLineAndExit2) {
   EXPECT_NE(neither.err.find("or --dump FILE"), std::string::npos) << neither.err;
 }
 
+// On a dump: --layers picks layers (one not in the dump is refused), the flags of a forward pass are refused
+// rather than ignored, a block list of which none divides the prompt is named, a repeated keep writes its rows
+// once, an --out that is a file is refused before any work.
+TEST(BenchAttention, DumpFlagsAreHonouredOrRefused) {
+  const fs::path dir = fresh_dir("bench_attention_dumpflags");
+  write_text(dir / "capture.safetensors", safetensors_image(planted_dump()));
+  const std::string dump = "--dump " + (dir / "capture.safetensors").string();
+  const fs::path out = dir / "out";
+  const BenchRun one = bench(dump + " --out " + out.string() + " --blocks 16 --keeps 0.5,0.5 --layers 5");
+  ASSERT_EQ(one.code, 0) << one.err;
+  const auto layers = read_csv(out / "layer_entropy.csv");
+  ASSERT_EQ(layers.size(), 1u);
+  EXPECT_EQ(layers[0].at("layer"), "5");
+  std::size_t half = 0;
+  for (const auto& row : read_csv(out / "selection.csv")) half += std::stod(row.at("keep")) == 0.5;
+  EXPECT_GT(half, 0u);
+  const std::size_t rows_once = half;
+  const BenchRun again = bench(dump + " --out " + (dir / "out1").string() + " --blocks 16 --keeps 0.5 --layers 5");
+  ASSERT_EQ(again.code, 0) << again.err;
+  std::size_t single = 0;
+  for (const auto& row : read_csv(dir / "out1" / "selection.csv")) single += std::stod(row.at("keep")) == 0.5;
+  EXPECT_EQ(rows_once, single);  // 0.5 given twice: its rows once
+  write_text(dir / "a_file", "");
+  const struct {
+    std::string extra, says;
+  } cases[] = {
+      {" --layers 3", "--layers 3: " + (dir / "capture.safetensors").string() + " holds layers 2, 5"},
+      {" --queries 4", "--dump excludes --queries"},
+      {" --estimate-only", "--dump excludes --estimate-only"},
+      {" --backend cpu", "--dump excludes --backend"},
+      {" --blocks 7,128", "--blocks 7,128: none divides the prompt's 64 tokens"},
+      {" --keeps nan", "--keeps nan: a fraction in (0, 1]"},
+  };
+  for (const auto& c : cases) {
+    const BenchRun r = bench(dump + " --out " + (dir / "o").string() + c.extra);
+    EXPECT_EQ(r.code, 2) << c.extra << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.extra << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.extra << ": " << r.err;
+  }
+  const BenchRun file = bench(dump + " --out " + (dir / "a_file" / "x").string());
+  EXPECT_EQ(file.code, 2) << file.err;
+  EXPECT_NE(file.err.find("--out " + (dir / "a_file" / "x").string()), std::string::npos) << file.err;
+}
+
 }  // namespace
