@@ -16,7 +16,7 @@ namespace kvf::cli {
 
 void add_attention(CLI::App& app) {
   auto* sub = app.add_subcommand("attention",
-                                 "Attention quality of a real model (bench_attention: sink/local mass, entropy per "
+                                 "Attention quality of a model checkpoint or your own capture (bench_attention: sink/local mass, entropy per "
                                  "layer, what block and token selection keep); `kvf attention --help` lists its flags");
   // Every argument is bench_attention's, --help included.
   sub->prefix_command();

@@ -242,7 +242,7 @@ TEST(ReportAttention, BetRule) {
 // The section: its tables, the chart, and "latency: not available" where the directory has no access rows.
 TEST(ReportAttention, Section) {
   const std::string md = render_markdown({load_results(kFixture.string())}, {}, {});
-  EXPECT_NE(md.find("Attention quality of a real model"), std::string::npos);
+  EXPECT_NE(md.find("Attention quality of a checkpoint or a dump"), std::string::npos);
   EXPECT_NE(md.find("| 0 | 0.05 [0.02, 0.08] |"), std::string::npos);  // H1 table: layer 0, W = 0
   EXPECT_NE(md.find("0.35 [0.32, 0.38]"), std::string::npos);
   EXPECT_NE(md.find("first below 0.5; largest drop (0.35)"), std::string::npos);

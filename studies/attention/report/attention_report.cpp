@@ -311,7 +311,7 @@ std::vector<Verdict> per_run(const ResultSet& rs, F judge) {
 StudyReport attention_report() {
   StudyReport s;
   s.study = "attention";  // no cases.csv rows carry it: bench_attention writes its own files
-  s.sections = {{"Attention quality of a real model against the access study's latency (bench_attention)",
+  s.sections = {{"Attention quality of a checkpoint or a dump against the access study's latency (bench_attention)",
                  section_attention, [](const ReportContext& cx) {
                    for (const auto& rs : cx.sets)
                      if (!at::find_runs(rs.dir).empty()) return true;
