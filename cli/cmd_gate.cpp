@@ -139,7 +139,7 @@ void add_gate(CLI::App& app) {
   sub->add_option("--min-samples", args->opts.min_samples,
                   "Every compared case needs at least this many usable (unthrottled) samples on each side; "
                   "fewer is bad input (exit 2)")
-      ->check(CLI::Range(2, 1 << 30))
+      ->check(number_in(2, 1 << 30, "a whole number of samples from 2 to 1073741824", true))
       ->capture_default_str();
   sub->add_option("--filter", args->opts.filter,
                   "Only cases whose study/case/mode matches this regular expression (ECMAScript, searched)");
