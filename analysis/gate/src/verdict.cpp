@@ -340,7 +340,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   double log_sum = 0;
   std::vector<CaseTest> tests(rep.cases.size());
   std::vector<double> p_slower, p_faster;  // of the compared cases, in case order
-  bool one_run = false;
+  std::size_t one_run = 0;  // compared cases that one baseline run measured
   for (std::size_t i = 0; i < rep.cases.size(); ++i) {
     CaseResult& r = rep.cases[i];
     if (r.throttled_base || r.throttled_cur)
@@ -350,7 +350,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     rep.throttled_cur += r.throttled_cur;
     if (!r.compared) continue;
     tests[i] = measure(r, *pairs[i].first, *pairs[i].second);
-    one_run = one_run || tests[i].runs < 2;
+    one_run += tests[i].runs < 2;
     p_slower.push_back(tests[i].p_slower);
     p_faster.push_back(tests[i].p_faster);
     log_sum += std::log(r.median_cur / r.median_base);
@@ -366,9 +366,12 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
       ++j;
     }
   if (one_run)
-    rep.warnings.push_back("a baseline of one run (for some cases): its samples are tested as if independent, and a "
-                           "whole run's shift (clocks, placement, another job) reads as a change; give --baseline "
-                           "3 or more runs (docs/gate.md \"Statistics\")");
+    rep.warnings.push_back(
+        (one_run == rep.compared ? std::string("a baseline of one run")
+                                 : std::to_string(one_run) + " of " + std::to_string(rep.compared) +
+                                       " cases measured by one baseline run") +
+        ": its samples are tested as if independent, and a whole run's shift (clocks, placement, another job) reads "
+        "as a change; give --baseline 3 or more runs (docs/gate.md \"Statistics\")");
 
   finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);
