@@ -158,6 +158,10 @@ void check_pass_flags(const std::vector<std::string>& pass) {
     if (name == "--case-filter")
       throw UsageError("-- --case-filter: after -- it would filter every bench, the stream ceilings too; give it to "
                        "one study: --<study>.case-filter REGEX (the stream study then keeps the ceilings it needs)");
+    // Every bench would write the one file in turn, and only the last study's JSON would be left.
+    if (name == "--benchmark_out")
+      throw UsageError("-- " + p + ": every bench would overwrite the one file; give it to one study: "
+                       "--<study>.benchmark_out=FILE (e.g. --stream.benchmark_out=stream.json)");
     if (name == "--device" || name == "--out" || name == "--backend")
       throw UsageError("-- " + name + ": kvf run sets it for every bench; use kvf run " + name);
   }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 
 #include "bench_detail.hpp"
@@ -137,6 +138,39 @@ std::string refuse_random_interleaving(int argc, char** argv) {
   return given + ": not supported: the cases of a study share buffers that each case's setup prepares in "
                  "registration order, so a shuffled order would time a case on another's buffers; repeat with "
                  "--benchmark_repetitions=N, alternate two builds with kvf gate --ab";
+}
+
+// Google Benchmark's output flags, checked before it sees them: a format it does not know makes it print its usage
+// and exit 0 (a CI job would pass having measured nothing), --benchmark_list_tests lists and measures nothing the
+// same way, and an --benchmark_out it cannot open fails after the results directory exists (left "running").
+// Returns the refusal, "" when fine.
+std::string check_benchmark_output_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const std::size_t eq = a.find('=');
+    const std::string_view key = a.substr(0, eq), value = eq == std::string_view::npos ? "" : a.substr(eq + 1);
+    if (key == "--benchmark_list_tests")
+      return std::string(a) + ": not supported: it lists and measures nothing; --list prints this bench's cases";
+    if (key == "--benchmark_format" || key == "--benchmark_out_format") {
+      if (value != "json" && value != "console" && value != "csv")
+        return std::string(key) + "=" + std::string(value) + ": allowed json, console, csv";
+    }
+    if (key == "--benchmark_out") {
+      const std::filesystem::path out(value);
+      const std::string typed = "--benchmark_out=" + std::string(value);
+      if (value.empty()) return typed + ": expected a file name";
+      std::error_code ec;
+      const auto st = std::filesystem::status(out, ec);
+      if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+        return typed + ": not a regular file (allowed: a new or regular file in a writable directory)";
+      const std::filesystem::path dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
+      if (!std::filesystem::is_directory(dir, ec))
+        return typed + ": " + dir.string() + " is not a directory (allowed: a file in a writable directory)";
+      if (::access(dir.c_str(), W_OK) != 0 || (std::filesystem::exists(st) && ::access(out.c_str(), W_OK) != 0))
+        return typed + ": not writable (allowed: a file in a writable directory)";
+    }
+  }
+  return {};
 }
 
 // --benchmark_filter=RE is the harness's (Flags::benchmark_filter): taken out of argv before Google Benchmark
@@ -306,6 +340,10 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
     return kExitUsage;
   }
   if (const std::string bad = take_benchmark_filter(argc, argv, f); !bad.empty()) {
+    print_error(prog, bad);
+    return kExitUsage;
+  }
+  if (const std::string bad = check_benchmark_output_flags(*argc, argv); !bad.empty()) {
     print_error(prog, bad);
     return kExitUsage;
   }

@@ -412,11 +412,17 @@ int run_study(int argc, char** argv, Study& study) {
   }
   std::erase_if(cases, [](const auto& c) { return !c->cold && !c->hot && !is_skipped(*c); });
 
-  if (f.listing) return print_list(cases, study.name(), study.host_only() ? "cpu" : be->name(), f, prog);
-  if (cases.empty()) {
-    std::fprintf(stderr, "%s: error: no cases to run (check --case-filter)\n", prog.c_str());
+  // A filter that leaves nothing is refused by --list too, so kvf run's plan stops it before any study measures.
+  const bool filtered = !f.case_filter.empty() || f.benchmark_filter_re.has_value();
+  if (cases.empty() && (filtered || !f.listing)) {
+    const std::string which = !f.case_filter.empty() ? " --case-filter '" + f.case_filter + "'"
+                              : f.benchmark_filter_re ? " --benchmark_filter '" + f.benchmark_filter + "'"
+                                                      : std::string();
+    print_error(prog, "no cases to run" + (which.empty() ? std::string() : ":" + which + " matches none") +
+                          " (--list without it shows the cases)");
     return kExitUsage;
   }
+  if (f.listing) return print_list(cases, study.name(), study.host_only() ? "cpu" : be->name(), f, prog);
 
   const std::string out_dir = f.out_dir.empty() ? default_out_dir(study.name()) : f.out_dir;
   std::unique_ptr<ResultsDir> dir;

@@ -1,3 +1,4 @@
+#include <sys/vfs.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,6 +58,12 @@ void check_file_dir(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw DirectFileError(dir, "not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw DirectFileError(dir, "not writable");
+  // tmpfs takes O_DIRECT since Linux 6.6: its "disk" reads would time memory, and the rows price a disk tier.
+  struct statfs fs {};
+  constexpr long kTmpfsMagic = 0x01021994, kRamfsMagic = static_cast<long>(0x858458f6);
+  if (::statfs(dir.c_str(), &fs) == 0 && (static_cast<long>(fs.f_type) == kTmpfsMagic ||
+                                         static_cast<long>(fs.f_type) == kRamfsMagic))
+    throw DirectFileError(dir, "on tmpfs or ramfs (memory): its O_DIRECT reads would time RAM, not a disk");
   std::string probe = dir + "/.kvf_frontier_probe_XXXXXX";
   int fd = ::mkstemp(probe.data());
   if (fd < 0) throw DirectFileError(dir, std::string("cannot create a file (") + std::strerror(errno) + ")");

@@ -1,3 +1,5 @@
+#include <sys/vfs.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -34,6 +36,16 @@ TEST(Transfer, FileDirMustExistAndBeWritable) {
     EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << e.what();
   }
   EXPECT_THROW(check_file_dir("/proc/self"), DirectFileError);  // not writable even for root
+  // tmpfs takes O_DIRECT on Linux 6.6+, and would be timed as the disk tier: refused by what it is.
+  struct statfs fs {};
+  if (::statfs("/dev/shm", &fs) == 0 && static_cast<long>(fs.f_type) == 0x01021994 && ::access("/dev/shm", W_OK) == 0) {
+    try {
+      check_file_dir("/dev/shm");
+      ADD_FAILURE() << "/dev/shm (tmpfs) accepted";
+    } catch (const DirectFileError& e) {
+      EXPECT_NE(std::string(e.what()).find("tmpfs or ramfs"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Transfer, DirectFileReadsBackThePattern) {
