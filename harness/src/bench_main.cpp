@@ -374,8 +374,8 @@ int run_study(int argc, char** argv, Study& study) {
 
   std::unique_ptr<Backend> be;
   std::vector<std::unique_ptr<Case>> cases;
+  std::string note;  // the backend line, said once the flags and filters are known to be fine
   try {
-    std::string note;
     if (f.plan_device.empty() && study.host_only()) {
       be = make_cpu_backend();
       std::string unused = f.backend_choice == "cuda" ? "--backend cuda" : "";
@@ -397,8 +397,6 @@ int run_study(int argc, char** argv, Study& study) {
                        "; a GPU sample is timed on the device, which a host wait does not slow)");
     StudyContext ctx{be.get(), f.quick};
     cases = study.cases(ctx);
-    // After the study checked its flags: a bad flag is one line on stderr, not a backend note and then it.
-    std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
     if (!f.case_filter.empty())
       filter_cases(cases, [&](const Case& c) { return std::regex_search(c.name, f.filter_re); }, study.name());
     if (f.benchmark_filter_re) apply_benchmark_filter(cases, f, study.name(), prog);
@@ -422,6 +420,9 @@ int run_study(int argc, char** argv, Study& study) {
                           " (--list without it shows the cases)");
     return kExitUsage;
   }
+  // After the study checked its flags and the filters left cases: a bad flag is one line on stderr, not a backend
+  // note and then it.
+  std::fprintf(stderr, "%s: %s\n", prog.c_str(), note.c_str());
   if (f.listing) return print_list(cases, study.name(), study.host_only() ? "cpu" : be->name(), f, prog);
 
   const std::string out_dir = f.out_dir.empty() ? default_out_dir(study.name()) : f.out_dir;
