@@ -2,6 +2,7 @@
 // the recompute/transfer crossovers and the residency action table (text; --json FILE for a serving system).
 // Logic in the frontier study's report plug-in (studies/frontier/report, kvf/frontier_model.hpp) on the report
 // core (analysis/report, kvf/report.hpp); docs/report.md describes every term.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -171,13 +172,13 @@ void add_model(CLI::App& app) {
   sub->add_option("--json", args->json, "Write the action table as JSON to FILE ('-' for stdout, then nothing else)")
       ->check(non_empty("a file name or '-'"));
   const std::string tokens_allowed =
-      "tokens per page in [1, " + std::to_string(static_cast<long long>(report::kMaxTokensPerPage)) + "]";
+      "whole tokens per page in [1, " + std::to_string(static_cast<long long>(report::kMaxTokensPerPage)) + "]";
   auto* tokens = sub->add_option("--tokens", args->tokens, "Tokens per page (default 16,64,128,256,1024,4096)")
                      ->delimiter(',')
-                     ->check(number_in(1, report::kMaxTokensPerPage, tokens_allowed));
+                     ->check(number_in(1, report::kMaxTokensPerPage, tokens_allowed, true));
   // The upper bound of --layers is the model's layer count: action_table checks it once the model is known.
   const std::string layers_allowed = "whole layer counts in [1, " + std::to_string(report::kMaxLayers) + "]";
-  auto* layers = sub->add_option("--layers", args->layers, "Layer counts (default 1,4,16,all)")
+  auto* layers = sub->add_option("--layers", args->layers, "Layer counts (default 1,4,16 and the model's depth)")
                      ->delimiter(',')
                      ->check(number_in(1, static_cast<double>(report::kMaxLayers), layers_allowed, true));
   auto* reuse = sub->add_option("--reuse", args->reuse, "Reuse probabilities (default 0.1,0.5,0.9)")
@@ -201,13 +202,13 @@ void add_model(CLI::App& app) {
                                       std::pair{reuse, &args->reuse}})
       if (opt->count() > 0 && values->empty())
         throw UsageError(opt->get_name() + ": empty (expected a comma-separated list: " + opt->get_description() + ")");
-    // A file that cannot be written is refused before the tables are printed (they were, then "cannot write").
-    if (!args->json.empty() && args->json != "-") {
-      const std::filesystem::path parent = std::filesystem::path(args->json).parent_path();
-      if (!parent.empty() && !std::filesystem::is_directory(parent))
-        throw UsageError("--json " + args->json + ": " + parent.string() + " is not a directory");
-      check_out_dir(parent.empty() ? std::filesystem::path(".") : parent, "--json " + args->json + ":");
+    // A value given twice would print its rows twice.
+    for (auto* values : {&args->tokens, &args->layers, &args->reuse}) {
+      std::sort(values->begin(), values->end());
+      values->erase(std::unique(values->begin(), values->end()), values->end());
     }
+    // A file that cannot be written is refused before the tables are printed (they were, then "cannot write").
+    if (!args->json.empty() && args->json != "-") check_out_file(args->json, "--json");
     const ModelInputs in = load_model_inputs(args->gpus_path, args->gpu, args->models_path, args->model, args->calibrate);
     const report::GpuSpec& g = in.gpu;
     const report::Shape& m = in.shape();

@@ -294,6 +294,7 @@ void run_residency(const Args& a) {
                      "the host tier's evictions; give a host budget too");
   if (!a.synthetic && !a.save_trace.empty())
     throw UsageError("--save-trace " + shown_value(a.save_trace) + " without --synthetic: it saves a generated trace");
+  if (!a.save_trace.empty()) check_out_file(a.save_trace, "--save-trace");
   if (!a.synthetic && a.seed_given)
     throw UsageError("--seed " + std::to_string(a.seed) + " without --synthetic: it seeds a generated trace");
   if (!a.synthetic && a.synthetic_requests_given)

@@ -135,6 +135,19 @@ void check_out_dir(const fs::path& dir, const std::string& flag) {
                                                              " is not writable)"));
 }
 
+void check_out_file(const fs::path& file, const std::string& flag) {
+  std::error_code ec;
+  const auto st = fs::status(file, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw UsageError(flag + " " + file.string() + ": " +
+                     (fs::is_directory(st) ? "a directory" : "not a regular file") +
+                     " (allowed: a new or regular file in a writable directory)");
+  const fs::path parent = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not a directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not writable");
+}
+
 std::string CeilingRef::label() const {
   std::string s = study;
   for (const auto& p : match) s += ":" + p.name + "=" + p.value;

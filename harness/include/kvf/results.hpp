@@ -129,6 +129,9 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 // Before long work whose output goes to DIR: UsageError("FLAG DIR: ...") when DIR could not be created or written
 // (an existing non-directory or unwritable directory, or no writable directory above it). Creates nothing.
 void check_out_dir(const std::filesystem::path& dir, const std::string& flag);
+// The same for an output file (written whole with write_file_atomically): UsageError("FLAG FILE: ...") when FILE
+// is a directory or another non-regular file, or its directory does not exist or is not writable. Creates nothing.
+void check_out_file(const std::filesystem::path& file, const std::string& flag);
 
 // For a bench: blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread, and so in every thread
 // it starts later, and starts one thread that takes them. That thread waits for a results write in
