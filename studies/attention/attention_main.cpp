@@ -40,6 +40,7 @@ constexpr const char* kProg = "bench_attention";
 
 struct Flags {
   std::string model_dir, tokens, out, dump, answer;
+  std::string command;  // the command line, for meta.json
   int queries = 16, chunk = 256;
   std::vector<int> layers;  // empty: all
   std::uint32_t sink = 16;
@@ -211,6 +212,7 @@ int run_dump(const Flags& f) {
     files.add(q::layer_figures(a, quality_options(f, a.ctx, needles)));
   }
   meta["source"] = "dump";
+  meta["command"] = f.command;
   meta["dump"] = f.dump;
   meta["causal"] = dump.causal();
   meta["captured_layers"] = layers;
@@ -338,6 +340,7 @@ int run(const Flags& f) {
 
   nlohmann::json meta;
   meta["source"] = "checkpoint";
+  meta["command"] = f.command;
   meta["model_dir"] = f.model_dir;
   meta["architecture"] = cfg.architecture;
   meta["torch_dtype"] = cfg.torch_dtype;
@@ -423,6 +426,7 @@ int main(int argc, char** argv) {
                                      "(on when the pass runs on the GPU, whose host cores would wait), on, off (after "
                                      "the pass)"));
   for (CLI::Option* o : pass_only) dump->excludes(o);
+  for (int i = 0; i < argc; ++i) f.command += (i ? " " : "") + std::string(argv[i]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -449,6 +453,11 @@ int main(int argc, char** argv) {
     std::sort(f.windows.begin(), f.windows.end());
     f.windows.erase(std::unique(f.windows.begin(), f.windows.end()), f.windows.end());
     kvf::check_out_dir(f.out, "--out");
+    // One run per directory: a second would overwrite the first's figures, and a suite results directory given
+    // by mistake would lose its own meta.json (the figures go to RESULTS/attention).
+    if (fs::exists(fs::path(f.out) / "meta.json"))
+      throw UsageError("--out " + f.out + ": holds a meta.json already (an earlier run, or a results directory: "
+                       "bench_attention writes to a new directory, e.g. RESULTS/attention)");
     for (auto b : f.blocks)
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))

@@ -47,6 +47,15 @@ void FigureFiles::write(const std::filesystem::path& dir, nlohmann::json meta, d
                                    "kept_mass", "all_kept"}, ndl_);
   const auto b = quality::entropy_boundary(per_layer_, threshold);
   meta["schema"] = "kvfrontier attention quality v1";
+  // Provenance, as every results directory has it: which build wrote these figures, and when.
+  meta["suite_version"] = kvf::suite_version();
+  meta["git_sha"] = kvf::git_sha();
+  {
+    char stamp[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    meta["written_utc"] = stamp;
+  }
   meta["entropy_boundary"] = {{"threshold", threshold}, {"first_below", b.first_below},
                               {"largest_drop", b.largest_drop}, {"drop", b.drop}};
   meta["skipped_budgets"] = skipped_;

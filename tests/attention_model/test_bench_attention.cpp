@@ -218,12 +218,19 @@ TEST(BenchAttention, AnswerIsDecodedDenseAndUnderEachSelection) {
   std::ifstream meta_in(out / "meta.json");
   const auto meta = nlohmann::json::parse(meta_in);
   EXPECT_EQ(meta.at("answer").at("tokens"), 3);
+  EXPECT_FALSE(meta.at("git_sha").get<std::string>().empty());  // provenance, as every results directory has it
+  EXPECT_NE(meta.at("command").get<std::string>().find("--answer"), std::string::npos);
   // The selection applies in every layer: a partial capture is refused; so is an id beyond the vocabulary.
-  const BenchRun partial = bench(fx.args(out) + " --layers 0 --answer " + answer.string());
+  // (into a new directory: one that holds a run already is refused first)
+  const fs::path again = out.parent_path() / "again";
+  const BenchRun taken = bench(fx.args(out));
+  EXPECT_EQ(taken.code, 2) << taken.err;
+  EXPECT_NE(taken.err.find("holds a meta.json already"), std::string::npos) << taken.err;
+  const BenchRun partial = bench(fx.args(again) + " --layers 0 --answer " + answer.string());
   EXPECT_EQ(partial.code, 2) << partial.err;
   EXPECT_NE(partial.err.find("capture every layer"), std::string::npos) << partial.err;
   write_text(answer, "[1,64]");
-  const BenchRun beyond = bench(fx.args(out) + " --answer " + answer.string());
+  const BenchRun beyond = bench(fx.args(again) + " --answer " + answer.string());
   EXPECT_EQ(beyond.code, 2) << beyond.err;
   EXPECT_EQ(std::count(beyond.err.begin(), beyond.err.end(), '\n'), 1) << beyond.err;
 }

@@ -244,7 +244,18 @@ std::string Run::rests_on() const {
   return s + ")";
 }
 
+bool is_attention_output(const fs::path& dir) {
+  if (!input_exists(dir / "meta.json")) return false;
+  try {
+    const nlohmann::json j = read_json_input(dir / "meta.json", dir);
+    return j.is_object() && j.contains("schema") && j["schema"] == kSchema;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
 std::vector<fs::path> find_runs(const fs::path& results_dir) {
+  if (is_attention_output(results_dir)) return {results_dir};
   const fs::path top = results_dir / "attention";
   if (input_exists(top / "meta.json")) return {top};
   std::vector<fs::path> out;

@@ -333,6 +333,18 @@ StudyReport attention_report() {
          return per_run(rs, [&](const at::Run* r, const std::string& e) { return at::judge_bet(r, e, rs); });
        },
        nullptr}};
+  // `kvf report D` on what `bench_attention --out D` wrote: its figures are the whole input.
+  s.own_directory = [](const std::string& dir) -> std::optional<ResultSet> {
+    if (!at::is_attention_output(dir)) return std::nullopt;
+    ResultSet rs;
+    rs.dir = dir;
+    rs.device = std::filesystem::path(dir).filename().string();
+    rs.backend = "bench_attention";
+    rs.label = rs.device + " (" + rs.backend + ")";
+    rs.missing.push_back("cases.csv: none here: a `bench_attention --out` directory (attention figures of one "
+                         "model), not a run of the suite: the latency join and every other claim are not measured");
+    return rs;
+  };
   return s;
 }
 

@@ -75,9 +75,13 @@ struct Run {
 };
 
 // The runs beside a results directory: RESULTS/attention/ when it holds meta.json, else each folder of it that
-// does (name order; at most kMaxRuns). Empty when there is none.
+// does (name order; at most kMaxRuns); or the directory itself when it is one `bench_attention --out` (its
+// meta.json is bench_attention's). Empty when there is none.
 inline constexpr std::size_t kMaxRuns = 32;
 std::vector<std::filesystem::path> find_runs(const std::filesystem::path& results_dir);
+// Whether DIR/meta.json is bench_attention's (its schema), read through the bounded JSON reader; false when absent
+// or unreadable (read_run then says why).
+bool is_attention_output(const std::filesystem::path& dir);
 // Reads one run's files; `root` is the results directory (a symlink leaving it is refused). UsageError: a file
 // missing (needle.csv is optional) or over a limit, a malformed row, a required column missing, a value out of its
 // range, an unknown arm, a row twice, a meta.json that is not bench_attention's.
