@@ -117,7 +117,16 @@ void write_text(const fs::path& p, const std::string& bytes) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kvf-attn-test-" + std::to_string(::getpid())) / name;
+  // This process's directory goes when it exits (each test runs in its own process: hundreds were left in /tmp).
+  struct Root {
+    fs::path path = fs::temp_directory_path() / ("kvf-attn-test-" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Root root;
+  const fs::path d = root.path / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

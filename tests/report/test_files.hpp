@@ -1,6 +1,8 @@
 // File helpers the report tests share: a whole file as text, a fresh scratch directory per process, a fixture copy
 // with one file replaced.
 #pragma once
+#include <vector>
+#include <algorithm>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,7 +21,18 @@ inline std::string slurp(const std::filesystem::path& p) {
 
 // <tmp>/<prefix>_<pid>/<name>, emptied.
 inline std::filesystem::path tmpdir(const std::string& prefix, const std::string& name) {
-  const auto d = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid())) / name;
+  // Each prefix's directory of this process goes when it exits.
+  struct Roots {
+    std::vector<std::filesystem::path> paths;
+    ~Roots() {
+      std::error_code ec;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+    }
+  };
+  static Roots roots;
+  const auto root = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()));
+  if (std::find(roots.paths.begin(), roots.paths.end(), root) == roots.paths.end()) roots.paths.push_back(root);
+  const auto d = root / name;
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
