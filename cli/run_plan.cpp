@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -142,6 +143,14 @@ std::vector<DeviceChoice> run_devices(const RunOptions& o) {
   return out;
 }
 
+namespace {
+// A bench that could not start (its loader found no shared library, or it cannot be executed: exit 126 or 127):
+// not a refusal of its flags, and not a reason to stop a run of the other studies.
+struct BenchUnavailable {
+  std::string why;
+};
+}  // namespace
+
 StudyPlan list_study(const std::string& study, std::vector<std::string> args, const std::vector<std::string>& pass) {
   StudyPlan p;
   p.study = study;
@@ -152,6 +161,11 @@ StudyPlan list_study(const std::string& study, std::vector<std::string> args, co
   std::string out, err;
   const int rc = run_process(args, {.out = &out, .err = &err});
   if (stop_signal()) throw RunStopped{};
+  if (rc == 126 || rc == 127) {
+    std::string why = err.substr(0, err.find('\n'));
+    if (why.empty()) why = "exit " + std::to_string(rc);
+    throw BenchUnavailable{args.front() + " cannot start: " + why};
+  }
   if (rc != 0) throw_bench_refusal(study, pass, rc, err);
   const int reps = repetitions_in(p.args);
   std::istringstream in(out);
@@ -207,11 +221,24 @@ DevicePlan plan_device(const RunOptions& o, const DeviceChoice& device, const st
     for (const auto& f : bench_args_for(study)) a.push_back(f);
     return a;
   };
+  // A study whose bench cannot start is skipped with a note when no --study named it (as one not built), and is
+  // bad input when one did; the stream study's ceilings are needed by every other.
+  auto listed = [&](const std::string& s, std::vector<std::string> args) -> std::optional<StudyPlan> {
+    try {
+      return list_study(s, std::move(args), o.pass);
+    } catch (const BenchUnavailable& e) {
+      if (!split_commas(o.studies).empty() || s == "stream")
+        throw UsageError("study " + s + ": not available: " + e.why);
+      d.notes.push_back("kvf run: study " + s + " is not available (" + e.why + "); skipping it");
+      return std::nullopt;
+    }
+  };
   // The other studies first: their kept cases say which stream ceilings they need.
   for (const auto& s : chosen.studies)
-    if (s != "stream") d.studies.push_back(list_study(s, args_for(s), o.pass));
+    if (s != "stream")
+      if (auto p = listed(s, args_for(s))) d.studies.push_back(std::move(*p));
   if (!chosen.studies.empty() && chosen.studies.front() == "stream") {
-    StudyPlan stream = list_study("stream", args_for("stream"), o.pass);
+    StudyPlan stream = *listed("stream", args_for("stream"));
     if (chosen.stream_added && study_flag_value("stream", "case-filter").empty()) {
       const StreamNeed need = stream_need(d.studies, stream);
       d.notes.push_back(need.note);
@@ -222,7 +249,7 @@ DevicePlan plan_device(const RunOptions& o, const DeviceChoice& device, const st
         d.stream_filter = need.filter;
         auto args = args_for("stream");
         args.insert(args.end(), {"--case-filter", need.filter});
-        stream = list_study("stream", args, o.pass);
+        stream = *listed("stream", args);
         d.notes.back() += ": " + std::to_string(stream.cases.size()) + " of its " + std::to_string(all) + " cases";
       }
     }
