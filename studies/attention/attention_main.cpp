@@ -435,10 +435,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, as every other bad input (CLI11's own exit prints a second, "Run with --help ...").
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, kvf::one_line(e.what()).c_str(), kProg);
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", kProg, kvf::one_line(e.what()).c_str(), kProg);
     return kvf::kExitUsage;
   }
   try {
+    if (f.out.empty()) throw UsageError("--out '': a directory is needed (allowed: a new directory, e.g. RESULTS/attention)");
     if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");
     if (f.figures_during_pass != "auto" && f.figures_during_pass != "on" && f.figures_during_pass != "off")
       throw UsageError("--figures-during-pass " + f.figures_during_pass + ": auto, on or off");
@@ -461,20 +462,21 @@ int main(int argc, char** argv) {
     for (auto b : f.blocks)
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
-      throw UsageError("--entropy-threshold " + num(f.entropy_threshold) + ": in (0, 1)");
+      throw UsageError("--entropy-threshold " + (std::isnan(f.entropy_threshold) ? std::string("nan") : num(f.entropy_threshold)) +
+                       ": in (0, 1)");
     if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
     if (!f.dump.empty()) return run_dump(f);
     if (f.model_dir.empty() || f.tokens.empty())
       throw UsageError("--model-dir DIR and --tokens FILE (a checkpoint and a prompt), or --dump FILE: one is needed");
     return run(f);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+  } catch (const UsageError& e) {  // "bench_attention: error: ...", as every bench and kvf say it
+    std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
     return kvf::kExitUsage;
   } catch (const std::invalid_argument& e) {  // the quality library's parameter checks
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
     return kvf::kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", kProg, kvf::one_line(e.what()).c_str());
     return 1;
   }
 }
