@@ -3,6 +3,9 @@
 // own directory, and writes <first DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp, SVG
 // and PNG). The logic lives in analysis/report (kvf/report.hpp); this file is flags and output.
 //   exit 0: report written (a partial directory is reported with what is missing), 2: bad input.
+#include <filesystem>
+#include <cstdlib>
+#include <unistd.h>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -12,6 +15,7 @@
 #include "commands.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/report.hpp"
+#include "kvf/install_paths.hpp"
 #include "model_inputs.hpp"
 #include "read_limits.hpp"
 
@@ -34,9 +38,14 @@ void add_report(CLI::App& app) {
                   "DIR/residency/ (kvf residency --out) adds a Residency section, DIR/attention/ (bench_attention --out) "
                   "an Attention quality section")
       ->required();
-  sub->add_option("--out", args->opts.out_dir, "Report directory (default: <first DIR>/report)");
+  sub->add_option("--out", args->opts.out_dir, "Report directory (default: <first DIR>/report)")
+      ->check(non_empty("a directory (leave the flag out for <first DIR>/report)"));
   sub->add_flag("--no-charts", args->no_charts, "Write the .dat/.gp chart files but do not run gnuplot");
-  sub->add_option("--gnuplot", args->opts.gnuplot, "gnuplot executable")->capture_default_str();
+  auto* gnuplot = sub->add_option("--gnuplot", args->opts.gnuplot,
+                                  "gnuplot executable (given: it must run; by default a missing gnuplot leaves the "
+                                  ".dat/.gp files with a warning)")
+                      ->capture_default_str()
+                      ->check(non_empty("a gnuplot executable"));
   sub->add_option("--gpus", args->opts.gpus_path, "GPU spec file (default: gpus.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
   sub->add_option("--models-file", args->opts.models_path, "Model shape file (default: models.json in $KVF_DATA_DIR, <prefix>/share/kvfrontier or data/)");
   sub->add_option("--model", args->opts.model, "Model of the frontier map and the predicted crossovers: name, alias or Hugging Face id from data/models.json, case-blind")
@@ -48,8 +57,15 @@ void add_report(CLI::App& app) {
                   "(default: the middle of the sweep)")
       ->check(number_in(std::numeric_limits<double>::denorm_min(), 1e9, "an HBM budget in GiB, > 0 and <= 1e9"));
   auto limits = add_read_limit_flags(sub);
-  sub->callback([args, limits] {
+  sub->callback([args, limits, gnuplot] {
     limits->apply();
+    // A gnuplot named on purpose that cannot run is bad input, not the default's quiet fallback.
+    if (gnuplot->count() > 0 && !args->no_charts) {
+      const std::string& g = args->opts.gnuplot;
+      const bool runs = runnable(g);
+      if (!runs) throw UsageError("--gnuplot " + g + ": not an executable (allowed: a gnuplot that runs; "
+                                  "--no-charts writes the .dat/.gp files without one)");
+    }
     args->opts.charts = !args->no_charts;
     if (args->residency_hbm_gib > 0) args->opts.residency_hbm_gib = args->residency_hbm_gib;
     // Flags naming a model or a GPU are checked up front: a typo is bad input (exit 2), not a quiet gap.

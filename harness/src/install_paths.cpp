@@ -1,5 +1,7 @@
 #include "kvf/install_paths.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <system_error>
 
@@ -59,6 +61,24 @@ std::vector<fs::path> data_file_candidates(const std::string& name) {
   // binary never reads a source checkout that may have moved on (or away).
   if (same_dir(dir, KVF_BUILD_BIN_DIR)) out.push_back(fs::path(KVF_SOURCE_DATA_DIR) / name);
   return out;
+}
+
+bool runnable(const std::string& program) {
+  std::error_code ec;
+  if (program.empty()) return false;
+  if (program.find('/') != std::string::npos)
+    return fs::is_regular_file(program, ec) && ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path && *path ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t colon = dirs.find(':', start);
+    if (colon == std::string::npos) colon = dirs.size();
+    const fs::path candidate = fs::path(colon > start ? dirs.substr(start, colon - start) : ".") / program;
+    if (fs::is_regular_file(candidate, ec) && ::access(candidate.c_str(), X_OK) == 0) return true;
+    start = colon + 1;
+  }
+  return false;
 }
 
 fs::path data_file(const std::string& name) {

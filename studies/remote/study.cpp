@@ -18,6 +18,7 @@
 
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/install_paths.hpp"
 #include "mpi_boot.hpp"
 #include "remote_study.hpp"
 
@@ -241,22 +242,6 @@ bool listing_only(int argc, char** argv) {
 }  // namespace
 }  // namespace kvf::remote
 
-namespace {
-// Whether `name` is an executable file in a directory of PATH (what execvp would find).
-bool on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path && *path ? path : "/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    std::size_t colon = dirs.find(':', start);
-    if (colon == std::string::npos) colon = dirs.size();
-    const std::string dir = colon > start ? dirs.substr(start, colon - start) : ".";
-    if (::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
-    start = colon + 1;
-  }
-  return false;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kvf::remote;
@@ -265,7 +250,7 @@ int main(int argc, char** argv) {
     // cannot start, said now (exit 127, as a command that is not found) rather than after the other studies ran.
     bool help = false;
     for (int i = 1; i < argc; ++i) help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
-    if (!help && !under_mpi_launcher() && !on_path("mpirun")) {
+    if (!help && !under_mpi_launcher() && !kvf::runnable("mpirun")) {
       std::fprintf(stderr, "%s: error: mpirun not found on PATH: install openmpi-bin (or start the ranks with srun)\n",
                    kProg);
       return 127;

@@ -217,7 +217,9 @@ ResultSet load_results(const std::string& dir) {
   ResultSet rs;
   rs.dir = dir;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw UsageError(dir + ": no such results directory");
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(dir + (fs::exists(dir, ec) ? ": not a directory (a results directory is needed)"
+                                               : ": no such results directory"));
   const fs::path d(dir);
 
   load_meta(rs, d);

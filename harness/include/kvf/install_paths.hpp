@@ -19,6 +19,9 @@ std::filesystem::path exe_dir();
 // build/bin) or, installed, in <exe>/../libexec/kvfrontier. When neither exists, the path of the layout
 // the running binary is in, so the caller's "missing" message names the file that should be there.
 std::filesystem::path bench_path(const std::string& study);
+// Whether `program` would run as execvp runs it: a path (with a '/') to an executable regular file, or a name found
+// executable in a directory of PATH.
+bool runnable(const std::string& program);
 
 // Data file `name` (models.json, gpus.json): $KVF_DATA_DIR/name when KVF_DATA_DIR is set; else
 // <exe>/../share/kvfrontier/name (kvf) or <exe>/../../share/kvfrontier/name (a bench in libexec); else, only
