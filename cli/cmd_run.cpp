@@ -107,6 +107,8 @@ int run_study(const StudyPlan& s, const DevicePlan& d, const PlacementChoice& pl
 int do_run(const RunOptions& o, const std::string& command) {
   if (o.list_devices) return print_devices();
   check_pass_flags(o.pass);
+  // Before the backend and placement lines: an --out that cannot be a directory is the only line said.
+  if (!o.out.empty()) check_out_dir(o.out, "--out");
   install_forwarding();
   const auto devices = run_devices(o);
   const std::time_t t = std::time(nullptr);
