@@ -527,7 +527,9 @@ void add_residency(CLI::App& app) {
   sub->add_flag("--synthetic", args->synthetic,
                 "Replay a generated trace instead (shared system prompts, multi-turn sessions, RAG over a document "
                 "pool; analysis/residency/README.md states the model and its defaults)");
-  sub->add_option("--seed", args->seed, "Seed of --synthetic (the same seed, the same trace)")->capture_default_str();
+  sub->add_option("--seed", args->seed, "Seed of --synthetic (the same seed, the same trace)")
+      ->capture_default_str()
+      ->check(number_in(0, 9007199254740992.0, "a whole number in [0, 2^53]", true));
   sub->add_option("--synthetic-requests", args->synthetic_requests, "Requests of --synthetic")
       ->capture_default_str()
       ->check(number_in(1, 10000000, "whole requests in [1, 10000000]", true));
