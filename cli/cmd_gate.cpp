@@ -2,9 +2,10 @@
 // and fail CI only for real regressions. The logic lives in analysis/gate (kvf/gate.hpp); this file is flags,
 // output and the exit code.
 //   exit 0: no regression, 1: a case is SLOWER (or MISSING with --fail-on-missing), 2: bad input.
-#include <filesystem>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,30 +21,47 @@ namespace kvf::cli {
 
 namespace {
 
-// The stored-baseline mode: one or more baseline runs against one current run.
+// The run a path names: a results directory, or the directory of its cases.csv / samples.csv / meta.json.
+std::filesystem::path run_of(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) p = path;
+  const std::string file = p.filename().string();
+  if (file == "cases.csv" || file == "samples.csv" || file == "meta.json") p = p.parent_path();
+  return p;
+}
+
+// Two result sets holding the same samples for every case: one run twice (a copy), whatever the paths say.
+bool same_samples(const gate::ResultSet& a, const gate::ResultSet& b) {
+  if (a.cases.size() != b.cases.size()) return false;
+  std::map<gate::CaseKey, const std::vector<double>*> in_a;
+  for (const auto& c : a.cases) in_a.emplace(c.key, &c.samples);
+  bool any = false;
+  for (const auto& c : b.cases) {
+    const auto it = in_a.find(c.key);
+    if (it == in_a.end() || *it->second != c.samples) return false;
+    any = any || !c.samples.empty();
+  }
+  return any;
+}
+
+// The stored-baseline mode: one or more baseline runs against one current run. A run counted twice (a path given
+// twice, a file of a run beside its directory, a copy) would look twice as certain: refused.
 gate::GateReport stored_gate(const std::vector<std::string>& baselines, const std::string& current,
                              const gate::GateOptions& opts) {
-  // A path given twice would count one run twice: its samples and its median would look twice as certain.
   std::vector<std::pair<std::filesystem::path, std::string>> seen;
   for (const auto& path : baselines) {
-    std::error_code ec;
-    auto canon = std::filesystem::weakly_canonical(path, ec);
-    if (ec) canon = path;
+    const auto run = run_of(path);
     for (const auto& [other, given] : seen)
-      if (other == canon)
+      if (other == run)
         throw UsageError("--baseline " + path + ": the same run as --baseline " + given +
                          " (allowed: each baseline run once)");
-    seen.emplace_back(canon, path);
+    seen.emplace_back(run, path);
   }
-  {
-    std::error_code ec;
-    auto canon = std::filesystem::weakly_canonical(current, ec);
-    if (ec) canon = current;
-    for (const auto& [other, given] : seen)
-      if (other == canon)
-        throw UsageError("--current " + current + ": the same run as --baseline " + given +
-                         " (allowed: a run that is not in the baseline)");
-  }
+  for (const auto& [other, given] : seen)
+    if (other == run_of(current))
+      throw UsageError("--current " + current + ": the same run as --baseline " + given +
+                       " (allowed: a run that is not in the baseline)");
   std::vector<gate::ResultSet> runs;
   for (const auto& b : baselines) {
     try {
@@ -52,12 +70,22 @@ gate::GateReport stored_gate(const std::vector<std::string>& baselines, const st
       throw UsageError(std::string("--baseline: ") + e.what());
     }
   }
-  gate::ResultSet base = gate::merge_runs(std::move(runs)), cur;
+  gate::ResultSet cur;
   try {
     cur = gate::load_results(current);
   } catch (const UsageError& e) {
     throw UsageError(std::string("--current: ") + e.what());
   }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j)
+      if (same_samples(runs[j], runs[i]))
+        throw UsageError("--baseline " + baselines[i] + ": the same samples as --baseline " + baselines[j] +
+                         " (a copy of one run; allowed: each baseline run once)");
+    if (same_samples(runs[i], cur))
+      throw UsageError("--current " + current + ": the same samples as --baseline " + baselines[i] +
+                       " (a copy of a baseline run; allowed: a run that is not in the baseline)");
+  }
+  gate::ResultSet base = gate::merge_runs(std::move(runs));
   return gate::run_gate(base, cur, opts);
 }
 
@@ -147,9 +175,11 @@ void add_gate(CLI::App& app) {
       ->check(CLI::IsMember({"md", "csv"}))
       ->capture_default_str();
   sub->add_flag("--fail-on-missing", args->opts.fail_on_missing,
-                "Also exit 1 when a baseline case is missing from the current results");
+                "Also exit 1 when a baseline case is missing from the current results, or measured in the baseline "
+                "and skipped now");
   sub->add_flag("--allow-device-mismatch", args->opts.allow_device_mismatch,
-                "Compare even when baseline and current ran on different devices (refused otherwise)");
+                "Compare even when baseline and current ran on different devices, or pool baseline runs of different "
+                "devices (refused otherwise)");
   auto limits = add_read_limit_flags(sub);
   sub->callback([args, limits, sub] {
     limits->apply();

@@ -326,13 +326,6 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
       out.run_min_samples = run.run_min_samples;
     out.run_budget_s = std::max(out.run_budget_s, run.run_budget_s);
     for (auto& c : run.cases) {
-      // Runs of one baseline on different devices are no baseline: said, for run_gate to refuse.
-      if (const std::string d = detail::device_of(c, run); !d.empty()) {
-        const auto [seen, first] = device_seen.try_emplace(c.key, d, run.source);
-        if (!first && seen->second.first != d && out.run_device_conflicts.empty())
-          out.run_device_conflicts.push_back(c.key.label() + ": '" + seen->second.first + "' in " +
-                                             seen->second.second + ", '" + d + "' in " + run.source);
-      }
       auto [it, fresh] = index.try_emplace(c.key, out.cases.size());
       if (fresh) {
         CaseData first = c;
@@ -343,6 +336,13 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
         out.cases.push_back(std::move(first));
       }
       CaseData& m = out.cases[it->second];
+      // Runs of one baseline on different devices are no baseline: said on the case, for run_gate to refuse
+      // where it is compared (not where --filter leaves it out).
+      if (const std::string d = detail::device_of(c, run); !d.empty()) {
+        const auto [seen, first] = device_seen.try_emplace(c.key, d, run.source);
+        if (!first && seen->second.first != d && m.device_conflict.empty())
+          m.device_conflict = "'" + seen->second.first + "' in " + seen->second.second + ", '" + d + "' in " + run.source;
+      }
       m.throttled += c.throttled;
       if (c.skipped || c.samples.empty()) continue;
       std::vector<double> sorted = c.samples;

@@ -49,8 +49,9 @@ namespace {
 
 using namespace detail;
 
-// The run-to-run standard deviation of log run medians is taken as at least this (0.01%): runs of quantized timings
-// can agree exactly, and a zero would make every difference infinitely significant.
+// The run-to-run standard deviation of log run medians is taken as at least this (0.01%), and at least what the
+// samples inside a run say of their median's precision: runs of quantized timings (a timer's resolution, a
+// scheduler's quantum) can agree exactly, and a zero would make every difference infinitely significant.
 constexpr double kMinRunSd = 1e-4;
 
 // One compared case's test, before the correction over cases: the one-sided p of each direction, and what the
@@ -79,7 +80,6 @@ CaseTest measure(CaseResult& r, const CaseData& b, const CaseData& c) {
   r.compared = true;
   r.median_base = median_of(b.samples);
   r.median_cur = median_of(c.samples);
-  r.change = r.median_cur / r.median_base - 1.0;
   r.spread_base = relative_iqr(b.samples);
   r.spread_cur = relative_iqr(c.samples);
   CaseTest t;
@@ -97,12 +97,20 @@ CaseTest measure(CaseResult& r, const CaseData& b, const CaseData& c) {
     t.mean_log = sum / k;
     for (double m : b.run_medians) sq += (std::log(m) - t.mean_log) * (std::log(m) - t.mean_log);
     r.spread_runs = std::sqrt(sq / (k - 1));
-    t.scale = std::max(r.spread_runs, kMinRunSd) * std::sqrt(1 + 1 / k);
+    // The baseline's centre is the runs' geometric mean: the level the test compares with (a pooled median
+    // leans to the run with the most samples).
+    r.median_base = std::exp(t.mean_log);
+    // A run's median is known to about 1.25 sd / sqrt(n) (sd from the samples' IQR / 1.349, n samples per run)
+    const double n_per_run = static_cast<double>(b.samples.size()) / k;
+    const double within = 1.2533 * (r.spread_base / 1.349) / std::sqrt(std::max(1.0, n_per_run));
+    t.scale = std::max({r.spread_runs, within, kMinRunSd}) * std::sqrt(1 + 1 / k);
+    r.change = r.median_cur / r.median_base - 1.0;
     const double stat = (std::log(r.median_cur) - t.mean_log) / t.scale;
     t.p_slower = student_t_sf(stat, k - 1);
     t.p_faster = student_t_sf(-stat, k - 1);
     r.exact = true;
   } else {
+    r.change = r.median_cur / r.median_base - 1.0;
     std::tie(t.p_slower, t.p_faster) = one_sided_mwu(c.samples, b.samples, &r.exact);
   }
   return t;
@@ -146,6 +154,9 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
   if (t.runs >= 2 && r.spread_runs > 0)
     append_note(r.note, "the " + std::to_string(t.runs) + " baseline runs' medians vary by " + pct(r.spread_runs) +
                             " (sd)");
+  if (t.runs < 2 && r.detectable == 0)
+    append_note(r.note, "the current samples differ in shape from the baseline's (significant even moved onto its "
+                        "median)");
   if (r.spread_cur > 3 * std::max(r.spread_base, 0.01))
     append_note(r.note, "current spread " + pct(r.spread_cur) + " against the baseline's " + pct(r.spread_base));
   if (p_slower_holm < o.alpha && r.change > o.threshold) {
@@ -317,10 +328,13 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   if (n_cmp == 0)
     throw UsageError("nothing to compare: all " + std::to_string(in_common) + " cases in common" + filt +
                      " were skipped in the baseline or the current run");
-  if (!baseline.run_device_conflicts.empty()) {
-    const std::string msg = "baseline runs of different devices: " + baseline.run_device_conflicts.front();
+  for (std::size_t i = 0; i < rep.cases.size(); ++i) {
+    if (!rep.cases[i].compared || pairs[i].first->device_conflict.empty()) continue;
+    const std::string msg = "baseline runs of different devices: " + rep.cases[i].label + ": " +
+                            pairs[i].first->device_conflict;
     if (!o.allow_device_mismatch) throw UsageError(msg + "; pass --allow-device-mismatch to pool them anyway");
     rep.warnings.push_back(msg + " (allowed by --allow-device-mismatch)");
+    break;
   }
   if (dev_c.empty()) rep.warnings.push_back("current: no compared case names its device: the device check could not run");
   if (!mismatched.empty()) {
@@ -371,7 +385,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
                                  : std::to_string(one_run) + " of " + std::to_string(rep.compared) +
                                        " cases measured by one baseline run") +
         ": its samples are tested as if independent, and a whole run's shift (clocks, placement, another job) reads "
-        "as a change; give --baseline 3 or more runs (docs/gate.md \"Statistics\")");
+        "as a change; give --baseline several runs, 5 on a dedicated runner (docs/gate.md \"Statistics\")");
 
   finish_labels_and_order(rep.cases);
   const bool fail = rep.count(Verdict::slower) > 0 || (o.fail_on_missing && rep.count(Verdict::missing) > 0);

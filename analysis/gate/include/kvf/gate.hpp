@@ -8,10 +8,12 @@
 // Verdict rules (first that applies wins; docs/gate.md "Verdict rules" says the same in prose):
 //   Per compared case: b = baseline samples (every run's, pooled), c = current samples (throttled dropped),
 //   k = baseline runs that measured it, m = compared cases:
-//     change      = median(c) / median(b) - 1                 (> 0: current is slower)
-//     k >= 2      x_j = log(median of run j), s = their sd (at least 1e-4), t = (log median(c) - mean(x)) /
-//                 (s sqrt(1 + 1/k)): p_slower = P(T_{k-1} > t), p_faster = P(T_{k-1} < t) (is the current run
-//                 one more run of the baseline? samples inside one run move together: runs are the units)
+//     change      = median(c) / base - 1 (> 0: current is slower); base = median(b) for k = 1, exp(mean(x_j))
+//                 for k >= 2
+//     k >= 2      x_j = log(median of run j), s = their sd (at least 1.2533 (relIQR(b) / 1.349) / sqrt(n per run)
+//                 and 1e-4), t = (log median(c) - mean(x)) / (s sqrt(1 + 1/k)): p_slower = P(T_{k-1} > t),
+//                 p_faster = P(T_{k-1} < t) (is the current run one more run of the baseline? samples inside one
+//                 run move together: runs are the units)
 //     k = 1       p_slower / p_faster: one-sided Mann-Whitney U of c against b (half the two-sided p in the
 //                 direction the ranks moved); whole-run shifts are invisible to it (the report warns)
 //     Holm's correction of p_slower over the m cases, and of p_faster: one gate raises a false SLOWER with
@@ -68,6 +70,8 @@ struct CaseData {
   // One median per run for a baseline merged from several runs (merge_runs); empty for one run.
   std::vector<double> run_medians;
   bool injected = false;         // its note says a test-only fault injection slowed it (bench --inject-slowdown)
+  // merge_runs: its baseline runs name different devices ("'a' in run1, 'b' in run2"); "" when they agree
+  std::string device_conflict;
 };
 
 struct ResultSet {
@@ -84,8 +88,6 @@ struct ResultSet {
   // "study: CASE_REGEX=FRACTION" for each study of the run that a test-only fault injection slowed (meta.json),
   // and each case whose note says so.
   std::vector<std::string> fault_injection;
-  // merge_runs: a case whose baseline runs name different devices ("label: 'a' in run1, 'b' in run2", the first)
-  std::vector<std::string> run_device_conflicts;
 };
 
 // path: a results directory, its cases.csv / samples.csv / meta.json, or a Google Benchmark JSON
