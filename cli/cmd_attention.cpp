@@ -16,8 +16,9 @@ namespace kvf::cli {
 
 void add_attention(CLI::App& app) {
   auto* sub = app.add_subcommand("attention",
-                                 "Attention quality of a model checkpoint or your own capture (bench_attention: sink/local mass, entropy per "
-                                 "layer, what block and token selection keep); `kvf attention --help` lists its flags");
+                                 "Attention quality of a model checkpoint or your own capture (bench_attention: "
+                                 "sink/local mass, entropy per layer, what block and token selection keep); "
+                                 "`kvf attention --help` lists its flags");
   // Every argument is bench_attention's, --help included.
   sub->prefix_command();
   sub->set_help_flag();

@@ -213,8 +213,9 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
   const auto& first = rows.front();
   std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
               std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
-  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s %10s\n", "policy", "host_GiB", "hit_hbm", "hit_host",
-              "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "fetch_GB", "demote_GB");
+  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s %10s\n", "policy", "host_GiB", "hit_hbm",
+              "hit_host", "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "fetch_GB",
+              "demote_GB");
   for (const auto& r : rows)
     std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g %10.4g\n",
                 (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
@@ -385,14 +386,16 @@ void run_residency(const Args& a) {
   const std::string trace_name = a.synthetic ? trace.source : a.trace;
   if (trace.requests.empty())
     throw UsageError("--trace " + shown_value(a.trace) + ": no requests (allowed: a trace of at least one request)");
-  if (std::all_of(trace.requests.begin(), trace.requests.end(), [](const rs::Request& r) { return r.hash_ids.empty(); }))
+  if (std::all_of(trace.requests.begin(), trace.requests.end(),
+                  [](const rs::Request& r) { return r.hash_ids.empty(); }))
     throw UsageError("--trace " + shown_value(a.trace) +
                      ": no block ids in any request (allowed: a trace whose requests name their blocks)");
   if (!a.synthetic && trace.length_mismatches * 2 > trace.requests.size()) {
     const auto likely = rs::likely_block_tokens(trace);
     throw UsageError("--block-tokens " + std::to_string(a.block_tokens) + ": " +
                      std::to_string(trace.length_mismatches) + " of " + std::to_string(trace.requests.size()) +
-                     " requests of " + shown_value(a.trace) + " have more or fewer block ids than ceil(input_length / " +
+                     " requests of " + shown_value(a.trace) +
+                     " have more or fewer block ids than ceil(input_length / " +
                      std::to_string(a.block_tokens) + ") (allowed: the block size the trace's ids were made with" +
                      (likely ? "; " + std::to_string(*likely) + " matches most requests)" : ")"));
   }
@@ -409,9 +412,9 @@ void run_residency(const Args& a) {
   std::size_t oversize_budgets = 0;
   for (const std::size_t n : hbm_blocks) oversize_budgets += n < it.max_request_blocks;
   if (oversize_budgets)
-    std::printf("trace: its largest request has %zu blocks, more than HBM holds at %zu of %zu budgets (the smallest holds %s): "
-                "there no engine could serve it whole, policies keep its first blocks (lru-host demotes the rest, lru, "
-                "cost and oracle drop them) and the oracle's bound does not hold\n",
+    std::printf("trace: its largest request has %zu blocks, more than HBM holds at %zu of %zu budgets (the smallest "
+                "holds %s): there no engine could serve it whole, policies keep its first blocks (lru-host demotes the "
+                "rest, lru, cost and oracle drop them) and the oracle's bound does not hold\n",
                 it.max_request_blocks, oversize_budgets, hbm_blocks.size(),
                 std::to_string(*std::min_element(hbm_blocks.begin(), hbm_blocks.end())).c_str());
   if (measured_prefill) {
@@ -422,7 +425,8 @@ void run_residency(const Args& a) {
     const double median = static_cast<double>(lengths[lengths.size() / 2]);
     const std::string reach = "the measured layers rows reach " + report::fmt(measured_prefill->max_context) +
                               " tokens, the trace's median prompt has " + report::fmt(median);
-    if (median <= measured_prefill->max_context || a.prefill_cost == "measured") rs::use_measured_prefill(cost, *measured_prefill);
+    if (median <= measured_prefill->max_context || a.prefill_cost == "measured")
+      rs::use_measured_prefill(cost, *measured_prefill);
     if (median > measured_prefill->max_context)
       std::printf("prefill: %s: %s\n", reach.c_str(),
                   a.prefill_cost == "measured"
@@ -476,8 +480,8 @@ void run_residency(const Args& a) {
               "tier: README \"The oracle's bound\"). avoided: reused / input tokens; "
               "avoided_s: no-cache prefill time - the policy's, summed over requests; added latency: prefill of the missed "
               "tokens + host fetches + restores of blocks not kept as bf16 K/V (dequantize, recompute from X), per request, "
-              "serial; pipe: the fetch pipelined by layer against the compute (a lower bound). fetch_GB / demote_GB: bytes over "
-              "the host link, host -> HBM (host and disk hits) / HBM -> host (demoted blocks).\n");
+              "serial; pipe: the fetch pipelined by layer against the compute (a lower bound). fetch_GB / demote_GB: "
+              "bytes over the host link, host -> HBM (host and disk hits) / HBM -> host (demoted blocks).\n");
   std::printf("%zu replays in %.3g s (trace read included)\n", rows.size(), secs);
 
   if (a.out.empty()) return;

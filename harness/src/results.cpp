@@ -143,7 +143,8 @@ void check_out_file(const fs::path& file, const std::string& flag) {
                      (fs::is_directory(st) ? "a directory" : "not a regular file") +
                      " (allowed: a new or regular file in a writable directory)");
   const fs::path parent = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  if (!fs::is_directory(parent, ec)) throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not a directory");
+  if (!fs::is_directory(parent, ec))
+    throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not a directory");
   if (::access(parent.c_str(), W_OK | X_OK) != 0)
     throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not writable");
 }

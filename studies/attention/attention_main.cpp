@@ -439,7 +439,8 @@ int main(int argc, char** argv) {
     return kvf::kExitUsage;
   }
   try {
-    if (f.out.empty()) throw UsageError("--out '': a directory is needed (allowed: a new directory, e.g. RESULTS/attention)");
+    if (f.out.empty())
+      throw UsageError("--out '': a directory is needed (allowed: a new directory, e.g. RESULTS/attention)");
     if (f.chunk < 1) throw UsageError("--chunk " + std::to_string(f.chunk) + ": at least 1");
     if (f.figures_during_pass != "auto" && f.figures_during_pass != "on" && f.figures_during_pass != "off")
       throw UsageError("--figures-during-pass " + f.figures_during_pass + ": auto, on or off");
@@ -462,8 +463,8 @@ int main(int argc, char** argv) {
     for (auto b : f.blocks)
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
-      throw UsageError("--entropy-threshold " + (std::isnan(f.entropy_threshold) ? std::string("nan") : num(f.entropy_threshold)) +
-                       ": in (0, 1)");
+      throw UsageError("--entropy-threshold " +
+                       (std::isnan(f.entropy_threshold) ? std::string("nan") : num(f.entropy_threshold)) + ": in (0, 1)");
     if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
     if (!f.dump.empty()) return run_dump(f);
     if (f.model_dir.empty() || f.tokens.empty())

@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
     // The plan of a run that would start its ranks with mpirun (kvf run's --list pass): without mpirun the study
     // cannot start, said now (exit 127, as a command that is not found) rather than after the other studies ran.
     bool help = false;
-    for (int i = 1; i < argc; ++i) help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
+    for (int i = 1; i < argc; ++i)
+      help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
     if (!help && !under_mpi_launcher() && !kvf::runnable("mpirun")) {
       std::fprintf(stderr, "%s: error: mpirun not found on PATH: install openmpi-bin (or start the ranks with srun)\n",
                    kProg);

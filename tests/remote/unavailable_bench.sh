@@ -7,7 +7,11 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 cp "$kvf" "$d/kvf"
 for b in "$@"; do ln -s "$b" "$d/"; done
-printf '#!/bin/sh\necho "bench_remote: error while loading shared libraries: libmpi.so.40: cannot open shared object file" >&2\nexit 127\n' >"$d/bench_remote"
+{
+  echo '#!/bin/sh'
+  echo 'echo "bench_remote: error while loading shared libraries: libmpi.so.40: cannot open shared object file" >&2'
+  echo 'exit 127'
+} >"$d/bench_remote"
 chmod +x "$d/bench_remote"
 fail() { echo "FAIL: $1"; exit 1; }
 out=$(KVF_DATA_DIR=$data "$d/kvf" run --list --quick 2>&1); rc=$?

@@ -93,8 +93,8 @@ std::string md_row(const CaseResult& c) {
 }
 
 const char* kTableHead =
-    "| verdict | case | baseline median | current median | change | p (Holm) | detectable | baseline runs | samples b / c "
-    "| note |\n"
+    "| verdict | case | baseline median | current median | change | p (Holm) | detectable | baseline runs "
+    "| samples b / c | note |\n"
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
 
 // A/B mode: the interval and every round's ratio take the baseline runs' and the samples' place.

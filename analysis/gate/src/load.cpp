@@ -341,7 +341,8 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
       if (const std::string d = detail::device_of(c, run); !d.empty()) {
         const auto [seen, first] = device_seen.try_emplace(c.key, d, run.source);
         if (!first && seen->second.first != d && m.device_conflict.empty())
-          m.device_conflict = "'" + seen->second.first + "' in " + seen->second.second + ", '" + d + "' in " + run.source;
+          m.device_conflict =
+              "'" + seen->second.first + "' in " + seen->second.second + ", '" + d + "' in " + run.source;
       }
       m.throttled += c.throttled;
       if (c.skipped || c.samples.empty()) continue;

@@ -336,7 +336,8 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     rep.warnings.push_back(msg + " (allowed by --allow-device-mismatch)");
     break;
   }
-  if (dev_c.empty()) rep.warnings.push_back("current: no compared case names its device: the device check could not run");
+  if (dev_c.empty())
+    rep.warnings.push_back("current: no compared case names its device: the device check could not run");
   if (!mismatched.empty()) {
     std::string msg = "device mismatch: " + mismatched.front();
     if (mismatched.size() > 1) msg += " (and " + std::to_string(mismatched.size() - 1) + " more cases)";

@@ -234,7 +234,8 @@ std::string compress_note(const rd::Replay& r, const std::string& base) {
     ++wins;
     if (*c->compress_total_s <= gain) continue;
     if (!outweighed++)
-      example = gib(b) + ": " + fmt(*c->compress_total_s) + " s of compress passes against a gain of " + fmt(gain) + " s";
+      example = gib(b) + ": " + fmt(*c->compress_total_s) + " s of compress passes against a gain of " + fmt(gain) +
+                " s";
   }
   if (!wins) return "";
   if (!outweighed)
@@ -253,7 +254,8 @@ std::string verdict_lines(const rd::Replay& r) {
       tier3 ? (r.peer_tier ? "host and peer fetch" : "host fetch and disk reads") : "host fetch";
   for (const char* base : {"lru", "lru-host"}) {
     const std::string summed =
-        where_beats(r, base, "Added latency summed over the trace (prefill + " + fetched + " + restores), against " + base,
+        where_beats(r, base,
+                    "Added latency summed over the trace (prefill + " + fetched + " + restores), against " + base,
                     [](const rd::Row& w) { return w.added_total_s; }, " s");
     s += summed + (summed.empty() ? "" : compress_note(r, base));
     s += where_beats(r, base, std::string("Added p99, against ") + base,

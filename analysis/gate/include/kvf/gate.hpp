@@ -172,7 +172,8 @@ struct CaseResult {
   bool exact = false;
   std::string note;
   // Stored baselines: p_holm is p after Holm's correction, detectable the smallest slowdown the case's test would
-  // have flagged (infinity: none). A/B mode (run_paired_gate): change is the Hodges-Lehmann estimate of new/base - 1 over the rounds, [ci_lo,
+  // have flagged (infinity: none).
+  // A/B mode (run_paired_gate): change is the Hodges-Lehmann estimate of new/base - 1 over the rounds, [ci_lo,
   // ci_hi] its 1 - alpha interval, p the one-sided signed-rank p in the direction of the change, p_holm that p
   // after Holm's correction over the compared cases, detectable the smallest slowdown this run would have
   // flagged (infinity: none; see detectable_slowdown). median_base / median_cur: medians of the rounds' medians.
