@@ -103,7 +103,7 @@ TEST(Mwu, ExactCdfSmall) {
 }
 
 // Student's t against tabulated values (scipy.stats.t.sf / isf give the same to the digits shown).
-TEST(StudentT, TailAndQuantileMatchTables) {
+TEST(GateStudentT, TailAndQuantileMatchTables) {
   EXPECT_NEAR(g::student_t_sf(0.0, 3), 0.5, 1e-15);
   EXPECT_NEAR(g::student_t_sf(1.0, 1), 0.25, 1e-12);  // Cauchy: 1/2 - atan(1)/pi
   EXPECT_NEAR(g::student_t_sf(2.0, 5), 0.050969739414929, 1e-10);
