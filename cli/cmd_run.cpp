@@ -81,6 +81,11 @@ void print_list(const std::vector<DevicePlan>& plans, const RunOptions& o) {
   }
   std::printf("total: %zu studies, estimated %.0f s on backend %s%s\n", n, total, plans.front().backend.c_str(),
               o.quick ? " (--quick)" : "");
+  // The limit cuts studies short at their shares of it: said with the estimate it would cut.
+  const double limit = o.time_limit_s;
+  if (limit > 0 && total > limit)
+    std::printf("--time-limit %.0f s: below the estimate; each study would stop at its share of the time left "
+                "(rows so far kept)\n", limit);
 }
 
 nlohmann::json flags_json() {
