@@ -156,7 +156,7 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   j["reused_tokens"] = s.reused_tokens;
   j["prefill_tokens"] = s.prefill_tokens;
   j["prefill_avoided"] = r.prefill_avoided;
-  j["demoted_blocks"] = s.demoted;
+  j["demoted_blocks"] = s.demoted();
   j["promoted_blocks"] = s.promoted;
   j["to_disk_blocks"] = s.to_disk;
   j["host_link_bytes"] = r.host_bytes;  // fetched (host -> HBM); the demotes are the next column

@@ -74,7 +74,7 @@ TEST(ResidencyCostPolicy, DemotesOnlyWhatCostsMoreThanAFetchAndDropsHostsLowestW
   EXPECT_EQ(r.hits_hbm, 0u);
   EXPECT_EQ(r.hits_host, 1u);
   EXPECT_EQ(r.request_host_blocks, (std::vector<std::uint32_t>{0, 0, 0, 1, 0, 0}));
-  EXPECT_EQ(r.demoted, 3u);
+  EXPECT_EQ(r.demoted(), 3u);
   EXPECT_EQ(r.promoted, 1u);
 }
 
@@ -86,7 +86,7 @@ TEST(ResidencyCostPolicy, WithoutHostItOnlyEvicts) {
     const RestoreCosts c = attention_shaped();
     const Result r = simulate(t, "cost", {t.max_request_blocks + round % 7, 0}, &c);
     EXPECT_EQ(r.hits_host, 0u) << round;
-    EXPECT_EQ(r.demoted, 0u) << round;
+    EXPECT_EQ(r.demoted(), 0u) << round;
     EXPECT_EQ(r.promoted, 0u) << round;
   }
 }

@@ -149,7 +149,7 @@ TEST(ResidencyForms, OneFormInBytesIsTheOneFormPolicyInBlocks) {
     const Result bytes = simulate(t, "cost", units(h, d, {}), &c);
     EXPECT_EQ(bytes.hits_hbm, blocks.hits_hbm) << round;
     EXPECT_EQ(bytes.hits_host, blocks.hits_host) << round;
-    EXPECT_EQ(bytes.demoted, blocks.demoted) << round;
+    EXPECT_EQ(bytes.demoted(), blocks.demoted()) << round;
   }
 }
 

@@ -87,7 +87,7 @@ TEST(ResidencyPolicies, RunningRequestsBlocksAreNotEvictedForItsOwnMisses) {
   const Result r = run({{1}, {2, 3}, {1, 5, 6}, {2}, {1}}, "lru-host", {3, 1});
   EXPECT_EQ(r.hits_hbm, 2u);
   EXPECT_EQ(r.hits_host, 1u);
-  EXPECT_EQ(r.demoted, 3u);
+  EXPECT_EQ(r.demoted(), 3u);
   EXPECT_EQ(r.promoted, 1u);
   EXPECT_EQ(r.request_reused_tokens, (std::vector<std::int64_t>{0, 0, 4, 4, 4}));
 }
@@ -137,7 +137,7 @@ TEST(ResidencyPolicies, LruHostDemotesPromotesAndDrops) {
   EXPECT_EQ(r.hits_host, 5u);
   EXPECT_EQ(r.misses, 6u);
   EXPECT_EQ(r.promoted, 5u);
-  EXPECT_EQ(r.demoted, 9u);
+  EXPECT_EQ(r.demoted(), 9u);
   EXPECT_EQ(r.request_host_blocks, (std::vector<std::uint32_t>{0, 0, 2, 2, 0, 1}));
   // Without the host tier nothing is reused.
   EXPECT_EQ(hits(run({{1, 2}, {3, 4}, {1, 2}, {3, 4}, {5}, {1, 2}}, "lru", {2, 0})), 0u);
@@ -224,7 +224,7 @@ TEST(ResidencyPolicies, LruAndLruHostEqualANaiveReferenceOnRandomTraces) {
     EXPECT_EQ(host.hits_host, naive.hits_host) << round;
     EXPECT_EQ(host.hits_disk, naive.hits_disk) << round;
     EXPECT_EQ(host.to_disk, naive.to_disk) << round;
-    EXPECT_EQ(host.demoted, naive.demoted) << round;
+    EXPECT_EQ(host.demoted(), naive.demoted) << round;
     EXPECT_EQ(host.promoted, naive.promoted) << round;
     EXPECT_EQ(host.request_reused_tokens, naive.reused) << round;
     if (cap.host_blocks == 0) {
@@ -244,7 +244,7 @@ TEST(ResidencyPolicies, LruHostWithoutHostTierEqualsLru) {
     const Result a = run(reqs, "lru", cap), b = run(reqs, "lru-host", cap);
     EXPECT_EQ(a.hits_hbm, b.hits_hbm) << round;
     EXPECT_EQ(b.hits_host, 0u);
-    EXPECT_EQ(b.demoted, 0u);
+    EXPECT_EQ(b.demoted(), 0u);
     EXPECT_EQ(a.request_missed_tokens, b.request_missed_tokens) << round;
   }
 }

@@ -217,7 +217,6 @@ void CostPolicy::demote(BlockId v) {
   // Only at equal priorities (blocks that cost nothing) can a dropped block be v's ancestor: then v went with it.
   if (tier_[v] == Tier::none) return;
   put(v, Tier::host);
-  ++moves_->demoted;
   ++moves_->demoted_form[static_cast<std::size_t>(form_[v])];
 }
 

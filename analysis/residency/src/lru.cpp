@@ -86,7 +86,6 @@ class LruHost final : public Policy {
   // leaves the cache.
   void demote(BlockId b, Moves& moves) {
     if (!move_down(b, hbm_, host_, capacity_.host_blocks, Tier::host)) return;
-    ++moves.demoted;
     ++moves.demoted_form[static_cast<std::size_t>(capacity_.form)];
     if (host_.size() <= capacity_.host_blocks) return;
     if (!move_down(host_.least_recent(), host_, disk_, capacity_.disk_blocks, Tier::disk)) return;

@@ -115,7 +115,6 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   res.compressed = moves.compressed;
   res.misses = res.references - res.hits_hbm - res.hits_host - res.hits_disk;
   res.prefill_tokens = res.input_tokens - res.reused_tokens;
-  res.demoted = moves.demoted;
   res.demoted_form = moves.demoted_form;
   res.promoted = moves.promoted;
   res.to_disk = moves.to_disk;

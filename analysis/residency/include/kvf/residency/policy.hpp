@@ -47,8 +47,8 @@ struct Capacity {
 
 // Blocks a policy moved between tiers while admitting one request.
 struct Moves {
-  std::size_t demoted = 0;   // HBM -> host
-  std::array<std::size_t, kForms> demoted_form{};  // the same by the form the block crossed the host link in
+  // HBM -> host, by the form the block crossed the host link in
+  std::array<std::size_t, kForms> demoted_form{};
   std::size_t promoted = 0;  // host or disk -> HBM, for blocks of the request's reused prefix (fetched, not recomputed)
   std::size_t to_disk = 0;   // host -> disk
   std::array<std::size_t, kForms> compressed{};  // HBM blocks turned into each form (compress or keep-as-X)

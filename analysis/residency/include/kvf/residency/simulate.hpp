@@ -26,8 +26,12 @@ struct Result {
   std::int64_t input_tokens = 0;
   std::int64_t reused_tokens = 0;
   std::int64_t prefill_tokens = 0;  // input_tokens - reused_tokens: what must be prefilled
-  std::size_t demoted = 0;
   std::array<std::size_t, kForms> demoted_form{};  // Moves::demoted_form, summed
+  std::size_t demoted() const {  // blocks demoted, every form
+    std::size_t n = 0;
+    for (const std::size_t d : demoted_form) n += d;
+    return n;
+  }
   std::size_t promoted = 0;
   std::size_t to_disk = 0;
   // By the form the block was in when reused (Capacity::form for a single-form policy).
