@@ -3,9 +3,6 @@
 // own directory, and writes <first DIR>/report/ (or --out): report.md, report.html, charts (gnuplot .dat/.gp, SVG
 // and PNG). The logic lives in analysis/report (kvf/report.hpp); this file is flags and output.
 //   exit 0: report written (a partial directory is reported with what is missing), 2: bad input.
-#include <filesystem>
-#include <cstdlib>
-#include <unistd.h>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -14,8 +11,8 @@
 
 #include "commands.hpp"
 #include "kvf/errors.hpp"
-#include "kvf/report.hpp"
 #include "kvf/install_paths.hpp"
+#include "kvf/report.hpp"
 #include "model_inputs.hpp"
 #include "read_limits.hpp"
 
@@ -61,10 +58,9 @@ void add_report(CLI::App& app) {
     limits->apply();
     // A gnuplot named on purpose that cannot run is bad input, not the default's quiet fallback.
     if (gnuplot->count() > 0 && !args->no_charts) {
-      const std::string& g = args->opts.gnuplot;
-      const bool runs = runnable(g);
-      if (!runs) throw UsageError("--gnuplot " + g + ": not an executable (allowed: a gnuplot that runs; "
-                                  "--no-charts writes the .dat/.gp files without one)");
+      if (!runnable(args->opts.gnuplot))
+        throw UsageError("--gnuplot " + args->opts.gnuplot + ": not an executable (allowed: a gnuplot that runs; "
+                         "--no-charts writes the .dat/.gp files without one)");
     }
     args->opts.charts = !args->no_charts;
     if (args->residency_hbm_gib > 0) args->opts.residency_hbm_gib = args->residency_hbm_gib;

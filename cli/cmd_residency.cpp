@@ -109,19 +109,13 @@ CLI::Validator gib_value() {
       allowed);
 }
 
-// A budget as given (shortest text that reads back equal): fmt's 4 digits would show 1e-300 as 0.
-std::string gib_text(double gib) {
-  char buf[32];
-  const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, gib);
-  return std::string(buf, p);
-}
-
-// Blocks in `gib`; a budget holding no block is refused, naming the flag, the value and the least budget.
+// Blocks in `gib`; a budget holding no block is refused, naming the flag, the value (as given: csv_number's
+// shortest text that reads back equal, where fmt's 4 digits would show 1e-300 as 0) and the least budget.
 std::size_t blocks_in(double gib, const rs::CostModel& c, const std::string& flag, const std::string& value) {
   const std::size_t n = rs::capacity_blocks(gib, c.block_bytes);
   if (n == 0)
     bad_flag(flag, value,
-             gib_text(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
+             csv_number(gib) + " GiB holds no block of " + report::fmt(c.block_bytes) + " bytes (" + c.model->name +
                  ", " + std::to_string(c.block_tokens) + " tokens, " + rs::form_description(c.form) + " of " +
                  report::fmt(c.model->layers) +
                  " layers; allowed: at least " + report::fmt(c.block_bytes / rs::kGiB) + " GiB)");
@@ -342,8 +336,8 @@ void run_residency(const Args& a) {
   std::vector<std::size_t> hbm_blocks;
   for (double b : budgets)
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
-                                   a.sweep.empty() ? gib_text(b) : a.sweep));
-  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", gib_text(a.host_gib)) : 0;
+                                   a.sweep.empty() ? csv_number(b) : a.sweep));
+  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", csv_number(a.host_gib)) : 0;
   if (a.disk_gib > 0 && !(in.gpu.disk_gbps > 0))
     throw UsageError("--disk-gib " + report::fmt(a.disk_gib) + ": " + in.gpu.name +
                      " has no disk figure (no spec sheet gives one): give --calibrate DIR, a results directory with the "
@@ -355,7 +349,7 @@ void run_residency(const Args& a) {
       throw UsageError("--peer-gib " + report::fmt(a.peer_gib) + ": " + e.what());
     }
   }
-  const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, gib_text(tier3_gib)) : 0;
+  const std::size_t disk_blocks = tier3_gib > 0 ? blocks_in(tier3_gib, cost, tier3_flag, csv_number(tier3_gib)) : 0;
 
   // Before the trace is read and replayed: a long sweep is not run for an --out it cannot write (created once the
   // trace has been read, before the replay: root passes every permission check, so only creating it tells).

@@ -16,6 +16,7 @@
 
 #include "bench_detail.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/results.hpp"
 #include "kvf/study_flags.hpp"
 
 namespace kvf {
@@ -156,17 +157,12 @@ std::string check_benchmark_output_flags(int argc, char** argv) {
         return std::string(key) + "=" + std::string(value) + ": allowed json, console, csv";
     }
     if (key == "--benchmark_out") {
-      const std::filesystem::path out(value);
       const std::string typed = "--benchmark_out=" + std::string(value);
       if (value.empty()) return typed + ": expected a file name";
-      std::error_code ec;
-      const auto st = std::filesystem::status(out, ec);
-      if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-        return typed + ": not a regular file (allowed: a new or regular file in a writable directory)";
-      const std::filesystem::path dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
-      if (!std::filesystem::is_directory(dir, ec))
-        return typed + ": " + dir.string() + " is not a directory (allowed: a file in a writable directory)";
-      if (::access(dir.c_str(), W_OK) != 0 || (std::filesystem::exists(st) && ::access(out.c_str(), W_OK) != 0))
+      if (const std::string problem = out_file_problem(std::string(value)); !problem.empty())
+        return typed + ": " + problem;
+      // Google Benchmark opens the file itself for writing (no rename over it): an existing one must be writable.
+      if (std::filesystem::exists(std::string(value)) && ::access(std::string(value).c_str(), W_OK) != 0)
         return typed + ": not writable (allowed: a file in a writable directory)";
     }
   }

@@ -105,13 +105,6 @@ nlohmann::json machine_load_json() {
           {"omp_num_places", omp_get_num_places()}};
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 std::string default_out_dir(const std::string& study) {
   const std::time_t t = std::time(nullptr);
   char buf[32];

@@ -135,18 +135,28 @@ void check_out_dir(const fs::path& dir, const std::string& flag) {
                                                              " is not writable)"));
 }
 
-void check_out_file(const fs::path& file, const std::string& flag) {
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string out_file_problem(const fs::path& file) {
   std::error_code ec;
   const auto st = fs::status(file, ec);
   if (!ec && fs::exists(st) && !fs::is_regular_file(st))
-    throw UsageError(flag + " " + file.string() + ": " +
-                     (fs::is_directory(st) ? "a directory" : "not a regular file") +
-                     " (allowed: a new or regular file in a writable directory)");
+    return std::string(fs::is_directory(st) ? "a directory" : "not a regular file") +
+           " (allowed: a new or regular file in a writable directory)";
   const fs::path parent = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  if (!fs::is_directory(parent, ec))
-    throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not a directory");
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(flag + " " + file.string() + ": " + parent.string() + " is not writable");
+  if (!fs::is_directory(parent, ec)) return parent.string() + " is not a directory";
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) return parent.string() + " is not writable";
+  return {};
+}
+
+void check_out_file(const fs::path& file, const std::string& flag) {
+  if (const std::string problem = out_file_problem(file); !problem.empty())
+    throw UsageError(flag + " " + file.string() + ": " + problem);
 }
 
 std::string CeilingRef::label() const {

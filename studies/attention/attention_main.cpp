@@ -85,7 +85,12 @@ bool use_gpu(const Flags& f, int* ordinal, std::string* why) {
   return true;
 }
 
-std::string num(double v) { return kvf::csv_number(v); }
+// A number in a message: csv_number's shortest text, and nan or inf where it would leave the cell empty.
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return kvf::csv_number(v);
+}
 
 std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int context) {
   std::vector<q::Needle> out;
@@ -448,7 +453,7 @@ int main(int argc, char** argv) {
       throw UsageError("--backend " + kvf::shown_value(f.backend) + ": auto, cpu or cuda");
     for (double k : f.keeps)
       if (!(k > 0 && k <= 1))
-        throw UsageError("--keeps " + (std::isnan(k) ? std::string("nan") : num(k)) + ": a fraction in (0, 1]");
+        throw UsageError("--keeps " + num(k) + ": a fraction in (0, 1]");
     // A value given twice would write its rows twice, and an average over rows would count them twice.
     std::sort(f.keeps.begin(), f.keeps.end(), std::greater<>());
     f.keeps.erase(std::unique(f.keeps.begin(), f.keeps.end()), f.keeps.end());
@@ -463,8 +468,7 @@ int main(int argc, char** argv) {
     for (auto b : f.blocks)
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
-      throw UsageError("--entropy-threshold " +
-                       (std::isnan(f.entropy_threshold) ? std::string("nan") : num(f.entropy_threshold)) + ": in (0, 1)");
+      throw UsageError("--entropy-threshold " + num(f.entropy_threshold) + ": in (0, 1)");
     if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
     if (!f.dump.empty()) return run_dump(f);
     if (f.model_dir.empty() || f.tokens.empty())

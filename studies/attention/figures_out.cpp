@@ -50,12 +50,7 @@ void FigureFiles::write(const std::filesystem::path& dir, nlohmann::json meta, d
   // Provenance, as every results directory has it: which build wrote these figures, and when.
   meta["suite_version"] = kvf::suite_version();
   meta["git_sha"] = kvf::git_sha();
-  {
-    char stamp[32];
-    const std::time_t t = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    meta["written_utc"] = stamp;
-  }
+  meta["written_utc"] = kvf::utc_now();
   meta["entropy_boundary"] = {{"threshold", threshold}, {"first_below", b.first_below},
                               {"largest_drop", b.largest_drop}, {"drop", b.drop}};
   meta["skipped_budgets"] = skipped_;

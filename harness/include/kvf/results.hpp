@@ -132,6 +132,8 @@ void check_out_dir(const std::filesystem::path& dir, const std::string& flag);
 // The same for an output file (written whole with write_file_atomically): UsageError("FLAG FILE: ...") when FILE
 // is a directory or another non-regular file, or its directory does not exist or is not writable. Creates nothing.
 void check_out_file(const std::filesystem::path& file, const std::string& flag);
+// What check_out_file refuses, as the text after "FLAG FILE: "; "" when FILE can be written.
+std::string out_file_problem(const std::filesystem::path& file);
 
 // For a bench: blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT in the calling thread, and so in every thread
 // it starts later, and starts one thread that takes them. That thread waits for a results write in
@@ -143,5 +145,7 @@ void guard_termination_signals();
 // Suite identity baked in at configure time.
 const char* suite_version();
 const char* git_sha();
+// Now, as every meta.json states its times: "2026-11-29T12:00:00Z".
+std::string utc_now();
 
 }  // namespace kvf
