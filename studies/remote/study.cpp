@@ -242,7 +242,6 @@ bool listing_only(int argc, char** argv) {
 }  // namespace
 }  // namespace kvf::remote
 
-
 int main(int argc, char** argv) {
   using namespace kvf::remote;
   if (listing_only(argc, argv)) {

@@ -120,7 +120,6 @@ std::vector<std::uint64_t> block_ids_of(std::string_view field, const std::strin
   return ids;
 }
 
-
 // The text both writers share per request, checked so that what is written reads back.
 void check_writable(const Trace& trace, std::size_t i) {
   const Request& r = trace.requests[i];

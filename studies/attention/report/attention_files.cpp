@@ -255,7 +255,8 @@ bool is_attention_output(const fs::path& dir) {
 }
 
 std::vector<fs::path> find_runs(const fs::path& results_dir) {
-  if (is_attention_output(results_dir)) return {results_dir};
+  // A suite results directory (cases.csv) is never one bench_attention output: its meta.json is not read here.
+  if (!input_exists(results_dir / "cases.csv") && is_attention_output(results_dir)) return {results_dir};
   const fs::path top = results_dir / "attention";
   if (input_exists(top / "meta.json")) return {top};
   std::vector<fs::path> out;
