@@ -328,6 +328,17 @@ void add_run(CLI::App& app) {
     // Belt and braces for the validator above, which CLI11 may skip for an empty value.
     if (sub->count("--out") > 0 && o->out.empty())
       throw UsageError("--out '': empty; give a directory (leave the flag out for the default)");
+    if (o->list_devices) {  // it runs nothing, so any other flag would be ignored in silence
+      std::string given;
+      for (const CLI::Option* opt : sub->get_options())
+        if (opt->count() > 0 && opt->get_name() != "--list-devices")
+          given += (given.empty() ? "" : ", ") + opt->get_name();
+      for (const auto& f : study_flags()) given += (given.empty() ? "" : ", ") + f.typed;
+      if (!flags_after_separator().empty()) given += given.empty() ? "flags after --" : ", flags after --";
+      if (!given.empty())
+        throw UsageError("--list-devices lists the devices and runs nothing, it takes no other flag (given: " + given +
+                         ")");
+    }
     if (sub->count("--device") > 0) o->device = parse_device(o->device_text);
     o->pass.insert(o->pass.end(), flags_after_separator().begin(), flags_after_separator().end());
     if (o->gpu_sweep && o->backend == "cpu")
