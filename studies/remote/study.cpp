@@ -231,12 +231,16 @@ int holder_main(int argc, char** argv, const Place& p) {
   return rc;
 }
 
-bool listing_only(int argc, char** argv) {
+// What a command line asks for before any rank starts: --help and --list run in this process alone.
+enum class Listing { none, list, help };
+Listing listing_only(int argc, char** argv) {
+  Listing l = Listing::none;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    if (a == "--list" || a.rfind("--list=", 0) == 0 || a == "--help" || a == "-h") return true;
+    if (a == "--help" || a == "-h") return Listing::help;
+    if (a == "--list" || a.rfind("--list=", 0) == 0) l = Listing::list;
   }
-  return false;
+  return l;
 }
 
 }  // namespace
@@ -244,13 +248,10 @@ bool listing_only(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace kvf::remote;
-  if (listing_only(argc, argv)) {
+  if (const Listing l = listing_only(argc, argv); l != Listing::none) {
     // The plan of a run that would start its ranks with mpirun (kvf run's --list pass): without mpirun the study
     // cannot start, said now (exit 127, as a command that is not found) rather than after the other studies ran.
-    bool help = false;
-    for (int i = 1; i < argc; ++i)
-      help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
-    if (!help && !under_mpi_launcher() && !kvf::runnable("mpirun")) {
+    if (l == Listing::list && !under_mpi_launcher() && !kvf::runnable("mpirun")) {
       std::fprintf(stderr, "%s: error: mpirun not found on PATH: install openmpi-bin (or start the ranks with srun)\n",
                    kProg);
       return 127;
