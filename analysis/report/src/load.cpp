@@ -275,6 +275,7 @@ ResultSet load_results(const std::string& dir) {
     if (st.torn) rs.warnings.push_back(*st.torn);
     for (const char* c : {"study", "case", "mode", "seconds"}) st.require_column(c);
     std::size_t orphans = 0;
+    std::string orphan_case;
     const bool has_throttled = st.column("throttled").has_value(), has_index = st.column("sample").has_value();
     for (std::size_t i = 0; i < st.rows.size(); ++i) {
       auto v = parse_number(st, i, "seconds");
@@ -286,15 +287,20 @@ ResultSet load_results(const std::string& dir) {
       if (!case_keys.count(st.at(i, "study") + "\x1f" + st.at(i, "case"))) {
         // The samples of a case whose row was torn off cases.csv (written first, so a reader that finds
         // a row finds its samples) are expected; anywhere else they mean mixed or edited files.
-        if (!cases_torn)
-          throw UsageError(st.where(i) + ": sample of case '" + st.at(i, "study") + "/" + st.at(i, "case") +
-                           "' that cases.csv does not list");
+        // Only one case can lose its row that way: the one being written when the run stopped.
+        const std::string orphan = st.at(i, "study") + "/" + st.at(i, "case");
+        if (!cases_torn || (!orphan_case.empty() && orphan != orphan_case))
+          throw UsageError(st.where(i) + ": sample of case '" + orphan + "' that cases.csv does not list" +
+                           (cases_torn ? " (its torn last row can account for one case only: '" + orphan_case +
+                                             "'; the file is cut short or mixed with another run)"
+                                       : ""));
+        orphan_case = orphan;
         ++orphans;
       }
     }
     if (orphans)
       rs.warnings.push_back(samples_path.string() + ": " + std::to_string(orphans) +
-                            " samples of the torn case row left out");
+                            " samples of the torn case row left out (" + orphan_case + ")");
     rs.has_samples = true;
     rs.n_samples = st.rows.size();
   } else {
