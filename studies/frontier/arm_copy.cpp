@@ -76,17 +76,28 @@ class Granularity final : public Case {
     order_.assign(slots.begin(), slots.begin() + n_);
   }
   void run(Backend& be) override {
-    for (std::size_t i = 0; i < n_; ++i) {
 #if defined(KVF_HAVE_CUDA)
-      if (gpu_) {
+    if (gpu_) {
+      for (std::size_t i = 0; i < n_; ++i)
         KVF_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst_->ptr) + order_[i] * chunk_,
                                        static_cast<const char*>(src_->ptr) + i * chunk_, chunk_,
                                        cudaMemcpyHostToDevice, kvf::cuda_stream(be)));
-        continue;
-      }
-#endif
-      be.copy(sub(dst_.get(), order_[i] * chunk_, chunk_), sub(src_.get(), i * chunk_, chunk_), chunk_);
+      return;
     }
+#endif
+    // CPU: the chunks spread over the threads in one parallel region, each one memcpy, as the contiguous page is
+    // (Backend::copy: the page split over the threads). Backend::copy per chunk ran chunks under its 1 MiB
+    // per-thread split on one thread against the two-thread page, and opened a region per chunk, each of which
+    // waited a scheduler tick for a descheduled thread on a loaded machine (2 MiB chunks 40x slower, 2026-11-29).
+    if (n_ == 1) {
+      be.copy(sub(dst_.get(), order_[0] * chunk_, chunk_), src_.get(), chunk_);
+      return;
+    }
+    char* dst = static_cast<char*>(dst_->ptr);
+    const char* src = static_cast<const char*>(src_->ptr);
+    const auto n = static_cast<std::int64_t>(n_);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) std::memcpy(dst + order_[i] * chunk_, src + i * chunk_, chunk_);
   }
   bool has_verify() const override { return true; }
   void verify(Backend& be) override {
