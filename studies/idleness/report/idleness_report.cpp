@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,24 +39,29 @@ const std::vector<std::pair<std::string, std::string>> kDefinitions = {
     {"kvf:idle_issue_pct", "issue slots idle"},
     {"kvf:idle_tensor_pct", "tensor pipe idle"},
     {"kvf:idle_compute_pct", "compute idle (1 - achieved / GEMM ceiling)"}};
+// Beside the CPU's compute idleness, what says whether its decode is memory bound (not an idleness definition:
+// no chart panel, no claim).
+const char* kCpuMemUse = "kvf:mem_use_pct";
 
-// Per (case, definition) the median over ranges of kvf:idle_*_pct, with the case's first row (its parameters).
+// Per (case, definition, mode) the median over ranges of kvf:idle_*_pct, with the case's first row (its
+// parameters). The CPU model's "ranges" are its cold and hot rows (mode): a median of the two fell between them.
 struct IdleStat {
-  std::string case_name, metric;
+  std::string case_name, metric, mode;
   const CaseRow* row = nullptr;
   double median = 0;
   std::size_t ranges = 0;
 };
 
 std::vector<IdleStat> idle_stats(const ResultSet& rs) {
-  std::map<std::pair<std::string, std::string>, std::vector<double>> vals;
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<double>> vals;
   for (const auto& c : rs.counters) {
     if (!std::isfinite(c.value)) continue;
     const bool gpu = c.source == "range" && (c.metric == "kvf:idle_sm_pct" || c.metric == "kvf:idle_issue_pct" ||
                                              c.metric == "kvf:idle_tensor_pct");
-    const bool cpu = c.source == "cpu_model" && c.metric == "kvf:idle_compute_pct";  // 1 - achieved / GEMM ceiling
+    // 1 - achieved / GEMM ceiling, and the share of the read ceiling in use
+    const bool cpu = c.source == "cpu_model" && (c.metric == "kvf:idle_compute_pct" || c.metric == kCpuMemUse);
     if (!gpu && !cpu) continue;
-    vals[{c.case_name, c.metric}].push_back(c.value);
+    vals[{c.case_name, c.metric, cpu ? c.range : std::string()}].push_back(c.value);
   }
   // The first row of each case, looked up per (case, definition) below; a scan of every row per key made the
   // report quadratic in rows. Hashed: an ordered map of 100,000 names was most of a large report's time.
@@ -71,13 +77,15 @@ std::vector<IdleStat> idle_stats(const ResultSet& rs) {
   }
   std::vector<IdleStat> out;
   for (const auto& [k, v] : vals) {
-    if (unscored.count(k.first) && !row_of.count(k.first)) continue;
+    const auto& [case_name, metric, mode] = k;
+    if (unscored.count(case_name) && !row_of.count(case_name)) continue;
     IdleStat s;
-    s.case_name = k.first;
-    s.metric = k.second;
+    s.case_name = case_name;
+    s.metric = metric;
+    s.mode = mode;
     s.median = median_of(v);
     s.ranges = v.size();
-    if (const auto r = row_of.find(k.first); r != row_of.end()) s.row = r->second;
+    if (const auto r = row_of.find(case_name); r != row_of.end()) s.row = r->second;
     out.push_back(s);
   }
   return out;
@@ -95,11 +103,12 @@ Plot idle_plot(const ReportContext& cx) {
   for (const auto& rs : cx.sets)
     for (const auto& st : idle_stats(rs)) {
       const auto b = batch_of(st);
-      if (!b || st.case_name.rfind("decode/", 0) != 0) continue;
+      if (!b || st.case_name.rfind("decode/", 0) != 0 || st.metric == kCpuMemUse) continue;
       std::string def = st.metric;
       for (const auto& [m, name] : kDefinitions)
         if (m == st.metric) def = name;
       std::map<std::string, std::string> key = {{"device", rs.label}, {"definition", def}};
+      if (!st.mode.empty()) key["mode"] = st.mode;
       for (const char* k : {"model", "layers"})
         if (!st.row->param(k).empty()) key[k] = st.row->param(k);
       const auto ctx = st.row->num("context") ? st.row->num("context") : st.row->num("ctx");
@@ -115,6 +124,11 @@ Plot idle_plot(const ReportContext& cx) {
         std::sort(l.pts.begin(), l.pts.end());
         p.lines.push_back(l);
       }
+  // The claim is about a GPU: its line is not drawn over the CPU model's compute idleness alone.
+  const bool gpu_panel = std::any_of(p.lines.begin(), p.lines.end(), [](const Line& l) {
+    return l.key.count("definition") && l.key.at("definition") != kDefinitions.back().second;
+  });
+  if (!gpu_panel) return p;
   Line claim;
   claim.ref = Line::Ref::horizontal;
   claim.title = "claim: more than 60% idle";
@@ -130,24 +144,27 @@ std::string section_idle(ReportContext& cx) {
   std::set<std::string> present;
   std::size_t pm = 0;
   std::vector<std::vector<IdleStat>> stats_of;  // per set, computed once
+  bool any_mode = false;
   for (const auto& rs : cx.sets) {
     stats_of.push_back(idle_stats(rs));
-    for (const auto& st : stats_of.back()) present.insert(st.metric);
+    for (const auto& st : stats_of.back()) present.insert(st.metric), any_mode = any_mode || !st.mode.empty();
   }
   for (std::size_t si = 0; si < cx.sets.size(); ++si) {
     const auto& rs = cx.sets[si];
-    // One row per case, one column per definition measured anywhere.
-    std::map<std::string, std::pair<const IdleStat*, std::map<std::string, double>>> by_case;
+    // One row per case (and mode, on the CPU), one column per definition measured anywhere.
+    std::map<std::pair<std::string, std::string>, std::pair<const IdleStat*, std::map<std::string, double>>> by_case;
     const auto& stats = stats_of[si];
     for (const auto& st : stats) {
-      auto& c = by_case[st.case_name];
-      c.first = &st;
+      auto& c = by_case[{st.case_name, st.mode}];
+      if (!c.first || st.metric != kCpuMemUse) c.first = &st;
       c.second[st.metric] = st.median;
     }
-    for (const auto& [name, c] : by_case) {
-      std::vector<std::string> cells = {lbl(rs), txt(name), batch_of(*c.first) ? fmt(*batch_of(*c.first)) : "-"};
+    for (const auto& [key, c] : by_case) {
+      std::vector<std::string> cells = {lbl(rs), txt(key.first), batch_of(*c.first) ? fmt(*batch_of(*c.first)) : "-"};
+      if (any_mode) cells.push_back(key.second.empty() ? "-" : txt(key.second));
       for (const auto& [m, label] : kDefinitions)
         if (present.count(m)) cells.push_back(c.second.count(m) ? fmt(c.second.at(m)) : "-");
+      if (present.count(kCpuMemUse)) cells.push_back(c.second.count(kCpuMemUse) ? fmt(c.second.at(kCpuMemUse)) : "-");
       cells.push_back(std::to_string(c.first->ranges));
       table += row(cells);
     }
@@ -171,13 +188,16 @@ std::string section_idle(ReportContext& cx) {
   s += cx.chart(idle_plot(cx)) + cx.chart(ts);
   if (!table.empty()) {
     std::vector<std::string> head = {"device", "case", "batch"};
+    if (any_mode) head.push_back("mode");
     for (const auto& [m, label] : kDefinitions)
       if (present.count(m)) head.push_back(label + " %");
+    if (present.count(kCpuMemUse)) head.push_back("memory in use (achieved / read ceiling) %");
     head.push_back("ranges");
     s += "The chart reads decode ranges only (the claim's phase); the table has every phase. Definitions: SM idle = "
          "no resident warp (memory waits count as busy), issue slots idle, tensor pipe idle (GPU, CUPTI "
          "kvf:idle_sm_pct / kvf:idle_issue_pct / kvf:idle_tensor_pct, one range per step); compute idle = 1 - "
-         "achieved FLOP/s over the GEMM ceiling (CPU model, kvf:idle_compute_pct). Medians over ranges.\n\n" +
+         "achieved FLOP/s over the GEMM ceiling (CPU model, kvf:idle_compute_pct, its cold and hot rows apart, the "
+         "share of the read ceiling its bytes use beside it). Medians over ranges.\n\n" +
          header(head) + table;
   }
   s += "\nPM samples: " + std::to_string(pm) + "\n\n";
