@@ -246,7 +246,7 @@ struct FmaPeak {
 };
 // `threads` threads (OpenMP) for about `seconds` per repeat, best of `repeats`; std::invalid_argument unless all
 // three are positive.
-FmaPeak cpu_fma_peak(int threads, double seconds = 0.02, int repeats = 3);
+FmaPeak cpu_fma_peak(int threads, double seconds = 0.02, int repeats = 5);
 
 // Bytes the attention reads: q + selected K and V rows (+ the index lists); flops: 4*d per (query head,
 // token) for QK and PV.

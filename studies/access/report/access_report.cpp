@@ -210,7 +210,12 @@ std::string controls_table(ReportContext& cx, const std::string& arm, const std:
                             ? fmt(100 * *cc->second->median_s / *r->median_s)
                             : "-");
         const auto floor = r->num("fma_floor_s");
-        cells.push_back(floor && r->median_s && *r->median_s > 0 ? fmt(100 * *floor / *r->median_s) : "-");
+        // A floor above the row's own time is no floor: the run's FMA peak was measured low (a loaded machine).
+        const double floor_pct = floor && r->median_s && *r->median_s > 0 ? 100 * *floor / *r->median_s : -1;
+        cells.push_back(floor_pct < 0    ? "-"
+                        : floor_pct > 100 ? fmt(floor_pct) + " (no floor: the run's FMA peak, " +
+                                                r->param("fma_peak_gflops") + " GFLOP/s, was measured low)"
+                                          : fmt(floor_pct));
       }
       table += row(cells);
     }
