@@ -52,6 +52,8 @@ inline bool injected(const Flags& f, const std::string& bname) {
 }
 // The note a slowed row carries, and the marker `kvf gate` looks for in a row's note.
 inline constexpr const char* kFaultInjectedMarker = "FAULT INJECTED";
+// The note of a row whose samples other work interrupted (bench_run.cpp), which `kvf report` counts.
+inline constexpr const char* kBusyMachineMarker = "machine busy";
 
 // Adds the harness's and the study's flags to `app` and parses the command line (Google Benchmark takes
 // its --benchmark_* flags out of argv first). Returns the exit code when the run ends here: --help

@@ -3,6 +3,8 @@
 // Our measurement loop (measure.hpp) takes the samples; KvfReporter, a pluggable Google Benchmark reporter,
 // writes each finished case to the results directory and then lets the console reporter print it.
 #include <benchmark/benchmark.h>
+#include <omp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,7 +36,20 @@ struct Pending {
   std::vector<std::string> extras;  // the study's after_measure notes, each distinct one once
   std::vector<std::string> failed;  // why a repetition after a measured one was not measured
   int measured_reps = 0;
+  // Involuntary context switches of this process while its samples were taken, and the seconds that took: the
+  // trace another workload leaves on a shared machine (the load average does not tell it from our own threads).
+  long involuntary_switches = 0;
+  double measured_s = 0;
 };
+
+long involuntary_switches_now() {
+  rusage u{};
+  return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_nivcsw : 0;  // every thread of the process
+}
+
+// Involuntary switches per second and thread above which a row is said to be measured on a busy machine. On the
+// 2-core Zen 3 VM: ~20 quiet, ~90 beside one busy loop (2026-11-29).
+constexpr double kBusySwitchesPerThreadS = 50;
 
 // Three significant digits in the unit a person reads: "16.5 us", "3.08 TB/s".
 std::string fmt_scaled(double v, const char* const units[], int n_units, double step) {
@@ -307,7 +322,11 @@ class Runner {
       NvtxRange range(bname);
       std::function<void()> region = [&] { c->run(be_); };
       if (injected(f_, bname)) region = slowed_region(std::move(region), f_.inject_fraction);
+      const long switches0 = involuntary_switches_now();
+      const auto t0 = std::chrono::steady_clock::now();
       m = measure(be_, mode, f_.cfg, region, c->time_opts, [&] { c->before_sample(be_); });
+      p.measured_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      p.involuntary_switches += involuntary_switches_now() - switches0;
     }
     std::vector<double> this_rep;
     for (const auto& s : m.samples) this_rep.push_back(s.seconds);
@@ -373,6 +392,14 @@ class Runner {
       parts.push_back(std::string("above its ceiling (") + buf + " of " + c.ceiling->label() +
                       "): the ceiling measured less than this row runs at (a loaded machine when it ran" +
                       (c.ceiling->metric == "gbps" ? ", or bytes the cache kept)" : ")"));
+    }
+    const int threads = be_.name() == "cpu" ? std::max(1, omp_get_max_threads()) : 1;
+    const double switch_rate = p.measured_s > 0 ? double(p.involuntary_switches) / p.measured_s / threads : 0;
+    if (switch_rate > kBusySwitchesPerThreadS) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s: %ld involuntary context switches in %.2f s of samples (%.0f/s per thread)",
+                    kBusyMachineMarker, p.involuntary_switches, p.measured_s, switch_rate);
+      parts.push_back(std::string(buf) + ": other work took the CPUs, the samples may hold its stalls");
     }
     if (f_.reps > 1)
       parts.push_back(std::to_string(p.measured_reps) + " of " + std::to_string(f_.reps) +

@@ -651,6 +651,32 @@ TEST(Validity, RowsAboveTheirCeilingAreListedWithTheirSpread) {
   EXPECT_EQ(part.find("gather/g"), std::string::npos) << part;
 }
 
+// A row whose note says the harness saw other work interrupt its samples is listed with its count; none: no
+// section (older runs never recorded it).
+TEST(Validity, RowsOnABusyMachineAreListed) {
+  const auto d = kvf_test::tmpdir("kvf_report_busy", "run");
+  std::ofstream(d / "cases.csv")
+      << "study,case,backend,device,mode,samples,median_s,gbps,note\n"
+         "stream,read/a,cpu,X,cold,3,1.0,10,\"machine busy: 33 involuntary context switches in 0.15 s of samples "
+         "(110/s per thread): other work took the CPUs, the samples may hold its stalls\"\n"
+         "stream,read/b,cpu,X,cold,3,1.0,10,quiet\n";
+  ReportOptions o;
+  o.charts = false;
+  std::string md = render_markdown({load_results(d.string())}, o, {});
+  const auto at = md.find("### Rows measured on a busy machine");
+  ASSERT_NE(at, std::string::npos) << md;
+  const std::string part = md.substr(at, md.find("### Input warnings") - at);
+  EXPECT_NE(part.find("| X (cpu) | stream | read/a | cold | 33 involuntary context switches in 0.15 s of samples "
+                      "(110/s per thread) |"),
+            std::string::npos)
+      << part;
+  EXPECT_EQ(part.find("read/b"), std::string::npos) << part;
+  std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,gbps,note\n"
+                                    "stream,read/b,cpu,X,cold,3,1.0,10,quiet\n";
+  md = render_markdown({load_results(d.string())}, o, {});
+  EXPECT_EQ(md.find("busy machine"), std::string::npos);
+}
+
 TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
   const std::vector<double> a = {1.00, 1.02, 0.99, 1.01, 1.00}, b = {1.01, 0.99, 1.00, 1.02, 1.00};
   const Ratio same = median_ratio(a, b);

@@ -93,6 +93,28 @@ std::string above_ceiling(Ctx& cx) {
   return s + (n <= 10 ? table : fold(std::to_string(n) + " rows", table));
 }
 
+// Rows whose samples other work interrupted: the harness notes "machine busy" when the process was switched out
+// involuntarily more than a quiet machine does (bench_run.cpp). Said only where some row says it (runs before
+// 2026-11-29 do not record it, so "none" would claim what they never measured).
+std::string busy_machine(Ctx& cx) {
+  std::string t;
+  std::size_t n = 0;
+  for (const auto& rs : cx.sets)
+    for (const auto& r : rs.cases) {
+      const auto at = r.note.find("machine busy: ");
+      if (at == std::string::npos) continue;
+      ++n;
+      const auto end = r.note.find(':', at + 14);
+      t += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), txt(r.note.substr(at + 14, end - at - 14))});
+    }
+  if (!n) return "";
+  return "\n### Rows measured on a busy machine\n\n" + std::to_string(n) +
+         " rows: other work took the CPUs while their samples ran (involuntary context switches of the bench "
+         "process above 50/s per thread): their medians may hold its stalls, and so may any figure stated against "
+         "them. Rerun on a quiet machine before trusting them.\n\n" +
+         fold(std::to_string(n) + " rows", header({"device", "study", "case", "mode", "switches"}) + t);
+}
+
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
@@ -130,7 +152,7 @@ std::string section_inputs(Ctx& cx) {
   if (!n_invalid) s += "None: every row passed its own checks and every case name is unique per directory.\n";
   else if (n_invalid <= 10) s += invalid;
   else s += fold(std::to_string(n_invalid) + " rows: listed, never scored by a verdict or a section", invalid);
-  s += above_ceiling(cx);
+  s += above_ceiling(cx) + busy_machine(cx);
   s += "\n### Input warnings\n\n";
   any = false;
   for (const auto& r : cx.sets)
