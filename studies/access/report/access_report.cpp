@@ -120,20 +120,23 @@ std::string section_gather(ReportContext& cx) {
   for (const auto& rs : cx.sets) {
     std::map<std::map<std::string, std::string>, Line> lines;
     std::map<std::string, double> ceiling;  // per mode: the stream read ceiling of the same run
-    std::set<std::string> huge;
+    // Axes the rows of one run may sweep (--huge-pages both, --prefetch both): a series and a reference line each.
+    std::set<std::string> huge, prefetch;
     for (const auto* r : rs.rows("access"))
-      if (r->param("part") == "gather") huge.insert(r->param("huge"));
+      if (r->param("part") == "gather") huge.insert(r->param("huge")), prefetch.insert(r->param("prefetch"));
     for (const auto* r : rs.rows("access")) {
       if (r->param("part") != "gather") continue;
       const auto rb = r->num("run_bytes");
       if (!rb || !r->gbps) continue;
-      const std::map<std::string, std::string> key = {{"device", rs.label}, {"mode", r->mode}, {"huge", r->param("huge")}};
+      std::map<std::string, std::string> key = {{"device", rs.label}, {"mode", r->mode}, {"huge", r->param("huge")}};
+      if (prefetch.size() > 1) key["prefetch"] = r->param("prefetch");
       if (r->param("arm") == "sequential") {
         // one run length: the same kernel's best case, a reference rather than a series
         Line q;
         q.ref = Line::Ref::horizontal;
         q.key = key;
-        q.title = "sequential, same kernel" + (huge.size() > 1 ? ", huge=" + r->param("huge") : "") + ": " + rate(*r->gbps);
+        q.title = "sequential, same kernel" + (huge.size() > 1 ? ", huge=" + r->param("huge") : "") +
+                  (prefetch.size() > 1 ? ", prefetch=" + r->param("prefetch") : "") + ": " + rate(*r->gbps);
         q.pts = {{*rb, *r->gbps}};
         p.lines.push_back(q);
       } else {
@@ -146,8 +149,9 @@ std::string section_gather(ReportContext& cx) {
         l.pts.emplace_back(*rb, *r->gbps);
       }
       if (r->ceiling_value) ceiling[r->mode] = std::max(ceiling[r->mode], *r->ceiling_value);
-      table += row({lbl(rs), txt(r->param("arm")), txt(r->param("huge")), txt(r->mode), bytes(*rb), rate(*r->gbps),
-                    r->ceiling_value ? fmt(100 * *r->gbps / *r->ceiling_value) : "-"});
+      const std::string pf = r->param("prefetch");
+      table += row({lbl(rs), txt(r->param("arm")), txt(r->param("huge")), pf.empty() ? "-" : txt(pf), txt(r->mode),
+                    bytes(*rb), rate(*r->gbps), r->ceiling_value ? fmt(100 * *r->gbps / *r->ceiling_value) : "-"});
     }
     for (auto& [k, l] : lines) {
       std::sort(l.pts.begin(), l.pts.end());
@@ -164,7 +168,9 @@ std::string section_gather(ReportContext& cx) {
   }
   if (table.empty()) return s + "Not measured: no access-study gather rows (part=gather) in any directory.\n\n";
   s += cx.chart(p);
-  s += header({"device", "arm", "huge pages", "mode", "run length", "bandwidth", "% of stream read ceiling"}) + table;
+  s += header({"device", "arm", "huge pages", "software prefetch", "mode", "run length", "bandwidth",
+               "% of stream read ceiling"}) +
+       table;
   return s + "\n";
 }
 
