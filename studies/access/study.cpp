@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
@@ -158,7 +159,8 @@ class AccessStudy final : public Study {
                "(default 4x LLC, within 128 MiB .. 1 GiB, on CPU)");
     flags.text("--gather-mib", gather_mib_text_, "MiB read per gather execution, 1 .. the pool "
                "(default min(64, pool/2))");
-    flags.text("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention)");
+    flags.text("--huge-pages", huge_, "on, off or both (CPU; default both for gather, on for attention and routing, "
+               "which take on or off: both needs the gather part)");
     flags.text("--prefetch", prefetch_, "how the CPU gather reads: auto (per case, one run at a time with software "
                "prefetch, without, and two runs at a time timed in a short calibration, the fastest taken, prefetch "
                "only when more than 3% faster, named in the note), on (prefetch), off (one run at a time, no "
@@ -233,7 +235,37 @@ class AccessStudy final : public Study {
     bad_flag(flag, v, "allowed " + list);
   }
 
+  // A flag only parts outside --parts read would be dropped in silence: refused, naming the parts that read it.
+  void check_flags_have_parts() const {
+    if (parts_.empty()) return;
+    static const std::vector<std::pair<const char*, std::vector<std::string>>> readers = {
+        {"--run-bytes", {"gather"}}, {"--pool-mib", {"gather"}}, {"--gather-mib", {"gather"}},
+        {"--prefetch", {"gather"}}, {"--proxy-rank", {"routing"}}, {"--reuse-steps", {"routing"}},
+        {"--contexts", {"attention", "routing"}}, {"--keep", {"attention", "routing"}},
+        {"--block-sizes", {"attention", "routing"}}, {"--scatter", {"attention"}}, {"--cluster-mean", {"attention"}},
+        {"--select", {"attention", "routing"}}, {"--placement", {"attention", "routing"}},
+        {"--page-tokens", {"attention", "routing"}}};
+    const std::map<std::string, std::string> value = {
+        {"--run-bytes", join_names(run_bytes_, ",")}, {"--pool-mib", join_names(pool_mib_, ",")},
+        {"--gather-mib", gather_mib_text_}, {"--prefetch", prefetch_}, {"--proxy-rank", join_names(proxy_rank_, ",")},
+        {"--reuse-steps", join_names(reuse_, ",")}, {"--contexts", join_names(contexts_, ",")},
+        {"--keep", join_names(keeps_, ",")}, {"--block-sizes", join_names(blocks_, ",")}, {"--scatter", scatter_},
+        {"--cluster-mean", cluster_mean_text_}, {"--select", select_}, {"--placement", placement_},
+        {"--page-tokens", page_tokens_text_}};
+    for (const auto& [flag, by] : readers) {
+      if (!flags_.given(flag) || std::any_of(by.begin(), by.end(), [&](const std::string& p) { return want(p); }))
+        continue;
+      throw UsageError(std::string(flag) + " " + shown_value(value.at(flag)) + ": read only by the " + join_names(by, " and ") + " part" +
+                       (by.size() > 1 ? "s" : "") + ", which --parts " + join_names(parts_, ",") +
+                       " leaves out (the run would ignore it)");
+    }
+    if (huge_ == "both" && !want("gather"))
+      throw UsageError("--huge-pages both: only the gather part runs both; the attention and routing parts take one "
+                       "setting, on or off");
+  }
+
   void check_choices(AccessEnv& env) const {
+    check_flags_have_parts();
     choice("--huge-pages", huge_, {"on", "off", "both"});
     choice("--prefetch", prefetch_, {"auto", "on", "off", "both"});
     choice("--select", select_, {"per_head", "shared", "both"});
@@ -258,6 +290,9 @@ class AccessStudy final : public Study {
     else if (scatter_ == "clustered") env.scatters = {"clustered"};
     else if (scatter_ == "both") env.scatters = {"uniform", "clustered"};
     else env.scatters = declared("attention", "scatter", t);
+    if (flags_.given("--cluster-mean") && scatter_ == "uniform")
+      throw UsageError("--cluster-mean " + cluster_mean_text_ +
+                       ": the mean run length of the clustered scatter, which --scatter uniform leaves out");
   }
 
   void parse_shape(AccessEnv& env) const {

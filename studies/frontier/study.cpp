@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <map>
 
 #include "frontier.hpp"
 #include "kvf/errors.hpp"
@@ -99,6 +100,8 @@ class FrontierStudy final : public kvf::Study {
     return arms_.empty() || std::find(arms_.begin(), arms_.end(), arm) != arms_.end();
   }
   void check_flags(Backend& be);
+  void check_flags_have_arms(const kvf::Target& t) const;
+  void check_named_arms_have_cases(const kvf::Target& t) const;
   void check_files();
   void check_memory(const std::vector<int>& tokens, const std::vector<int>& pages, const std::vector<int>& layers);
 };
@@ -204,10 +207,63 @@ void FrontierStudy::check_memory(const std::vector<int>& tokens, const std::vect
   }
 }
 
+// A sweep flag that only arms outside --arms read (or none on this backend) would be dropped in silence: refused.
+void FrontierStudy::check_flags_have_arms(const kvf::Target& t) const {
+  std::map<std::string, std::vector<std::string>> readers;  // flag -> the arms on this backend that read it
+  const auto add = [&](const std::string& flag, const std::string& arm) {
+    auto& v = readers[flag];
+    if (std::find(v.begin(), v.end(), arm) == v.end()) v.push_back(arm);
+  };
+  const auto list = frontier_arms(env_);
+  for (const auto& a : list.all()) {
+    if (!(t.gpu ? a.on_gpu : a.on_cpu)) continue;
+    for (const auto& ax : a.axes)
+      if (!ax.flag.empty()) add(ax.flag, a.name);
+    if (a.name == "xq") add("--xdtypes", a.name);
+    if (a.name == "granularity") add("--copy-sizes", a.name);  // its chunks, from the Env (granularity_arm)
+    if (!t.gpu && (a.name == "file" || a.name == "overlap")) add("--file-size", a.name);
+  }
+  const std::map<std::string, std::string> shown = {{"--xdtypes", kvf::join_names(xdtypes_, ",")},
+                                                    {"--file-size", file_size_text_}};
+  for (const char* flag : {"--tokens", "--pages", "--layers", "--prefix", "--copy-sizes", "--xdtypes", "--file-size"}) {
+    if (!flags_.given(flag)) continue;
+    const auto it = readers.find(flag);
+    const std::vector<std::string> none;
+    const auto& by = it == readers.end() ? none : it->second;
+    if (std::any_of(by.begin(), by.end(), [&](const std::string& a) { return selected(a); })) continue;
+    const auto u = user_.find(flag);
+    const std::string value = u != user_.end() ? kvf::join_names(u->second, ",") : shown.at(flag);
+    kvf::bad_flag(flag, value,
+                  by.empty() ? std::string("no arm on this backend reads it")
+                             : "read only by " + kvf::join_names(by) + ", which --arms " + kvf::join_names(arms_, ",") +
+                                   " leaves out (the run would ignore it)");
+  }
+}
+
+// An arm named in --arms that has no case with the other flags (a model it does not take) would run nothing and
+// say nothing: refused, outside --quick (whose subset leaves arms out by design).
+void FrontierStudy::check_named_arms_have_cases(const kvf::Target& t) const {
+  if (t.quick) return;
+  const auto list = frontier_arms(env_);
+  std::vector<std::string> models;
+  for (const auto* m : env_.models) models.push_back(m->name);
+  for (const auto& name : arms_) {
+    bool any = false;
+    for (const auto& a : list.all())
+      if (a.name == name) any = any || !list.points(a, t, user_, env_).empty();
+    if (!any)
+      kvf::bad_flag("--arms", name,
+                    "no case with the other flags (--models " + kvf::join_names(models, ",") +
+                        ": a model it does not take, or sizes it does not run; --list shows the cases)");
+  }
+}
+
 std::vector<std::unique_ptr<kvf::Case>> FrontierStudy::cases(const kvf::StudyContext& ctx) {
   env_.quick = ctx.quick;
   check_flags(*ctx.backend);
   const kvf::Target t{.gpu = env_.gpu, .quick = env_.quick};
+  check_flags_have_arms(t);
+  check_named_arms_have_cases(t);
   std::vector<std::unique_ptr<kvf::Case>> out;
   // The ceilings first: every figure of the arms is stated against them.
   const auto ceilings = ceiling_arms(env_);
