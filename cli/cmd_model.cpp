@@ -79,7 +79,8 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
       for (double P : {1.0, double(ao.prefill_pages)})
         std::printf("%7s %4s %12s\n", f(T).c_str(), f(P).c_str(), f(mla_up(g, m, T, P).seconds * 1e6).c_str());
   }
-  std::printf("\nThrough L layers from tokens (evict -> recompute; prefix attention not counted), P=1, us per page:\n");
+  std::printf("\nThrough L layers from tokens (evict -> recompute: layers 1..L-1 whole, layer L's K/V as recompute_x; "
+              "prefix attention not counted), P=1, us per page:\n");
   std::printf("%7s", "tokens");
   std::vector<double> Ls = ao.layers;
   if (Ls.empty()) Ls = {1, 4, 16, m.layers};
@@ -87,7 +88,8 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   std::printf("\n");
   for (double T : ao.tokens) {
     std::printf("%7s", f(T).c_str());
-    for (double L : Ls) std::printf(" %12s", L <= m.layers ? f(recompute_layers(g, m, T, 1, L).seconds * 1e6).c_str() : "-");
+    for (double L : Ls)
+      std::printf(" %12s", L <= m.layers ? f(recompute_layers(g, m, T, 1, L, true).seconds * 1e6).c_str() : "-");
     std::printf("\n");
   }
 

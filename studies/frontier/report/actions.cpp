@@ -8,7 +8,8 @@
 // recompute_x_int8/int4  XQuant-style: resident quantized X, dequantize + the same recompute
 // fetch_peer      held by a peer node (only with a fitted remote tier): remote fetch (one descriptor per layer)
 //                 into host memory, then the demote's fetch
-// evict           nothing resident; on reuse the page's tokens run through the layers again
+// evict           nothing resident; on reuse the page's tokens run through layers 1..L-1 again, then layer L's
+//                 K/V as recompute_x computes them
 // Phase: decode recomputes one page per call (P = 1, weights read per page); prefill batches
 // `prefill_pages` pages per call (weight reads amortized over P).
 #include <algorithm>
@@ -125,7 +126,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             }
             add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
           }
-          add("evict", 0, 0, recompute_layers(g, m, T, P, L).seconds, 0);
+          add("evict", 0, 0, recompute_layers(g, m, T, P, L, true).seconds, 0);
           const ActionCost* best = &c.costs.front();
           for (const auto& a : c.costs)
             if (a.total_us < best->total_us) best = &a;  // ties: the first listed (keep before the rest)

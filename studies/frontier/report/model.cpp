@@ -39,7 +39,8 @@ Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages) {
   return c;
 }
 
-Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers) {
+Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers,
+                      bool last_layer_kv_only) {
   const auto n_layers = kvf::checked_integer(layers, 0, kMaxLayers, "layers");
   const double rows = tokens * pages, H = m.hidden;
   double attn_params = 0, qdim = 0;
@@ -54,6 +55,14 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
   }
   Cost c;
   for (std::int64_t l = 0; l < n_layers; ++l) {
+    if (last_layer_kv_only && l == n_layers - 1) {
+      // The K/V of the last layer only, as recompute_x computes them from the layer input (the through-layers
+      // arm's last layer; the MLA latent for MLA models): the K/V GEMM, then RoPE + the paged write.
+      const double out = m.kv_out();
+      add_kernel(c, g, 2 * rows * H * out, out * H * 2 + rows * H * 2 + rows * out * 4);
+      add_kernel(c, g, 0, rows * out * 4 + rows * out * 2);
+      break;
+    }
     const bool moe_layer = m.moe && l >= m.first_k_dense;
     double mlp_active = 3 * H * m.intermediate, mlp_read = mlp_active;
     if (moe_layer) {

@@ -20,9 +20,12 @@ Cost recompute_x(const GpuSpec& g, const Shape& m, double tokens, double pages, 
 // MLA (DeepSeek-V3): the up-projection of one page's latent into per-head K (nope part) and V, one layer,
 // P pages per call: GEMM [T*P, kv_lora] x [kv_lora, heads*(qk_nope + v_head)], bf16 out.
 Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages);
-// One page of T tokens through L whole layers from token embeddings (evict -> recompute from scratch),
-// P pages per call; attention over the page only (prefix attention not counted: a lower bound).
-Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers);
+// One page of T tokens through L layers from token embeddings, P pages per call; attention over the page only
+// (prefix attention not counted: a lower bound). last_layer_kv_only: layers 1..L-1 whole and layer L's K/V as
+// recompute_x computes them, what rebuilding the page's K/V of layers 1..L takes (evict -> recompute; the
+// through-layers arm); otherwise L whole layers (a prefill, whose last layer feeds the output).
+Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers,
+                      bool last_layer_kv_only = false);
 double kv_bytes_per_layer(const Shape& m, double tokens);                  // bf16
 double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits);  // + fp32 scale per 128 values
 double x_bytes_per_layer(const Shape& m, double tokens, int bits);         // bf16 / int8 / int4 (+ scales)
