@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <map>
 
 #include "access_env.hpp"
 #include "kvf/errors.hpp"
@@ -238,26 +237,32 @@ class AccessStudy final : public Study {
   // A flag only parts outside --parts read would be dropped in silence: refused, naming the parts that read it.
   void check_flags_have_parts() const {
     if (parts_.empty()) return;
-    static const std::vector<std::pair<const char*, std::vector<std::string>>> readers = {
-        {"--run-bytes", {"gather"}}, {"--pool-mib", {"gather"}}, {"--gather-mib", {"gather"}},
-        {"--prefetch", {"gather"}}, {"--proxy-rank", {"routing"}}, {"--reuse-steps", {"routing"}},
-        {"--contexts", {"attention", "routing"}}, {"--keep", {"attention", "routing"}},
-        {"--block-sizes", {"attention", "routing"}}, {"--scatter", {"attention"}}, {"--cluster-mean", {"attention"}},
-        {"--select", {"attention", "routing"}}, {"--placement", {"attention", "routing"}},
-        {"--page-tokens", {"attention", "routing"}}};
-    const std::map<std::string, std::string> value = {
-        {"--run-bytes", join_names(run_bytes_, ",")}, {"--pool-mib", join_names(pool_mib_, ",")},
-        {"--gather-mib", gather_mib_text_}, {"--prefetch", prefetch_}, {"--proxy-rank", join_names(proxy_rank_, ",")},
-        {"--reuse-steps", join_names(reuse_, ",")}, {"--contexts", join_names(contexts_, ",")},
-        {"--keep", join_names(keeps_, ",")}, {"--block-sizes", join_names(blocks_, ",")}, {"--scatter", scatter_},
-        {"--cluster-mean", cluster_mean_text_}, {"--select", select_}, {"--placement", placement_},
-        {"--page-tokens", page_tokens_text_}};
-    for (const auto& [flag, by] : readers) {
-      if (!flags_.given(flag) || std::any_of(by.begin(), by.end(), [&](const std::string& p) { return want(p); }))
+    struct Reader {
+      const char* flag;
+      std::vector<std::string> parts;  // the parts that read it
+      std::string value;               // as given, for the message
+    };
+    const Reader readers[] = {
+        {"--run-bytes", {"gather"}, join_names(run_bytes_, ",")},
+        {"--pool-mib", {"gather"}, join_names(pool_mib_, ",")},
+        {"--gather-mib", {"gather"}, gather_mib_text_},
+        {"--prefetch", {"gather"}, prefetch_},
+        {"--proxy-rank", {"routing"}, join_names(proxy_rank_, ",")},
+        {"--reuse-steps", {"routing"}, join_names(reuse_, ",")},
+        {"--contexts", {"attention", "routing"}, join_names(contexts_, ",")},
+        {"--keep", {"attention", "routing"}, join_names(keeps_, ",")},
+        {"--block-sizes", {"attention", "routing"}, join_names(blocks_, ",")},
+        {"--scatter", {"attention"}, scatter_},
+        {"--cluster-mean", {"attention"}, cluster_mean_text_},
+        {"--select", {"attention", "routing"}, select_},
+        {"--placement", {"attention", "routing"}, placement_},
+        {"--page-tokens", {"attention", "routing"}, page_tokens_text_}};
+    for (const auto& r : readers) {
+      if (!flags_.given(r.flag) || std::any_of(r.parts.begin(), r.parts.end(), [&](const auto& p) { return want(p); }))
         continue;
-      throw UsageError(std::string(flag) + " " + shown_value(value.at(flag)) + ": read only by the " + join_names(by, " and ") + " part" +
-                       (by.size() > 1 ? "s" : "") + ", which --parts " + join_names(parts_, ",") +
-                       " leaves out (the run would ignore it)");
+      throw UsageError(std::string(r.flag) + " " + shown_value(r.value) + ": read only by the " +
+                       join_names(r.parts, " and ") + " part" + (r.parts.size() > 1 ? "s" : "") + ", which --parts " +
+                       join_names(parts_, ",") + " leaves out (the run would ignore it)");
     }
     if (huge_ == "both" && !want("gather"))
       throw UsageError("--huge-pages both: only the gather part runs both; the attention and routing parts take one "

@@ -182,7 +182,8 @@ TEST(Report, GoldenNumbersAndDeterminism) {
                     "24.48 tokens (interpolated between 16 and 128; transfer faster below, recompute above) | 0 |"),
             std::string::npos);
   EXPECT_NE(md.find("working set crosses the LLC/L2 at 3413 tokens"), std::string::npos);
-  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | - | cold | 4 KiB | 2 TB/s | 66.67 |"), std::string::npos);
+  EXPECT_NE(md.find("| NVIDIA H100 80GB HBM3 (cuda) | gather | on | - | cold | 4 KiB | 2 TB/s | 66.67 |"),
+            std::string::npos);
   EXPECT_NE(md.find("| H100 SXM | 1 | 14.1 | 18.19 | 54.26 tokens (interpolated between 32 and 64; fetch faster below, "
                     "recompute above) |"),
             std::string::npos);

@@ -97,15 +97,16 @@ std::string above_ceiling(Ctx& cx) {
 // involuntarily more than a quiet machine does (bench_run.cpp). Said only where some row says it (runs before
 // 2026-11-29 do not record it, so "none" would claim what they never measured).
 std::string busy_machine(Ctx& cx) {
+  constexpr std::string_view marker = "machine busy: ";  // harness/src/bench_detail.hpp's kBusyMachineMarker + ": "
   std::string t;
   std::size_t n = 0;
   for (const auto& rs : cx.sets)
     for (const auto& r : rs.cases) {
-      const auto at = r.note.find("machine busy: ");
+      const auto at = r.note.find(marker);
       if (at == std::string::npos) continue;
       ++n;
-      const auto end = r.note.find(':', at + 14);
-      t += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), txt(r.note.substr(at + 14, end - at - 14))});
+      const auto from = at + marker.size(), end = r.note.find(':', from);  // the count, up to the next ':'
+      t += row({lbl(rs), txt(r.study), txt(r.case_name), txt(r.mode), txt(r.note.substr(from, end - from))});
     }
   if (!n) return "";
   return "\n### Rows measured on a busy machine\n\n" + std::to_string(n) +
