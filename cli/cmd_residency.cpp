@@ -337,7 +337,8 @@ void run_residency(const Args& a) {
   for (double b : budgets)
     hbm_blocks.push_back(blocks_in(b, cost, a.sweep.empty() ? "--hbm-gib" : "--sweep-hbm",
                                    a.sweep.empty() ? csv_number(b) : a.sweep));
-  const std::size_t host_blocks = a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", csv_number(a.host_gib)) : 0;
+  const std::size_t host_blocks =
+      a.host_gib > 0 ? blocks_in(a.host_gib, cost, "--host-gib", csv_number(a.host_gib)) : 0;
   if (a.disk_gib > 0 && !(in.gpu.disk_gbps > 0))
     throw UsageError("--disk-gib " + report::fmt(a.disk_gib) + ": " + in.gpu.name +
                      " has no disk figure (no spec sheet gives one): give --calibrate DIR, a results directory with the "
