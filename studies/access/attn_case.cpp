@@ -288,7 +288,9 @@ class AttnCase final : public kvf::Case {
         rf = 2.0 * sp.s.batch * sp.s.hkv * double(sp.s.ctx) * sp.s.d;
       }
     }
-    bytes = (sp.routing == Routing::alone ? 0 : att_b) + rb;
+    // The compute control loads the dense row's count of bytes, but from cache: no memory bytes, so no GB/s that
+    // reads as a memory rate (its note names the bytes it keeps in cache).
+    bytes = sp.compute_control ? 0 : (sp.routing == Routing::alone ? 0 : att_b) + rb;
     attention_flops_ = sp.routing == Routing::alone ? 0 : att_f;
     flops = attention_flops_ + rf;
   }
@@ -519,7 +521,9 @@ std::unique_ptr<Case> make_attn_case(const Point& p, AccessEnv& env) {
   }
   c->hot_in_cache = ws < 4.0 * double(env.llc);  // as the stream study: under 4x the LLC, partly cache
   const double rate = gpu ? 2e12 : 8e9;
-  const double t = c->bytes / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
+  // The compute control runs the dense row's loop (from cache): time it as the bytes it loads.
+  const double loaded = sp.compute_control ? ka::attention_bytes(s, shape) : c->bytes;
+  const double t = loaded / rate + (sp.routing != Routing::none && !gpu ? 0.002 : 0);
   const double fill = 2.0 * double(s.kv_bytes()) / (gpu ? 1e11 : 6e8);  // amortized over the cases sharing it
   const double ref = 4.0 * s.batch * s.hq * double(ntok) * s.d / (gpu ? 8e9 : 2e9);
   // Per mode: warm-up + samples until 1% error or the 0.5 s budget (cold samples add a flush each).
