@@ -212,6 +212,12 @@ class Runner {
                    "%s: pct_of_ceiling of %zu rows restated in cases.csv against this run's best %s (they were "
                    "measured before it; the lines above show them as they stood then)\n",
                    prog_.c_str(), n, n == 1 ? "ceiling row" : "ceiling rows");
+    // Rows of other studies run before this one into the same directory named this study's ceiling and found none.
+    if (const std::size_t late = dir_.state_late_ceilings(study_))
+      std::fprintf(stderr,
+                   "%s: pct_of_ceiling of %zu earlier %s in cases.csv stated against this run's ceiling (measured "
+                   "before it, they had none)\n",
+                   prog_.c_str(), late, late == 1 ? "row" : "rows");
   }
 
   struct CaseState {

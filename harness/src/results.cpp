@@ -165,6 +165,25 @@ std::string CeilingRef::label() const {
   return s + ":" + metric;
 }
 
+std::optional<CeilingRef> CeilingRef::parse(const std::string& label) {
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const std::size_t colon = label.find(':', at);
+    parts.push_back(label.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  if (parts.size() < 2 || parts.front().empty() || (parts.back() != "gbps" && parts.back() != "tflops"))
+    return std::nullopt;
+  CeilingRef ref{parts.front(), {}, parts.back()};
+  for (std::size_t i = 1; i + 1 < parts.size(); ++i) {
+    const std::size_t eq = parts[i].find('=');
+    if (eq == std::string::npos || eq == 0) return std::nullopt;
+    ref.match.push_back({parts[i].substr(0, eq), parts[i].substr(eq + 1)});
+  }
+  return ref;
+}
+
 ResultsDir::ResultsDir(fs::path dir) : dir_(std::move(dir)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -297,6 +316,14 @@ std::size_t ResultsDir::case_row_count() const {
   return fs::exists(path) ? read_csv_table(path.string()).rows.size() : 0;
 }
 
+namespace {
+void rewrite_table(const fs::path& path, const CsvTable& t) {
+  std::string content = csv_line(t.header);
+  for (const auto& row : t.rows) content += csv_line(row);
+  write_atomically(path, content);
+}
+}  // namespace
+
 std::size_t ResultsDir::restate_ceilings(std::size_t first,
                                          const std::function<const CeilingRef*(const std::string&)>& ceiling_of) {
   WriteSection hold;
@@ -318,10 +345,32 @@ std::size_t ResultsDir::restate_ceilings(std::size_t first,
     row[*pct] = csv_number(100.0 * *rate / *best);
     ++changed;
   }
-  if (changed == 0) return 0;
-  std::string content = csv_line(t.header);
-  for (const auto& row : t.rows) content += csv_line(row);
-  write_atomically(path, content);
+  if (changed > 0) rewrite_table(path, t);
+  return changed;
+}
+
+std::size_t ResultsDir::state_late_ceilings(const std::string& ceiling_study) {
+  WriteSection hold;
+  const fs::path path = dir_ / "cases.csv";
+  if (!fs::exists(path)) return 0;
+  CsvTable t = read_csv_table(path.string());
+  const auto label = t.column("ceiling"), mode = t.column("mode"), be = t.column("backend"), dev = t.column("device");
+  const auto pct = t.column("pct_of_ceiling"), value = t.column("ceiling_value");
+  if (!label || !mode || !pct || !value) return 0;
+  std::size_t changed = 0;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    auto& row = t.rows[r];
+    if (row[*label].empty() || !row[*value].empty()) continue;
+    const auto ref = CeilingRef::parse(row[*label]);
+    if (!ref || ref->study != ceiling_study) continue;
+    const auto rate = parse_number(t, r, ref->metric);
+    const auto best = find_ceiling(t, *ref, row[*mode], be ? row[*be] : "", dev ? row[*dev] : "");
+    if (!rate || !best || *best <= 0) continue;
+    row[*value] = csv_number(*best);
+    row[*pct] = csv_number(100.0 * *rate / *best);
+    ++changed;
+  }
+  if (changed > 0) rewrite_table(path, t);
   return changed;
 }
 

@@ -127,6 +127,47 @@ TEST(Results, RestateCeilingsStatesEarlierRowsAgainstTheRunsBest) {
   EXPECT_EQ(dir.restate_ceilings(first, [&](const std::string&) { return &read; }), 0u);  // nothing left to change
 }
 
+TEST(Results, CeilingLabelsParseBack) {
+  const CeilingRef read{"stream", {{"op", "read"}, {"huge", "on"}}, "gbps"};
+  const auto back = CeilingRef::parse(read.label());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->label(), read.label());
+  EXPECT_EQ(back->match.size(), 2u);
+  EXPECT_EQ(CeilingRef::parse("idleness:tflops")->study, "idleness");
+  for (const char* bad : {"", "stream", "stream:op=read", "stream:op:gbps", ":op=read:gbps", "stream:=x:gbps"})
+    EXPECT_FALSE(CeilingRef::parse(bad)) << bad;
+}
+
+TEST(Results, RowsBeforeTheirCeilingsStudyAreStatedWhenItRuns) {
+  const auto d = fresh_dir("late");
+  ResultsDir dir(d);
+  const std::vector<Sample> s = {{1.0}};
+  const CeilingRef read{"stream", {{"op", "read"}}, "gbps"};
+  auto naming = [&](CaseRecord r, std::optional<double> ceiling) {
+    r.ceiling = read.label();
+    r.ceiling_value = ceiling;
+    if (ceiling) r.pct_of_ceiling = 100 * r.gbps / *ceiling;
+    return r;
+  };
+  dir.write_case(naming(record("access", "dense", {{"arm", "dense"}}, 1.0, 10e9), std::nullopt), s);  // none then
+  dir.write_case(naming(record("access", "kept", {{"arm", "dense"}}, 1.0, 10e9), 50), s);  // stated in its time
+  dir.write_case(record("access", "cached", {{"arm", "dense"}}, 1.0, 10e9), s);           // names no ceiling
+  CaseRecord gpu = naming(record("access", "gpu", {{"arm", "dense"}}, 1.0, 10e9), std::nullopt);
+  gpu.backend = "cuda";
+  dir.write_case(gpu, s);  // no CUDA read below
+  EXPECT_EQ(dir.state_late_ceilings("stream"), 0u);  // no ceiling row yet
+  dir.write_case(record("stream", "read", {{"op", "read"}}, 1.0, 40e9), s);
+  EXPECT_EQ(dir.state_late_ceilings("idleness"), 0u);  // not the study these rows name
+  EXPECT_EQ(dir.state_late_ceilings("stream"), 1u);
+  const CsvTable t = read_csv_table((d / "cases.csv").string());
+  EXPECT_EQ(parse_number(t, 0, "ceiling_value"), 40.0);
+  EXPECT_EQ(parse_number(t, 0, "pct_of_ceiling"), 25.0);
+  EXPECT_EQ(parse_number(t, 1, "ceiling_value"), 50.0);
+  EXPECT_EQ(t.at(2, "pct_of_ceiling"), "");
+  EXPECT_EQ(t.at(3, "pct_of_ceiling"), "");
+  EXPECT_EQ(dir.state_late_ceilings("stream"), 0u);
+}
+
 TEST(Results, MetaUpdatesMerge) {
   const auto d = fresh_dir("meta");
   ResultsDir dir(d);

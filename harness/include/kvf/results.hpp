@@ -83,7 +83,9 @@ struct CeilingRef {
   std::string study;                 // e.g. "stream"
   std::vector<Param> match;          // e.g. {{"op","read"}}
   std::string metric = "gbps";
-  std::string label() const;         // "stream:op=read"
+  std::string label() const;         // "stream:op=read:gbps", as cases.csv's `ceiling` column holds it
+  // The reference a label names; nothing when it is not one (an empty column, a hand-edited file).
+  static std::optional<CeilingRef> parse(const std::string& label);
 };
 
 class ResultsDir {
@@ -104,6 +106,10 @@ class ResultsDir {
   // (atomically) where a value changed; returns how many rows changed. WriteError leaves the old file.
   std::size_t restate_ceilings(std::size_t first,
                                const std::function<const CeilingRef*(const std::string&)>& ceiling_of);
+  // States every row that names a ceiling of `ceiling_study` (its `ceiling` column) but found none when it was
+  // measured (an empty ceiling_value: the ceiling's study ran after it into the same directory) against the best
+  // such ceiling now in cases.csv. Rows stated before keep the ceiling of their time. Returns how many changed.
+  std::size_t state_late_ceilings(const std::string& ceiling_study);
 
  private:
   void ensure_param_columns(const std::vector<Param>& params);
