@@ -209,9 +209,9 @@ class Runner {
     });
     if (n > 0)
       std::fprintf(stderr,
-                   "%s: pct_of_ceiling of %zu rows restated in cases.csv against this run's best %s (they were "
-                   "measured before it; the lines above show them as they stood then)\n",
-                   prog_.c_str(), n, n == 1 ? "ceiling row" : "ceiling rows");
+                   "%s: pct_of_ceiling of %zu %s restated in cases.csv against this run's best ceiling rows (measured "
+                   "before it; the lines above show them as they stood then)\n",
+                   prog_.c_str(), n, n == 1 ? "row" : "rows");
     // Rows of other studies run before this one into the same directory named this study's ceiling and found none.
     if (const std::size_t late = dir_.state_late_ceilings(study_))
       std::fprintf(stderr,
@@ -318,7 +318,10 @@ class Runner {
     Case* c = cases_[i].get();
     if (!state_[i].set_up) {
       c->setup(be_);
-      p.rec.params = c->params;  // a case may add what its setup measured (the access study's FMA floor)
+      // A case may add what its setup measured (the access study's FMA floor) or found (the width of the weights a
+      // CPU recompute reads: bf16 through oneDNN, fp32 through the OpenBLAS fallback).
+      p.rec.params = c->params;
+      p.rec.bytes = c->bytes;
       state_[i].set_up = true;
       if (c->has_verify()) c->verify(be_);
     }

@@ -17,6 +17,13 @@
 namespace kvf::frontier_study {
 namespace {
 
+// The bf16 weights one page's recompute through L layers reads: L-1 whole layers, then layer L's K/V rows.
+double weight_bytes(const md::ModelShape& m, int L) {
+  const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
+  const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);
+  return (L - 1) * layer_w + 2 * H * 2 * kvd;
+}
+
 class LayersCpu final : public Case {
  public:
   LayersCpu(const md::ModelShape& m, int T, int L, int N, Env& env) : m_(m), T_(T), L_(L), N_(N), env_(env) {}
@@ -31,6 +38,7 @@ class LayersCpu final : public Case {
     slot_ = fr::scattered_slots(T_, blocks, kSeed + 12);
     pages_.assign(L_, std::vector<std::uint16_t>(std::size_t(blocks) * 2 * fr::kBlockTokens * m_.kv_dim()));
     gemms_ = fr::make_layer_gemms(*w_, T_, L_ > 1);
+    set_gemm_column(*this, *gemms_.kv, weight_bytes(m_, L_) / 2);
   }
   void run(Backend&) override {
     fr::through_layers_cpu(*w_, gemms_, L_, T_, N_, tok_.data(), pc_, cs_.data(), slot_.data(), pages_, scratch_);
@@ -84,14 +92,14 @@ class LayersCpu final : public Case {
 std::unique_ptr<Case> make_layers_cpu(const md::ModelShape& m, int T, int L, int N, Env& env) {
   auto c = std::make_unique<LayersCpu>(m, T, L, N, env);
   c->flops = fr::through_layers_flops(m, L, T, N);
-  const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
-  const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);
-  c->bytes = (L - 1) * layer_w + 2 * H * 2 * kvd + double(fr::prefix_bytes(m, L - 1, N, 0)) + double(T) * 2 * kvd * 2 * L;
-  c->note = "CPU twin: oneDNN bf16 matmuls (weights packed once; one synthetic layer reused by every layer), fp32 "
+  const double kvd = m.kv_dim();
+  c->bytes = weight_bytes(m, L) + double(fr::prefix_bytes(m, L - 1, N, 0)) + double(T) * 2 * kvd * 2 * L;
+  c->note = "CPU twin: bf16 matmuls through oneDNN, or OpenBLAS fp32 where this oneDNN has none (the gemm column and "
+            "the GEMM kernel below say which; weights packed once; one synthetic layer reused by every layer), fp32 "
             "activations rounded to bf16 as GEMM inputs, fp32 prefix K/V and attention per layer; layer L computes only "
             "its K/V; bytes = weights + prefix K/V read + page K/V written";
   c->ceiling = kGemmCeiling;
-  c->est_seconds = est(c->flops / 150e9, 1.0 + layer_w / 1e9);
+  c->est_seconds = est(c->flops / 150e9, 1.0 + weight_bytes(m, 2) / 1e9);
   return c;
 }
 
@@ -157,10 +165,9 @@ std::unique_ptr<Case> make_layers_gpu(const md::ModelShape& m, int T, int L, int
   auto c = std::make_unique<LayersGpu>(m, T, L, N, env, launch);
   c->params = std::move(params);
   c->flops = fr::through_layers_flops(m, L, T, N);
-  const double kvd = m.kv_dim(), H = m.hidden, qd = m.q_dim(), I = m.intermediate;
-  const double layer_w = 2 * (H * (qd + 2 * kvd) + H * qd + 3 * H * I);  // bf16 weights
-  // weights of L-1 layers + layer L's K/V rows, the shared prefix K/V read by L-1 attentions, the page's K/V written
-  c->bytes = (L - 1) * layer_w + 2 * H * 2 * kvd + (L - 1) * kvf::decode::kv_layer_bytes(m, 1, N) + double(T) * 2 * kvd * 2 * L;
+  const double kvd = m.kv_dim();
+  // the weights, the shared prefix K/V read by L-1 attentions, the page's K/V written
+  c->bytes = weight_bytes(m, L) + (L - 1) * kvf::decode::kv_layer_bytes(m, 1, N) + double(T) * 2 * kvd * 2 * L;
   c->note = "GPU: kernels/decode PrefillGpu::step_kv: cuBLASLt bf16 GEMMs, the causal attention of "
             "prefill_attn_gpu.cu (its kernel named after the measurement), one bf16 prefix cache shared by the layers "
             "(the CPU twin keeps one per layer: a prefix small enough for the L2 is re-read from L2 here), K/V appended "

@@ -89,7 +89,7 @@ void MlaCase::setup(Backend& be) {
   if (!gpu_) {
     s_.y.resize(std::size_t(R_) * N_);
     s_.gemm_cpu = std::make_unique<fr::Bf16Gemm>(R_, N_, K_, s_.w.data());
-    set_gemm_column(params, *s_.gemm_cpu);
+    set_gemm_column(*this, *s_.gemm_cpu, double(N_) * K_);
   }
   if (latent_) {
     s_.inv_freq = fr::rope_inv_freq(m_, g_.rope);

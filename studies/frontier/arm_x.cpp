@@ -116,7 +116,7 @@ class XCase final : public Case {
   }
   void setup(Backend& be) override {
     x_setup_host(s_, m_, T_, P_, bits_, gpu_);
-    if (s_.gemm_cpu) set_gemm_column(params, *s_.gemm_cpu);
+    if (s_.gemm_cpu) set_gemm_column(*this, *s_.gemm_cpu, 2.0 * s_.g.kv_dim() * m_.hidden);
 #if defined(KVF_HAVE_CUDA)
     if (gpu_) {
       x_setup_gpu(s_, be);

@@ -122,8 +122,16 @@ inline const kvf::CeilingRef kGemmCeiling{"frontier", {{"arm", "gemm_ceiling"}},
 inline std::string gemm_kernel_note(const fr::Bf16Gemm& g) { return "GEMM kernel " + g.impl() + " (ISA " + g.isa() + ")"; }
 // The `gemm` column of a CPU recompute row once its product is built: the plan says onednn_bf16_fp32out; a host
 // whose oneDNN has no bf16 matmul (AVX2 without AVX-512) runs the OpenBLAS fallback, and the row must say so.
-inline void set_gemm_column(std::vector<kvf::Param>& params, const fr::Bf16Gemm& g) {
-  kvf::set_param(params, "gemm", g.isa() == "openblas_fp32" ? "openblas_fp32" : "onednn_bf16_fp32out");
+// The fallback reads its weights widened to fp32: twice the bf16 bytes the case counted for its weight_values
+// (its X, widened per call into a buffer in cache, is still counted once at bf16).
+inline void set_gemm_column(Case& c, const fr::Bf16Gemm& g, double weight_values) {
+  const bool fp32 = g.isa() == "openblas_fp32";
+  kvf::set_param(c.params, "gemm", fp32 ? "openblas_fp32" : "onednn_bf16_fp32out");
+  static const std::string said = "; bytes count the weights at fp32 (the OpenBLAS fallback reads them widened)";
+  if (fp32 && c.note.find(said) == std::string::npos) {  // once, should a case be set up again
+    c.bytes += 2.0 * weight_values;
+    c.note += said;
+  }
 }
 
 }  // namespace kvf::frontier_study
