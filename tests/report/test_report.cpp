@@ -124,6 +124,20 @@ TEST(Verdicts, Claim4WithoutMemoryColumnsIsNotMeasured) {
   EXPECT_EQ(c4.figures, "no xq row with both resident_bytes_per_page and kv_bytes_per_page");
 }
 
+// A recompute measured through the OpenBLAS fp32 fallback says so in claims 3 and 4: fp32 weights are not the bf16
+// path an engine runs, so the verdict rests on another product than the one claimed.
+TEST(Verdicts, RecomputeOnTheFp32FallbackSaysSo) {
+  auto sets = load_all({kFx + "/gpu"});
+  const std::string said = "recompute ran OpenBLAS fp32";
+  for (const char* claim : {"Recompute wins for small pages", "XQuant-style"})
+    EXPECT_EQ(find(verdicts(sets), claim).figures.find(said), std::string::npos) << claim;
+  for (auto& r : sets[0].cases)
+    if (r.param("arm") == "x" || r.param("arm") == "xq") r.params["gemm"] = "openblas_fp32";
+  const auto vs = verdicts(sets);
+  for (const char* claim : {"Recompute wins for small pages", "XQuant-style"})
+    EXPECT_NE(find(vs, claim).figures.find(said), std::string::npos) << find(vs, claim).figures;
+}
+
 TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {
   const auto vs = verdicts(load_all({kFx + "/cpu_partial"}));
   for (const auto& v : vs) EXPECT_EQ(v.verdict, "not measured") << v.claim << ": " << v.figures;

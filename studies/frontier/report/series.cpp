@@ -94,6 +94,7 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
         s.arm = arm;
         s.xdtype = r->param("xdtype");
         s.prefix = r->param("prefix");
+        s.gemm = r->param("gemm");
         s.mode = mode;
         s.layers = r->num("layers").value_or(1);
         s.pages = r->num("pages").value_or(1);

@@ -34,6 +34,7 @@ std::string primary_link(const ResultSet& rs);
 // page: the call's median divided by its P pages.
 struct RecSeries {
   std::string model, arm, xdtype, mode, prefix;
+  std::string gemm;  // the first row's `gemm` column: openblas_fp32 where this CPU's oneDNN had no bf16 matmul
   double layers = 1, pages = 1;
   std::vector<double> tokens, secs, kv_bytes, resident;
   std::vector<double> lo, hi;  // q1 and q3 per page (the median where cases.csv has none)

@@ -86,6 +86,14 @@ std::string regimes_text(const Regimes& g, const std::string& link) {
          fmt(g.b_fetch * 1e9) + " ns); the claim (small pages) is about the fixed-cost regime";
 }
 
+// A CPU verdict resting on the OpenBLAS fp32 fallback (no bf16 matmul in this host's oneDNN) is not the bf16 path an
+// engine runs: it reads twice the weight bytes, at another FLOP rate.
+std::string fallback_text(const RecSeries& s) {
+  return s.gemm == "openblas_fp32" ? "; recompute ran OpenBLAS fp32 (this CPU's oneDNN has no bf16 matmul): fp32 "
+                                     "weights, not the bf16 path an engine on a bf16-capable CPU runs"
+                                   : "";
+}
+
 Verdict claim1(const ResultSet& rs) {
   Verdict v{kClaim1, rs.label, "not measured", "", kRule1};
   if (rs.backend != "cuda") {
@@ -163,7 +171,7 @@ Verdict claim3(const ResultSet& rs) {
   v.figures = x->model + " vs " + link + " (recompute " + x->mode + ", fetch " + f->mode + "): T=" + fmt(T.front()) +
               " recompute " + us_text(r.front()) + " / fetch " +
               us_text(t.front()) + "; T=" + fmt(T.back()) + " " + us_text(r.back()) + " / " + us_text(t.back()) + "; crossover " + c.text +
-              "; " + regimes_text(regimes(*x, *f), link);
+              "; " + regimes_text(regimes(*x, *f), link) + fallback_text(*x);
   // Layers: the through-layers arm (from token ids, P=1, same model) at one page size, >= 2 layer counts.
   std::map<double, std::map<double, std::pair<double, double>>> by_t;  // T -> L -> (recompute, fetch)
   for (const auto& s : recs) {
@@ -242,7 +250,8 @@ Verdict claim4(const ResultSet& rs) {
                  md::bytes(s.resident[i]) + " vs K/V " + md::bytes(s.kv_bytes[i]) + " per page; recompute " +
                  us_text(s.secs[i]) + " vs " + link + " of the " + fmt(s.pages) + " pages in one copy " +
                  us_text(fetch) + " per page (" + fmt(ratio) + "x" +
-                 (b.sign == 0 ? ", inside each other's q1..q3 spread" : "") + "); " + kv_error_of(s.notes[i]);
+                 (b.sign == 0 ? ", inside each other's q1..q3 spread" : "") + "); " + kv_error_of(s.notes[i]) +
+                 fallback_text(s);
       }
     }
   }
