@@ -169,6 +169,29 @@ TEST(Calibrate, CeilingsAndFittedCopyCost) {
   EXPECT_EQ(g.source.at("hbm_tbps").rfind("measured: 3000 GB/s", 0), 0u) << g.source.at("hbm_tbps");
 }
 
+// Two studies read the same memory (stream op=read, idleness arm=read_ceiling), both rank 0: the faster read is the
+// memory ceiling, whichever study it came from, and the other is named beside it.
+TEST(Calibrate, TheBetterOfTwoReadsOfOneMemoryIsTheCeiling) {
+  const auto gpus = load_gpus(default_gpus_path());
+  for (const double idle_gbps : {2500.0, 3300.0}) {
+    ResultSet rs = load_results(kFx + "/gpu");
+    CaseRow r = *rs.rows("stream").front();
+    r.study = "idleness";
+    r.case_name = "read_ceiling/1024MiB";
+    r.mode = "cold";
+    r.params = {{"arm", "read_ceiling"}};
+    r.gbps = idle_gbps;
+    rs.cases.push_back(r);
+    GpuSpec g = find_gpu(gpus, "H100 SXM");
+    calibrate(g, rs);
+    const std::string& src = g.source.at("hbm_tbps");
+    EXPECT_DOUBLE_EQ(g.hbm_tbps, std::max(3000.0, idle_gbps) / 1000) << src;
+    const std::string stream = "3000 GB/s, best stream op=read", idle = "best idleness arm=read_ceiling";
+    EXPECT_EQ(src.rfind(idle_gbps > 3000 ? "measured: 3300 GB/s, " + idle : "measured: " + stream, 0), 0u) << src;
+    EXPECT_NE(src.find(idle_gbps > 3000 ? "; also " + stream : "; also 2500 GB/s, " + idle), std::string::npos) << src;
+  }
+}
+
 TEST(Predict, RowsUseCalibratedCeilings) {
   const auto gpus = load_gpus(default_gpus_path());
   const ResultSet rs = load_results(kFx + "/gpu");

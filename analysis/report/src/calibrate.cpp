@@ -67,19 +67,27 @@ namespace {
 // The fields a calibration term may set, in the order they are calibrated and listed.
 // host_tier: a figure of the host's side (disk, the remote tier between hosts' memories), which a CPU run measures
 // for a GPU as well as a GPU run does; the others are the device's own.
+// lower_is_better: a cost (a fixed time), where the other fields are rates; of two terms of one rank that both
+// measure a field, the better figure is the ceiling.
 struct Field {
   const char* name;
   double GpuSpec::*member;
   bool host_tier;
+  bool lower_is_better = false;
 };
 constexpr Field kFields[] = {
-    {"hbm_tbps", &GpuSpec::hbm_tbps, false},         {"bf16_tflops", &GpuSpec::bf16_tflops, false},
+    {"hbm_tbps", &GpuSpec::hbm_tbps, false},
+    {"bf16_tflops", &GpuSpec::bf16_tflops, false},
     {"fp32_tflops", &GpuSpec::fp32_tflops, false},
-    {"host_link_gbps", &GpuSpec::host_link_gbps, false}, {"copy_fixed_us", &GpuSpec::copy_fixed_us, false},
-    {"disk_gbps", &GpuSpec::disk_gbps, true},       {"disk_latency_us", &GpuSpec::disk_latency_us, true},
-    {"nvlink_gbps", &GpuSpec::nvlink_gbps, false},   {"launch_us", &GpuSpec::launch_us, false},
-    {"remote_gbps", &GpuSpec::remote_gbps, true},   {"remote_fixed_us", &GpuSpec::remote_fixed_us, true},
-    {"remote_descriptor_us", &GpuSpec::remote_descriptor_us, true},
+    {"host_link_gbps", &GpuSpec::host_link_gbps, false},
+    {"copy_fixed_us", &GpuSpec::copy_fixed_us, false, true},
+    {"disk_gbps", &GpuSpec::disk_gbps, true},
+    {"disk_latency_us", &GpuSpec::disk_latency_us, true, true},
+    {"nvlink_gbps", &GpuSpec::nvlink_gbps, false},
+    {"launch_us", &GpuSpec::launch_us, false, true},
+    {"remote_gbps", &GpuSpec::remote_gbps, true},
+    {"remote_fixed_us", &GpuSpec::remote_fixed_us, true, true},
+    {"remote_descriptor_us", &GpuSpec::remote_descriptor_us, true, true},
 };
 
 double GpuSpec::*member_of(const std::string& field) {
@@ -103,9 +111,30 @@ std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, cons
       for (const auto& t : s.calibration)
         if (t.field == field.name && t.measure) terms.push_back(&t);
     std::stable_sort(terms.begin(), terms.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
-    for (const auto* t : terms) {
-      const auto measured = t->measure(rs);
-      if (measured.empty()) continue;
+    for (std::size_t first = 0; first < terms.size();) {
+      // The terms of one rank: of those that measure this field, the best figure wins (two studies' reads of the
+      // same memory: the ceiling is the faster), and the others are named beside it.
+      std::size_t end = first;
+      while (end < terms.size() && terms[end]->rank == terms[first]->rank) ++end;
+      std::vector<std::vector<Calibrated>> found;  // per term that found rows: what it measured
+      for (std::size_t i = first; i < end; ++i)
+        if (auto got = terms[i]->measure(rs); !got.empty()) found.push_back(std::move(got));
+      first = end;
+      if (found.empty()) continue;
+      const auto value_of = [&](const std::vector<Calibrated>& got) -> const Calibrated* {
+        const auto it = std::find_if(got.begin(), got.end(), [&](const Calibrated& c) { return c.field == field.name; });
+        return it == got.end() ? nullptr : &*it;
+      };
+      std::size_t win = 0;
+      for (std::size_t i = 1; i < found.size(); ++i) {
+        const Calibrated *a = value_of(found[i]), *b = value_of(found[win]);
+        if (a && (!b || (field.lower_is_better ? a->value < b->value : a->value > b->value))) win = i;
+      }
+      std::vector<Calibrated> measured = found[win];
+      for (auto& m : measured)
+        if (m.field == field.name)
+          for (std::size_t i = 0; i < found.size(); ++i)
+            if (const Calibrated* o = value_of(found[i]); i != win && o) m.text += "; also " + o->text;
       for (const auto& m : measured) {
         if (host_tiers_only && !std::any_of(std::begin(kFields), std::end(kFields), [&](const Field& f) {
               return f.host_tier && m.field == f.name;

@@ -385,7 +385,9 @@ StudyReport idleness_report() {
       per_layer({}, [](Predictor& p, int) { return p.none("idleness arm '" + p.r.param("arm") + "' has no model term"); }),
   };
   // The GEMM ceiling when the frontier study measured none (its rank is 0).
-  s.calibration = {best_row_term("bf16_tflops", 1, "idleness", {{"arm", "gemm_ceiling"}}, true), fp32_gemm_term()};
+  // Its read ceiling is a read of the same memory as the stream study's: the better of the two is the ceiling.
+  s.calibration = {best_row_term("bf16_tflops", 1, "idleness", {{"arm", "gemm_ceiling"}}, true), fp32_gemm_term(),
+                   best_row_term("hbm_tbps", 0, "idleness", {{"arm", "read_ceiling"}}, false, 1000, true)};
   return s;
 }
 

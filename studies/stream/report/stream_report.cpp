@@ -19,7 +19,8 @@ StudyReport stream_report() {
          return p.roof(0, "bytes / memory bandwidth");
        }},
   };
-  // Memory bandwidth has no other source; the host link is the frontier's copy-size fit first (rank 0 there).
+  // Memory bandwidth: the better of this read and the idleness study's read_ceiling (rank 0 both); the host link is
+  // the frontier's copy-size fit first (rank 0 there).
   s.calibration = {best_row_term("hbm_tbps", 0, "stream", {{"op", "read"}}, false, 1000, true),
                    best_row_term("host_link_gbps", 1, "stream", {{"op", "h2d_pinned"}}, false, 1, true)};
   return s;

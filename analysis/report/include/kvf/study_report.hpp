@@ -193,8 +193,9 @@ struct Calibrated {
 };
 struct CalibrationTerm {
   std::string field;  // the field it measures (it may set others with it: a fit gives bandwidth and fixed cost)
-  // When several plug-ins measure one field, the lowest rank that finds rows in the directory wins (ties: the
-  // study list's order): a ceiling arm made for it before a by-product of another study.
+  // When several plug-ins measure one field, the lowest rank that finds rows in the directory wins: a ceiling arm
+  // made for it before a by-product of another study. Within that rank the better figure wins (the higher rate,
+  // the lower fixed cost), and the others are named in its source text.
   int rank = 0;
   std::function<std::vector<Calibrated>(const ResultSet&)> measure;  // empty: nothing to measure from here
   std::string note;  // said once beside the ceilings of the measured-vs-predicted section ("" for none)
