@@ -318,8 +318,13 @@ class AccessStudy final : public Study {
     for (const auto& t : dtypes_) env.dtypes.push_back(parse_dtype(t));
     for (const auto& t : layouts_) env.layouts.push_back(parse_layout(t));
     for (const auto& t : contexts_) env.ctxs.push_back(parse_ctx(t));
+    // One case per fraction: 1/8 and 0.125 are the same keep (the first spelling names its cases), as 4096 and 4K
+    // are one context.
+    std::vector<double> keep_values;
     for (const auto& t : keeps_) {
-      parse_keep(t);
+      const double v = parse_keep(t);
+      if (std::find(keep_values.begin(), keep_values.end(), v) != keep_values.end()) continue;
+      keep_values.push_back(v);
       env.keeps.push_back(t);
     }
     for (const auto& t : blocks_) {
