@@ -13,6 +13,7 @@
 #include "run_flags.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/results.hpp"
+#include "kvf/study_flags.hpp"
 
 namespace kvf::cli {
 namespace {
@@ -51,6 +52,7 @@ int run(int argc, char** argv) {
   kvf::cli::add_model(app);
   kvf::cli::add_residency(app);
   kvf::cli::add_attention(app);
+  kvf::refuse_flags_as_values(app);
   try {
     // A first word that names no command: CLI11 would say only "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {

@@ -21,11 +21,29 @@
 
 namespace kvf {
 
+namespace {
+// A flag given without its value takes the next word as it ("--contexts --parts attention"); say that, rather than
+// judging "--parts" as a context. No value of a study flag starts with "--" and a letter.
+const CLI::Validator kNotAFlag(
+    [](std::string& v) -> std::string {
+      if (v.size() > 2 && v[0] == '-' && v[1] == '-' && std::isalpha(static_cast<unsigned char>(v[2])))
+        return "no value given (the next word, " + v + ", is a flag)";
+      return {};
+    },
+    "", "not a flag");
+}  // namespace
+
+void refuse_flags_as_values(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (!o->get_lnames().empty() && o->get_expected_min() > 0) o->check(kNotAFlag);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_flags_as_values(*sub);
+}
+
 void StudyFlags::text(const std::string& name, std::string& value, const std::string& help) {
-  app_->add_option(name, value, help);
+  app_->add_option(name, value, help)->check(kNotAFlag);
 }
 void StudyFlags::list(const std::string& name, std::vector<std::string>& values, const std::string& help) {
-  app_->add_option(name, values, help)->delimiter(',');
+  app_->add_option(name, values, help)->delimiter(',')->check(kNotAFlag);
 }
 void StudyFlags::flag(const std::string& name, bool& on, const std::string& help) { app_->add_flag(name, on, help); }
 void StudyFlags::footer(const std::string& text) { app_->footer(text); }

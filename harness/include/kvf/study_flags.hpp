@@ -17,6 +17,11 @@ class App;
 
 namespace kvf {
 
+// Every named option of `app` and of its subcommands that takes a value refuses one that is a flag: a flag
+// given without its value takes the next word ("--contexts --parts attention"), and the line says so rather
+// than judge "--parts" as a context. StudyFlags' options refuse it too.
+void refuse_flags_as_values(CLI::App& app);
+
 class StudyFlags {
  public:
   StudyFlags() = default;  // no command line (yet): nothing is given, nothing may be declared
