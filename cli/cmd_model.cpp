@@ -72,6 +72,14 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
                   f(transfer(g, kv, 1, g.host_link_gbps).seconds * 1e6).c_str(), nv.c_str(), f(dq * 1e6).c_str(),
                   f(kv).c_str());
     }
+  // The model prices any page size; the benches measure 16..4096 tokens in 16-token blocks (bench_frontier --tokens),
+  // so a page outside that has no row that could check it, whatever --calibrate fitted.
+  std::string unmeasurable;
+  for (double T : ao.tokens)
+    if (T < 16 || T > 4096 || std::fmod(T, 16) != 0) unmeasurable += (unmeasurable.empty() ? "" : ", ") + f(T);
+  if (!unmeasurable.empty())
+    std::printf("Tokens %s: outside what bench_frontier measures (16..4096 per page, multiples of 16): the model's "
+                "alone, no measured row can check them\n", unmeasurable.c_str());
   if (m.mla) {
     std::printf("\nMLA: up-projection of the latent to per-head K/V (us per page per layer), after recompute_x "
                 "(the latent):\n%7s %4s %12s\n", "tokens", "P", "mla_up");
