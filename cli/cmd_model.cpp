@@ -59,18 +59,21 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
               f(m.kv_values_per_token).c_str(), f(m.layers).c_str(), m.mla ? " (MLA)" : "");
 
   std::printf("Predicted time per page per layer (us), P = pages per call (weight reads amortized over P):\n");
-  std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s\n", "tokens", "P", "recompute_x", "x_int8", "x_int4",
-              "fetch_host", "fetch_nvlink", "dequant_kv8", "kv_bytes");
+  // The disk and remote tiers (one read / one descriptor of the page's layer K/V) where --calibrate measured them.
+  std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s %12s %12s\n", "tokens", "P", "recompute_x", "x_int8",
+              "x_int4", "fetch_host", "fetch_nvlink", "fetch_disk", "fetch_remote", "dequant_kv8", "kv_bytes");
   for (double T : ao.tokens)
     for (double P : {1.0, double(ao.prefill_pages)}) {
       const double kv = kv_bytes_per_layer(m, T);
       const std::string nv = g.nvlink_gbps > 0 ? f(transfer(g, kv, 1, g.nvlink_gbps).seconds * 1e6) : "-";
+      const std::string disk = g.disk_gbps > 0 ? f(disk_s(g, kv, 1) * 1e6) : "-";
+      const std::string remote = g.remote_gbps > 0 ? f(remote_s(g, kv, 1) * 1e6) : "-";
       const double dq = roofline_s(g, 0, kv + kv_quant_bytes_per_layer(m, T, 8)) + g.launch_us * 1e-6;
-      std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s\n", f(T).c_str(), f(P).c_str(),
+      std::printf("%7s %4s %12s %12s %12s %12s %12s %12s %12s %12s %12s\n", f(T).c_str(), f(P).c_str(),
                   f(recompute_x(g, m, T, P, 16).seconds * 1e6).c_str(), f(recompute_x(g, m, T, P, 8).seconds * 1e6).c_str(),
                   f(recompute_x(g, m, T, P, 4).seconds * 1e6).c_str(),
-                  f(transfer(g, kv, 1, g.host_link_gbps).seconds * 1e6).c_str(), nv.c_str(), f(dq * 1e6).c_str(),
-                  f(kv).c_str());
+                  f(transfer(g, kv, 1, g.host_link_gbps).seconds * 1e6).c_str(), nv.c_str(), disk.c_str(),
+                  remote.c_str(), f(dq * 1e6).c_str(), f(kv).c_str());
     }
   // The model prices any page size; the benches measure 16..4096 tokens in 16-token blocks (bench_frontier --tokens),
   // so a page outside that has no row that could check it, whatever --calibrate fitted.
