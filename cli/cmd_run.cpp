@@ -283,7 +283,8 @@ void add_run(CLI::App& app) {
                   "cpu, a GPU ordinal (among those CUDA_VISIBLE_DEVICES leaves visible; default 0), or all: each "
                   "visible GPU in turn, one results directory each (DIR/dev0, DIR/dev1, ...). Recorded in meta.json");
   sub->add_flag("--list-devices", o->list_devices,
-                "print the CPU and each visible GPU (name, memory, compute capability) with its --device value, run nothing");
+                "print the CPU and each visible GPU (name, memory, compute capability) with its --device value, run "
+                "nothing; takes no other flag");
   sub->add_flag("--quick", o->quick, "the quick subset of every study (under 30 s on the CPU)");
   sub->add_option("--out", o->out, "results directory (default results/runs/<utc>-<backend>)")
       ->check(CLI::Validator(
