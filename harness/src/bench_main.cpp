@@ -191,6 +191,22 @@ void apply_benchmark_filter(std::vector<std::unique_ptr<Case>>& cases, const ben
                         : "");
 }
 
+// The studies estimate a case at the default sampling budget per mode (0.5 s, 0.1 s with --quick). Another --budget
+// moves each mode's sampling by the difference where a case samples to its budget: added in full when larger (the
+// time a case that does not converge may take), taken off in proportion when smaller (the estimate's sampling
+// share is not known apart from its setup). --list, kvf run's plan and the progress line all show it.
+void scale_estimates_to_budget(std::vector<std::unique_ptr<Case>>& cases, const Flags& f) {
+  const double standard = f.quick ? 0.1 : StopRule{}.budget_s, budget = f.cfg.stop.budget_s;
+  if (f.profile || budget == standard || !(standard > 0)) return;
+  for (auto& c : cases) {
+    if (is_skipped(*c)) continue;
+    const double modes = (c->cold ? 1 : 0) + (c->hot ? 1 : 0);
+    c->est_seconds = budget > standard ? c->est_seconds + modes * (budget - standard)
+                                       : std::max(c->est_seconds * budget / standard,
+                                                  c->est_seconds - modes * (standard - budget));
+  }
+}
+
 // runs_on: the backend the cases run on (a host-only study's is the CPU's, whatever --backend or --plan-device say).
 int print_list(const std::vector<std::unique_ptr<Case>>& cases, const std::string& study, const std::string& runs_on,
                const Flags& f, const std::string& prog) {
@@ -402,6 +418,7 @@ int run_study(int argc, char** argv, Study& study) {
     if (f.no_hot) c->hot = false;
   }
   std::erase_if(cases, [](const auto& c) { return !c->cold && !c->hot && !is_skipped(*c); });
+  scale_estimates_to_budget(cases, f);
 
   // A filter that leaves nothing is refused by --list too, so kvf run's plan stops it before any study measures.
   const bool filtered = !f.case_filter.empty() || f.benchmark_filter_re.has_value();
