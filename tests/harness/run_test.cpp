@@ -120,6 +120,33 @@ TEST(EndToEnd, RepetitionsPoolIntoOneRowAndFilterKeepsTheCeiling) {
   EXPECT_EQ(c.err.find("Library was built as DEBUG"), std::string::npos) << c.err;
 }
 
+// --list's estimate follows --budget: each mode may sample the difference longer (a larger budget), or takes
+// proportionally less (a smaller one); it had stayed at the default whatever was given.
+TEST(EndToEnd, ListEstimatesFollowTheBudget) {
+  const auto d = fresh_dir("budget_list");
+  fs::create_directories(d);
+  const auto est = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {KVF_BENCH_STREAM, "--backend", "cpu", "--size", "64MiB", "--arms", "read",
+                                     "--list", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string out = (d / "list.jsonl").string();
+    std::ofstream(out).close();  // run_capture opens it without O_CREAT
+    const Captured c = run_capture(args, out.c_str());
+    EXPECT_EQ(c.rc, 0) << c.err;
+    std::ifstream in(out);
+    std::string line;
+    std::getline(in, line);
+    const auto j = nlohmann::json::parse(line);
+    return std::make_pair(j.at("est_seconds").get<double>(), int(j.at("cold").get<bool>()) + j.at("hot").get<bool>());
+  };
+  const auto [standard, modes] = est({});
+  ASSERT_GT(standard, 0);
+  EXPECT_NEAR(est({"--budget", "2"}).first, standard + modes * 1.5, 1e-9);
+  const double smaller = est({"--budget", "0.25"}).first;
+  EXPECT_LT(smaller, standard);
+  EXPECT_GE(smaller, standard * 0.5 - 1e-9);
+}
+
 // --profile: one warm-up and one execution per case and mode, rows marked so the report never scores them.
 TEST(EndToEnd, ProfileRunExecutesEachCaseOnceAndSaysSo) {
   const auto d = fresh_dir("profile");
