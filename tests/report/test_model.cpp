@@ -131,6 +131,32 @@ TEST(Actions, HandComputedClass) {
   EXPECT_DOUBLE_EQ(j["hbm_price_us_per_mib"].get<double>(), 1.0);
 }
 
+// Prefill fetches and (de)quantizes the P pages of a call together: one copy, one launch per layer for all of them.
+TEST(Actions, PrefillAmortizesFixedCostsOverItsPages) {
+  ActionOptions o;
+  o.tokens = {64};
+  o.layers = {2};
+  o.reuse = {0.1};
+  o.prefill_pages = 4;
+  o.hbm_price_us_per_mib = 1;
+  const auto t = action_table(toy(), small(), o);
+  ASSERT_EQ(t.size(), 2u);
+  auto cost = [&](const ActionClass& c, const std::string& a) {
+    for (const auto& x : c.costs)
+      if (x.action == a) return x;
+    ADD_FAILURE() << a;
+    return ActionCost{};
+  };
+  // decode, L=2: two copies of 32768 B: 2 x 10 us + 65536 B / 50 GB/s = 21.31072 us
+  EXPECT_NEAR(cost(t[0], "demote").reuse_us, 21.31072, 1e-9);
+  // prefill, P=4: two copies of 4 x 32768 B: (20 us + 262144 B / 50 GB/s) / 4 = (20 + 5.24288) / 4 = 6.31072 us
+  EXPECT_NEAR(cost(t[1], "demote").reuse_us, 6.31072, 1e-9);
+  // compress_int8, prefill: per layer one pass over 4 pages, 4 x (16896 + 32768) B = 198656 B at 1 TB/s + 5 us;
+  // two layers, per page: 2 x (0.198656 + 5) / 4 = 2.599328 us (decode: 2 x 5.049664 = 10.099328)
+  EXPECT_NEAR(cost(t[0], "compress_int8").reuse_us, 10.099328, 1e-9);
+  EXPECT_NEAR(cost(t[1], "compress_int8").reuse_us, 2.599328, 1e-9);
+}
+
 TEST(Actions, DefaultPriceIsAFetchOfOneMiB) {
   ActionOptions o;
   o.tokens = {64};

@@ -10,8 +10,9 @@
 //                 into host memory, then the demote's fetch
 // evict           nothing resident; on reuse the page's tokens run through layers 1..L-1 again, then layer L's
 //                 K/V as recompute_x computes them
-// Phase: decode recomputes one page per call (P = 1, weights read per page); prefill batches
-// `prefill_pages` pages per call (weight reads amortized over P).
+// Phase: decode handles one page per call (P = 1, weights read per page); prefill batches `prefill_pages` pages
+// per call: a recompute's weight reads, and a fetch's or a (de)quantize pass's fixed costs (one copy, descriptor or
+// launch per layer for all P pages), amortized over P.
 #include <algorithm>
 #include <cmath>
 
@@ -91,17 +92,18 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
           for (int bits : {8, 4}) {
             const double q = kv_quant_bytes_per_layer(m, T, bits) * L;
             // one pass per layer: read one form, write the other
-            const double pass = L * (roofline_s(g, 0, (q + kv) / L) + g.launch_us * 1e-6);
+            const double pass = L * (roofline_s(g, 0, P * (q + kv) / L) + g.launch_us * 1e-6) / P;
             add(bits == 8 ? "compress_int8" : "compress_int4", q, 0, pass, pass);
           }
           {
             // The D2H write-back runs on a copy engine, overlapped with compute: not on the critical path (0).
-            double fetch = transfer(g, kv, copies, g.host_link_gbps).seconds;
+            // The P pages of a call in one copy per layer.
+            double fetch = transfer(g, P * kv, copies, g.host_link_gbps).seconds / P;
             std::string src = "model";
             if (h2d) {
-              const double b = kv / L;
+              const double b = P * kv / L;
               if (auto t = interpolate(h2d->bytes, h2d->secs, b)) {
-                fetch = L * *t;
+                fetch = L * *t / P;
                 src = std::find(h2d->bytes.begin(), h2d->bytes.end(), b) != h2d->bytes.end() ? "measured" : "interpolated";
               }
             }
@@ -110,7 +112,8 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             // memory (what the remote study measures, one descriptor per layer as engines post them), then the
             // demote's fetch to HBM. Only where a results directory fitted the remote tier.
             if (g.remote_gbps > 0)
-              add("fetch_peer", 0, 0, remote_s(g, kv, L) + fetch, 0, src == "model" ? "remote fit + model" : "remote fit + " + src);
+              add("fetch_peer", 0, 0, remote_s(g, P * kv, L) / P + fetch, 0,
+                  src == "model" ? "remote fit + model" : "remote fit + " + src);
           }
           for (int bits : {16, 8, 4}) {
             const double x = x_bytes_per_layer(m, T, bits) * L;
