@@ -242,6 +242,7 @@ void add_model(CLI::App& app) {
     }
     if (!args->json.empty()) write_file_atomically(args->json, j.dump(2) + "\n");  // a WriteError names the cause
     print_model(g, m, ao, table);
+    if (!in.calibration_note.empty()) std::printf("\n%s\n", in.calibration_note.c_str());
     if (!args->json.empty()) std::printf("\naction table: %s\n", args->json.c_str());
     exit_with(kExitOk);
   });

@@ -21,6 +21,17 @@ ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& g
     }
     // A CPU run prices a GPU's disk and remote tiers (the host's side), never its memory, GEMM or link.
     in.cpu_calibration = in.calibration.backend == "cpu";
+    // A GPU run's ceilings are its own GPU's: they price --gpu only when it is that GPU.
+    if (!in.cpu_calibration) {
+      const report::GpuSpec* ran_on = report::gpu_for_device(gpus, in.calibration.device);
+      if (ran_on && ran_on->name != in.gpu.name)
+        throw UsageError("--calibrate " + calibrate_dir + ": measured on " + in.calibration.device + " (" +
+                         ran_on->name + "), not --gpu " + in.gpu.name + ": its ceilings price that GPU only (give --gpu \"" +
+                         ran_on->name + "\", or a directory measured on " + in.gpu.name + ")");
+      if (!ran_on)
+        in.calibration_note = "--calibrate " + calibrate_dir + ": measured on " + in.calibration.device +
+                              ", which the GPU spec file names nowhere: its ceilings taken as " + in.gpu.name + "'s";
+    }
     in.calibrated = report::calibrate(in.gpu, in.calibration, in.cpu_calibration);
     std::size_t ceilings = 0;
     for (const auto& d : in.calibrated)

@@ -21,6 +21,9 @@ std::string shown_value(std::string_view t) {
   std::string r;
   for (char ch : t.substr(0, 64)) r.push_back(static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch);
   if (t.size() > 64) r += "...";
+  // A space at either end would not be seen in the line: quoted, it is.
+  const auto blank = [](char ch) { return ch == ' ' || ch == '\t'; };
+  if (blank(t.front()) || blank(t.back())) return "'" + r + "'";
   return r;
 }
 

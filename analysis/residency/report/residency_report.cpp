@@ -104,7 +104,11 @@ Plot latency_plot(const rd::Replay& r, std::size_t k) {
 Plot hits_plot(const rd::Replay& r, std::size_t k) {
   Plot p{"residency_hits" + suffix(k), "Hit rate by tier against HBM budget, " + r.model + " on " + r.gpu,
          "HBM budget (GiB)", "hit rate (of block references)", false, false, {}, {}, 2, AxisUnit::plain, {"tier"}};
-  for (const char* tier : {"HBM", "host", "HBM + host"}) {
+  // The last panel is every tier's hits: with a disk or a peer's pool behind host memory, its hits too.
+  bool tier3 = false;
+  for (const auto& w : r.rows) tier3 = tier3 || w.tier3_gib > 0;
+  const std::string all = tier3 ? std::string("HBM + host + ") + (r.peer_tier ? "peer" : "disk") : "HBM + host";
+  for (const std::string& tier : {std::string("HBM"), std::string("host"), all}) {
     for (const auto& policy : r.policies()) {
       Line l;
       l.title = policy;
@@ -113,10 +117,9 @@ Plot hits_plot(const rd::Replay& r, std::size_t k) {
       for (const auto& w : r.rows) {
         if (w.policy != policy) continue;
         host = host || w.host_gib > 0;
-        const std::string t = tier;
-        l.pts.emplace_back(w.hbm_gib, t == "HBM" ? w.hit_rate_hbm : t == "host" ? w.hit_rate_host : w.hit_rate);
+        l.pts.emplace_back(w.hbm_gib, tier == "HBM" ? w.hit_rate_hbm : tier == "host" ? w.hit_rate_host : w.hit_rate);
       }
-      if (std::string(tier) == "host" && !host) continue;
+      if (tier == "host" && !host) continue;
       std::sort(l.pts.begin(), l.pts.end());
       p.lines.push_back(std::move(l));
     }
@@ -124,7 +127,8 @@ Plot hits_plot(const rd::Replay& r, std::size_t k) {
   return p;
 }
 
-// "for Llama-3.1-8B on H100 SXM with 34 GiB: cost saves 12.3% of lru's prefill time, 1,234 ms p99 against 1,456 ms".
+// "For Llama-3.1-8B on H100 SXM with 34 GiB of HBM: cost adds 12.3% less latency than lru (...); prefill ...; added
+// p99 1,234 ms against 1,456 ms".
 std::string sentence(const rd::Replay& r, double b) {
   const rd::Row* cost = row_at(r, "cost", b);
   // A policy's tiers behind HBM: "64 GiB host and 1024 GiB disk".
@@ -141,15 +145,25 @@ std::string sentence(const rd::Replay& r, double b) {
                                    (base->host_gib > 0 ? ", " + tiers(*base) + " for " + name : "") + ")"
                              : "") +
          ": ";
-    if (base->prefill_total_s > 0) {
-      const double saved = (base->prefill_total_s - cost->prefill_total_s) / base->prefill_total_s;
-      s += saved >= 0 ? "cost saves " + pct(saved) + " of " + name + "'s prefill time"
-                      : "cost prefills " + pct(-saved) + " more than " + name;
-      s += " (" + fmt(cost->prefill_total_s) + " s against " + fmt(base->prefill_total_s) + " s over the trace)";
+    // The latency a request sees (prefill, fetches from every tier, restores) first: prefill alone leaves out what
+    // a slow tier's fetches cost, and a policy that prefills less can add more.
+    if (base->added_total_s > 0) {
+      const double saved = (base->added_total_s - cost->added_total_s) / base->added_total_s;
+      s += saved >= 0 ? "cost adds " + pct(saved) + " less latency than " + name
+                      : "cost adds " + pct(-saved) + " more latency than " + name;
+      s += " (" + fmt(cost->added_total_s) + " s against " + fmt(base->added_total_s) +
+           " s over the trace: prefill, fetches and restores)";
     } else {
-      s += std::string(name) + " prefills nothing, cost " + fmt(cost->prefill_total_s) + " s";
+      s += std::string(name) + " adds no latency, cost " + fmt(cost->added_total_s) + " s";
     }
-    s += ", added p99 " + ms(cost->added_p99_us) + " ms against " + ms(base->added_p99_us) + " ms.\n";
+    s += "; prefill " + fmt(cost->prefill_total_s) + " s against " + fmt(base->prefill_total_s) + " s; added p99 " +
+         ms(cost->added_p99_us) + " ms against " + ms(base->added_p99_us) + " ms";
+    // Compression is cost's alone here: the comparison is of two policies and two stores, not of policies alone.
+    if (!cost->compress_to.empty() && cost->compress_to != "none" && cost->compress_to != base->compress_to)
+      s += " (cost compresses to " + txt(cost->compress_to) + ", " + name + " keeps " +
+           (r.block_form.empty() ? std::string("the replay's form") : txt(r.block_form)) +
+           ": `kvf residency --compress-to none` compares the policies alone)";
+    s += ".\n";
   }
   if (s.empty())
     s = "- No comparison: the replay has " + (cost ? std::string("neither lru nor lru-host") : std::string("no cost policy")) +
@@ -205,6 +219,11 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
       unequal = " (not at equal memory: cost has " + gib(cr.host_gib) + " of host" +
                 (cr.tier3_gib > 0 ? " and " + gib(cr.tier3_gib) + " behind it" : std::string()) + ", " + base + " " +
                 (orow.host_gib > 0 ? gib(orow.host_gib) + " of host" : std::string("HBM only")) + ")";
+    // Compression is cost's alone: the win may be the smaller store's, not the policy's.
+    if (unequal.find("compresses") == std::string::npos && !cr.compress_to.empty() && cr.compress_to != "none" &&
+        cr.compress_to != orow.compress_to)
+      unequal += " (cost compresses to " + txt(cr.compress_to) + ", " + base + " does not: `--compress-to none` "
+                 "compares the policies alone)";
     const double d = f(*c->second) - f(*o->second);
     std::string& list = d < 0 ? lower : d > 0 ? higher : equal;
     list += (list.empty() ? "" : ", ") + gib(b) + (d == 0 ? "" : " (" + std::string(d > 0 ? "+" : "") + fmt(d) + unit + ")");

@@ -27,7 +27,8 @@ struct VerifyError : std::runtime_error {
 
 // Messages are one line whatever the user typed: line breaks as \n and \r, other control characters as '?'.
 std::string one_line(std::string_view s);
-// A typed value as a message shows it: '' for empty, control characters as '?', cut after 64 characters.
+// A typed value as a message shows it: '' for empty, control characters as '?', cut after 64 characters, quoted when
+// a space or tab begins or ends it (unseen otherwise).
 std::string shown_value(std::string_view value);
 // Throws UsageError("<flag> <shown value>: <allowed>"): the one line a bad flag value gets.
 [[noreturn]] void bad_flag(const std::string& flag, std::string_view value, const std::string& allowed);
