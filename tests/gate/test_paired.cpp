@@ -184,6 +184,7 @@ TEST(AbOrder, BalancedPairsDrawnFromTheSeed) {
 
 TEST(PairedGate, FivePercentSlowdownUnderThirtyPercentDriftFails) {
   g::GateOptions o;
+  o.threshold = 0.04;  // the estimate must pass it: a 5% slowdown against a 5% threshold is a coin toss
   const auto r = g::run_paired_gate(rounds(0.05, kDrift), o);
   ASSERT_EQ(r.cases.size(), 1u);
   const auto& c = r.cases[0];
@@ -219,6 +220,16 @@ TEST(PairedGate, SignificantButSmallerThanThresholdIsSame) {
   EXPECT_EQ(r.cases[0].verdict, g::Verdict::same);
   EXPECT_NE(r.cases[0].note.find("within the threshold"), std::string::npos) << r.cases[0].note;
   EXPECT_EQ(r.exit_code, 0);
+}
+
+// Five rounds, all +0.1%: significant (p = 1/32), its interval unbounded; far within a 5% threshold, it must not
+// fail the build (it did when the rule held the interval's end against the threshold).
+TEST(PairedGate, ASmallSignificantChangeWithAnUnboundedIntervalDoesNotFail) {
+  const auto r = g::run_paired_gate(rounds(0.001, {1.0, 1.1, 0.9, 1.05, 0.95}, {0.0}), g::GateOptions{});
+  ASSERT_EQ(r.cases.size(), 1u);
+  EXPECT_NE(r.cases[0].verdict, g::Verdict::slower) << r.cases[0].note;
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NEAR(r.cases[0].change, 0.001, 1e-9);
 }
 
 TEST(PairedGate, TooFewRoundsForPowerIsNoisyNotPass) {

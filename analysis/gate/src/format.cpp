@@ -184,8 +184,8 @@ std::string format_markdown(const GateReport& r, const GateOptions& o) {
           fmt("%g", o.alpha) + filter +
           ". change: Hodges-Lehmann estimate of new/base - 1 over the rounds, with its " + fmt("%g", 100 * (1 - o.alpha)) +
           "% interval; p: one-sided Wilcoxon signed-rank on the per-round log ratios, Holm-corrected over " +
-          std::to_string(r.compared) + " cases. A case is SLOWER when the corrected p < alpha and the interval "
-          "reaches the threshold; detectable: the smallest slowdown this run's round-to-round noise would have let "
+          std::to_string(r.compared) + " cases. A case is SLOWER when the corrected p < alpha and the change is "
+          "beyond the threshold; detectable: the smallest slowdown this run's round-to-round noise would have let "
           "the gate flag.\n\n";
     md += "Base: `" + code(r.baseline_source) + "` (" + cell(r.baseline_device) + "). New: `" +
           code(r.current_source) + "` (" + cell(r.current_device) + ").\n";

@@ -215,9 +215,9 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
 //   p_slower    = one-sided Wilcoxon signed-rank p that d is shifted up; p_faster down; each Holm-corrected
 //                 over the compared cases (so one trial of m cases raises a false SLOWER with probability <= alpha)
 //   detectable  = the smallest slowdown s such that d - HL(d) + log(1 + s) would give p_slower < alpha / m
-//   SLOWER   p_slower (Holm) < alpha and hi >= threshold: a significant slowdown that may be as large as the
-//            threshold (a significant one that is surely smaller is SAME, with a note)
-//   FASTER   p_faster (Holm) < alpha and lo <= -threshold
+//   SLOWER   p_slower (Holm) < alpha and change > threshold, as the stored mode (a significant one within the
+//            threshold is SAME, with a note, which says when its interval reaches the threshold)
+//   FASTER   p_faster (Holm) < alpha and change < -threshold
 //   NOISY    detectable > threshold: this run could not have seen a slowdown of the threshold's size
 //   SAME     everything else. NEW / MISSING / SKIPPED as in run_gate.
 
