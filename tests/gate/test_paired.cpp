@@ -232,6 +232,35 @@ TEST(PairedGate, ASmallSignificantChangeWithAnUnboundedIntervalDoesNotFail) {
   EXPECT_NEAR(r.cases[0].change, 0.001, 1e-9);
 }
 
+// A case the base build measured and the new build skips in every round is lost, as in the stored mode: MISSING,
+// and --fail-on-missing fails it (it was SKIPPED and passed).
+TEST(PairedGate, ACaseTheNewBuildSkipsIsMissing) {
+  auto runs = rounds(0.0, kDrift);
+  for (auto* side : {&runs.base, &runs.cur})  // a second case both measure: a gate needs one to compare
+    for (auto& rs : *side) rs.cases.push_back(sample_case("write", 2e-3));
+  for (auto& rs : runs.cur) {
+    rs.cases[0].skipped = true;
+    rs.cases[0].samples.clear();
+    rs.cases[0].note = "skipped: this build cannot run it";
+  }
+  g::GateOptions o;
+  const auto r = g::run_paired_gate(runs, o);
+  const auto read = std::find_if(r.cases.begin(), r.cases.end(), [](const auto& c) { return c.key.case_name == "read"; });
+  ASSERT_NE(read, r.cases.end());
+  EXPECT_EQ(read->verdict, g::Verdict::missing);
+  EXPECT_EQ(read->note, "measured by the base build, skipped by the new one: skipped: this build cannot run it");
+  EXPECT_EQ(r.exit_code, 0);
+  o.fail_on_missing = true;
+  EXPECT_EQ(g::run_paired_gate(runs, o).exit_code, 1);
+  // Skipped by both builds: nothing was lost.
+  for (auto& rs : runs.base) {
+    rs.cases[0].skipped = true;
+    rs.cases[0].samples.clear();
+  }
+  for (const auto& c : g::run_paired_gate(runs, o).cases)
+    if (c.key.case_name == "read") EXPECT_EQ(c.verdict, g::Verdict::skipped);
+}
+
 TEST(PairedGate, TooFewRoundsForPowerIsNoisyNotPass) {
   const auto r = g::run_paired_gate(rounds(0.0, {1.0, 1.2, 0.9}), g::GateOptions{});
   EXPECT_EQ(r.cases[0].verdict, g::Verdict::noisy);

@@ -107,7 +107,7 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
     t.base.resize(n, nullptr);
     t.cur.resize(n, nullptr);
     std::size_t nb = 0, nc = 0;
-    bool skipped = false, empty = false;
+    bool skipped = false, empty = false, base_measured = false, new_skips_all = true;
     std::string skip_note;
     for (std::size_t i = 0; i < n; ++i) {
       for (const CaseData* c : {t.base[i], t.cur[i]}) {
@@ -116,6 +116,8 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
         skipped = skipped || c->skipped;
         empty = empty || (!c->skipped && c->samples.empty());
       }
+      base_measured = base_measured || (t.base[i] && !t.base[i]->skipped && !t.base[i]->samples.empty());
+      new_skips_all = new_skips_all && t.cur[i] && t.cur[i]->skipped;
       nb += t.base[i] != nullptr;
       nc += t.cur[i] != nullptr;
       if (t.base[i]) r.n_base += t.base[i]->samples.size(), r.throttled_base += t.base[i]->throttled;
@@ -125,9 +127,13 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
       r.verdict = Verdict::new_case;
     } else if (nc == 0) {
       r.verdict = Verdict::missing;
+    } else if (base_measured && new_skips_all) {
+      // Measured by the base build and skipped by the new one: lost, as the stored mode says (--fail-on-missing).
+      r.verdict = Verdict::missing;
+      append_note(r.note, "measured by the base build, skipped by the new one: " + skip_note);
     } else if (skipped || empty || nb < n || nc < n) {
       r.verdict = Verdict::skipped;
-      append_note(r.note, skipped ? "skipped: " + skip_note
+      append_note(r.note, skipped ? (skip_note.rfind("skipped", 0) == 0 ? skip_note : "skipped: " + skip_note)
                           : empty ? std::string("a round has no usable sample (all throttled)")
                                   : "measured in " + std::to_string(nb) + " of " + std::to_string(n) +
                                         " base rounds and " + std::to_string(nc) + " new rounds");
