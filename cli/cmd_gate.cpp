@@ -76,6 +76,14 @@ gate::GateReport stored_gate(const std::vector<std::string>& baselines, const st
   } catch (const UsageError& e) {
     throw UsageError(std::string("--current: ") + e.what());
   }
+  // A run stopped part way is no run to gate: the cases it never reached would pass as MISSING.
+  const auto refuse_unfinished = [](const gate::ResultSet& rs, const std::string& flag, const std::string& path) {
+    if (!rs.unfinished.empty())
+      throw UsageError(flag + " " + path + ": " + rs.unfinished.front() +
+                       " (the run was stopped before its end; gate a finished run)");
+  };
+  for (std::size_t i = 0; i < runs.size(); ++i) refuse_unfinished(runs[i], "--baseline", baselines[i]);
+  refuse_unfinished(cur, "--current", current);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j)
       if (same_samples(runs[j], runs[i]))
@@ -225,6 +233,10 @@ void add_gate(CLI::App& app) {
         args->format == "csv" ? gate::format_csv(report) : gate::format_markdown(report, args->opts);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
+    // The CSV has no place for what the Markdown says above its table (a device mismatch allowed, a one-run
+    // baseline, torn rows): said on stderr, one line each, so a CI log keeps them.
+    if (args->format == "csv")
+      for (const auto& w : report.warnings) std::fprintf(stderr, "kvf gate: warning: %s\n", kvf::one_line(w).c_str());
     std::fprintf(stderr, "%s\n", gate::summary_line(report).c_str());
     exit_with(report.exit_code);
   });

@@ -197,6 +197,10 @@ void read_run_settings(const nlohmann::json& meta, ResultSet& rs) {
         if (std::isfinite(b) && b > rs.run_budget_s) rs.run_budget_s = b;
       }
     }
+    // A study still "running" in the file was stopped (killed, interrupted) before its last case: the cases it did
+    // not reach would be gated as MISSING, which passes without --fail-on-missing.
+    if (s.contains("status") && s["status"].is_string() && s["status"].get<std::string>() == "running")
+      rs.unfinished.push_back(study + ": status 'running' in meta.json, never finished");
     if (s.contains("fault_injection") && !s["fault_injection"].is_null()) {
       const auto& f = s["fault_injection"];
       std::string what = study + ": ";

@@ -88,6 +88,9 @@ struct ResultSet {
   // "study: CASE_REGEX=FRACTION" for each study of the run that a test-only fault injection slowed (meta.json),
   // and each case whose note says so.
   std::vector<std::string> fault_injection;
+  // meta.json's studies whose status says the run stopped before their end ("running": killed or interrupted):
+  // "stream: status 'running'"
+  std::vector<std::string> unfinished;
 };
 
 // path: a results directory, its cases.csv / samples.csv / meta.json, or a Google Benchmark JSON
