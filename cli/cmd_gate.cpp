@@ -202,6 +202,10 @@ void add_gate(CLI::App& app) {
     if (!ab)
       for (const char* f : {"--study", "--rounds", "--seed", "--round-stat", "--quick", "--keep-runs", "--inject-slowdown"})
         if (sub->count(f) > 0) throw UsageError(std::string(f) + ": only with --ab BASE_BUILD NEW_BUILD");
+    // Each round's samples are the bench's own stop rule's; --min-samples is the stored mode's check of a run.
+    if (ab && sub->count("--min-samples") > 0)
+      throw UsageError("--min-samples: only with --baseline/--current (with --ab, give the benches theirs after --: "
+                       "-- --min-samples N)");
     if (!ab && !args->ab.pass.empty())
       throw UsageError("'" + args->ab.pass.front() + "': kvf gate takes no positional arguments (bench flags after -- "
                        "only with --ab)");

@@ -91,6 +91,8 @@ void ab_same_cases(const std::string& study, const StudyPlan& a, const StudyPlan
   std::set<std::string> na, nb;
   for (const auto& c : a.cases) na.insert(c.name);
   for (const auto& c : b.cases) nb.insert(c.name);
+  if (na.empty() && nb.empty())
+    throw UsageError("--ab: study " + study + " lists no case to run in either build with the flags given");
   if (na == nb) return;
   std::vector<std::string> only_a, only_b;
   std::set_difference(na.begin(), na.end(), nb.begin(), nb.end(), std::back_inserter(only_a));
@@ -158,10 +160,16 @@ gate::GateReport run_ab(const AbOptions& o, const gate::GateOptions& g) {
     if (name == "--out" || name == "--list" || name == "--inject-slowdown" || name == "--allow-fault-injection")
       throw UsageError("-- " + name + ": kvf gate --ab sets it itself" +
                        (name == "--out" ? std::string(" (keep the rounds' results with --keep-runs DIR)") : ""));
+    if (name == "--help" || name == "-h" || name == "--version")
+      throw UsageError("-- " + name + ": a bench that prints its help measures nothing (bench_<study> --help shows it)");
   }
   std::vector<std::string> studies = o.studies.empty() ? std::vector<std::string>{"stream"} : o.studies;
-  for (const auto& s : studies)
-    if (!is_run_study(s)) throw UsageError(unknown_study("--study " + s, s));
+  for (std::size_t i = 0; i < studies.size(); ++i) {
+    if (!is_run_study(studies[i])) throw UsageError(unknown_study("--study " + studies[i], studies[i]));
+    if (std::find(studies.begin(), studies.begin() + static_cast<std::ptrdiff_t>(i), studies[i]) !=
+        studies.begin() + static_cast<std::ptrdiff_t>(i))
+      throw UsageError("--study " + studies[i] + ": given twice (each study once)");
+  }
   const auto benches = ab_benches(o, studies);
 
   install_forwarding();

@@ -87,7 +87,7 @@ void throw_bench_refusal(const std::string& study, const std::vector<std::string
   };
   if (!named.empty() || (!all.empty() && !pass_named)) {
     msg = list(named.empty() ? all : named) + ": refused by " + prog + " (study " + study + "): " + said;
-  } else if (!pass.empty()) {
+  } else if (pass_named) {  // only where the bench's line names one of them (kvf gate adds flags of its own)
     std::string typed;
     for (const auto& p : pass) typed += " " + p;
     msg = "--" + typed + ": the flags after -- go to every bench, and " + prog + " (study " + study +
