@@ -7,14 +7,20 @@
 // ranks 2.. read from the holder too (readers.cpp: many-to-one). MPI carries only the start, the ranks' places, one
 // exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
 // messages included, runs over UCX.
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "kvf/backend.hpp"
 #include "kvf/errors.hpp"
@@ -243,6 +249,50 @@ Listing listing_only(int argc, char** argv) {
   return l;
 }
 
+// Bad flags are found before mpirun starts any rank: the plan (--list) is made in a child process with its output
+// held back, and a usage error there is the run's one line and exit 2 (the ranks had started first, and the line
+// came between mpirun's and a PMIx error's). 0 when the plan was made (or could not be tried: the ranks check again).
+int refuse_bad_flags_before_launch(int argc, char** argv) {
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return 0;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args(argv, argv + argc);
+    static char list[] = "--list";
+    args.push_back(list);
+    args.push_back(nullptr);
+    RemoteStudy study(nullptr);
+    const int rc = kvf::bench_main(argc + 1, args.data(), study);
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    said.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != kvf::kExitUsage) return 0;
+  std::fputs(said.c_str(), stderr);
+  return kvf::kExitUsage;
+}
+
 }  // namespace
 }  // namespace kvf::remote
 
@@ -260,7 +310,10 @@ int main(int argc, char** argv) {
     return kvf::bench_main(argc, argv, study);
   }
   try {
-    if (!under_mpi_launcher()) return self_launch(argc, argv, ranks_to_launch(argc, argv), kProg);
+    if (!under_mpi_launcher()) {
+      if (const int rc = refuse_bad_flags_before_launch(argc, argv)) return rc;
+      return self_launch(argc, argv, ranks_to_launch(argc, argv), kProg);
+    }
     const Place p = mpi_start(&argc, &argv);
     try {
       join_netns_from_env();
