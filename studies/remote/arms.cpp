@@ -239,6 +239,9 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
     if (auto* t = dynamic_cast<TransferCase*>(c.get())) {
       t->index = env.next_index;
       t->params.push_back({"readers", std::to_string(env.readers)});
+      // Who allocated the pools decides which transport can reach them on one machine (UCX's shared-memory
+      // transports map only memory UCX allocated; cma reaches any): the transport label alone does not say.
+      t->params.push_back({"pool_alloc", env.pool_alloc == PoolAlloc::user ? "user" : "ucx"});
     }
     ++env.next_index;
     out.push_back(std::move(c));

@@ -10,11 +10,23 @@ namespace kvf::remote {
 // A lane line of ucp_ep_print_info (UCX 1.13):
 //   "#   lane[2]:  2:cma/memory.0 md[2]   -> md[2]/cma/sysdev[255] rma_bw#0"
 // gives {"cma/memory", "rma_bw"}: the transport/device and the roles after the remote md, '#n' dropped.
+// A lane with no role words after its remote md can still carry put/get: UCX 1.13 lists the sysv and posix
+// lanes bare and names them only in the protocol lines below ("#   put[1]: 0..<short>..4294967296..<bcopy>..(inf)",
+// "#   get[1]: 0..<bcopy>..(inf)"), whose index is the lane's. Those lanes are RMA lanes too ("put get").
 std::vector<Lane> parse_lanes(const std::string& info) {
   std::istringstream in(info);
   std::string line;
   std::vector<Lane> lanes;
+  std::vector<std::pair<std::size_t, std::string>> protocol;  // (lane index, "put" or "get")
   while (std::getline(in, line)) {
+    for (const char* op : {"put[", "get["}) {
+      const auto at = line.find(op);
+      if (at == std::string::npos || line.find("lane[") != std::string::npos) continue;
+      const std::size_t close = line.find(']', at);
+      const std::string digits = line.substr(at + 4, close == std::string::npos ? 0 : close - at - 4);
+      if (!digits.empty() && digits.size() < 4 && digits.find_first_not_of("0123456789") == std::string::npos)
+        protocol.emplace_back(std::stoul(digits), std::string(op, 3));
+    }
     const auto lane = line.find("lane[");
     if (lane == std::string::npos) continue;
     std::istringstream words(line.substr(line.find(':', lane) + 1));
@@ -34,6 +46,14 @@ std::vector<Lane> parse_lanes(const std::string& info) {
       }
     }
     lanes.push_back(l);
+  }
+  for (const auto& [index, op] : protocol) {
+    if (index >= lanes.size()) continue;
+    Lane& l = lanes[index];
+    // A lane already named rma_bw says so; another gets the operations it carries.
+    if (l.roles.find("rma") == std::string::npos && l.roles.find(op) == std::string::npos)
+      l.roles += (l.roles.empty() ? "" : " ") + op;
+    l.rma = true;
   }
   return lanes;
 }

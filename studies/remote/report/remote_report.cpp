@@ -27,11 +27,15 @@ const char* kRule6 =
     "to post one; an RDMA NIC does not).";
 
 // "transport <how UCX moved it>; ..." at the start of every measured row's note (studies/remote/study.cpp).
+// Who allocated the pools is part of it (pool_alloc, in rows since 2026-11-29): on one machine UCX's shared-memory
+// lanes reach only pools UCX allocated, so the same lanes listed moved user pools by cma, 3x to 30x slower.
 std::string transport_of(const CaseRow& r) {
   const std::string key = "transport ";
   if (r.note.rfind(key, 0) != 0) return "?";
   const auto end = r.note.find(';');
-  return r.note.substr(key.size(), end == std::string::npos ? std::string::npos : end - key.size());
+  const std::string alloc = r.param("pool_alloc");
+  return r.note.substr(key.size(), end == std::string::npos ? std::string::npos : end - key.size()) +
+         (alloc.empty() ? std::string() : ", pools allocated by " + alloc);
 }
 // The note after the transport: readers, p99 and p99.9, the ratio to ucx_perftest.
 std::string note_after_transport(const CaseRow& r) {
