@@ -56,6 +56,9 @@ std::unique_ptr<Case> granularity_case(const Point& p, Env& env) {
   const std::size_t n = ds.size();
   const std::int64_t run = ds.front().len;
   auto c = std::make_unique<TransferCase>(env, p["op"] == "read" ? Op::read : Op::write, std::move(ds), page);
+  // Stated against one region of the page's bytes moved in one operation (build_cases plans that row): what the
+  // descriptors and the scattered slots cost against the wire's own rate at that size.
+  c->ceiling = CeilingRef{"remote", {{"op", p["op"]}, {"region_bytes", std::to_string(page)}}, "gbps"};
   c->params = {{"descriptors", std::to_string(n)},
                {"descriptor_bytes", std::to_string(run)},
                {"page_bytes", std::to_string(page)},
@@ -231,6 +234,35 @@ int ranks_to_launch(int argc, char** argv) {
   return n >= 2 && n <= kMaxRanks ? n : 2;
 }
 
+namespace {
+// A granularity or layout named in its flag that no case kept (every combination invalid) is refused with the
+// reason, as kvf refuses a named arm with no case: it had been left out in silence ("no cases to run", or exit 0).
+void refuse_named_without_cases(const std::vector<Point>& points, const UserLists& user, bool quick) {
+  const auto tokens_of = [&] {
+    if (const auto it = user.find("--tokens"); it != user.end()) return it->second;
+    return quick ? std::vector<std::string>{"16"} : std::vector<std::string>{"16", "128"};  // the axis's defaults
+  };
+  for (const auto& [flag, axis] : {std::pair<std::string, std::string>{"--granularities", "granularity"},
+                                   {"--layouts", "layout"}}) {
+    const auto it = user.find(flag);
+    if (it == user.end()) continue;
+    for (const auto& v : it->second) {
+      if (std::any_of(points.begin(), points.end(), [&](const Point& p) { return p[axis] == v; })) continue;
+      std::string why = "every combination of the other axes is invalid";
+      if (axis == "granularity" && v == "block16") why = "a 16-token page in 16-token blocks is the per-layer case";
+      for (const auto& t : tokens_of())
+        for (const char* l : {"page_first", "layer_first"}) {
+          const std::string w = axis == "granularity"
+                                    ? invalid_combination(parse_granularity(v), parse_layout(l), std::stoi(t))
+                                    : invalid_combination(Granularity::page, parse_layout(v), std::stoi(t));
+          if (!w.empty()) why = w;
+        }
+      bad_flag(flag, v, "no case left: " + why);
+    }
+  }
+}
+}  // namespace
+
 std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
   const UserLists user = check_flags(f, env);
   const ArmList<Env> arms(remote_arms());
@@ -246,9 +278,42 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
     ++env.next_index;
     out.push_back(std::move(c));
   };
+  const auto chosen = [&](const std::string& arm) {
+    return f.arms.empty() || std::find(f.arms.begin(), f.arms.end(), arm) != f.arms.end();
+  };
+  // A flag replaces its own axis only: the arm's other axes keep their defaults (the harness's rule fixed them at
+  // their first, and `--ops read` silently ran the page granularity alone, so claim 6 read "not measured").
+  const Target target{false, env.quick};
+  const auto points_of = [&](const Arm<Env>& arm) {
+    UserLists own = user;
+    const bool any = std::any_of(arm.axes.begin(), arm.axes.end(),
+                                 [&](const Axis& a) { return !a.flag.empty() && user.count(a.flag) > 0; });
+    if (any)
+      for (const auto& a : arm.axes)
+        if (!a.flag.empty() && user.count(a.flag) == 0) own[a.flag] = a.defaults(target);
+    return arms.points(arm, target, own, env);
+  };
+  // The page sizes the granularity rows move, per op: each gets a ceiling row of its own size (unless --sizes
+  // chose the regions), so a page's rows have a matched ceiling (the quick sizes, 256 KiB and 64 MiB, had none).
+  std::vector<std::pair<std::string, std::int64_t>> pages;
+  if (chosen("granularity") && chosen("ceiling") && f.sizes.empty())
+    for (const auto& arm : arms.all())
+      if (arm.name == "granularity")
+        for (const auto& p : points_of(arm)) {
+          const std::pair<std::string, std::int64_t> page{
+              p["op"], geometry(model_of(env, p["model"])).page_bytes(static_cast<int>(p.integer("tokens")))};
+          if (std::find(pages.begin(), pages.end(), page) == pages.end()) pages.push_back(page);
+        }
   for (const auto& arm : arms.all()) {
-    if (!f.arms.empty() && std::find(f.arms.begin(), f.arms.end(), arm.name) == f.arms.end()) continue;
-    auto points = arms.points(arm, Target{false, env.quick}, user, env);
+    if (!chosen(arm.name)) continue;
+    auto points = points_of(arm);
+    if (arm.name == "granularity") refuse_named_without_cases(points, user, env.quick);
+    if (arm.name == "ceiling")
+      for (const auto& [op, bytes] : pages) {
+        const Point page(std::vector<Param>{{"op", op}, {"region_bytes", std::to_string(bytes)}});
+        if (bytes <= static_cast<std::int64_t>(env.pool_bytes) && std::find(points.begin(), points.end(), page) == points.end())
+          points.push_back(page);
+      }
     // The lockstep rows state the signalling's own cost, measured first: its row has no region to sweep.
     if (arm.name == "lockstep" && !points.empty()) {
       auto c = lockstep_case(0, env);
