@@ -87,6 +87,32 @@ TEST(ResidencyForms, CostCompressesWhereLruEvictsAndCountsTheRestore) {
   EXPECT_EQ(hits(run_cost(reqs, units(2, 0, {}), costs(100))), 0u);
 }
 
+TEST(ResidencyForms, ACompressWhoseBlockWouldComeStraightBackIsNotTaken) {
+  // HBM 2 kv blocks (8 units), no host. [1, 2]: a chain, H1 = 4, H2 = min(4, H1) = 4. [3]: 2 is the victim (the
+  // deeper of a tie); compressed to int8 it would keep H 4 (clamped to 1's) and sort before 1 again, so it would be
+  // the next victim in its new form: a pass for nothing. It is dropped (4 / 4 per unit), and [1] hits whole.
+  const Result r = run_cost({{1, 2}, {3}, {1}}, units(2, 0, {Form::kv_int8}), costs(100));
+  EXPECT_EQ(r.compressed[static_cast<std::size_t>(Form::kv_int8)], 0u);
+  EXPECT_EQ(r.hits_hbm, 1u);
+  EXPECT_EQ(r.hits_hbm_form[static_cast<std::size_t>(Form::kv)], 1u);
+}
+
+// With a host tier, a block may leave HBM as a smaller form (one compress pass): priced as its own action.
+// HBM 1 kv block, host 1 kv block (4 units); fetch 2 s per block in any form; int4 restore 0.75 s. [1]; [2]: 1 is
+// the victim, alone in HBM after its removal. Demote as kv: 2 / 4 = 0.5 per unit; demote as int4: (2 + 0.75) / 4 =
+// 0.6875; compress to int4 (it stays: nothing else is left) 0.75 / 3 = 0.25: compressed; short again (1 + 4 > 4):
+// 1 (int4) is the victim: demote 2 / 1, drop (4 - 0.75) / 1: demoted in int4. With a cheaper int4 fetch (0.5 s)
+// and two blocks in HBM, demote as int4 ((0.5 + 0.75) / 4 = 0.3125) beats demote as kv (0.5) and a compress that
+// would come straight back.
+TEST(ResidencyForms, DemoteAsASmallerFormIsAnActionOfItsOwn) {
+  RestoreCosts c = costs(2);
+  c.fetch_form_s = {2, 0, 0.5, 0, 0, 0};
+  const Result r = run_cost({{1, 2}, {3}, {1}}, units(2, 1, {Form::kv_int4}), c);
+  EXPECT_EQ(r.compressed[static_cast<std::size_t>(Form::kv_int4)], 1u);  // 2, demoted as int4
+  EXPECT_EQ(r.demoted_form[static_cast<std::size_t>(Form::kv_int4)], 1u);
+  EXPECT_EQ(r.hits_hbm, 1u);  // [1] stayed whole
+}
+
 TEST(ResidencyForms, ADequantizeDearerThanAPrefillIsNotTaken) {
   RestoreCosts c = costs(100);
   c.restore_form_s[1] = 9;  // 9 / 2 units freed > 4 / 4: drop
