@@ -381,9 +381,12 @@ std::optional<double> predict_transfer(Predictor& p) {
   if (!g) return std::nullopt;
   const auto d = p.r.num("descriptors");
   if (!d || *d < 1) return p.none("the row has no descriptors column");
+  // A one-reader read row is among the rows the fit was made from: its ratio restates the fit, it does not test it.
+  const bool in_sample = p.r.param("op") != "write" && one_reader(p.r);
   p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
         " x per-descriptor + bytes / bandwidth" + (p.r.param("op") == "write" ? " (fitted on reads)" : "") +
-        (one_reader(p.r) ? "" : " (this row ran beside other readers)") + which);
+        (one_reader(p.r) ? "" : " (this row ran beside other readers)") + which +
+        (in_sample ? "; in-sample: the fit is of this run's read rows, this one among them" : ""));
   return remote_s(*g, p.bytes, *d);
 }
 
