@@ -48,10 +48,14 @@ std::unique_ptr<Case> granularity_case(const Point& p, Env& env) {
                      format_bytes(static_cast<double>(page)) + ", larger than the registered pool (--pool-mib " +
                      std::to_string(env.pool_bytes >> 20) + "); allowed: pages up to the pool");
   // Both sides through their own random block table: neither the source nor the destination is contiguous
-  // beyond one slot, as in a serving engine's paged cache.
-  const int index = env.next_index;
-  const auto src_table = random_block_table(pool.slots, per_page, 0x5eed0000u + static_cast<std::uint64_t>(index));
-  const auto dst_table = random_block_table(pool.slots, per_page, 0xd5700000u + static_cast<std::uint64_t>(index));
+  // beyond one slot, as in a serving engine's paged cache. The tables depend on the pool's shape only, not on the
+  // case: the page, per-layer and per-head rows of one pool move the same slots, so a ratio between them compares
+  // descriptor counts, not addresses (each case had drawn its own).
+  std::uint64_t shape = 0xcbf29ce484222325ull;  // FNV-1a of the pool's shape
+  for (const std::string& part : {p["model"], p["tokens"], p["layout"], std::to_string(pool.slot_tokens)})
+    for (const char ch : part + "/") shape = (shape ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+  const auto src_table = random_block_table(pool.slots, per_page, 0x5eed0000u ^ shape);
+  const auto dst_table = random_block_table(pool.slots, per_page, 0xd5700000u ^ (shape * 31));
   auto ds = page_descriptors(pool, pool, g, tokens, src_table, dst_table);
   const std::size_t n = ds.size();
   const std::int64_t run = ds.front().len;
