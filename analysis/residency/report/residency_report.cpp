@@ -197,7 +197,9 @@ std::string answer_table(const rd::Replay& r, double b) {
   }
   std::vector<std::string> none = {"no cache", "-", "0", "0"};
   if (tier3) none.insert(none.end(), {"-", "0"});
-  none.insert(none.end(), {"0%", "0", "-", ms(any->nocache_p50_us), ms(any->nocache_p99_us), "-", "-"});
+  // No cache prefills everything: any row's prefill plus what it avoided (prefill_avoided_s is no-cache's less its).
+  none.insert(none.end(), {"0%", "0", fmt(any->prefill_total_s + any->prefill_avoided_s), ms(any->nocache_p50_us),
+                           ms(any->nocache_p99_us), "-", "-"});
   t += row(none);
   return t + "\n";
 }
