@@ -190,6 +190,17 @@ TEST(GateFixtures, DeviceMismatchIsRefusedUnlessAllowed) {
                           [](const std::string& w) { return w.find("device mismatch") != std::string::npos; }));
 }
 
+// An empty backend column is an unknown backend: the same device name is no mismatch (it was refused, exit 2), and
+// another device name still is.
+TEST(GateFixtures, AnEmptyBackendIsNoDeviceMismatch) {
+  const std::vector<double> s = {1.0, 1.01, 0.99, 1.0, 1.02};
+  g::CaseData unknown = mk("stream", "read", s);
+  unknown.backend.clear();
+  EXPECT_NO_THROW(g::run_gate(set({mk("stream", "read", s)}), set({unknown}, "other"), {}));
+  unknown.device = "Other GPU";
+  EXPECT_THROW(g::run_gate(set({mk("stream", "read", s)}), set({unknown}, "other"), {}), kvf::UsageError);
+}
+
 TEST(GateFixtures, FewerSamplesThanMinimumIsBadInput) {
   try {
     gate("base", "few");

@@ -50,6 +50,20 @@ inline std::string device_of(const CaseData& c, const ResultSet& rs) {
   return d;
 }
 
+// Two devices as device_of gives them: equal, or equal once the backend is left out where one side has none (an
+// empty backend column is an unknown backend, not another device).
+inline bool same_device(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  const auto bare = [](const std::string& d) {
+    for (const char* be : {"cpu:", "cuda:"})
+      if (d.rfind(be, 0) == 0) return std::make_pair(d.substr(std::char_traits<char>::length(be)), true);
+    return std::make_pair(d, false);
+  };
+  const auto [da, ka] = bare(a);
+  const auto [db, kb] = bare(b);
+  return ka != kb && da == db;
+}
+
 inline std::string join(const std::set<std::string>& s) {
   std::string out;
   for (const auto& x : s) out += (out.empty() ? "" : ", ") + x;

@@ -344,7 +344,7 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
       // where it is compared (not where --filter leaves it out).
       if (const std::string d = detail::device_of(c, run); !d.empty()) {
         const auto [seen, first] = device_seen.try_emplace(c.key, d, run.source);
-        if (!first && seen->second.first != d && m.device_conflict.empty())
+        if (!first && !detail::same_device(seen->second.first, d) && m.device_conflict.empty())
           m.device_conflict =
               "'" + seen->second.first + "' in " + seen->second.second + ", '" + d + "' in " + run.source;
       }

@@ -301,7 +301,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
         const std::string db = device_of(*b, baseline), dc = device_of(*c, current);
         if (!db.empty()) dev_b.insert(db);
         if (!dc.empty()) dev_c.insert(dc);
-        if (!db.empty() && !dc.empty() && db != dc)
+        if (!db.empty() && !dc.empty() && !same_device(db, dc))
           mismatched.push_back(r.label + ": baseline '" + db + "', current '" + dc + "'");
         for (auto [side, d, rs] : {std::tuple{"baseline", b, &baseline}, std::tuple{"current", c, &current}}) {
           if (static_cast<int>(d->samples.size()) < o.min_samples)
