@@ -317,27 +317,21 @@ std::size_t ResultsDir::case_row_count() const {
 }
 
 namespace {
-void rewrite_table(const fs::path& path, const CsvTable& t) {
-  std::string content = csv_line(t.header);
-  for (const auto& row : t.rows) content += csv_line(row);
-  write_atomically(path, content);
-}
-}  // namespace
-
-std::size_t ResultsDir::restate_ceilings(std::size_t first,
-                                         const std::function<const CeilingRef*(const std::string&)>& ceiling_of) {
+// Rows [first, end) of cases.csv that ref_of names a ceiling for (nullopt: leave the row) are stated against the
+// best matching ceiling row now in the file; the file is rewritten whole (atomically) where a value changed.
+std::size_t restate_rows(const fs::path& path, std::size_t first,
+                         const std::function<std::optional<CeilingRef>(const CsvTable&, std::size_t)>& ref_of) {
   WriteSection hold;
-  const fs::path path = dir_ / "cases.csv";
   if (!fs::exists(path)) return 0;
   CsvTable t = read_csv_table(path.string());
-  const auto name = t.column("case"), mode = t.column("mode"), be = t.column("backend"), dev = t.column("device");
+  const auto mode = t.column("mode"), be = t.column("backend"), dev = t.column("device");
   const auto pct = t.column("pct_of_ceiling"), value = t.column("ceiling_value");
-  if (!name || !mode || !pct || !value) return 0;
+  if (!mode || !pct || !value) return 0;
   std::size_t changed = 0;
   for (std::size_t r = first; r < t.rows.size(); ++r) {
+    const auto ref = ref_of(t, r);
+    if (!ref) continue;
     auto& row = t.rows[r];
-    const CeilingRef* ref = ceiling_of(row[*name]);
-    if (!ref || row[*value].empty()) continue;  // no ceiling was found for it then: none is claimed now either
     const auto rate = parse_number(t, r, ref->metric);
     const auto best = find_ceiling(t, *ref, row[*mode], be ? row[*be] : "", dev ? row[*dev] : "");
     if (!rate || !best || *best <= 0 || csv_number(*best) == row[*value]) continue;
@@ -345,33 +339,30 @@ std::size_t ResultsDir::restate_ceilings(std::size_t first,
     row[*pct] = csv_number(100.0 * *rate / *best);
     ++changed;
   }
-  if (changed > 0) rewrite_table(path, t);
+  if (changed == 0) return 0;
+  std::string content = csv_line(t.header);
+  for (const auto& row : t.rows) content += csv_line(row);
+  write_atomically(path, content);
   return changed;
+}
+}  // namespace
+
+std::size_t ResultsDir::restate_ceilings(std::size_t first,
+                                         const std::function<const CeilingRef*(const std::string&)>& ceiling_of) {
+  return restate_rows(dir_ / "cases.csv", first, [&](const CsvTable& t, std::size_t r) -> std::optional<CeilingRef> {
+    const CeilingRef* ref = t.column("case") ? ceiling_of(t.at(r, "case")) : nullptr;
+    if (!ref || t.at(r, "ceiling_value").empty()) return std::nullopt;  // none found then: none is claimed now either
+    return *ref;
+  });
 }
 
 std::size_t ResultsDir::state_late_ceilings(const std::string& ceiling_study) {
-  WriteSection hold;
-  const fs::path path = dir_ / "cases.csv";
-  if (!fs::exists(path)) return 0;
-  CsvTable t = read_csv_table(path.string());
-  const auto label = t.column("ceiling"), mode = t.column("mode"), be = t.column("backend"), dev = t.column("device");
-  const auto pct = t.column("pct_of_ceiling"), value = t.column("ceiling_value");
-  if (!label || !mode || !pct || !value) return 0;
-  std::size_t changed = 0;
-  for (std::size_t r = 0; r < t.rows.size(); ++r) {
-    auto& row = t.rows[r];
-    if (row[*label].empty() || !row[*value].empty()) continue;
-    const auto ref = CeilingRef::parse(row[*label]);
-    if (!ref || ref->study != ceiling_study) continue;
-    const auto rate = parse_number(t, r, ref->metric);
-    const auto best = find_ceiling(t, *ref, row[*mode], be ? row[*be] : "", dev ? row[*dev] : "");
-    if (!rate || !best || *best <= 0) continue;
-    row[*value] = csv_number(*best);
-    row[*pct] = csv_number(100.0 * *rate / *best);
-    ++changed;
-  }
-  if (changed > 0) rewrite_table(path, t);
-  return changed;
+  return restate_rows(dir_ / "cases.csv", 0, [&](const CsvTable& t, std::size_t r) -> std::optional<CeilingRef> {
+    if (!t.column("ceiling") || t.at(r, "ceiling").empty() || !t.at(r, "ceiling_value").empty()) return std::nullopt;
+    auto ref = CeilingRef::parse(t.at(r, "ceiling"));
+    if (!ref || ref->study != ceiling_study) return std::nullopt;
+    return ref;
+  });
 }
 
 std::optional<double> find_ceiling(const fs::path& dir, const CeilingRef& ref, const std::string& mode,
