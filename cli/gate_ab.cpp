@@ -161,7 +161,8 @@ gate::GateReport run_ab(const AbOptions& o, const gate::GateOptions& g) {
       throw UsageError("-- " + name + ": kvf gate --ab sets it itself" +
                        (name == "--out" ? std::string(" (keep the rounds' results with --keep-runs DIR)") : ""));
     if (name == "--help" || name == "-h" || name == "--version")
-      throw UsageError("-- " + name + ": a bench that prints its help measures nothing (bench_<study> --help shows it)");
+      throw UsageError("-- " + name +
+                       ": a bench that prints its help measures nothing (bench_<study> --help shows it)");
   }
   std::vector<std::string> studies = o.studies.empty() ? std::vector<std::string>{"stream"} : o.studies;
   for (std::size_t i = 0; i < studies.size(); ++i) {

@@ -26,8 +26,9 @@ ModelInputs load_model_inputs(const std::string& gpus_path, const std::string& g
       const report::GpuSpec* ran_on = report::gpu_for_device(gpus, in.calibration.device);
       if (ran_on && ran_on->name != in.gpu.name)
         throw UsageError("--calibrate " + calibrate_dir + ": measured on " + in.calibration.device + " (" +
-                         ran_on->name + "), not --gpu " + in.gpu.name + ": its ceilings price that GPU only (give --gpu \"" +
-                         ran_on->name + "\", or a directory measured on " + in.gpu.name + ")");
+                         ran_on->name + "), not --gpu " + in.gpu.name +
+                         ": its ceilings price that GPU only (give --gpu \"" + ran_on->name +
+                         "\", or a directory measured on " + in.gpu.name + ")");
       if (!ran_on)
         in.calibration_note = "--calibrate " + calibrate_dir + ": measured on " + in.calibration.device +
                               ", which the GPU spec file names nowhere: its ceilings taken as " + in.gpu.name + "'s";

@@ -315,8 +315,8 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
     if (arm.name == "ceiling")
       for (const auto& [op, bytes] : pages) {
         const Point page(std::vector<Param>{{"op", op}, {"region_bytes", std::to_string(bytes)}});
-        if (bytes <= static_cast<std::int64_t>(env.pool_bytes) && std::find(points.begin(), points.end(), page) == points.end())
-          points.push_back(page);
+        const bool fits = bytes <= static_cast<std::int64_t>(env.pool_bytes);
+        if (fits && std::find(points.begin(), points.end(), page) == points.end()) points.push_back(page);
       }
     // The lockstep rows state the signalling's own cost, measured first: its row has no region to sweep.
     if (arm.name == "lockstep" && !points.empty()) {

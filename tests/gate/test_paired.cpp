@@ -245,7 +245,8 @@ TEST(PairedGate, ACaseTheNewBuildSkipsIsMissing) {
   }
   g::GateOptions o;
   const auto r = g::run_paired_gate(runs, o);
-  const auto read = std::find_if(r.cases.begin(), r.cases.end(), [](const auto& c) { return c.key.case_name == "read"; });
+  const auto read =
+      std::find_if(r.cases.begin(), r.cases.end(), [](const auto& c) { return c.key.case_name == "read"; });
   ASSERT_NE(read, r.cases.end());
   EXPECT_EQ(read->verdict, g::Verdict::missing);
   EXPECT_EQ(read->note, "measured by the base build, skipped by the new one: skipped: this build cannot run it");

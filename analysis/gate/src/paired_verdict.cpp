@@ -141,7 +141,8 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
       const std::string db = device_of(*t.base[0], *t.base_rs), dc = device_of(*t.cur[0], *t.cur_rs);
       if (!db.empty()) dev_b.insert(db);
       if (!dc.empty()) dev_c.insert(dc);
-      if (!db.empty() && !dc.empty() && !same_device(db, dc)) mismatched.push_back(r.label + ": base '" + db + "', new '" + dc + "'");
+      if (!db.empty() && !dc.empty() && !same_device(db, dc))
+        mismatched.push_back(r.label + ": base '" + db + "', new '" + dc + "'");
       PairedCase pc;
       std::vector<double> mb, mc;
       auto value = [&](const std::vector<double>& xs) {

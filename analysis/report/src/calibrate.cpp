@@ -122,7 +122,8 @@ std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, cons
       first = end;
       if (found.empty()) continue;
       const auto value_of = [&](const std::vector<Calibrated>& got) -> const Calibrated* {
-        const auto it = std::find_if(got.begin(), got.end(), [&](const Calibrated& c) { return c.field == field.name; });
+        const auto it =
+            std::find_if(got.begin(), got.end(), [&](const Calibrated& c) { return c.field == field.name; });
         return it == got.end() ? nullptr : &*it;
       };
       std::size_t win = 0;
