@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <regex>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -175,15 +176,32 @@ gate::GateReport run_ab(const AbOptions& o, const gate::GateOptions& g) {
 
   install_forwarding();
   // The --list pass of both builds: each refuses a bad flag before anything is measured, and their cases must match.
+  bool injection_hits = false;
+  std::string example;  // a name the injection is searched in
   try {
     for (std::size_t s = 0; s < studies.size(); ++s) {
       const StudyPlan a = list_study(studies[s], ab_args(benches[s].first, o, false), o.pass);
       const StudyPlan b = list_study(studies[s], ab_args(benches[s].second, o, true), o.pass);
       ab_same_cases(studies[s], a, b);
+      // The bench matches the injection against study/case/mode (each bench has checked the regex itself).
+      if (!o.inject.empty()) {
+        const std::regex re(o.inject.substr(0, o.inject.rfind('=')));
+        for (const auto& c : b.cases)
+          for (const char* mode : {"/cold", "/hot"}) {
+            if (!c.skipped.empty()) continue;
+            const std::string name = studies[s] + "/" + c.name + mode;
+            if (example.empty()) example = name;
+            injection_hits = injection_hits || std::regex_search(name, re);
+          }
+      }
     }
   } catch (const RunStopped&) {
     throw AbStopped{stop_signal()};
   }
+  // An injection that slows nothing would let a power test report "injected, not detected" (or pass) for a typo.
+  if (!o.inject.empty() && !injection_hits)
+    throw UsageError("--inject-slowdown " + o.inject + ": matches no case of the new build (it is searched in "
+                     "<study>/<case>/<mode>, e.g. " + example + ")");
 
   gate::PairedRuns runs;
   runs.base_source = o.base_dir;

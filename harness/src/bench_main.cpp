@@ -419,21 +419,6 @@ int run_study(int argc, char** argv, Study& study) {
   }
   std::erase_if(cases, [](const auto& c) { return !c->cold && !c->hot && !is_skipped(*c); });
   scale_estimates_to_budget(cases, f);
-  // An injection that slows nothing would let a power test report "injected, not detected" (or pass) for a typo.
-  if (f.inject_re && !cases.empty()) {
-    bool hits = false;
-    for (const auto& c : cases)
-      for (const char* mode : {"cold", "hot"})
-        hits = hits || (!is_skipped(*c) && (std::string(mode) == "cold" ? c->cold : c->hot) &&
-                        injected(f, study.name() + "/" + c->name + "/" + mode));
-    if (!hits) {
-      print_error(prog, "--inject-slowdown " + f.inject_text + ": matches no case of this run (it is searched in " +
-                            study.name() + "/<case>/<mode>, e.g. " + study.name() + "/" + cases.front()->name + "/" +
-                            (cases.front()->cold ? "cold" : "hot") + ")");
-      return kExitUsage;
-    }
-  }
-
   // A filter that leaves nothing is refused by --list too, so kvf run's plan stops it before any study measures.
   const bool filtered = !f.case_filter.empty() || f.benchmark_filter_re.has_value();
   if (cases.empty() && (filtered || !f.listing)) {

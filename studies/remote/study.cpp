@@ -267,9 +267,10 @@ int refuse_bad_flags_before_launch(int argc, char** argv) {
     if (null >= 0) ::dup2(null, STDOUT_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);
-    std::vector<char*> args(argv, argv + argc);
+    // --list right after the program: appended last, a final flag missing its value would take it as that value.
     static char list[] = "--list";
-    args.push_back(list);
+    std::vector<char*> args = {argv[0], list};
+    args.insert(args.end(), argv + 1, argv + argc);
     args.push_back(nullptr);
     RemoteStudy study(nullptr);
     const int rc = kvf::bench_main(argc + 1, args.data(), study);

@@ -200,7 +200,7 @@ void read_run_settings(const nlohmann::json& meta, ResultSet& rs) {
     // A study still "running" in the file was stopped (killed, interrupted) before its last case: the cases it did
     // not reach would be gated as MISSING, which passes without --fail-on-missing.
     if (s.contains("status") && s["status"].is_string() && s["status"].get<std::string>() == "running")
-      rs.unfinished.push_back(study + ": status 'running' in meta.json, never finished");
+      rs.unfinished.push_back(study);
     if (s.contains("fault_injection") && !s["fault_injection"].is_null()) {
       const auto& f = s["fault_injection"];
       std::string what = study + ": ";
@@ -325,6 +325,8 @@ ResultSet merge_runs(std::vector<ResultSet> runs) {
     out.meta_devices.insert(run.meta_devices.begin(), run.meta_devices.end());
     out.warnings.insert(out.warnings.end(), run.warnings.begin(), run.warnings.end());
     out.fault_injection.insert(out.fault_injection.end(), run.fault_injection.begin(), run.fault_injection.end());
+    for (const auto& s : run.unfinished)
+      if (std::find(out.unfinished.begin(), out.unfinished.end(), s) == out.unfinished.end()) out.unfinished.push_back(s);
     out.quick = out.quick || run.quick;
     if (run.run_min_samples > 0 && (out.run_min_samples == 0 || run.run_min_samples < out.run_min_samples))
       out.run_min_samples = run.run_min_samples;

@@ -260,6 +260,15 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   std::set<CaseKey> keys;
   for (const auto& [k, _] : bm) keys.insert(k);
   for (const auto& [k, _] : cm) keys.insert(k);
+  // A study stopped part way (killed, or by kvf run's --time-limit) is no run to gate: the cases it never reached
+  // would pass as MISSING. Refused where --filter keeps any of its cases.
+  for (const auto& [flag, rs] :
+       {std::pair<const char*, const ResultSet*>{"--baseline", &baseline}, {"--current", &current}})
+    for (const auto& study : rs->unfinished)
+      if (std::any_of(keys.begin(), keys.end(), [&](const CaseKey& k) { return k.study == study; }))
+        throw UsageError(std::string(flag) + " " + rs->source + ": study " + study +
+                         ": status 'running' in meta.json, never finished (stopped before its end, its unreached "
+                         "cases would pass as MISSING): gate a finished run, or leave the study out with --filter");
 
   std::size_t in_common = 0;
   std::vector<TooFew> too_few;

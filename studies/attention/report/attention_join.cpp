@@ -37,8 +37,10 @@ const char* kRule9 =
     "arm's recall (mean over layers and heads) is within 0.05 of the token arm's (or above it) and block is faster "
     "(token/block 95% bootstrap interval above 1); it refutes it when recall falls more than 0.05 short or token is "
     "faster. Supported iff every point supports; refuted iff none does and one refutes; not established iff none "
-    "does and none refutes (latency inside the noise); mixed otherwise. Not available without the files or without "
-    "joined access rows.";
+    "does and none refutes (latency inside the noise); mixed otherwise. A selection whose budget is the sink and "
+    "latest blocks alone (2 x block) is left out, and counted: both arms keep the same tokens there, and the latency "
+    "joined at another context is of a selection that is not. Not available without the files or without joined "
+    "access rows.";
 
 std::string layer_list(const std::vector<int>& ls) {
   std::string s;
@@ -320,9 +322,14 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     v.figures = run->rests_on() + ": latency: not available: " + j.none;
     return v;
   }
-  std::size_t support = 0, refute = 0, other_ctx = 0, other_shape = 0;
+  std::size_t support = 0, refute = 0, other_ctx = 0, other_shape = 0, degenerate = 0;
   std::string each;
   for (const auto& x : j.points) {
+    // Sink and latest blocks take the whole budget: the token arm has nothing of its own to choose.
+    if (x.point->budget <= 2 * x.point->block) {
+      ++degenerate;
+      continue;
+    }
     const double gap = x.point->arm.at("token").recall - x.point->arm.at("block").recall;
     const bool comparable = gap <= kRecallWithin;
     const bool faster = x.token_vs_block.a_slower(), slower = x.token_vs_block.a_faster();
@@ -334,10 +341,18 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
             fmt(x.point->arm.at("block").recall) + " token " + fmt(x.point->arm.at("token").recall) + ", token/block " +
             x.token_vs_block.text() + " at " + md::tokens(x.block->num("ctx").value_or(0));
   }
-  const std::size_t n = j.points.size();
+  const std::size_t n = j.points.size() - degenerate;
+  const std::string left_out =
+      degenerate ? "; " + std::to_string(degenerate) + " left out: budget = sink + latest blocks, both arms keep the "
+                                                         "same tokens"
+                 : std::string();
+  if (n == 0) {
+    v.figures = run->rests_on() + ": no selection with tokens of its own to choose" + left_out;
+    return v;
+  }
   v.verdict = support == n ? "supported" : support > 0 ? "mixed" : refute > 0 ? "refuted" : "not established";
   v.figures = run->rests_on() + ": " + std::to_string(n) + " selections joined, " + std::to_string(support) +
-              " support, " + std::to_string(refute) + " refute" +
+              " support, " + std::to_string(refute) + " refute" + left_out +
               (other_shape ? "; the access rows' shape differs from the run's at " + std::to_string(other_shape) +
                                  " (the context at " + std::to_string(other_ctx) + ")"
                            : "") +

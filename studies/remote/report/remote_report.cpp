@@ -381,8 +381,15 @@ std::optional<double> predict_transfer(Predictor& p) {
   if (!g) return std::nullopt;
   const auto d = p.r.num("descriptors");
   if (!d || *d < 1) return p.none("the row has no descriptors column");
-  // A one-reader read row is among the rows the fit was made from: its ratio restates the fit, it does not test it.
-  const bool in_sample = p.r.param("op") != "write" && one_reader(p.r);
+  // A row among those the fit was made from (a one-reader read of the fit's transport and mode, and under the hot
+  // fit no larger than the LLC): its ratio restates the fit, it does not test it.
+  bool in_sample = false;
+  if (const ResultSet* rs = p.run_index ? &p.run_index->run() : nullptr;
+      rs && p.r.param("op") != "write" && one_reader(p.r)) {
+    const bool hot_fit = which.rfind("; hot: the run's fit", 0) == 0;
+    const auto fit = hot_fit ? fit_remote(*rs, "hot", static_cast<double>(rs->llc_bytes)) : fit_remote(*rs);
+    in_sample = fit && fit->mode == p.r.mode && fit->transport == transport_of(p.r);
+  }
   p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
         " x per-descriptor + bytes / bandwidth" + (p.r.param("op") == "write" ? " (fitted on reads)" : "") +
         (one_reader(p.r) ? "" : " (this row ran beside other readers)") + which +

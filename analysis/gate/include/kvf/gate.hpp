@@ -88,8 +88,8 @@ struct ResultSet {
   // "study: CASE_REGEX=FRACTION" for each study of the run that a test-only fault injection slowed (meta.json),
   // and each case whose note says so.
   std::vector<std::string> fault_injection;
-  // meta.json's studies whose status says the run stopped before their end ("running": killed or interrupted):
-  // "stream: status 'running'"
+  // meta.json's studies whose status says the run stopped before their end ("running": killed, interrupted, or
+  // stopped by kvf run's --time-limit). run_gate refuses to gate their cases (--filter may leave them out).
   std::vector<std::string> unfinished;
 };
 
