@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -106,7 +107,7 @@ std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int 
     } catch (const std::exception&) {
       throw UsageError("--needle " + kvf::shown_value(s) + ": expected POS:LEN, token positions of the planted passage");
     }
-    if (pos < 0 || len < 1 || pos + len > context)
+    if (pos < 0 || len < 1 || pos > context || len > context - pos)  // no pos + len: it overflows
       throw UsageError("--needle " + s + ": the passage must lie inside the prompt's " + std::to_string(context) +
                        " tokens (POS >= 0, LEN >= 1)");
     out.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(len)});
@@ -147,7 +148,13 @@ q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::
 // (e.g. M - 1 above the smallest block) is a UsageError here, before the pass, not after it.
 double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, int C, int layers, double* one_layer_s,
                           std::uint32_t* calib_keys) {
-  const std::uint32_t C0 = static_cast<std::uint32_t>(std::min(C, 4096));
+  // The timed keys: at most 4096, a multiple of every block size that divides C (the timing must sweep the blocks
+  // the run will), or C itself where that multiple is larger.
+  std::uint64_t lcm = 1;
+  for (auto b : f.blocks)
+    if (b > 0 && C % static_cast<int>(b) == 0) lcm = std::lcm(lcm, std::uint64_t{b});
+  const std::uint64_t cap = static_cast<std::uint64_t>(std::min(C, 4096));
+  const std::uint32_t C0 = static_cast<std::uint32_t>(lcm <= cap ? cap / lcm * lcm : static_cast<std::uint64_t>(C));
   const std::uint32_t hq = static_cast<std::uint32_t>(cfg.shape.n_heads), hkv = static_cast<std::uint32_t>(cfg.shape.n_kv_heads);
   const std::uint32_t d = static_cast<std::uint32_t>(cfg.shape.head_dim), M = static_cast<std::uint32_t>(f.queries);
   std::vector<float> qv(std::size_t(hq) * M * d), kv(std::size_t(hkv) * C0 * d), vv(kv.size());
@@ -172,6 +179,23 @@ double estimate_figures_s(const Flags& f, const kvf::attention::HfConfig& cfg, i
   a.k = kv;
   a.v = vv;
   try {
+    // The sweep checked at the prompt's own C first (a block dividing C but not 4096, a sink above 4096): one head
+    // of 16 dims is enough for every check the figures make, and costs milliseconds at any C.
+    if (static_cast<std::uint32_t>(C) != C0) {
+      q::LayerAttention full;
+      full.hq = full.hkv = 1;
+      full.d = 16;
+      full.ctx = static_cast<std::uint32_t>(C);
+      full.rows = std::min(M, full.ctx);
+      full.causal = true;
+      const std::vector<float> fq(std::size_t(full.rows) * full.d, 0.5f);
+      std::vector<float> fk(std::size_t(full.ctx) * full.d);
+      for (float& e : fk) e = next();
+      full.q = fq;
+      full.k = fk;
+      full.v = fk;
+      (void)q::layer_figures(full, quality_options(f, full.ctx, {}));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     (void)q::layer_figures(a, quality_options(f, C0, {}));
     *one_layer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -459,6 +483,21 @@ int main(int argc, char** argv) {
     f.keeps.erase(std::unique(f.keeps.begin(), f.keeps.end()), f.keeps.end());
     std::sort(f.windows.begin(), f.windows.end());
     f.windows.erase(std::unique(f.windows.begin(), f.windows.end()), f.windows.end());
+    // Blocks and needles too: the needle decode and needle.csv wrote a repeated one twice, and kvf report then
+    // refused the whole section ("the same row again").
+    std::sort(f.blocks.begin(), f.blocks.end());
+    f.blocks.erase(std::unique(f.blocks.begin(), f.blocks.end()), f.blocks.end());
+    std::vector<std::string> needles;
+    for (const auto& n : f.needles)
+      if (std::find(needles.begin(), needles.end(), n) == needles.end()) needles.push_back(n);
+    f.needles = std::move(needles);
+    // kvf report reads at most 64 of each (its bounded reader of untrusted results); more would be refused there.
+    for (const auto& [flag, n] : {std::pair<const char*, std::size_t>{"--windows", f.windows.size()},
+                                  {"--blocks", f.blocks.size()}, {"--keeps", f.keeps.size()},
+                                  {"--needle", f.needles.size()}})
+      if (n > 64)
+        throw UsageError(std::string(flag) + ": " + std::to_string(n) + " distinct values; at most 64 (kvf report "
+                         "reads no more)");
     kvf::check_out_dir(f.out, "--out");
     // One run per directory: a second would overwrite the first's figures, and a suite results directory given
     // by mistake would lose its own meta.json (the figures go to RESULTS/attention).
@@ -469,7 +508,12 @@ int main(int argc, char** argv) {
       if (b < 1) throw UsageError("--blocks 0: a block holds at least one token");
     if (!(f.entropy_threshold > 0 && f.entropy_threshold < 1))
       throw UsageError("--entropy-threshold " + num(f.entropy_threshold) + ": in (0, 1)");
-    if (f.gflops < 0 || !std::isfinite(f.gflops)) throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0");
+    // 0 is not "measure" when typed: a flag that is given states a rate.
+    if (!(f.gflops > 0 && std::isfinite(f.gflops)) && (f.gflops != 0 || app.count("--gflops") > 0))
+      throw UsageError("--gflops " + num(f.gflops) + ": a rate > 0 (leave the flag out to measure it)");
+    if (f.backend == "cpu" && app.count("--device") > 0 && f.device != "cpu")
+      throw UsageError("--device " + kvf::shown_value(f.device) + " with --backend cpu: a GPU ordinal picks a GPU for "
+                       "--backend cuda or auto; leave it out, or give --device cpu");
     if (!f.dump.empty()) return run_dump(f);
     if (f.model_dir.empty() || f.tokens.empty())
       throw UsageError("--model-dir DIR and --tokens FILE (a checkpoint and a prompt), or --dump FILE: one is needed");

@@ -171,6 +171,13 @@ TEST(BenchAttention, TheReportReadsItsOutput) {
   EXPECT_EQ(b.largest_drop, run.meta_largest_drop);
   EXPECT_NE(at::judge_h1(&run, "", "cpu").verdict, "not available") << at::judge_h1(&run, "", "cpu").figures;
   EXPECT_NE(at::judge_h3(&run, "", "cpu").verdict, "not available") << at::judge_h3(&run, "", "cpu").figures;
+  // A block size or a needle given twice is one (needle.csv held its rows twice, and the report refused the run).
+  const fs::path twice = fresh_dir("bench_attention_twice");
+  const BenchRun r2 = bench(fx.args(twice / "attention") + " --blocks 16 --needle 20:4");
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  ASSERT_NO_THROW(run = at::read_run(twice / "attention", twice));
+  EXPECT_TRUE(run.read_around.empty());
+  EXPECT_NE(at::judge_h1(&run, "", "cpu").verdict, "not available") << at::judge_h1(&run, "", "cpu").figures;
 }
 #endif
 
@@ -290,6 +297,10 @@ TEST(BenchAttention, BadInputIsOneLineAndExit2) {
       {" --device 3x", "--device 3x: allowed: cpu, all, or a GPU ordinal"},
       {" --device cpu --backend cuda", "--device cpu with --backend cuda"},
       {" --figures-during-pass maybe", "--figures-during-pass maybe: auto, on or off"},
+      // found by review: a needle whose end overflowed, 0 taken as "measure", a GPU ordinal beside --backend cpu
+      {" --needle 9223372036854775807:1", "--needle 9223372036854775807:1: the passage must lie inside"},
+      {" --gflops 0", "--gflops 0: a rate > 0"},
+      {" --device 0 --backend cpu", "--device 0 with --backend cpu"},
   };
   for (const auto& c : cases) {
     const BenchRun r = bench(fx.args(out) + c.extra);
