@@ -275,6 +275,10 @@ int run(const Flags& f) {
       throw UsageError("--answer decodes with the selection in every layer: capture every layer (leave out --layers)");
     answer = kvf::attention::read_token_ids(f.answer, cfg.shape.vocab);
     if (answer.empty()) throw UsageError("--answer " + f.answer + ": the planted answer holds no token");
+    // Its first token is the dense prefill's own next token, whatever the selection: one token tests none.
+    if (answer.size() < 2)
+      throw UsageError("--answer " + f.answer + ": one token; the first answer token comes from the dense prefill in "
+                       "every arm, so it tests no selection (give 2 or more)");
   }
 
   // The figures' sweep first: one it refuses is a usage error before anything is printed or run.

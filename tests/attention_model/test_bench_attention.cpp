@@ -237,6 +237,13 @@ TEST(BenchAttention, AnswerIsDecodedDenseAndUnderEachSelection) {
   EXPECT_EQ(partial.code, 2) << partial.err;
   EXPECT_NE(partial.err.find("capture every layer"), std::string::npos) << partial.err;
   write_text(answer, "[1,64]");
+  // One answer token: every arm decodes it from the dense prefill, so it tests nothing (it read "7 of 7 exact").
+  const fs::path one = out.parent_path() / "one.tokens.json";
+  write_text(one, "[" + std::to_string(expect.front()) + "]");
+  const BenchRun single = bench(fx.args(fresh_dir("bench_attention_one") / "attention") + " --answer " + one.string());
+  EXPECT_EQ(single.code, 2) << single.err;
+  EXPECT_NE(single.err.find("one token; the first answer token comes from the dense prefill"), std::string::npos)
+      << single.err;
   const BenchRun beyond = bench(fx.args(again) + " --answer " + answer.string());
   EXPECT_EQ(beyond.code, 2) << beyond.err;
   EXPECT_EQ(std::count(beyond.err.begin(), beyond.err.end(), '\n'), 1) << beyond.err;
