@@ -141,6 +141,21 @@ q::QualityOptions quality_options(const Flags& f, std::uint32_t ctx, const std::
   return qo;
 }
 
+// The block sizes and windows the sweep leaves out at this context (a block that does not divide it, a window
+// longer than it), said on stderr and recorded in meta.json (sweep_left_out): they had vanished without a word.
+nlohmann::json sweep_left_out(const Flags& f, std::uint32_t ctx) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto say = [&](const char* flag, std::uint32_t v, const std::string& why) {
+    out.push_back({{"flag", flag}, {"value", v}, {"why", why}});
+    std::fprintf(stderr, "%s: %s %u left out: %s\n", kProg, flag, v, why.c_str());
+  };
+  for (auto b : f.blocks)
+    if (ctx % b != 0) say("--blocks", b, "does not divide the prompt's " + std::to_string(ctx) + " tokens");
+  for (auto w : f.windows)
+    if (w > ctx) say("--windows", w, "longer than the prompt's " + std::to_string(ctx) + " tokens");
+  return out;
+}
+
 // The figures' cost, said with the pass's (they run on the CPU after it, for every captured layer, and on a GPU
 // run they can take longer than the pass): one layer of this model's heads and M rows, at min(C, 4096) keys of
 // random q, k, v, timed here, scaled linearly to C keys (the figures' passes are linear in the keys: one 32K layer
@@ -246,6 +261,7 @@ int run_dump(const Flags& f) {
   meta["causal"] = dump.causal();
   meta["captured_layers"] = layers;
   meta["figures_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  meta["sweep_left_out"] = sweep_left_out(f, meta["context"].get<std::uint32_t>());
   files.write(f.out, meta, f.entropy_threshold, !needles.empty());
   std::fprintf(stderr, "%s: %zu layers of %s; results in %s\n", kProg, files.layers(), f.dump.c_str(), f.out.c_str());
   return 0;
@@ -374,6 +390,7 @@ int run(const Flags& f) {
   nlohmann::json meta;
   meta["source"] = "checkpoint";
   meta["command"] = f.command;
+  meta["sweep_left_out"] = sweep_left_out(f, static_cast<std::uint32_t>(C));
   meta["model_dir"] = f.model_dir;
   meta["architecture"] = cfg.architecture;
   meta["torch_dtype"] = cfg.torch_dtype;
