@@ -21,6 +21,14 @@ namespace {
 using test::small;
 using test::toy;
 
+// The cost of one action in a class (a failure, and an empty cost, when the class has none).
+ActionCost cost_of(const ActionClass& c, const std::string& action) {
+  for (const auto& x : c.costs)
+    if (x.action == action) return x;
+  ADD_FAILURE() << action;
+  return ActionCost{};
+}
+
 }  // namespace
 
 TEST(Model, BytesPerPage) {
@@ -107,12 +115,7 @@ TEST(Actions, HandComputedClass) {
   ASSERT_EQ(t.size(), 2u);  // decode, prefill
   const ActionClass& c = t[0];
   EXPECT_EQ(c.phase, "decode");
-  auto cost = [&](const std::string& a) {
-    for (const auto& x : c.costs)
-      if (x.action == a) return x;
-    ADD_FAILURE() << a;
-    return ActionCost{};
-  };
+  const auto cost = [&](const std::string& a) { return cost_of(c, a); };
   // keep: 32768 B = 1/32 MiB at 1 us/MiB
   EXPECT_NEAR(cost("keep").total_us, 0.03125, 1e-12);
   // demote: fetch 10 us + 32768 B / 50 GB/s = 10.65536 us on reuse; 0.1 x that
@@ -141,20 +144,14 @@ TEST(Actions, PrefillAmortizesFixedCostsOverItsPages) {
   o.hbm_price_us_per_mib = 1;
   const auto t = action_table(toy(), small(), o);
   ASSERT_EQ(t.size(), 2u);
-  auto cost = [&](const ActionClass& c, const std::string& a) {
-    for (const auto& x : c.costs)
-      if (x.action == a) return x;
-    ADD_FAILURE() << a;
-    return ActionCost{};
-  };
   // decode, L=2: two copies of 32768 B: 2 x 10 us + 65536 B / 50 GB/s = 21.31072 us
-  EXPECT_NEAR(cost(t[0], "demote").reuse_us, 21.31072, 1e-9);
+  EXPECT_NEAR(cost_of(t[0], "demote").reuse_us, 21.31072, 1e-9);
   // prefill, P=4: two copies of 4 x 32768 B: (20 us + 262144 B / 50 GB/s) / 4 = (20 + 5.24288) / 4 = 6.31072 us
-  EXPECT_NEAR(cost(t[1], "demote").reuse_us, 6.31072, 1e-9);
+  EXPECT_NEAR(cost_of(t[1], "demote").reuse_us, 6.31072, 1e-9);
   // compress_int8, prefill: per layer one pass over 4 pages, 4 x (16896 + 32768) B = 198656 B at 1 TB/s + 5 us;
   // two layers, per page: 2 x (0.198656 + 5) / 4 = 2.599328 us (decode: 2 x 5.049664 = 10.099328)
-  EXPECT_NEAR(cost(t[0], "compress_int8").reuse_us, 10.099328, 1e-9);
-  EXPECT_NEAR(cost(t[1], "compress_int8").reuse_us, 2.599328, 1e-9);
+  EXPECT_NEAR(cost_of(t[0], "compress_int8").reuse_us, 10.099328, 1e-9);
+  EXPECT_NEAR(cost_of(t[1], "compress_int8").reuse_us, 2.599328, 1e-9);
 }
 
 TEST(Actions, DefaultPriceIsAFetchOfOneMiB) {

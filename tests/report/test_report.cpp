@@ -30,6 +30,13 @@ std::string message_of(const std::function<void()>& f) {
   return "(no UsageError)";
 }
 
+// The Markdown report of one results directory, without charts.
+std::string markdown_of(const fs::path& dir) {
+  ReportOptions o;
+  o.charts = false;
+  return render_markdown({load_results(dir.string())}, o, {});
+}
+
 const Verdict& find(const std::vector<Verdict>& vs, const std::string& prefix) {
   for (const auto& v : vs)
     if (v.claim.rfind(prefix, 0) == 0) return v;
@@ -677,9 +684,7 @@ TEST(Validity, RowsAboveTheirCeilingAreListedWithTheirSpread) {
          "stream,read/c,cpu,X,cold,3,1.0,0.99,1.01,10,100.00000000000001,stream:op=read:gbps,10\n"
          "stream,write/w,cpu,X,cold,3,1.0,0.99,1.1,11,110,stream:op=read:gbps,10\n"
          "access,gather/g,cpu,X,cold,3,1.0,0.99,1.01,9,90,stream:op=read:gbps,10\n";
-  ReportOptions o;
-  o.charts = false;
-  const std::string md = render_markdown({load_results(d.string())}, o, {});
+  const std::string md = markdown_of(d);
   const auto at = md.find("### Rows above their ceiling");
   ASSERT_NE(at, std::string::npos);
   const std::string part = md.substr(at, md.find("### Input warnings") - at);
@@ -698,9 +703,7 @@ TEST(Validity, RowsOnABusyMachineAreListed) {
          "stream,read/a,cpu,X,cold,3,1.0,10,\"machine busy: 33 involuntary context switches in 0.15 s of samples "
          "(110/s per thread): other work took the CPUs, the samples may hold its stalls\"\n"
          "stream,read/b,cpu,X,cold,3,1.0,10,quiet\n";
-  ReportOptions o;
-  o.charts = false;
-  std::string md = render_markdown({load_results(d.string())}, o, {});
+  std::string md = markdown_of(d);
   const auto at = md.find("### Rows measured on a busy machine");
   ASSERT_NE(at, std::string::npos) << md;
   const std::string part = md.substr(at, md.find("### Input warnings") - at);
@@ -711,7 +714,7 @@ TEST(Validity, RowsOnABusyMachineAreListed) {
   EXPECT_EQ(part.find("read/b"), std::string::npos) << part;
   std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,gbps,note\n"
                                     "stream,read/b,cpu,X,cold,3,1.0,10,quiet\n";
-  md = render_markdown({load_results(d.string())}, o, {});
+  md = markdown_of(d);
   EXPECT_EQ(md.find("busy machine"), std::string::npos);
 }
 
