@@ -241,10 +241,13 @@ int ranks_to_launch(int argc, char** argv) {
 namespace {
 // A granularity or layout named in its flag that no case kept (every combination invalid) is refused with the
 // reason, as kvf refuses a named arm with no case: it had been left out in silence ("no cases to run", or exit 0).
-void refuse_named_without_cases(const std::vector<Point>& points, const UserLists& user, bool quick) {
-  const auto tokens_of = [&] {
+void refuse_named_without_cases(const Arm<Env>& arm, const std::vector<Point>& points, const UserLists& user,
+                                const Target& target) {
+  const auto tokens_of = [&]() -> const std::vector<std::string>& {
     if (const auto it = user.find("--tokens"); it != user.end()) return it->second;
-    return quick ? std::vector<std::string>{"16"} : std::vector<std::string>{"16", "128"};  // the axis's defaults
+    for (const auto& a : arm.axes)
+      if (a.name == "tokens") return a.defaults(target);
+    throw std::logic_error("the granularity arm declares no tokens axis");
   };
   for (const auto& [flag, axis] : {std::pair<std::string, std::string>{"--granularities", "granularity"},
                                    {"--layouts", "layout"}}) {
@@ -301,17 +304,15 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
   // chose the regions), so a page's rows have a matched ceiling (the quick sizes, 256 KiB and 64 MiB, had none).
   std::vector<std::pair<std::string, std::int64_t>> pages;
   if (chosen("granularity") && chosen("ceiling") && f.sizes.empty())
-    for (const auto& arm : arms.all())
-      if (arm.name == "granularity")
-        for (const auto& p : points_of(arm)) {
-          const std::pair<std::string, std::int64_t> page{
-              p["op"], geometry(model_of(env, p["model"])).page_bytes(static_cast<int>(p.integer("tokens")))};
-          if (std::find(pages.begin(), pages.end(), page) == pages.end()) pages.push_back(page);
-        }
+    for (const auto& p : points_of(arms.at("granularity"))) {
+      const std::pair<std::string, std::int64_t> page{
+          p["op"], geometry(model_of(env, p["model"])).page_bytes(static_cast<int>(p.integer("tokens")))};
+      if (std::find(pages.begin(), pages.end(), page) == pages.end()) pages.push_back(page);
+    }
   for (const auto& arm : arms.all()) {
     if (!chosen(arm.name)) continue;
     auto points = points_of(arm);
-    if (arm.name == "granularity") refuse_named_without_cases(points, user, env.quick);
+    if (arm.name == "granularity") refuse_named_without_cases(arm, points, user, target);
     if (arm.name == "ceiling")
       for (const auto& [op, bytes] : pages) {
         const Point page(std::vector<Param>{{"op", op}, {"region_bytes", std::to_string(bytes)}});
