@@ -40,10 +40,10 @@ void refuse_flags_as_values(CLI::App& app) {
 }
 
 void StudyFlags::text(const std::string& name, std::string& value, const std::string& help) {
-  app_->add_option(name, value, help)->check(kNotAFlag);
+  app_->add_option(name, value, help);
 }
 void StudyFlags::list(const std::string& name, std::vector<std::string>& values, const std::string& help) {
-  app_->add_option(name, values, help)->delimiter(',')->check(kNotAFlag);
+  app_->add_option(name, values, help)->delimiter(',');
 }
 void StudyFlags::flag(const std::string& name, bool& on, const std::string& help) { app_->add_flag(name, on, help); }
 void StudyFlags::footer(const std::string& text) { app_->footer(text); }
@@ -363,6 +363,7 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   }
   // Takes the --benchmark_* flags it knows out of argv; one it cannot parse stays there for CLI11 to refuse.
   const std::string benchmark_said = initialize_benchmark(argc, argv);
+  refuse_flags_as_values(app);  // the harness's flags and the study's alike
   try {
     app.parse(*argc, argv);
   } catch (const CLI::ParseError& e) {

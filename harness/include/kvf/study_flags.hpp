@@ -19,7 +19,7 @@ namespace kvf {
 
 // Every named option of `app` and of its subcommands that takes a value refuses one that is a flag: a flag
 // given without its value takes the next word ("--contexts --parts attention"), and the line says so rather
-// than judge "--parts" as a context. StudyFlags' options refuse it too.
+// than judge "--parts" as a context. A bench's command line (the harness's flags and its study's) is checked so.
 void refuse_flags_as_values(CLI::App& app);
 
 class StudyFlags {
