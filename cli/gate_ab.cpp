@@ -178,20 +178,22 @@ gate::GateReport run_ab(const AbOptions& o, const gate::GateOptions& g) {
   // The --list pass of both builds: each refuses a bad flag before anything is measured, and their cases must match.
   bool injection_hits = false;
   std::string example;  // a name the injection is searched in
+  // The bench matches the injection against study/case/mode; built once, after the first bench's --list pass has
+  // checked the regex (a bad one is refused there, in the bench's words).
+  std::optional<std::regex> inject_re;
   try {
     for (std::size_t s = 0; s < studies.size(); ++s) {
       const StudyPlan a = list_study(studies[s], ab_args(benches[s].first, o, false), o.pass);
       const StudyPlan b = list_study(studies[s], ab_args(benches[s].second, o, true), o.pass);
       ab_same_cases(studies[s], a, b);
-      // The bench matches the injection against study/case/mode (each bench has checked the regex itself).
       if (!o.inject.empty()) {
-        const std::regex re(o.inject.substr(0, o.inject.rfind('=')));
+        if (!inject_re) inject_re.emplace(o.inject.substr(0, o.inject.rfind('=')));
         for (const auto& c : b.cases)
           for (const char* mode : {"/cold", "/hot"}) {
             if (!c.skipped.empty()) continue;
             const std::string name = studies[s] + "/" + c.name + mode;
             if (example.empty()) example = name;
-            injection_hits = injection_hits || std::regex_search(name, re);
+            injection_hits = injection_hits || std::regex_search(name, *inject_re);
           }
       }
     }
