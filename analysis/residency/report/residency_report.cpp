@@ -127,6 +127,11 @@ Plot hits_plot(const rd::Replay& r, std::size_t k) {
   return p;
 }
 
+// Compression is cost's alone in this pair of rows: a win may be the smaller store's, not the policy's.
+bool only_cost_compresses(const rd::Row& cost, const rd::Row& base) {
+  return !cost.compress_to.empty() && cost.compress_to != "none" && cost.compress_to != base.compress_to;
+}
+
 // "For Llama-3.1-8B on H100 SXM with 34 GiB of HBM: cost adds 12.3% less latency than lru (...); prefill ...; added
 // p99 1,234 ms against 1,456 ms".
 std::string sentence(const rd::Replay& r, double b) {
@@ -158,8 +163,7 @@ std::string sentence(const rd::Replay& r, double b) {
     }
     s += "; prefill " + fmt(cost->prefill_total_s) + " s against " + fmt(base->prefill_total_s) + " s; added p99 " +
          ms(cost->added_p99_us) + " ms against " + ms(base->added_p99_us) + " ms";
-    // Compression is cost's alone here: the comparison is of two policies and two stores, not of policies alone.
-    if (!cost->compress_to.empty() && cost->compress_to != "none" && cost->compress_to != base->compress_to)
+    if (only_cost_compresses(*cost, *base))
       s += " (cost compresses to " + txt(cost->compress_to) + ", " + name + " keeps " +
            (r.block_form.empty() ? std::string("the replay's form") : txt(r.block_form)) +
            ": `kvf residency --compress-to none` compares the policies alone)";
@@ -221,9 +225,7 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
       unequal = " (not at equal memory: cost has " + gib(cr.host_gib) + " of host" +
                 (cr.tier3_gib > 0 ? " and " + gib(cr.tier3_gib) + " behind it" : std::string()) + ", " + base + " " +
                 (orow.host_gib > 0 ? gib(orow.host_gib) + " of host" : std::string("HBM only")) + ")";
-    // Compression is cost's alone: the win may be the smaller store's, not the policy's.
-    if (unequal.find("compresses") == std::string::npos && !cr.compress_to.empty() && cr.compress_to != "none" &&
-        cr.compress_to != orow.compress_to)
+    if (unequal.find("compresses") == std::string::npos && only_cost_compresses(cr, orow))
       unequal += " (cost compresses to " + txt(cr.compress_to) + ", " + base + " does not: `--compress-to none` "
                  "compares the policies alone)";
     const double d = f(*c->second) - f(*o->second);
