@@ -172,6 +172,7 @@ ojson row_of(const rs::CostedResult& r, const rs::PolicyInfo& p, const rs::Basel
   for (const std::size_t n : s.compressed) compressed += n;
   j["compressed_blocks"] = compressed;
   j["compress_total_s"] = r.compress_s_total;
+  j["entry_pass_total_s"] = r.entry_pass_s_total;
   for (const rs::Form f : rs::kAllForms) j["hbm_share_" + rs::form_column(f)] = r.hbm_share[static_cast<std::size_t>(f)];
   j["nocache_mean_us"] = us(base.latency.mean_s);
   j["nocache_p50_us"] = us(base.latency.p50_s);

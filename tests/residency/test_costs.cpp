@@ -268,6 +268,48 @@ TEST(ResidencyCosts, ARestoreAddsToItsRequestAndTotalsStillAddUp) {
   EXPECT_NEAR(r.hbm_share[1], (3 * q + 3 * q) / 5.0 / 3, 1e-12);
 }
 
+TEST(ResidencyCosts, APartialLastBlockRecomputedFromXCountsItsRealTokens) {
+  auto g = compute_only();
+  g.hbm_tbps = 2;
+  const int bt = 4;
+  const CostModel c = make_cost_model(g, llama8b(), bt, Form::x);
+  // Two requests of 6 tokens over blocks [1 2]: block 2 holds 2 tokens. The second reuses both from HBM as X.
+  const auto trace = index_trace(test::make_trace({{1, 2}, {1, 2}}, bt, {6, 6}), bt);
+  const Result sim = simulate(trace, "lru", capacity(c, 2, 0));
+  ASSERT_EQ(sim.restores.size(), 1u);
+  EXPECT_EQ(sim.restores[0].blocks, 2u);
+  EXPECT_EQ(sim.restores[0].tokens, 6);
+  const CostedResult r = price(c, sim, baseline(c, trace), 1, 0);
+  EXPECT_EQ(r.x_restored_blocks, 2u);
+  EXPECT_EQ(r.x_restored_tokens, 6);
+  EXPECT_DOUBLE_EQ(r.recomputed_tokens, 6 + 6);  // the first request's prefill, then the 6 rows recomputed
+  // One call over the 6 rows of the two pages, per layer; less than two full pages.
+  EXPECT_NEAR(restore_s(c, Form::x, 2, 6), 32 * 2 * report::recompute_x(g, llama8b(), 3, 2, 16).seconds, 1e-15);
+  EXPECT_LT(restore_s(c, Form::x, 2, 6), restore_s(c, Form::x, 2));
+  EXPECT_DOUBLE_EQ(r.restore_s_total, restore_s(c, Form::x, 2, 6));
+  EXPECT_EQ(restore_s(c, Form::x, 1, 0), 0.0);  // a block past the request's input holds no token
+}
+
+TEST(ResidencyCosts, PrefilledBlocksWrittenInAQuantizedEntryFormCostAPassPerRequest) {
+  auto g = compute_only();
+  g.hbm_tbps = 2;
+  g.launch_us = 3;
+  const int bt = 4;
+  const auto trace = index_trace(test::make_trace({{1, 2, 3}, {1, 2, 4}}, bt), bt);
+  const CostModel kv = make_cost_model(g, llama8b(), bt);
+  EXPECT_EQ(entry_pass_s(kv, 3), 0.0);  // the prefill writes bf16 K/V itself
+  EXPECT_EQ(price(kv, simulate(trace, "lru", capacity(kv, 4, 0)), baseline(kv, trace), 1, 0).entry_pass_s_total, 0.0);
+  const CostModel q8 = make_cost_model(g, llama8b(), bt, Form::kv_int8);
+  const double k = q8.form_bytes[0], b = q8.block_bytes;
+  EXPECT_NEAR(entry_pass_s(q8, 3), 32 * (3 * (k + b) / 32 / 2e12 + 3e-6), 1e-15);  // read bf16 K/V, write int8
+  const Result sim = simulate(trace, "lru", capacity(q8, 4, 0));
+  ASSERT_EQ(sim.request_prefilled_blocks, (std::vector<std::uint32_t>{3, 1}));
+  EXPECT_DOUBLE_EQ(price(q8, sim, baseline(q8, trace), 1, 0).entry_pass_s_total,
+                   entry_pass_s(q8, 3) + entry_pass_s(q8, 1));
+  const CostModel x8 = make_cost_model(g, llama8b(), bt, Form::x_int8);  // from bf16 X
+  EXPECT_NEAR(entry_pass_s(x8, 1), 32 * ((x8.form_bytes[3] + x8.block_bytes) / 32 / 2e12 + 3e-6), 1e-15);
+}
+
 // lru-host with one block in each tier on [1] [2] [3] [1]: the last request reuses block 1 from the tier behind host
 // memory (ResidencyDisk.LruHostDemotesHostEvictionsToDiskAndFetchesThemBack), priced.
 CostedResult third_tier_hit(const CostModel& c) {

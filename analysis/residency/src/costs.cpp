@@ -200,14 +200,24 @@ double pass_s(const CostModel& c, double from_bytes, double to_bytes) {
 
 }  // namespace
 
-double restore_s(const CostModel& c, Form form, std::size_t blocks) {
+double restore_s(const CostModel& c, Form form, std::size_t blocks, std::int64_t tokens) {
   if (blocks == 0 || form == Form::kv) return 0;
   const double n = static_cast<double>(blocks);
   if (!is_x_form(form)) return pass_s(c, n * c.form_bytes[static_cast<std::size_t>(form)], n * c.form_bytes[0]);
+  const double rows = tokens < 0 ? n * c.block_tokens : double(tokens);
+  if (rows <= 0) return 0;
   const auto f = static_cast<std::size_t>(form);
-  if (const auto per_layer = report::interpolate(c.restore_rows[f], c.restore_secs[f], n * c.block_tokens))
+  if (const auto per_layer = report::interpolate(c.restore_rows[f], c.restore_secs[f], rows))
     return c.model->layers * *per_layer;
-  return c.model->layers * n * report::recompute_x(*c.gpu, *c.model, c.block_tokens, n, form_bits(form)).seconds;
+  // One call over the rows of n pages (the model prices its rows; the weights are read once per call).
+  return c.model->layers * n * report::recompute_x(*c.gpu, *c.model, rows / n, n, form_bits(form)).seconds;
+}
+
+double entry_pass_s(const CostModel& c, std::size_t blocks) {
+  if (blocks == 0 || c.form == Form::kv) return 0;
+  const double n = static_cast<double>(blocks);
+  const Form source = is_x_form(c.form) ? Form::x : Form::kv;
+  return pass_s(c, n * c.form_bytes[static_cast<std::size_t>(source)], n * c.block_bytes);
 }
 
 double compress_s(const CostModel& c, Form to) {
@@ -284,17 +294,18 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
       const Result::Restore& x = sim.restores[next];
       if (x.tier == Tier::host) f += fetch_s(c, x.form, x.blocks);
       if (x.tier == Tier::disk) f += disk_fetch_s(c, x.form, x.blocks);
-      restore += restore_s(c, x.form, x.blocks);
-      if (is_x_form(x.form)) out.x_restored_blocks += x.blocks;
+      restore += restore_s(c, x.form, x.blocks, x.tokens);
+      if (is_x_form(x.form)) out.x_restored_blocks += x.blocks, out.x_restored_tokens += x.tokens;
     }
     out.prefill_s_total += p;
     out.fetch_s_total += f;
     out.restore_s_total += restore;
+    out.entry_pass_s_total += entry_pass_s(c, sim.request_prefilled_blocks[r]);
     out.request_s[r] = p + f + restore;
     out.request_pipelined_s[r] = ((L - 1) * std::max(f, p + restore) + f + p + restore) / L;
   }
   out.added_pipelined = summarize_latency(out.request_pipelined_s);
-  out.recomputed_tokens = double(sim.prefill_tokens) + double(out.x_restored_blocks) * c.block_tokens;
+  out.recomputed_tokens = double(sim.prefill_tokens) + double(out.x_restored_tokens);
   out.added = summarize_latency(out.request_s);
   out.prefill_avoided_s = base.latency.total_s - out.prefill_s_total;
   return out;

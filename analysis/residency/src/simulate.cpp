@@ -67,9 +67,11 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   res.references = trace.references();
   res.request_reused_tokens.resize(res.requests);
   res.request_host_blocks.resize(res.requests);
+  res.request_prefilled_blocks.resize(res.requests);
   res.request_missed_tokens.resize(res.requests);
   Moves moves;
   std::array<std::size_t, kForms> from_hbm_form{}, from_host_form{}, from_disk_form{};
+  std::array<std::int64_t, kForms> hbm_tokens{}, host_tokens{}, disk_tokens{};  // their real tokens
   for (std::size_t r = 0; r < res.requests; ++r) {
     const std::span<const BlockId> blocks = trace.request(r);
     const std::int64_t input = trace.input_length[r];
@@ -79,6 +81,9 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
     from_hbm_form.fill(0);
     from_host_form.fill(0);
     from_disk_form.fill(0);
+    hbm_tokens.fill(0);
+    host_tokens.fill(0);
+    disk_tokens.fill(0);
     for (; hits < blocks.size(); ++hits) {
       const Tier t = policy->where(blocks[hits]);
       if (t == Tier::none) break;
@@ -86,7 +91,9 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
       from_disk += t == Tier::disk;
       const auto f = static_cast<std::size_t>(policy->form(blocks[hits]).value_or(capacity.form));
       ++(t == Tier::host ? from_host_form : t == Tier::disk ? from_disk_form : from_hbm_form)[f];
-      reused += block_tokens_of(input, hits, trace.block_tokens);
+      const std::int64_t tokens = block_tokens_of(input, hits, trace.block_tokens);
+      (t == Tier::host ? host_tokens : t == Tier::disk ? disk_tokens : hbm_tokens)[f] += tokens;
+      reused += tokens;
     }
     for (const Form f : kAllForms) {
       const auto i = static_cast<std::size_t>(f);
@@ -95,9 +102,11 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
       res.hits_disk_form[i] += from_disk_form[i];
       const auto req = static_cast<std::uint32_t>(r);
       if (from_hbm_form[i] > 0 && f != Form::kv)
-        res.restores.push_back({req, Tier::hbm, f, static_cast<std::uint32_t>(from_hbm_form[i])});
-      if (from_host_form[i] > 0) res.restores.push_back({req, Tier::host, f, static_cast<std::uint32_t>(from_host_form[i])});
-      if (from_disk_form[i] > 0) res.restores.push_back({req, Tier::disk, f, static_cast<std::uint32_t>(from_disk_form[i])});
+        res.restores.push_back({req, Tier::hbm, f, static_cast<std::uint32_t>(from_hbm_form[i]), hbm_tokens[i]});
+      if (from_host_form[i] > 0)
+        res.restores.push_back({req, Tier::host, f, static_cast<std::uint32_t>(from_host_form[i]), host_tokens[i]});
+      if (from_disk_form[i] > 0)
+        res.restores.push_back({req, Tier::disk, f, static_cast<std::uint32_t>(from_disk_form[i]), disk_tokens[i]});
     }
     res.hits_hbm += hits - from_host - from_disk;
     res.hits_host += from_host;
@@ -106,6 +115,7 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
     res.reused_tokens += reused;
     res.request_reused_tokens[r] = reused;
     res.request_host_blocks[r] = static_cast<std::uint32_t>(from_host);
+    res.request_prefilled_blocks[r] = static_cast<std::uint32_t>(blocks.size() - hits);
     res.request_missed_tokens[r] = input - reused;
     policy->admit(r, blocks, hits, moves);
     check_occupancy(*policy, info, capacity, r, res.mean_hbm_units_form);

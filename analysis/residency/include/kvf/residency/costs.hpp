@@ -96,8 +96,14 @@ bool third_tier_priced(const CostModel& c);
 // Making `blocks` blocks of `form` readable by attention, once they are in HBM: 0 for kv; for quantized K/V one
 // dequantize pass per layer over all of them (read the quantized bytes, write bf16); for X, recompute_x per
 // layer with the blocks as the pages of one call (dequantize, GEMM with the K/V projections, RoPE + paged write),
-// or the measured rows (use_measured_restores) where they cover the call.
-double restore_s(const CostModel& c, Form form, std::size_t blocks);
+// or the measured rows (use_measured_restores) where they cover the call. `tokens`: the blocks' real tokens (a
+// request's partial last block holds fewer; X forms recompute those rows only); -1: blocks x block_tokens.
+double restore_s(const CostModel& c, Form form, std::size_t blocks, std::int64_t tokens = -1);
+// Writing `blocks` prefilled blocks of one request in the entry form: 0 for kv (the prefill writes its K/V into
+// the cache); otherwise one pass per layer over them, reading bf16 K/V (kv-int8, kv-int4) or X (the X forms; x
+// itself a copy) and writing the entry form. A separate pass, as compress_s: an upper bound where the cache
+// write quantizes as it goes. GPU work between the prefill and the first decode step, reported beside the latency.
+double entry_pass_s(const CostModel& c, std::size_t blocks);
 // Turning one block of the entry form into `to` (a quantize pass per layer: read one form, write the other):
 // GPU work off the request path, reported beside it. 0 when `to` is the entry form.
 double compress_s(const CostModel& c, Form to);
@@ -133,8 +139,10 @@ struct CostedResult {
   std::vector<double> request_s;
   double prefill_s_total = 0, fetch_s_total = 0, restore_s_total = 0;  // their parts, summed over requests
   std::size_t x_restored_blocks = 0;  // reused blocks whose K/V were recomputed from X
-  double recomputed_tokens = 0;       // prefilled tokens + tokens of the blocks recomputed from X (full blocks)
+  std::int64_t x_restored_tokens = 0;  // their real tokens (a request's partial last block counts what it holds)
+  double recomputed_tokens = 0;        // prefilled tokens + x_restored_tokens
   double compress_s_total = 0;        // GPU time of the compress passes (off the request path)
+  double entry_pass_s_total = 0;      // GPU time of writing prefilled blocks in the entry form (entry_pass_s)
   std::array<double, kForms> hbm_share{};  // mean share of the HBM budget held in each form
   LatencySummary added;
   // The same requests with the fetch pipelined by layer against the compute (copy engines beside the SMs, as
