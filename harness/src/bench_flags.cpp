@@ -35,7 +35,9 @@ const CLI::Validator kNotAFlag(
 
 void refuse_flags_as_values(CLI::App& app) {
   for (CLI::Option* o : app.get_options())
-    if (!o->get_lnames().empty() && o->get_expected_min() > 0) o->check(kNotAFlag);
+    // First, before the option's own checks (transform puts it at the front): "--alpha --rounds 5" is a value
+    // forgotten, not "'--rounds' is not a number".
+    if (!o->get_lnames().empty() && o->get_expected_min() > 0) o->transform(kNotAFlag);
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_flags_as_values(*sub);
 }
 
