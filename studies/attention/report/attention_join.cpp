@@ -39,8 +39,9 @@ const char* kRule9 =
     "faster. Supported iff every point supports; refuted iff none does and one refutes; not established iff none "
     "does and none refutes (latency inside the noise); mixed otherwise. A selection whose budget is the sink and "
     "latest blocks alone (2 x block) is left out, and counted: both arms keep the same tokens there, and the latency "
-    "joined at another context is of a selection that is not. Not available without the files or without joined "
-    "access rows.";
+    "joined at another context is of a selection that is not. A selection whose access rows are more than 4x from the "
+    "run's context is shown, not judged (latency ratios move with context), and counted. Not available without the "
+    "files or without joined access rows.";
 
 std::string layer_list(const std::vector<int>& ls) {
   std::string s;
@@ -322,12 +323,24 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     v.figures = run->rests_on() + ": latency: not available: " + j.none;
     return v;
   }
-  std::size_t support = 0, refute = 0, other_ctx = 0, other_shape = 0, degenerate = 0;
-  std::string each;
+  std::size_t support = 0, refute = 0, other_ctx = 0, other_shape = 0, degenerate = 0, far = 0;
+  std::string each, far_ctx;
   for (const auto& x : j.points) {
     // Sink and latest blocks take the whole budget: the token arm has nothing of its own to choose.
     if (x.point->budget <= 2 * x.point->block) {
       ++degenerate;
+      continue;
+    }
+    const double ctx = x.block->num("ctx").value_or(0), run_ctx = static_cast<double>(run->context);
+    const std::string point_text = "; keep " + keep_text(x.point->keep) + " block " + std::to_string(x.point->block) +
+                                   ": recall block " + fmt(x.point->arm.at("block").recall) + " token " +
+                                   fmt(x.point->arm.at("token").recall) + ", token/block " + x.token_vs_block.text() +
+                                   " at " + md::tokens(ctx);
+    if (!(ctx <= run_ctx * kJudgedContextFactor && ctx * kJudgedContextFactor >= run_ctx)) {
+      ++far;
+      const std::string c = md::tokens(ctx);
+      if (far_ctx.find(c) == std::string::npos) far_ctx += (far_ctx.empty() ? "" : ", ") + c;
+      each += point_text + " (not judged)";
       continue;
     }
     const double gap = x.point->arm.at("token").recall - x.point->arm.at("block").recall;
@@ -335,19 +348,22 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     const bool faster = x.token_vs_block.a_slower(), slower = x.token_vs_block.a_faster();
     support += comparable && faster;
     refute += !comparable || slower;
-    other_ctx += x.block->num("ctx").value_or(0) != static_cast<double>(run->context);
+    other_ctx += ctx != run_ctx;
     other_shape += !x.differs.empty();
-    each += "; keep " + keep_text(x.point->keep) + " block " + std::to_string(x.point->block) + ": recall block " +
-            fmt(x.point->arm.at("block").recall) + " token " + fmt(x.point->arm.at("token").recall) + ", token/block " +
-            x.token_vs_block.text() + " at " + md::tokens(x.block->num("ctx").value_or(0));
+    each += point_text;
   }
-  const std::size_t n = j.points.size() - degenerate;
-  const std::string left_out =
+  const std::size_t n = j.points.size() - degenerate - far;
+  std::string left_out =
       degenerate ? "; " + std::to_string(degenerate) + " left out: budget = sink + latest blocks, both arms keep the "
                                                          "same tokens"
                  : std::string();
+  if (far)
+    left_out += "; " + std::to_string(far) + " not judged: the nearest access rows are at " + far_ctx + ", over " +
+                fmt(kJudgedContextFactor) + "x from the run's " + md::tokens(static_cast<double>(run->context)) +
+                " context";
   if (n == 0) {
-    v.figures = run->rests_on() + ": no selection with tokens of its own to choose" + left_out;
+    v.figures = run->rests_on() + ": no selection with tokens of its own to choose" +
+                (far ? " and access rows near the run's context" : "") + left_out;
     return v;
   }
   v.verdict = support == n ? "supported" : support > 0 ? "mixed" : refute > 0 ? "refuted" : "not established";

@@ -138,6 +138,9 @@ struct Join {
 };
 Join join_latency(const Run& r, const std::vector<SelectionPoint>& points, const ResultSet& rs);
 inline constexpr double kRecallWithin = 0.05;  // the bet's "comparable quality": block recall >= token's - this
+// The bet judges a selection on access rows within this factor of the run's context only (latency ratios move with
+// context: the fixed floor below, the bytes above); farther joins are shown, not judged.
+inline constexpr double kJudgedContextFactor = 4;
 
 // ------------------------------------------------------------------------------------------ verdicts
 // `run` empty with `error`: the run could not be read (every claim "not available" with the reason).
