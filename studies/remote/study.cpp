@@ -8,6 +8,8 @@
 // exchange of worker addresses and rkeys and the closing barrier (mpi_boot.cpp); everything else, the control
 // messages included, runs over UCX.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -252,6 +254,7 @@ Listing listing_only(int argc, char** argv) {
 // Bad flags are found before mpirun starts any rank: the plan (--list) is made in a child process with its output
 // held back, and a usage error there is the run's one line and exit 2 (the ranks had started first, and the line
 // came between mpirun's and a PMIx error's). 0 when the plan was made (or could not be tried: the ranks check again).
+constexpr std::chrono::seconds kPlanCheckTimeout{60};
 int refuse_bad_flags_before_launch(int argc, char** argv) {
   int fds[2];
   if (::pipe(fds) != 0) return 0;
@@ -278,16 +281,39 @@ int refuse_bad_flags_before_launch(int argc, char** argv) {
     ::_exit(rc);
   }
   ::close(fds[1]);
+  // A plan is made in well under a second; one that hangs (a stuck probe) must not hold the run: after the
+  // deadline the child is killed and the ranks check the flags themselves.
+  const auto deadline = std::chrono::steady_clock::now() + kPlanCheckTimeout;
   std::string said;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      timed_out = ready == 0;
+      break;
+    }
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
+    if (n <= 0) break;
     said.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    std::fprintf(stderr, "%s: note: the flag check before launch took over %lld s; the ranks check the flags\n", kProg,
+                 static_cast<long long>(kPlanCheckTimeout.count()));
+    return 0;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != kvf::kExitUsage) return 0;
   std::fputs(said.c_str(), stderr);
