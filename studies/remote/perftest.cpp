@@ -54,10 +54,11 @@ std::optional<double> final_bandwidth_gbps(const std::string& out) {
 PerftestResult perftest_client(const std::string& host, int port, const std::string& test, long long bytes,
                                double timeout_s) {
   PerftestResult r;
-  // About 256 MiB per test, 5 .. 200 iterations: seconds even over a slow TCP path.
-  const int iters = static_cast<int>(std::max(5ll, std::min(200ll, (256ll << 20) / std::max(1ll, bytes))));
+  // About 1 GiB per test, 16 .. 500 iterations (5 of 64 MiB, as before, made a median of a handful of transfers:
+  // a weak ceiling to state the rows against): about a second over a slow TCP path.
+  const int iters = static_cast<int>(std::max(16ll, std::min(500ll, (1ll << 30) / std::max(1ll, bytes))));
   r.command = "ucx_perftest " + host + " -p " + std::to_string(port) + " -t " + test + " -s " + std::to_string(bytes) +
-              " -n " + std::to_string(iters) + " -w 2";
+              " -n " + std::to_string(iters) + " -w 4";
   const std::string cmd = "timeout " + std::to_string(static_cast<int>(timeout_s)) + " " + r.command + " 2>&1";
   std::string out;
   for (int attempt = 0; attempt < 8; ++attempt) {
