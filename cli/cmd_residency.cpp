@@ -253,15 +253,8 @@ std::vector<rs::Form> compress_forms(const std::string& text, rs::Form form) {
   return {};
 }
 
-void make_out_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw UsageError("--out " + dir + ": cannot create the directory" + (ec ? ": " + ec.message() : std::string{}));
-}
-
 void write_outputs(const std::string& dir, const std::vector<ojson>& rows, const ojson& inputs) {
-  make_out_dir(dir);
+  make_directory(dir, "--out");
   write_file_atomically(std::filesystem::path(dir) / "residency.csv", csv_text(rows));
   ojson j = inputs;
   j["rows"] = rows;
@@ -397,7 +390,7 @@ void run_residency(const Args& a) {
                      (likely ? "; " + std::to_string(*likely) + " matches most requests)" : ")"));
   }
   const rs::IndexedTrace it = rs::index_trace(trace, a.block_tokens);
-  if (!a.out.empty()) make_out_dir(a.out);
+  if (!a.out.empty()) make_directory(a.out, "--out");
   std::printf("trace %s: %zu requests, %zu block references, %zu distinct blocks, %zu warnings%s\n", trace_name.c_str(),
               it.requests(), it.references(), it.distinct, trace.warnings.size(),
               trace.warnings.empty() ? "" : (" (first: " + trace.warnings.front() + ")").c_str());

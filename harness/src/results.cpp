@@ -135,6 +135,14 @@ void check_out_dir(const fs::path& dir, const std::string& flag) {
                                                              " is not writable)"));
 }
 
+void make_directory(const fs::path& dir, const std::string& what) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec && fs::is_directory(dir, ec)) return;
+  throw UsageError((what.empty() ? "" : what + " ") + dir.string() + ": cannot create the directory: " +
+                   (ec ? ec.message() : std::string("a file is in the way")));
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];

@@ -37,7 +37,7 @@ void FigureFiles::add(const quality::LayerFigures& lf) {
 }
 
 void FigureFiles::write(const std::filesystem::path& dir, nlohmann::json meta, double threshold, bool needles) const {
-  std::filesystem::create_directories(dir);
+  make_directory(dir, "--out");
   write_csv(dir / "locality.csv", {"layer", "head", "sink", "window", "mass"}, loc_);
   write_csv(dir / "entropy.csv", {"layer", "head", "nats", "normalized"}, ent_);
   write_csv(dir / "layer_entropy.csv", {"layer", "nats", "normalized"}, layer_rows_);

@@ -102,7 +102,7 @@ std::vector<DecodeRow> needle_decode(const Checkpoint& ck, const ForwardResult& 
 
 void write_needle_decode(const std::filesystem::path& file, const std::vector<DecodeRow>& rows,
                          std::size_t answer_tokens) {
-  std::filesystem::create_directories(file.parent_path());
+  make_directory(file.parent_path(), "--out");
   std::string s = csv_line({"arm", "block", "keep", "budget", "answer_tokens", "matched_prefix", "exact_match",
                             "seconds", "decoded"});
   for (const auto& r : rows) {

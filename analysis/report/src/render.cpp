@@ -10,6 +10,7 @@
 
 #include "internal.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/results.hpp"
 
 namespace kvf::report {
 
@@ -379,9 +380,7 @@ ReportResult write_report(const StudyReports& studies, const std::vector<ResultS
   if (o.out_dir.empty() && fs::is_symlink(dir, ec))
     throw UsageError(dir.string() + ": is a symbolic link (refused: the report writes only into a real directory; "
                      "pass --out DIR)");
-  fs::create_directories(dir, ec);
-  if (ec) throw UsageError(dir.string() + ": cannot create the report directory (" + ec.message() + ")");
-  if (!fs::is_directory(dir, ec)) throw UsageError(dir.string() + ": not a directory");
+  make_directory(dir, o.out_dir.empty() ? "" : "--out");
   res.dir = dir.string();
   // First pass collects the charts; their notes (gnuplot ran or not) go into the markdown of the second.
   Ctx cx = make_ctx(studies, sets, o);

@@ -14,6 +14,7 @@
 #include "kvf/csv.hpp"
 #include "kvf/errors.hpp"
 #include "kvf/table.hpp"
+#include "kvf/results.hpp"
 
 namespace kvf::cupti {
 
@@ -264,9 +265,7 @@ bool KernelTracer::save(const std::filesystem::path& results_dir, const std::str
   if (!available()) return false;
   flush();
   const auto dir = counters_dir(results_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw UsageError(dir.string() + ": cannot be created (" + ec.message() + ")");
+  make_directory(dir, "");
   write_kernels_csv(dir / (capture + ".kernels.csv"), kernels_);
   save_capture(results_dir, manifest(capture, study, case_name), {}, {});
   return true;

@@ -14,6 +14,7 @@
 #include "kvf/cupti/clock_alignment.hpp"
 #include "kvf/cupti/metric_sets.hpp"
 #include "kvf/errors.hpp"
+#include "kvf/results.hpp"
 
 namespace fs = std::filesystem;
 
@@ -123,9 +124,7 @@ void write_text(const fs::path& p, const std::string& text) {
 void save_capture(const fs::path& results_dir, const CaptureManifest& m, const std::vector<std::uint8_t>& config,
                   const std::vector<std::uint8_t>& counter_data) {
   const fs::path dir = counters_dir(results_dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw UsageError(dir.string() + ": cannot be created (" + ec.message() + ")");
+  make_directory(dir, "");
   if (!config.empty()) write_binary(dir / (m.name + ".config"), config);
   if (!counter_data.empty()) write_binary(dir / (m.name + ".counterdata"), counter_data);
   if (!m.chip.empty()) write_text(dir / "chip.txt", m.chip + "\n");

@@ -135,6 +135,9 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 // Before long work whose output goes to DIR: UsageError("FLAG DIR: ...") when DIR could not be created or written
 // (an existing non-directory or unwritable directory, or no writable directory above it). Creates nothing.
 void check_out_dir(const std::filesystem::path& dir, const std::string& flag);
+// Creates DIR and its parents: UsageError("[WHAT ]DIR: cannot create the directory: <why>") when that fails or a
+// file is in the way. WHAT names the flag or the output ("--out", "") as the user gave it.
+void make_directory(const std::filesystem::path& dir, const std::string& what);
 // The same for an output file (written whole with write_file_atomically): UsageError("FLAG FILE: ...") when FILE
 // is a directory or another non-regular file, or its directory does not exist or is not writable. Creates nothing.
 void check_out_file(const std::filesystem::path& file, const std::string& flag);
