@@ -446,7 +446,7 @@ std::optional<int> parse_flags(int* argc, char** argv, Study& study, const std::
   f.cfg.stop.target_rel_error = f.noise_pct / 100.0;
   // --quick is a smoke run: a shorter budget unless one was asked for. It is also what CI gates on (README),
   // so the budget never leaves it fewer samples than `kvf gate` needs by default, on any LLC size.
-  if (f.quick && app.count("--budget") == 0) f.cfg.stop.budget_s = 0.1;
+  if (f.quick && app.count("--budget") == 0) f.cfg.stop.budget_s = kQuickBudgetS;
   if (f.quick) f.cfg.stop.budget_min_samples = StopRule{}.min_samples;
   return std::nullopt;
 }

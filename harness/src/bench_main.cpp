@@ -196,7 +196,7 @@ void apply_benchmark_filter(std::vector<std::unique_ptr<Case>>& cases, const ben
 // time a case that does not converge may take), taken off in proportion when smaller (the estimate's sampling
 // share is not known apart from its setup). --list, kvf run's plan and the progress line all show it.
 void scale_estimates_to_budget(std::vector<std::unique_ptr<Case>>& cases, const Flags& f) {
-  const double standard = f.quick ? 0.1 : StopRule{}.budget_s, budget = f.cfg.stop.budget_s;
+  const double standard = f.quick ? kQuickBudgetS : StopRule{}.budget_s, budget = f.cfg.stop.budget_s;
   if (f.profile || budget == standard || !(standard > 0)) return;
   for (auto& c : cases) {
     if (is_skipped(*c)) continue;

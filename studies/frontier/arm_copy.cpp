@@ -48,7 +48,7 @@ class HostCopy final : public Case {
   BufferHandle src_, dst_;
 };
 
-std::unique_ptr<Case> make_copy(const kvf::Point& p, Env&) {
+std::unique_ptr<Case> make_copy(const kvf::Point& p, Env& env) {
   const std::size_t n = std::size_t(p.integer("copy_bytes"));
   const bool base = p["arm"] == "memcpy";
   auto c = std::make_unique<HostCopy>(n, base);
@@ -57,7 +57,7 @@ std::unique_ptr<Case> make_copy(const kvf::Point& p, Env&) {
   c->ceiling = kvf::CeilingRef{"frontier", {{"arm", "memcpy"}, {"copy_bytes", i2s(n)}}, "gbps"};
   c->note = base ? "glibc memcpy, one call on one thread: the baseline of the host tier"
                  : "Backend::copy (the host tier: OpenMP-parallel memcpy); bytes = bytes copied";
-  c->est_seconds = est(double(n) / 5e9, 0.05 + double(n) / 1e9);
+  c->est_seconds = est(env, double(n) / 5e9, 0.05 + double(n) / 1e9);
   return c;
 }
 
@@ -145,7 +145,7 @@ std::unique_ptr<Case> make_granularity(const kvf::Point& p, Env& env) {
             ") to scattered destinations";
   if (gpu) c->ceiling = kvf::CeilingRef{"stream", {{"op", "h2d_pinned"}}, "gbps"};
   else c->ceiling = kvf::CeilingRef{"frontier", {{"arm", "granularity"}, {"copy_bytes", i2s(page)}}, "gbps"};
-  c->est_seconds = est(double(page) / (gpu ? 20e9 : 5e9) + n * (gpu ? 3e-6 : 1e-6), 0.2);
+  c->est_seconds = est(env, double(page) / (gpu ? 20e9 : 5e9) + n * (gpu ? 3e-6 : 1e-6), 0.2);
   c->time_opts.hide_launch = n <= 256;  // more copies than that may not fit the queue behind the blocking kernel
   return c;
 }

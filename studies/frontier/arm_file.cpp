@@ -79,7 +79,7 @@ std::unique_ptr<Case> make_file(const kvf::Point& p, Env& env) {
                : std::string("sequential pread(O_DIRECT) of the whole file in copy_bytes reads, queue depth 1, like dd; ") +
                      (huge ? "destination on 2 MiB huge pages (fewer pages to pin per read)"
                            : "destination on 4 KiB pages, like dd's buffer");
-  c->est_seconds = est(double(env.file_bytes) / 1e9, double(env.file_bytes) / 1e9, 1);
+  c->est_seconds = est(env, double(env.file_bytes) / 1e9, double(env.file_bytes) / 1e9, 1);
   return c;
 }
 
@@ -121,7 +121,7 @@ std::unique_ptr<Case> make_file_page(const kvf::Point& p, Env& env) {
   c->cold = false;
   c->ceiling = kvf::CeilingRef{"frontier", {{"arm", "dd_direct"}, {"copy_bytes", i2s(page)}}, "gbps"};
   c->note = "one layer's K/V of one page read with O_DIRECT from a random page-aligned offset";
-  c->est_seconds = est(double(page) / 1e9 + 100e-6, 0.1, 1);
+  c->est_seconds = est(env, double(page) / 1e9 + 100e-6, 0.1, 1);
   return c;
 }
 

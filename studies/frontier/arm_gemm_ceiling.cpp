@@ -99,7 +99,7 @@ std::unique_ptr<Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
               impl + " (ISA " + fr::onednn_isa(impl) + "); the CPU recompute arms are stated against the best " +
               "gemm_ceiling row";
     c->flops = 2.0 * n * n * n;
-    c->est_seconds = est(c->flops / 180e9, 0.1);
+    c->est_seconds = est(env, c->flops / 180e9, 0.1);
   } else if (!env.gpu) {
     const bool own = p["blas_threading"] == "openblas_pthreads";
     c = std::make_unique<GemmCeilingCpu>(n, own);
@@ -108,13 +108,13 @@ std::unique_ptr<Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
                     "thread, N split)";
     c->note += "; the CPU recompute arms are stated against the better of the two rows";
     c->flops = 2.0 * n * n * n;
-    c->est_seconds = est(c->flops / 180e9, 0.1);
+    c->est_seconds = est(env, c->flops / 180e9, 0.1);
   } else {
 #if defined(KVF_HAVE_CUDA)
     c = std::make_unique<GemmCeilingGpu>(n);
     c->note = "cuBLASLt bf16 x bf16 -> fp32 (TN), square: the GPU recompute arms are stated against it";
     c->flops = 2.0 * n * n * n;
-    c->est_seconds = est(c->flops / 600e12, 1.0);
+    c->est_seconds = est(env, c->flops / 600e12, 1.0);
 #endif
   }
   c->ceiling = kGemmCeiling;

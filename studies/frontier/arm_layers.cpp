@@ -99,7 +99,7 @@ std::unique_ptr<Case> make_layers_cpu(const md::ModelShape& m, int T, int L, int
             "activations rounded to bf16 as GEMM inputs, fp32 prefix K/V and attention per layer; layer L computes only "
             "its K/V; bytes = weights + prefix K/V read + page K/V written";
   c->ceiling = kGemmCeiling;
-  c->est_seconds = est(c->flops / 150e9, 1.0 + weight_bytes(m, 2) / 1e9);
+  c->est_seconds = est(env, c->flops / 150e9, 1.0 + weight_bytes(m, 2) / 1e9);
   return c;
 }
 
@@ -173,7 +173,7 @@ std::unique_ptr<Case> make_layers_gpu(const md::ModelShape& m, int T, int L, int
             "(the CPU twin keeps one per layer: a prefix small enough for the L2 is re-read from L2 here), K/V appended "
             "contiguously (not paged); layer L computes only its K/V";
   c->ceiling = kGemmCeiling;
-  c->est_seconds = est(c->flops / 200e12 + c->bytes / 2e12, 3.0);
+  c->est_seconds = est(env, c->flops / 200e12 + c->bytes / 2e12, 3.0);
   return c;
 }
 #endif

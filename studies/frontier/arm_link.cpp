@@ -76,7 +76,7 @@ class LinkCopy final : public Case {
   std::unique_ptr<SideStream> side_;  // the D2H of bidir
 };
 
-std::unique_ptr<Case> make_link_copy(const LinkKind& a, std::size_t n) {
+std::unique_ptr<Case> make_link_copy(const LinkKind& a, std::size_t n, const Env& env) {
   auto c = std::make_unique<LinkCopy>(a, n);
   c->params = {{"link", a.zero_copy ? "pcie_sm_zero_copy" : "pcie_copy_engine"},
                {"src_mem", std::string(kvf::to_string(a.src))}, {"dst_mem", std::string(kvf::to_string(a.dst))}};
@@ -90,7 +90,7 @@ std::unique_ptr<Case> make_link_copy(const LinkKind& a, std::size_t n) {
                           : "cudaMemcpyAsync, copy engine";
   const bool pageable = a.src == MemKind::pageable_host || a.dst == MemKind::pageable_host;
   c->time_opts.hide_launch = !pageable;  // host-synchronous copies cannot wait behind the blocking kernel
-  c->est_seconds = est(double(n) / 20e9 + 10e-6, 0.2);
+  c->est_seconds = est(env, double(n) / 20e9 + 10e-6, 0.2);
   return c;
 }
 
@@ -137,7 +137,7 @@ class PeerCopy final : public Case {
   void* dst_ = nullptr;
 };
 
-std::unique_ptr<Case> make_peer_copy(std::size_t n) {
+std::unique_ptr<Case> make_peer_copy(std::size_t n, const Env& env) {
   int count = 0;
   (void)cudaGetDeviceCount(&count);
   int dev = 0;
@@ -152,17 +152,17 @@ std::unique_ptr<Case> make_peer_copy(std::size_t n) {
   c->params = std::move(params);
   c->bytes = double(n);
   c->note = "cudaMemcpyPeerAsync device " + i2s(dev) + " -> device " + i2s(peer) + (can ? " with peer access" : "");
-  c->est_seconds = est(double(n) / 50e9 + 10e-6, 0.3);
+  c->est_seconds = est(env, double(n) / 50e9 + 10e-6, 0.3);
   return c;
 }
 #endif
 
-std::unique_ptr<Case> make_link(const kvf::Point& p, Env&) {
+std::unique_ptr<Case> make_link(const kvf::Point& p, [[maybe_unused]] Env& env) {
 #if defined(KVF_HAVE_CUDA)
   const std::size_t n = std::size_t(p.integer("copy_bytes"));
-  if (p["arm"] == "p2p") return make_peer_copy(n);
+  if (p["arm"] == "p2p") return make_peer_copy(n, env);
   for (const auto& k : kLinks)
-    if (p["arm"] == k.arm) return make_link_copy(k, n);
+    if (p["arm"] == k.arm) return make_link_copy(k, n, env);
 #endif
   return kvf::skipped_case("", {}, "link " + p["arm"] + ": this build has no CUDA");
 }

@@ -241,7 +241,7 @@ std::unique_ptr<Case> make_mla(const kvf::Point& p, Env& env) {
   c->note = latent ? "c_KV = RMSNorm(X Wdkv^T[:512]), k_pe = RoPE(.[512:576]) (YaRN frequencies, cos/sin amplitude " +
                          str(fr::rope_amplitude(m.rope_scaling)) + ") -> bf16 latent cache rows"
                    : "up-projection c_KV . Wukv^T -> per-head [k_nope | v] in fp32, H*(128+128) per token; not written to a cache";
-  c->est_seconds = est(c->flops / (env.gpu ? 300e12 : 150e9) + (env.gpu ? 10e-6 : 0),
+  c->est_seconds = est(env, c->flops / (env.gpu ? 300e12 : 150e9) + (env.gpu ? 10e-6 : 0),
                        env.gpu ? 0.3 : 0.1 + double(N) * K * 6e-9);
   return c;
 }

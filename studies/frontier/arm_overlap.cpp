@@ -147,8 +147,8 @@ std::unique_ptr<Case> make_overlap(const kvf::Point& p, Env& env) {
                                      {"link", env.gpu ? "h2d_pinned" : "file_o_direct"}});
   c->flops = 2.0 * rr * m.hidden * 2 * m.kv_dim();
   c->bytes = double(fetch);
-  c->est_seconds = env.gpu ? est(c->flops / 300e12 + double(fetch) / 25e9 + 20e-6, 0.3)
-                           : est(c->flops / 150e9 + double(fetch) / 1e9 + 1e-4, 0.3, 1);
+  c->est_seconds = env.gpu ? est(env, c->flops / 300e12 + double(fetch) / 25e9 + 20e-6, 0.3)
+                           : est(env, c->flops / 150e9 + double(fetch) / 1e9 + 1e-4, 0.3, 1);
   return c;
 }
 

@@ -241,7 +241,7 @@ std::unique_ptr<Case> make_x(const kvf::Point& p, Env& env, const std::string& x
             (env.gpu ? "" : "; CPU: oneDNN bf16 matmul with W packed once at setup, or OpenBLAS fp32 where this oneDNN "
                            "has none (the gemm column and the GEMM kernel below say which ran)");
   const double t = c->flops / (env.gpu ? 400e12 : 150e9) + (env.gpu ? 10e-6 : 0);
-  c->est_seconds = est(t, env.gpu ? 0.3 : 0.05 + rows * m.hidden * 2e-9);
+  c->est_seconds = est(env, t, env.gpu ? 0.3 : 0.05 + rows * m.hidden * 2e-9);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include "frontier_math.hpp"
 #include "kvf/launch_axis.hpp"
 #include "kvf/model_shapes.hpp"
+#include "kvf/stats.hpp"
 
 namespace kvf::frontier_study {
 
@@ -41,8 +42,9 @@ std::vector<std::string> texts(const std::vector<int>& v) {
   return out;
 }
 
-double est(double t, double setup_s, int modes) {
-  return setup_s + modes * (2 * t + std::max(std::min(0.5, 1000 * t), 5 * t)) + 0.02;
+double est(const Env& env, double t, double setup_s, int modes) {
+  const double sampling = env.quick ? kvf::kQuickBudgetS : kvf::StopRule{}.budget_s;
+  return setup_s + modes * (2 * t + std::max(std::min(sampling, 1000 * t), 5 * t)) + 0.02;
 }
 
 std::size_t kv_page_bytes(const md::ModelShape& m, int T) {

@@ -94,8 +94,9 @@ inline std::string i2s(long long v) { return std::to_string(v); }
 std::vector<std::string> texts(const std::vector<int>& v);
 
 // Estimated seconds for a case whose run takes `t` seconds: setup/verify + warm-up and samples of
-// both modes under the default stop rule (5 samples at least, 0.5 s per mode at most).
-double est(double t, double setup_s, int modes = 2);
+// both modes under the default stop rule (5 samples at least, 0.5 s per mode at most; 0.1 s with --quick, as the
+// harness samples: it moves the estimate for another --budget).
+double est(const Env& env, double t, double setup_s, int modes = 2);
 
 // One layer's bf16 K/V of a page of T tokens.
 std::size_t kv_page_bytes(const md::ModelShape& m, int T);

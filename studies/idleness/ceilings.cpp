@@ -110,7 +110,7 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
     auto c = std::make_unique<GemmCeilingGpu>(m);
     c->flops = 2.0 * m * m * m;
     c->note = "cuBLASLt bf16 x bf16 -> fp32 (TN), square: tensor-pipe ceiling of this run";
-    c->est_seconds = est(c->flops / 600e12, 1.0);
+    c->est_seconds = est(env, c->flops / 600e12, 1.0);
     c->ceiling = gemm_ceiling_ref();
     return c;
 #endif
@@ -132,7 +132,7 @@ std::unique_ptr<kvf::Case> make_gemm_ceiling(const kvf::Point& p, Env& env) {
   }
   c->flops = 2.0 * m * n * k;
   c->ceiling = gemm_ceiling_ref();
-  c->est_seconds = est(c->flops / 180e9, 0.1);
+  c->est_seconds = est(env, c->flops / 180e9, 0.1);
   c->cold = false;  // compute bound: cold and hot are the same figure
   return c;
 }
@@ -145,7 +145,7 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
     c->bytes = double(bytes);
     c->ceiling = read_ceiling_ref();
     c->note = "device read with 16-byte loads (frontier read_xor): the DRAM ceiling of this run";
-    c->est_seconds = est(double(bytes) / 3e12, 0.5);
+    c->est_seconds = est(env, double(bytes) / 3e12, 0.5);
     return c;
 #endif
   }
@@ -154,7 +154,7 @@ std::unique_ptr<kvf::Case> make_read_ceiling(const kvf::Point& p, Env& env) {
   c->ceiling = read_ceiling_ref();
   c->note = "all-core read (the stream study's kernels); the read ceiling is the best of " +
             kvf::stream::cpu_read_kernel_names();
-  c->est_seconds = est(double(bytes) / 20e9, 0.3, 1);
+  c->est_seconds = est(env, double(bytes) / 20e9, 0.3, 1);
   c->hot = false;  // larger than the LLC either way; cold is the honest one
   return c;
 }

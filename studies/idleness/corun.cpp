@@ -115,7 +115,7 @@ std::unique_ptr<kvf::Case> make_recompute_alone(const md::ModelShape& m, Env& en
                " SMs, the figure includes the cross-context event hops (backend stream -> partition stream -> backend "
                "stream)";
   c->ceiling = gemm_ceiling_ref();
-  c->est_seconds = est(env.gpu ? 30e-6 : c->flops / 100e9, 0.3);
+  c->est_seconds = est(env, env.gpu ? 30e-6 : c->flops / 100e9, 0.3);
   return c;
 }
 

@@ -163,8 +163,8 @@ std::unique_ptr<kvf::Case> make_decode_case(const kvf::Point& p, Env& env, const
   const double bg_setup = env.gpu ? 0 : bg == Background::copy ? 0.1 : bg == Background::file ? 0.3 : 0;
   // A graph row collects no counters (its kernels are the eager row's).
   const double counters_s = launch == "graph" ? 0 : 80 * t;
-  c->est_seconds = env.gpu ? est(t, 1.0 + counters_s + 0.5 * std::min(B, 2), modes)
-                           : est(t, 0.4 + 0.25 * std::min(B, 2) + bg_setup, modes);
+  c->est_seconds = env.gpu ? est(env, t, 1.0 + counters_s + 0.5 * std::min(B, 2), modes)
+                           : est(env, t, 0.4 + 0.25 * std::min(B, 2) + bg_setup, modes);
   if (c->note.empty())
     c->note = std::string("bytes = ") + (env.gpu ? "bf16" : "fp32 (bf16 values)") +
               " weights of L layers + bf16 K/V read; flops = GEMMs + attention; one synthetic layer's weights serve "

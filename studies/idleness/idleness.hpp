@@ -103,8 +103,9 @@ void probe_green(Env& env);
 
 // ---------------------------------------------------------------- shared arithmetic and notes (notes.cpp; num, i2s: text.hpp)
 std::string ctx_name(long long c);  // 4096 -> "4K": case names
-// Seconds a case takes: setup + warm-up and samples of each mode under the default stop rule.
-double est(double t, double setup_s, int modes = 2);
+// Seconds a case takes: setup + warm-up and samples of each mode under the default stop rule (0.5 s per mode at
+// most; 0.1 s with --quick, as the harness samples: it moves the estimate for another --budget).
+double est(const Env& env, double t, double setup_s, int modes = 2);
 // Seconds of the prefill check's double-precision reference (a few rows, ~1 ns per multiply-add).
 double prefill_verify_s(const md::ModelShape& m, int T, int N);
 // The ceilings of this run every step's idleness figures divide by; --case-filter keeps them for a kept step.

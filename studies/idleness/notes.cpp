@@ -7,6 +7,7 @@
 #include "cpu_rows.hpp"
 #include "idleness.hpp"
 #include "kvf/perf_events.hpp"
+#include "kvf/stats.hpp"
 
 namespace kvf::idleness {
 
@@ -20,8 +21,9 @@ std::shared_ptr<fr::LayerWeights> Env::weights(const md::ModelShape& m) {
 
 std::string ctx_name(long long c) { return c % 1024 == 0 ? i2s(c / 1024) + "K" : i2s(c); }
 
-double est(double t, double setup_s, int modes) {
-  return setup_s + modes * (2 * t + std::max(std::min(0.5, 1000 * t), 5 * t)) + 0.02;
+double est(const Env& env, double t, double setup_s, int modes) {
+  const double sampling = env.quick ? kvf::kQuickBudgetS : kvf::StopRule{}.budget_s;
+  return setup_s + modes * (2 * t + std::max(std::min(sampling, 1000 * t), 5 * t)) + 0.02;
 }
 
 double prefill_verify_s(const md::ModelShape& m, int T, int N) {

@@ -136,11 +136,11 @@ std::unique_ptr<kvf::Case> make_prefill(const kvf::Point& p, Env& env) {
     // after the hot samples (8 + 64 + 8 steps).
     const double attn = 4.0 * T * m.n_heads * m.head_dim * (N + (T + 1) / 2.0) * L;
     const double t = (c->flops - attn) / 400e12 + attn / (mma_attention ? 150e12 : 15e12) + L * 100e-6;
-    est_s = est(t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
+    est_s = est(env, t, 2.0 + prefill_verify_s(m, T, N) + (kvf::study::launch_of(p) == "graph" ? 0 : 80 * t), 1);
     c->note += "; GEMMs cuBLASLt bf16 (tensor cores), causal attention kernels/decode/prefill_attn_gpu.cu (the "
                "after-measure note names its kernel)";
   } else {
-    est_s = est(c->flops / 150e9, 0.5 + prefill_verify_s(m, T, N) + c->flops / L / 150e9, 1);
+    est_s = est(env, c->flops / 150e9, 0.5 + prefill_verify_s(m, T, N) + c->flops / L / 150e9, 1);
   }
   c->est_seconds = est_s;
   return c;

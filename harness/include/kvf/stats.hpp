@@ -31,6 +31,8 @@ struct StopRule {
   // (its default --min-samples is StopRule{}.min_samples).
   int budget_min_samples = 2;
 };
+// --quick's sampling budget per mode (unless --budget is given): what the studies estimate a quick case with.
+inline constexpr double kQuickBudgetS = 0.1;
 enum class StopReason { none, converged, budget, max_samples };
 // `elapsed_s` is wall time spent in this mode so far (including flushes).
 StopReason should_stop(std::span<const double> xs, double elapsed_s, const StopRule& rule);
