@@ -170,7 +170,7 @@ TEST(ReportAttention, FixtureVerdicts) {
   // can), so it is left out and counted.
   // 1/2 joins access rows at 64K, 16x the run's 4K: shown, not judged (the ratio at 64K is not the ratio at 4K).
   EXPECT_EQ(bet[0].verdict, "supported") << bet[0].figures;
-  EXPECT_NE(bet[0].figures.find("1 selections joined, 1 support, 0 refute; 1 left out: budget = sink + latest"),
+  EXPECT_NE(bet[0].figures.find("1 selection joined, 1 support, 0 refute; 1 left out: budget = sink + latest"),
             std::string::npos)
       << bet[0].figures;
   EXPECT_NE(bet[0].figures.find("; 1 not judged: the nearest access rows are at 64K, over 4x from the run's 4K "

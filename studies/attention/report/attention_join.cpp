@@ -367,7 +367,8 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
     return v;
   }
   v.verdict = support == n ? "supported" : support > 0 ? "mixed" : refute > 0 ? "refuted" : "not established";
-  v.figures = run->rests_on() + ": " + std::to_string(n) + " selections joined, " + std::to_string(support) +
+  v.figures = run->rests_on() + ": " + std::to_string(n) + (n == 1 ? " selection" : " selections") + " joined, " +
+              std::to_string(support) +
               " support, " + std::to_string(refute) + " refute" + left_out +
               (other_shape ? "; the access rows' shape differs from the run's at " + std::to_string(other_shape) +
                                  " (the context at " + std::to_string(other_ctx) + ")"
