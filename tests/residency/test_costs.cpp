@@ -290,24 +290,28 @@ TEST(ResidencyCosts, APartialLastBlockRecomputedFromXCountsItsRealTokens) {
   EXPECT_EQ(restore_s(c, Form::x, 1, 0), 0.0);  // a block past the request's input holds no token
 }
 
-TEST(ResidencyCosts, PrefilledBlocksWrittenInAQuantizedEntryFormCostAPassPerRequest) {
+TEST(ResidencyCosts, PrefilledTokensWrittenInAQuantizedEntryFormCostAPassPerRequest) {
   auto g = compute_only();
   g.hbm_tbps = 2;
   g.launch_us = 3;
   const int bt = 4;
-  const auto trace = index_trace(test::make_trace({{1, 2, 3}, {1, 2, 4}}, bt), bt);
+  // [1 2 3] of 10 tokens (block 3 holds 2), then [1 2 4] of 12: 8 reused, 4 prefilled.
+  const auto trace = index_trace(test::make_trace({{1, 2, 3}, {1, 2, 4}}, bt, {10, 12}), bt);
   const CostModel kv = make_cost_model(g, llama8b(), bt);
-  EXPECT_EQ(entry_pass_s(kv, 3), 0.0);  // the prefill writes bf16 K/V itself
+  EXPECT_EQ(entry_pass_s(kv, 12), 0.0);  // the prefill writes bf16 K/V itself
   EXPECT_EQ(price(kv, simulate(trace, "lru", capacity(kv, 4, 0)), baseline(kv, trace), 1, 0).entry_pass_s_total, 0.0);
+  EXPECT_EQ(entry_pass_s(make_cost_model(g, llama8b(), bt, Form::x), 12), 0.0);  // X where K/V would go
   const CostModel q8 = make_cost_model(g, llama8b(), bt, Form::kv_int8);
   const double k = q8.form_bytes[0], b = q8.block_bytes;
-  EXPECT_NEAR(entry_pass_s(q8, 3), 32 * (3 * (k + b) / 32 / 2e12 + 3e-6), 1e-15);  // read bf16 K/V, write int8
+  // Read bf16 K/V, write int8, for the tokens' bytes (10 tokens: 2.5 blocks), a launch per layer.
+  EXPECT_NEAR(entry_pass_s(q8, 10), 32 * (2.5 * (k + b) / 32 / 2e12 + 3e-6), 1e-15);
+  EXPECT_EQ(entry_pass_s(q8, 0), 0.0);
   const Result sim = simulate(trace, "lru", capacity(q8, 4, 0));
-  ASSERT_EQ(sim.request_prefilled_blocks, (std::vector<std::uint32_t>{3, 1}));
+  ASSERT_EQ(sim.request_missed_tokens, (std::vector<std::int64_t>{10, 4}));
   EXPECT_DOUBLE_EQ(price(q8, sim, baseline(q8, trace), 1, 0).entry_pass_s_total,
-                   entry_pass_s(q8, 3) + entry_pass_s(q8, 1));
+                   entry_pass_s(q8, 10) + entry_pass_s(q8, 4));
   const CostModel x8 = make_cost_model(g, llama8b(), bt, Form::x_int8);  // from bf16 X
-  EXPECT_NEAR(entry_pass_s(x8, 1), 32 * ((x8.form_bytes[3] + x8.block_bytes) / 32 / 2e12 + 3e-6), 1e-15);
+  EXPECT_NEAR(entry_pass_s(x8, bt), 32 * ((x8.form_bytes[3] + x8.block_bytes) / 32 / 2e12 + 3e-6), 1e-15);
 }
 
 // lru-host with one block in each tier on [1] [2] [3] [1]: the last request reuses block 1 from the tier behind host

@@ -213,11 +213,12 @@ double restore_s(const CostModel& c, Form form, std::size_t blocks, std::int64_t
   return c.model->layers * n * report::recompute_x(*c.gpu, *c.model, rows / n, n, form_bits(form)).seconds;
 }
 
-double entry_pass_s(const CostModel& c, std::size_t blocks) {
-  if (blocks == 0 || c.form == Form::kv) return 0;
-  const double n = static_cast<double>(blocks);
+double entry_pass_s(const CostModel& c, std::int64_t tokens) {
+  // bf16 K/V: the prefill's own paged write. x: X written where that write would go (prefill_s prices it).
+  if (tokens <= 0 || c.form == Form::kv || c.form == Form::x) return 0;
+  const double blocks = double(tokens) / c.block_tokens;  // the bytes of the tokens written, in blocks
   const Form source = is_x_form(c.form) ? Form::x : Form::kv;
-  return pass_s(c, n * c.form_bytes[static_cast<std::size_t>(source)], n * c.block_bytes);
+  return pass_s(c, blocks * c.form_bytes[static_cast<std::size_t>(source)], blocks * c.block_bytes);
 }
 
 double compress_s(const CostModel& c, Form to) {
@@ -300,7 +301,7 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
     out.prefill_s_total += p;
     out.fetch_s_total += f;
     out.restore_s_total += restore;
-    out.entry_pass_s_total += entry_pass_s(c, sim.request_prefilled_blocks[r]);
+    out.entry_pass_s_total += entry_pass_s(c, sim.request_missed_tokens[r]);
     out.request_s[r] = p + f + restore;
     out.request_pipelined_s[r] = ((L - 1) * std::max(f, p + restore) + f + p + restore) / L;
   }

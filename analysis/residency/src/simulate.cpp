@@ -67,7 +67,6 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   res.references = trace.references();
   res.request_reused_tokens.resize(res.requests);
   res.request_host_blocks.resize(res.requests);
-  res.request_prefilled_blocks.resize(res.requests);
   res.request_missed_tokens.resize(res.requests);
   Moves moves;
   std::array<std::size_t, kForms> from_hbm_form{}, from_host_form{}, from_disk_form{};
@@ -115,7 +114,6 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
     res.reused_tokens += reused;
     res.request_reused_tokens[r] = reused;
     res.request_host_blocks[r] = static_cast<std::uint32_t>(from_host);
-    res.request_prefilled_blocks[r] = static_cast<std::uint32_t>(blocks.size() - hits);
     res.request_missed_tokens[r] = input - reused;
     policy->admit(r, blocks, hits, moves);
     check_occupancy(*policy, info, capacity, r, res.mean_hbm_units_form);

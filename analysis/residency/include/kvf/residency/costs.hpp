@@ -99,11 +99,12 @@ bool third_tier_priced(const CostModel& c);
 // or the measured rows (use_measured_restores) where they cover the call. `tokens`: the blocks' real tokens (a
 // request's partial last block holds fewer; X forms recompute those rows only); -1: blocks x block_tokens.
 double restore_s(const CostModel& c, Form form, std::size_t blocks, std::int64_t tokens = -1);
-// Writing `blocks` prefilled blocks of one request in the entry form: 0 for kv (the prefill writes its K/V into
-// the cache); otherwise one pass per layer over them, reading bf16 K/V (kv-int8, kv-int4) or X (the X forms; x
-// itself a copy) and writing the entry form. A separate pass, as compress_s: an upper bound where the cache
-// write quantizes as it goes. GPU work between the prefill and the first decode step, reported beside the latency.
-double entry_pass_s(const CostModel& c, std::size_t blocks);
+// Writing the `tokens` prefilled tokens of one request into the cache in a quantized entry form: one pass per layer
+// over their bytes, reading bf16 K/V (kv-int8, kv-int4) or X (x-int8, x-int4) and writing the entry form. 0 for kv
+// and x: the prefill's own paged write stores them (prefill_s prices it). A separate pass: an upper bound where
+// the cache write quantizes as it goes. Not in the added latency: the first token does not wait for it (the
+// prefill's attention reads its own K/V); the first decode step does, once per request.
+double entry_pass_s(const CostModel& c, std::int64_t tokens);
 // Turning one block of the entry form into `to` (a quantize pass per layer: read one form, write the other):
 // GPU work off the request path, reported beside it. 0 when `to` is the entry form.
 double compress_s(const CostModel& c, Form to);
@@ -142,7 +143,7 @@ struct CostedResult {
   std::int64_t x_restored_tokens = 0;  // their real tokens (a request's partial last block counts what it holds)
   double recomputed_tokens = 0;        // prefilled tokens + x_restored_tokens
   double compress_s_total = 0;        // GPU time of the compress passes (off the request path)
-  double entry_pass_s_total = 0;      // GPU time of writing prefilled blocks in the entry form (entry_pass_s)
+  double entry_pass_s_total = 0;      // GPU time of writing the prefilled tokens in the entry form (entry_pass_s)
   std::array<double, kForms> hbm_share{};  // mean share of the HBM budget held in each form
   LatencySummary added;
   // The same requests with the fetch pipelined by layer against the compute (copy engines beside the SMs, as

@@ -49,13 +49,12 @@ struct Result {
     Tier tier = Tier::hbm;
     Form form = Form::kv;
     std::uint32_t blocks = 0;
-    std::int64_t tokens = 0;  // their real tokens: a request's partial last block counts what it holds
+    std::int64_t tokens = -1;  // their real tokens (a request's partial last block counts what it holds); -1: whole
   };
   std::vector<Restore> restores;
   // Per request, in trace order.
   std::vector<std::int64_t> request_reused_tokens;
   std::vector<std::uint32_t> request_host_blocks;  // blocks fetched from the host tier
-  std::vector<std::uint32_t> request_prefilled_blocks;  // blocks prefilled (not reused), written in the entry form
   std::vector<std::int64_t> request_missed_tokens;
 
   double hit_rate() const {
