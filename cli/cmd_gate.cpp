@@ -31,19 +31,20 @@ std::filesystem::path run_of(const std::string& path) {
   return p;
 }
 
-// Two result sets holding the same samples in every case they share: one run twice (a copy, perhaps with cases
-// dropped or added), whatever the paths say. Independent runs never repeat a timing vector bit for bit.
-bool same_samples(const gate::ResultSet& a, const gate::ResultSet& b) {
+// Two result sets holding the same samples in every case they share, two or more: one run twice (a copy, perhaps
+// with cases dropped or added), whatever the paths say. Independent timings of a case repeat bit for bit only by
+// chance (a coarse timer, a few samples), never over several cases at once. Returns the cases shared; 0: no copy.
+std::size_t same_samples(const gate::ResultSet& a, const gate::ResultSet& b) {
   std::map<gate::CaseKey, const std::vector<double>*> in_a;
   for (const auto& c : a.cases) in_a.emplace(c.key, &c.samples);
-  bool any = false;
+  std::size_t shared = 0;
   for (const auto& c : b.cases) {
     const auto it = in_a.find(c.key);
     if (it == in_a.end() || (it->second->empty() && c.samples.empty())) continue;
-    if (*it->second != c.samples) return false;
-    any = true;
+    if (*it->second != c.samples) return 0;
+    ++shared;
   }
-  return any;
+  return shared >= 2 ? shared : 0;
 }
 
 // The stored-baseline mode: one or more baseline runs against one current run. A run counted twice (a path given
@@ -79,12 +80,14 @@ gate::GateReport stored_gate(const std::vector<std::string>& baselines, const st
   }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j)
-      if (same_samples(runs[j], runs[i]))
+      if (const std::size_t n = same_samples(runs[j], runs[i]))
         throw UsageError("--baseline " + baselines[i] + ": the same samples as --baseline " + baselines[j] +
-                         " in every case they share (a copy of one run; allowed: each baseline run once)");
-    if (same_samples(runs[i], cur))
-      throw UsageError("--current " + current + ": the same samples as --baseline " + baselines[i] +
-                       " in every case they share (a copy of a baseline run; allowed: a run not in the baseline)");
+                         " in all " + std::to_string(n) +
+                         " cases they share (a copy of one run; allowed: each baseline run once)");
+    if (const std::size_t n = same_samples(runs[i], cur))
+      throw UsageError("--current " + current + ": the same samples as --baseline " + baselines[i] + " in all " +
+                       std::to_string(n) + " cases they share (a copy of a baseline run; allowed: a run not in the "
+                       "baseline)");
   }
   gate::ResultSet base = gate::merge_runs(std::move(runs));
   return gate::run_gate(base, cur, opts);
