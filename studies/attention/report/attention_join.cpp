@@ -336,7 +336,7 @@ Verdict judge_bet(const Run* run, const std::string& error, const ResultSet& rs)
                                    ": recall block " + fmt(x.point->arm.at("block").recall) + " token " +
                                    fmt(x.point->arm.at("token").recall) + ", token/block " + x.token_vs_block.text() +
                                    " at " + md::tokens(ctx);
-    if (!(ctx <= run_ctx * kJudgedContextFactor && ctx * kJudgedContextFactor >= run_ctx)) {
+    if (!judged_context(ctx, run_ctx)) {
       ++far;
       const std::string c = md::tokens(ctx);
       if (far_ctx.find(c) == std::string::npos) far_ctx += (far_ctx.empty() ? "" : ", ") + c;

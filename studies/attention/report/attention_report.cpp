@@ -235,7 +235,13 @@ std::string join_part(ReportContext& cx, const at::Run& r, const ResultSet& rs, 
     t += row({at::keep_text(x.point->keep), std::to_string(x.point->block), fmt(x.point->arm.at("block").recall),
               fmt(x.point->arm.at("token").recall), us_text(*x.block->median_s), us_text(*x.token->median_s),
               txt(q.text()),
-              !q.has_interval ? "no interval" : q.a_slower() ? "block faster" : q.a_faster() ? "token faster" : "no sign",
+              std::string(!q.has_interval ? "no interval"
+                          : q.a_slower()  ? "block faster"
+                          : q.a_faster()  ? "token faster"
+                                          : "no sign") +
+                  (at::judged_context(x.block->num("ctx").value_or(0), static_cast<double>(r.context))
+                       ? ""
+                       : " (not judged: over " + fmt(at::kJudgedContextFactor) + "x from the run's context)"),
               txt(x.block->case_name) + "; " + txt(x.token->case_name), txt(x.shape), d.empty() ? "same" : txt(d)});
   }
   std::string s = cx.chart(pareto_plot(r, j, charts++));

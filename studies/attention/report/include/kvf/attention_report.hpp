@@ -141,6 +141,9 @@ inline constexpr double kRecallWithin = 0.05;  // the bet's "comparable quality"
 // The bet judges a selection on access rows within this factor of the run's context only (latency ratios move with
 // context: the fixed floor below, the bytes above); farther joins are shown, not judged.
 inline constexpr double kJudgedContextFactor = 4;
+inline bool judged_context(double access_ctx, double run_ctx) {
+  return access_ctx <= run_ctx * kJudgedContextFactor && access_ctx * kJudgedContextFactor >= run_ctx;
+}
 
 // ------------------------------------------------------------------------------------------ verdicts
 // `run` empty with `error`: the run could not be read (every claim "not available" with the reason).
