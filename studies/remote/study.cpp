@@ -306,6 +306,8 @@ int refuse_bad_flags_before_launch(int argc, char** argv) {
     said.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fds[0]);
+  // The child stays in this process group, so a Ctrl-C stops it and whatever it started; the timeout kills the
+  // child itself (a probe it started and left hanging would be orphaned: rather that than a child Ctrl-C misses).
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
