@@ -286,9 +286,10 @@ std::string oracle_bound(const rs::IndexedTrace& it, const rs::CostModel& cost, 
   else if (it.max_request_blocks > hbm)
     verdict = "no bound at this budget (a request of " + std::to_string(it.max_request_blocks) + " blocks, HBM holds " +
               std::to_string(hbm) + ")";
-  else
+  if (verdict.empty()) {  // the bound holds
+    row["oracle_bound_hit_rate"] = bound;
     verdict = own <= bound ? "within the bound" : "ABOVE the bound (a bug: please report it)";
-  if (verdict == "within the bound" || verdict.rfind("ABOVE", 0) == 0) row["oracle_bound_hit_rate"] = bound;
+  }
   return p.name + " reuses " + report::fmt(own) + " of references from its tiers together; the oracle at their " +
          std::to_string(all) + " blocks in one tier reuses " + report::fmt(bound) + ": " + verdict;
 }

@@ -296,7 +296,10 @@ CostedResult price(const CostModel& c, const Result& sim, const Baseline& base, 
       if (x.tier == Tier::host) f += fetch_s(c, x.form, x.blocks);
       if (x.tier == Tier::disk) f += disk_fetch_s(c, x.form, x.blocks);
       restore += restore_s(c, x.form, x.blocks, x.tokens);
-      if (is_x_form(x.form)) out.x_restored_blocks += x.blocks, out.x_restored_tokens += x.tokens;
+      if (is_x_form(x.form)) {
+        out.x_restored_blocks += x.blocks;
+        out.x_restored_tokens += x.tokens < 0 ? std::int64_t(x.blocks) * c.block_tokens : x.tokens;
+      }
     }
     out.prefill_s_total += p;
     out.fetch_s_total += f;
