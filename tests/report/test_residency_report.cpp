@@ -206,6 +206,26 @@ TEST(ReportResidency, DemotesAndCompressPassesAreShown) {
   EXPECT_NE(markdown(kFixture).find("took less than its gain at every budget where it wins"), std::string::npos);
 }
 
+// residency.csv's oracle_bound_hit_rate (where the oracle at a host-tier policy's blocks bounds its reuse): each
+// bounded row's reuse against it; rows with an empty cell have no line, and files before the column none at all.
+TEST(ReportResidency, ReuseAgainstTheOracleBound) {
+  EXPECT_EQ(markdown(kFixture).find("Reuse against its bound"), std::string::npos);
+  std::string out;
+  bool header = true;
+  for (const auto& l : lines_of(original("residency.csv"))) {
+    const bool bounded = l.rfind("lru-host,", 0) == 0 && l.find(",4,256,") != std::string::npos;
+    out += l + (header ? ",oracle_bound_hit_rate" : bounded ? ",0.6" : ",") + "\n";
+    header = false;
+  }
+  const std::string md = markdown(copy_with("oracle_bound", "residency.csv", out));
+  EXPECT_NE(md.find("Reuse against its bound"), std::string::npos) << md;
+  EXPECT_NE(md.find("- 4 GiB HBM + 256 GiB host: lru-host reuses 0.3513 of block references, the oracle 0.6 (58.55% "
+                    "of it)"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find(": cost reuses"), std::string::npos) << md;  // an empty cell: no bound
+}
+
 TEST(ReportResidency, UnknownColumnsAreIgnored) {
   std::string csv = original("residency.csv");
   std::string out;

@@ -135,6 +135,8 @@ Row read_row(const CsvTable& t, std::size_t i) {
     w.host_link_demote_bytes = cell_number(t, i, "host_link_demote_bytes", 0, inf);
   if (t.column("compress_total_s") && parse_number(t, i, "compress_total_s"))
     w.compress_total_s = cell_number(t, i, "compress_total_s", 0, inf);
+  if (t.column("oracle_bound_hit_rate") && parse_number(t, i, "oracle_bound_hit_rate"))
+    w.oracle_bound_hit_rate = cell_number(t, i, "oracle_bound_hit_rate", 0, 1);
   return w;
 }
 

@@ -289,6 +289,26 @@ std::string verdict_lines(const rd::Replay& r) {
          "deterministic simulator: no noise interval; a difference is a difference of the model's prices):\n\n" + s + "\n";
 }
 
+// Each host-tier policy's reuse against the oracle at its tiers' blocks in one (where residency.csv has that bound):
+// how far an online policy is from what any placement in the prefix-cache model could reuse with those blocks.
+std::string bound_lines(const rd::Replay& r) {
+  std::string s;
+  for (const double b : r.budgets())
+    for (const auto& p : r.policies())
+      if (const rd::Row* w = row_at(r, p, b); w && w->oracle_bound_hit_rate) {
+        const double bound = *w->oracle_bound_hit_rate;
+        s += "- " + gib(b) + " HBM + " + gib(w->host_gib) + " host" +
+             (w->tier3_gib > 0 ? " + " + gib(w->tier3_gib) + (r.peer_tier ? " peer" : " disk") : std::string()) +
+             ": " + txt(p) + " reuses " + fmt(w->hit_rate) + " of block references, the oracle " + fmt(bound) +
+             (bound > 0 ? " (" + pct(w->hit_rate / bound) + " of it)" : std::string()) + "\n";
+      }
+  if (s.empty()) return "";
+  return "Reuse against its bound (residency.csv's oracle_bound_hit_rate: the offline oracle with the policy's HBM, "
+         "host and disk blocks in one tier reuses at least as many blocks as any policy of the prefix-cache model "
+         "with them; a policy that compressed, or a trace with prefix violations or a request larger than HBM, has "
+         "none):\n\n" + s + "\n";
+}
+
 // What was replayed, against what, and where each cost comes from.
 std::string inputs_of(const rd::Replay& r) {
   std::string budgets;
@@ -368,7 +388,7 @@ std::string section_residency(ReportContext& cx) {
     if (!cx.o.residency_hbm_gib) s += "the middle of the sweep; `--residency-hbm-gib X` picks another";
     else if (*cx.o.residency_hbm_gib == b) s += "`--residency-hbm-gib " + fmt(b) + "`";
     else s += "`--residency-hbm-gib " + fmt(*cx.o.residency_hbm_gib) + "` is not a swept budget: the nearest one";
-    s += "):\n\n" + sentence(r, b) + answer_table(r, b) + verdict_lines(r);
+    s += "):\n\n" + sentence(r, b) + answer_table(r, b) + verdict_lines(r) + bound_lines(r);
   }
   return s;
 }

@@ -26,6 +26,9 @@ struct Row {
   double host_link_bytes = 0;  // fetched over the host link (host -> HBM)
   // HBM -> host (demotes) and the GPU time of compress passes, off the request path; nullopt in files before them
   std::optional<double> host_link_demote_bytes, compress_total_s;
+  // The oracle at this policy's tiers' blocks in one tier, where that bounds its reuse (README "The oracle's
+  // bound"); nullopt where it does not, and in files before the column.
+  std::optional<double> oracle_bound_hit_rate;
 };
 
 // residency.json's inputs: what was replayed, against what.
