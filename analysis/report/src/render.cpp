@@ -68,6 +68,45 @@ std::string provenance(Ctx& cx) {
               header({"#", "study", "merged from", "git", "status", "started (UTC)", "finished (UTC)", "command"}) + t);
 }
 
+// Every ceiling the rows name, per directory, with the values they were stated against: the bounds every
+// pct_of_ceiling in the report divides by, measured in the same run, at a glance. A row naming a ceiling its run
+// never measured (a study not run, a case filtered out) has no value: counted apart.
+std::string ceilings_table(Ctx& cx) {
+  struct Seen {
+    double lo = 0, hi = 0;
+    std::size_t with = 0, without = 0;
+  };
+  std::string t;
+  std::size_t n = 0;
+  for (const auto& rs : cx.sets) {
+    std::map<std::string, Seen> by;
+    for (const auto& r : rs.cases) {
+      if (r.ceiling.empty() || !r.invalid.empty()) continue;
+      Seen& c = by[r.ceiling];
+      if (!r.ceiling_value) {
+        ++c.without;
+        continue;
+      }
+      c.lo = c.with ? std::min(c.lo, *r.ceiling_value) : *r.ceiling_value;
+      c.hi = c.with ? std::max(c.hi, *r.ceiling_value) : *r.ceiling_value;
+      ++c.with;
+    }
+    for (const auto& [label, c] : by) {
+      ++n;
+      const std::string unit = label.ends_with(":tflops") ? " TFLOP/s" : label.ends_with(":gbps") ? " GB/s" : "";
+      t += row({lbl(rs), txt(label),
+                c.with ? fmt(c.lo) + (c.hi > c.lo ? " .. " + fmt(c.hi) : "") + unit : "none in the scored rows",
+                std::to_string(c.with), std::to_string(c.without)});
+    }
+  }
+  if (!n) return "";
+  const std::string table =
+      header({"device", "ceiling (study:params:metric)", "value (cold and hot rows, each run)",
+              "rows stated against it", "rows naming it, without its value"}) + t;
+  return "### Ceilings the rows are stated against\n\n" +
+         (n <= 12 ? table : fold(std::to_string(n) + " ceilings", table)) + "\n";
+}
+
 // Rows faster than the ceiling they are stated against: a ceiling that is beaten is the most its own loop did
 // in the run, not a bound, and every percentage of it overstates how near a row comes to the hardware.
 std::string above_ceiling(Ctx& cx) {
@@ -132,7 +171,7 @@ std::string section_inputs(Ctx& cx) {
                              : fmt(r.max_load) +
                                    (r.hardware_threads > 0 ? " / " + std::to_string(r.hardware_threads) : ""),
               r.thread_placement.empty() ? "-" : txt(r.thread_placement)});
-  s += "\n" + provenance(cx);
+  s += "\n" + provenance(cx) + ceilings_table(cx);
   s += "### What is missing\n\n";
   bool any = false;
   for (const auto& r : cx.sets)
