@@ -68,43 +68,56 @@ std::string provenance(Ctx& cx) {
               header({"#", "study", "merged from", "git", "status", "started (UTC)", "finished (UTC)", "command"}) + t);
 }
 
-// Every ceiling the rows name, per directory, with the values they were stated against: the bounds every
-// pct_of_ceiling in the report divides by, measured in the same run, at a glance. A row naming a ceiling its run
-// never measured (a study not run, a case filtered out) has no value: counted apart.
+// Every ceiling the measured rows name, per directory and mode, with the values they were stated against: the
+// bounds every pct_of_ceiling divides by, measured in the same run, at a glance. The ceiling's own rows (those its
+// label matches) are counted apart from the rows stated against it; a row naming a ceiling without a value is one
+// whose run had no such measurement in that mode, or whose measurement is not scored.
 std::string ceilings_table(Ctx& cx) {
   struct Seen {
-    double lo = 0, hi = 0;
-    std::size_t with = 0, without = 0;
+    std::optional<CeilingRef> ref;
+    std::vector<std::string> values;  // as shown, distinct (several runs when merged)
+    std::size_t own = 0, own_unscored = 0, users = 0, without = 0;
+  };
+  const auto own_row = [](const Seen& c, const CaseRow& r) {
+    return c.ref && r.study == c.ref->study &&
+           std::all_of(c.ref->match.begin(), c.ref->match.end(),
+                       [&](const Param& m) { return r.param(m.name) == m.value; });
   };
   std::string t;
   std::size_t n = 0;
   for (const auto& rs : cx.sets) {
-    std::map<std::string, Seen> by;
+    std::map<std::pair<std::string, std::string>, Seen> by;  // (label, mode)
     for (const auto& r : rs.cases) {
-      if (r.ceiling.empty() || !r.invalid.empty()) continue;
-      Seen& c = by[r.ceiling];
-      if (!r.ceiling_value) {
-        ++c.without;
-        continue;
-      }
-      c.lo = c.with ? std::min(c.lo, *r.ceiling_value) : *r.ceiling_value;
-      c.hi = c.with ? std::max(c.hi, *r.ceiling_value) : *r.ceiling_value;
-      ++c.with;
+      if (r.ceiling.empty() || !r.measured() || !r.invalid.empty()) continue;
+      Seen& c = by[{r.ceiling, r.mode}];
+      if (!c.ref) c.ref = CeilingRef::parse(r.ceiling);
+      if (own_row(c, r)) ++c.own;
+      else if (r.ceiling_value) ++c.users;
+      else ++c.without;
+      if (!r.ceiling_value) continue;
+      const std::string v = r.ceiling.ends_with(":gbps")     ? rate(*r.ceiling_value)
+                            : r.ceiling.ends_with(":tflops") ? fmt(*r.ceiling_value) + " TFLOP/s"
+                                                             : fmt(*r.ceiling_value) + " (unit unknown)";
+      if (std::find(c.values.begin(), c.values.end(), v) == c.values.end()) c.values.push_back(v);
     }
-    for (const auto& [label, c] : by) {
+    for (auto& [key, c] : by) {
+      for (const auto& r : rs.cases)  // the ceiling measured in this mode, but not scored (repeats that disagree)
+        if (r.mode == key.second && r.measured() && !r.invalid.empty() && own_row(c, r)) ++c.own_unscored;
+      std::string values;
+      for (const auto& v : c.values) values += (values.empty() ? "" : ", ") + v;
+      if (values.empty())
+        values = c.own_unscored ? "measured, not scored (Rows not scored)" : "not measured in this mode here";
       ++n;
-      const std::string unit = label.ends_with(":tflops") ? " TFLOP/s" : label.ends_with(":gbps") ? " GB/s" : "";
-      t += row({lbl(rs), txt(label),
-                c.with ? fmt(c.lo) + (c.hi > c.lo ? " .. " + fmt(c.hi) : "") + unit : "none in the scored rows",
-                std::to_string(c.with), std::to_string(c.without)});
+      t += row({lbl(rs), txt(key.first), txt(key.second), values, std::to_string(c.own), std::to_string(c.users),
+                std::to_string(c.without)});
     }
   }
   if (!n) return "";
-  const std::string table =
-      header({"device", "ceiling (study:params:metric)", "value (cold and hot rows, each run)",
-              "rows stated against it", "rows naming it, without its value"}) + t;
+  const std::string table = header({"device", "ceiling (study:params:metric)", "mode", "value (each run)",
+                                    "its own rows", "rows stated against it", "rows naming it, without a value"}) +
+                            t;
   return "### Ceilings the rows are stated against\n\n" +
-         (n <= 12 ? table : fold(std::to_string(n) + " ceilings", table)) + "\n";
+         (n <= 12 ? table : fold(std::to_string(n) + " ceilings by mode", table)) + "\n";
 }
 
 // Rows faster than the ceiling they are stated against: a ceiling that is beaten is the most its own loop did

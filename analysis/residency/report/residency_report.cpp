@@ -300,12 +300,16 @@ std::string bound_lines(const rd::Replay& r) {
         s += "- " + gib(b) + " HBM + " + gib(w->host_gib) + " host" +
              (w->tier3_gib > 0 ? " + " + gib(w->tier3_gib) + (r.peer_tier ? " peer" : " disk") : std::string()) +
              ": " + txt(p) + " reuses " + fmt(w->hit_rate) + " of block references, the oracle " + fmt(bound) +
-             (bound > 0 ? " (" + pct(w->hit_rate / bound) + " of it)" : std::string()) + "\n";
+             (bound > 0 ? " (" + pct(w->hit_rate / bound) + " of it)" : std::string()) +
+             (w->hit_rate > bound ? ": ABOVE its bound, which no policy of the model can be (a bug: please report it)"
+                                  : "") +
+             "\n";
       }
   if (s.empty()) return "";
   return "Reuse against its bound (residency.csv's oracle_bound_hit_rate: the offline oracle with the policy's HBM, "
-         "host and disk blocks in one tier reuses at least as many blocks as any policy of the prefix-cache model "
-         "with them; a policy that compressed, or a trace with prefix violations or a request larger than HBM, has "
+         "host and disk or peer blocks in one tier reuses at least as many blocks as any policy of the prefix-cache "
+         "model with them; it reads the future and ignores what each tier costs, so it is an upper bound, not a "
+         "target; a policy that compressed, or a trace with prefix violations or a request larger than HBM, has "
          "none):\n\n" + s + "\n";
 }
 
