@@ -15,6 +15,14 @@ namespace {
 
 std::string size_label(std::int64_t b) { return exact_size_name(static_cast<unsigned long long>(b)); }
 
+constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+// FNV-1a of n bytes, continuing from h: the pool-shape seed of the block tables and the plan's digest.
+std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 KvGeometry geometry(const models::ModelShape& m) {
   if (m.is_mla) return {m.layers, 1, std::int64_t(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * 2};
   return {m.layers, 2 * m.n_kv_heads, std::int64_t(m.head_dim) * 2};
@@ -51,9 +59,11 @@ std::unique_ptr<Case> granularity_case(const Point& p, Env& env) {
   // beyond one slot, as in a serving engine's paged cache. The tables depend on the pool's shape only, not on the
   // case: the page, per-layer and per-head rows of one pool move the same slots, so a ratio between them compares
   // descriptor counts, not addresses (each case had drawn its own).
-  std::uint64_t shape = 0xcbf29ce484222325ull;  // FNV-1a of the pool's shape
-  for (const std::string& part : {p["model"], p["tokens"], p["layout"], std::to_string(pool.slot_tokens)})
-    for (const char ch : part + "/") shape = (shape ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+  std::uint64_t shape = kFnvBasis;
+  for (const std::string& part : {p["model"], p["tokens"], p["layout"], std::to_string(pool.slot_tokens)}) {
+    const std::string field = part + "/";
+    shape = fnv1a(shape, field.data(), field.size());
+  }
   const auto src_table = random_block_table(pool.slots, per_page, 0x5eed0000u ^ shape);
   const auto dst_table = random_block_table(pool.slots, per_page, 0xd5700000u ^ (shape * 31));
   auto ds = page_descriptors(pool, pool, g, tokens, src_table, dst_table);
@@ -331,11 +341,8 @@ std::vector<std::unique_ptr<Case>> build_cases(const RemoteFlags& f, Env& env) {
 }
 
 std::uint64_t plan_digest(const std::vector<std::unique_ptr<Case>>& cases, const Env& env) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  auto mix = [&h](const void* p, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  };
+  std::uint64_t h = kFnvBasis;
+  auto mix = [&h](const void* p, std::size_t n) { h = fnv1a(h, p, n); };
   mix(&env.pool_bytes, sizeof env.pool_bytes);
   mix(&env.pool_alloc, sizeof env.pool_alloc);
   for (const auto& c : cases) {
