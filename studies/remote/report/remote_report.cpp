@@ -329,8 +329,9 @@ std::vector<Verdict> claim6(const ResultSet& rs) {
 // for a hot row that fits the LLC the run's own fit of its hot rows that do (its bytes may come from the holder's
 // cache: the cold figure predicted them 3-4x too slow; a hot row larger than the LLC moves from DRAM, as a cold one,
 // and a fit over both sizes predicted it 3.7x too fast). The LLC is the directory's (a GPU run's is its L2, of a
-// size with a CPU's L3). nullopt: none, said in p; `which` gets what the prediction's line adds about the figures.
-std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
+// size with a CPU's L3). nullopt: none, said in p; `which` gets what the prediction's line adds about the figures,
+// and `hot_fit` (where given) the run's hot fit when that is what the figures are.
+std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which, std::optional<RemoteFit>* hot_fit = nullptr) {
   const ResultSet* rs = p.run_index ? &p.run_index->run() : nullptr;
   const double llc = rs ? static_cast<double>(rs->llc_bytes) : 0;
   if (p.r.mode == "hot" && rs && !(llc > 0 && p.bytes > llc)) {
@@ -347,6 +348,7 @@ std::optional<GpuSpec> remote_terms(Predictor& p, std::string& which) {
       g.remote_descriptor_us = hot->per_descriptor_s * 1e6;
       which = "; hot: the run's fit of its hot read rows" + std::string(llc > 0 ? " up to the LLC" : "") + " (" +
               rate(g.remote_gbps) + "; the calibrated figure is of its cold rows)";
+      if (hot_fit) *hot_fit = hot;
       return g;
     }
   }
@@ -377,7 +379,8 @@ std::optional<double> predict_lockstep(Predictor& p) {
 
 std::optional<double> predict_transfer(Predictor& p) {
   std::string which;
-  const auto g = remote_terms(p, which);
+  std::optional<RemoteFit> hot_fit;
+  const auto g = remote_terms(p, which, &hot_fit);
   if (!g) return std::nullopt;
   const auto d = p.r.num("descriptors");
   if (!d || *d < 1) return p.none("the row has no descriptors column");
@@ -386,8 +389,7 @@ std::optional<double> predict_transfer(Predictor& p) {
   bool in_sample = false;
   if (const ResultSet* rs = p.run_index ? &p.run_index->run() : nullptr;
       rs && p.r.param("op") != "write" && one_reader(p.r)) {
-    const bool hot_fit = which.rfind("; hot: the run's fit", 0) == 0;
-    const auto fit = hot_fit ? fit_remote(*rs, "hot", static_cast<double>(rs->llc_bytes)) : fit_remote(*rs);
+    const auto fit = hot_fit ? hot_fit : fit_remote(*rs);
     in_sample = fit && fit->mode == p.r.mode && fit->transport == transport_of(p.r);
   }
   p.say("remote: fixed + " + fmt(*d) + (*d == 1 ? " descriptor" : " descriptors") +
