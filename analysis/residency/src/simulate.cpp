@@ -69,43 +69,43 @@ Result simulate(const IndexedTrace& trace, const PolicyInfo& info, const Capacit
   res.request_host_blocks.resize(res.requests);
   res.request_missed_tokens.resize(res.requests);
   Moves moves;
-  std::array<std::size_t, kForms> from_hbm_form{}, from_host_form{}, from_disk_form{};
-  std::array<std::int64_t, kForms> hbm_tokens{}, host_tokens{}, disk_tokens{};  // their real tokens
+  // Per tier (indexed by Tier; none unused) and form: the blocks a request reused from it and their real tokens.
+  struct Reused {
+    std::array<std::size_t, kForms> blocks{};
+    std::array<std::int64_t, kForms> tokens{};
+  };
+  std::array<Reused, 4> from;
   for (std::size_t r = 0; r < res.requests; ++r) {
     const std::span<const BlockId> blocks = trace.request(r);
     const std::int64_t input = trace.input_length[r];
     std::size_t hits = 0, from_host = 0, from_disk = 0;
     std::int64_t reused = 0;
     // The prefix rule: a block is reused only if every block before it was.
-    from_hbm_form.fill(0);
-    from_host_form.fill(0);
-    from_disk_form.fill(0);
-    hbm_tokens.fill(0);
-    host_tokens.fill(0);
-    disk_tokens.fill(0);
+    from.fill({});
     for (; hits < blocks.size(); ++hits) {
       const Tier t = policy->where(blocks[hits]);
       if (t == Tier::none) break;
       from_host += t == Tier::host;
       from_disk += t == Tier::disk;
       const auto f = static_cast<std::size_t>(policy->form(blocks[hits]).value_or(capacity.form));
-      ++(t == Tier::host ? from_host_form : t == Tier::disk ? from_disk_form : from_hbm_form)[f];
       const std::int64_t tokens = block_tokens_of(input, hits, trace.block_tokens);
-      (t == Tier::host ? host_tokens : t == Tier::disk ? disk_tokens : hbm_tokens)[f] += tokens;
+      Reused& x = from[static_cast<std::size_t>(t)];
+      ++x.blocks[f];
+      x.tokens[f] += tokens;
       reused += tokens;
     }
     for (const Form f : kAllForms) {
       const auto i = static_cast<std::size_t>(f);
-      res.hits_hbm_form[i] += from_hbm_form[i];
-      res.hits_host_form[i] += from_host_form[i];
-      res.hits_disk_form[i] += from_disk_form[i];
-      const auto req = static_cast<std::uint32_t>(r);
-      if (from_hbm_form[i] > 0 && f != Form::kv)
-        res.restores.push_back({req, Tier::hbm, f, static_cast<std::uint32_t>(from_hbm_form[i]), hbm_tokens[i]});
-      if (from_host_form[i] > 0)
-        res.restores.push_back({req, Tier::host, f, static_cast<std::uint32_t>(from_host_form[i]), host_tokens[i]});
-      if (from_disk_form[i] > 0)
-        res.restores.push_back({req, Tier::disk, f, static_cast<std::uint32_t>(from_disk_form[i]), disk_tokens[i]});
+      res.hits_hbm_form[i] += from[static_cast<std::size_t>(Tier::hbm)].blocks[i];
+      res.hits_host_form[i] += from[static_cast<std::size_t>(Tier::host)].blocks[i];
+      res.hits_disk_form[i] += from[static_cast<std::size_t>(Tier::disk)].blocks[i];
+      for (const Tier t : {Tier::hbm, Tier::host, Tier::disk}) {
+        const Reused& x = from[static_cast<std::size_t>(t)];
+        // An HBM hit kept as bf16 K/V is read as it is: nothing to restore.
+        if (x.blocks[i] > 0 && (t != Tier::hbm || f != Form::kv))
+          res.restores.push_back(
+              {static_cast<std::uint32_t>(r), t, f, static_cast<std::uint32_t>(x.blocks[i]), x.tokens[i]});
+      }
     }
     res.hits_hbm += hits - from_host - from_disk;
     res.hits_host += from_host;
