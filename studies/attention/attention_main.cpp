@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,13 @@ std::string num(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return kvf::csv_number(v);
+}
+
+// A list flag's values sorted by `before`, each once: a value given twice would write its rows twice.
+template <typename T, typename Before = std::less<>>
+void sort_unique(std::vector<T>& v, Before before = {}) {
+  std::sort(v.begin(), v.end(), before);
+  v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
 std::vector<q::Needle> parse_needles(const std::vector<std::string>& specs, int context) {
@@ -500,14 +508,11 @@ int main(int argc, char** argv) {
       if (!(k > 0 && k <= 1))
         throw UsageError("--keeps " + num(k) + ": a fraction in (0, 1]");
     // A value given twice would write its rows twice, and an average over rows would count them twice.
-    std::sort(f.keeps.begin(), f.keeps.end(), std::greater<>());
-    f.keeps.erase(std::unique(f.keeps.begin(), f.keeps.end()), f.keeps.end());
-    std::sort(f.windows.begin(), f.windows.end());
-    f.windows.erase(std::unique(f.windows.begin(), f.windows.end()), f.windows.end());
+    sort_unique(f.keeps, std::greater<>());
+    sort_unique(f.windows);
     // Blocks and needles too: the needle decode and needle.csv wrote a repeated one twice, and kvf report then
-    // refused the whole section ("the same row again").
-    std::sort(f.blocks.begin(), f.blocks.end());
-    f.blocks.erase(std::unique(f.blocks.begin(), f.blocks.end()), f.blocks.end());
+    // refused the whole section ("the same row again"). Needles keep their order.
+    sort_unique(f.blocks);
     std::vector<std::string> needles;
     for (const auto& n : f.needles)
       if (std::find(needles.begin(), needles.end(), n) == needles.end()) needles.push_back(n);
