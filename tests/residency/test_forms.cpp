@@ -121,6 +121,36 @@ TEST(ResidencyForms, ADequantizeDearerThanAPrefillIsNotTaken) {
   EXPECT_EQ(hits(r), 0u);
 }
 
+// A request's partial last block kept as X restores by recomputing its rows only, and the policy prices it so.
+// Entry form x (4 units), x-int4 1 unit; HBM 2 blocks; restore 0.5 s (x) and 0.75 s (x-int4) per token, 4-token
+// blocks; prefill = tokens. [1] (4 tokens): H1 = 4. [2] (1 token): H2 = 1. [3]: 2 is the victim, L = 1: drop adds
+// (1 - 0.5) / 4 = 0.125 per unit, compress to x-int4 (0.75 - 0.5) / 3 = 0.083 and it then outranks 1 (1 + 4 > 4):
+// compressed. Still short: 1 (H 4) is compressed too ((3 - 2) / 3 against (4 - 2) / 4). [2]: an HBM hit in x-int4,
+// its restore of 1 token.
+// Priced as a full block (2 s and 3 s), dropping 2 would have looked free ((1 - 2) / 4 < 0): dropped, no hit.
+TEST(ResidencyForms, APartialLastBlockKeptAsXIsPricedByItsTokens) {
+  Capacity cap{2, 0, 0, Form::x};
+  cap.form_bytes = {0, 0, 0, 4, 2, 1};
+  cap.compress_to = {Form::x_int4};
+  RestoreCosts c;
+  c.fetch_block_s = 100;
+  c.restore_form_s = {0, 0, 0, 2, 2.5, 3};
+  c.prefill_s = [](std::int64_t tokens, std::int64_t) { return double(tokens); };
+  const IndexedTrace t = index_trace(test::make_trace({{1}, {2}, {3}, {2}}, 4, {4, 1, 4, 1}), 4);
+  const Result whole = simulate(t, "cost", cap, &c);
+  EXPECT_EQ(hits(whole), 0u);
+  c.restore_tokens_s = [](Form f, std::int64_t tokens) {
+    return (f == Form::x ? 0.5 : f == Form::x_int8 ? 0.625 : 0.75) * double(tokens);
+  };
+  const Result r = simulate(t, "cost", cap, &c);
+  EXPECT_EQ(r.compressed[static_cast<std::size_t>(Form::x_int4)], 3u);  // 2 and 1, then 3 when 2 re-enters whole
+  EXPECT_EQ(r.hits_hbm_form[static_cast<std::size_t>(Form::x_int4)], 1u);
+  ASSERT_EQ(r.restores.size(), 1u);
+  EXPECT_EQ(r.restores[0].request, 3u);
+  EXPECT_EQ(r.restores[0].form, Form::x_int4);
+  EXPECT_EQ(r.restores[0].tokens, 1);
+}
+
 TEST(ResidencyForms, CompressedBlocksAreDemotedInTheirFormAndFetchedBack) {
   // HBM 1 kv block (4 units), host 1 kv block (4 units), fetch 1 s: per unit freed compress to int4 costs
   // 0.75 / 3 = 0.25, demote 1 / 4 = 0.25 (a tie goes to demote), drop 4 / 4 = 1. [1]; [2]: 1 demoted as kv.

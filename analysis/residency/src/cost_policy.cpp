@@ -46,6 +46,7 @@ class CostPolicy final : public Policy {
     for (auto& c : count_) c.fill(0);
     key_.assign(n, Key{});
     cost_.assign(n, 0.0);
+    tokens_.assign(n, trace.block_tokens);
     freq_.assign(n, 0);
     seen_in_.assign(n, kNever);
     parent_.assign(n, kNone);
@@ -98,7 +99,11 @@ class CostPolicy final : public Policy {
     ++count_[index(t)][static_cast<std::size_t>(form_[b])];
   }
   BlockId lowest(Tier t) const { return std::get<2>(*sets_[index(t)].begin()); }
-  double restore_s(Form f) const { return costs_->restore_form_s[static_cast<std::size_t>(f)]; }
+  // Block b made usable from form f: a partial last block recomputed from X costs its rows, not a block's.
+  double restore_s(Form f, BlockId b) const {
+    if (tokens_[b] < trace_->block_tokens && costs_->restore_tokens_s) return costs_->restore_tokens_s(f, tokens_[b]);
+    return costs_->restore_form_s[static_cast<std::size_t>(f)];
+  }
   double disk_fetch_s(Form f) const { return costs_->disk_fetch_form_s[static_cast<std::size_t>(f)]; }
   double fetch_s(Form f) const {
     const double s = costs_->fetch_form_s[static_cast<std::size_t>(f)];
@@ -131,6 +136,7 @@ class CostPolicy final : public Policy {
   std::array<std::array<std::size_t, kForms>, 4> count_{};
   std::vector<Key> key_;
   std::vector<double> cost_;
+  std::vector<std::int32_t> tokens_;  // of the block in the request that last referenced it
   std::vector<std::uint32_t> freq_, seen_in_;
   // The resident-children lists (intrusive): a drop walks only resident descendants.
   std::vector<BlockId> parent_, first_child_, next_sibling_, prev_sibling_;
@@ -190,7 +196,7 @@ void CostPolicy::evict_from_hbm() {
   inflation_ = std::max(inflation_, std::get<0>(victim_key));
   take_out(v);
   const Form fv = form_[v];
-  const double uv = double(capacity_.unit(fv)), now = restore_s(fv);
+  const double uv = double(capacity_.unit(fv)), now = restore_s(fv, v);
   double best = (cost_[v] - now) / uv;
   enum class Action { drop, demote, compress, demote_compressed } action = Action::drop;
   Form to = fv;
@@ -204,7 +210,7 @@ void CostPolicy::evict_from_hbm() {
   for (const Form k : capacity_.compress_to) {
     const double uk = double(capacity_.unit(k));
     if (uk >= uv || capacity_.host_units() < capacity_.unit(k)) continue;
-    const double c = (fetch_s(k) + restore_s(k) - now) / uv;
+    const double c = (fetch_s(k) + restore_s(k, v) - now) / uv;
     if (!(c < best)) continue;
     best = c;
     action = Action::demote_compressed;
@@ -219,8 +225,8 @@ void CostPolicy::evict_from_hbm() {
   };
   for (const Form k : capacity_.compress_to) {
     const double uk = double(capacity_.unit(k));
-    if (uk >= uv || !((restore_s(k) - now) / (uv - uk) < best) || !stays(k)) continue;
-    best = (restore_s(k) - now) / (uv - uk);
+    if (uk >= uv || !((restore_s(k, v) - now) / (uv - uk) < best) || !stays(k)) continue;
+    best = (restore_s(k, v) - now) / (uv - uk);
     action = Action::compress;
     to = k;
   }
@@ -257,7 +263,7 @@ void CostPolicy::evict_from_host() {
   const BlockId h = lowest(Tier::host);
   take_out(h);
   const std::int64_t uh = capacity_.unit(form_[h]);
-  if (capacity_.disk_units() < uh || !(disk_fetch_s(form_[h]) < cost_[h] - restore_s(form_[h]))) {
+  if (capacity_.disk_units() < uh || !(disk_fetch_s(form_[h]) < cost_[h] - restore_s(form_[h], h))) {
     drop(h);
     return;
   }
@@ -301,6 +307,7 @@ void CostPolicy::admit(std::size_t r, std::span<const BlockId> blocks, std::size
     }
     ++freq_[b];
     cost_[b] = restore_cost(r, j);
+    tokens_[b] = static_cast<std::int32_t>(block_tokens_of(trace_->input_length[r], j, trace_->block_tokens));
     const double h = std::min(inflation_ + double(freq_[b]) * cost_[b], parent_priority);
     key_[b] = Key{h, kNever - static_cast<std::uint32_t>(j), b};
     parent_priority = h;

@@ -236,6 +236,7 @@ RestoreCosts restore_costs(const CostModel& c) {
     if (third_tier_priced(c)) r.disk_fetch_form_s[i] = disk_fetch_s(c, f, 1);
     r.restore_form_s[i] = restore_s(c, f, 1);
   }
+  r.restore_tokens_s = [&c](Form f, std::int64_t tokens) { return restore_s(c, f, 1, tokens); };
   r.prefill_s = [&c](std::int64_t tokens, std::int64_t prefix) { return prefill_s(c, tokens, prefix); };
   return r;
 }

@@ -61,6 +61,9 @@ struct RestoreCosts {
   // Per form: one block fetched from host (0: fetch_block_s), and made usable once in HBM (0 for kv: the
   // dequantize pass of quantized K/V, the recompute of K/V from X).
   std::array<double, kForms> fetch_form_s{}, restore_form_s{};
+  // A block of `tokens` tokens, fewer than a block (a request's partial last block), made usable from `form`: an X
+  // form recomputes only its rows. Null: restore_form_s for every block.
+  std::function<double(Form form, std::int64_t tokens)> restore_tokens_s;
   // Per form: one block read from the disk tier and brought to HBM through host memory (a disk tier only).
   std::array<double, kForms> disk_fetch_form_s{};
   // Prefilling `tokens` tokens after `prefix` reused ones: prefill_s(model, tokens, prefix).
