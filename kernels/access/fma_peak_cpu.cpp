@@ -16,7 +16,7 @@
 #include <immintrin.h>
 #endif
 
-#include "access.hpp"
+#include "fma_peak.hpp"
 #include "kvf/cpu_isa.hpp"
 
 namespace kvf::access {

@@ -2,6 +2,12 @@
 // run; every recompute arm states its TFLOP/s against it (pct_of_ceiling: the best row). On the CPU beside
 // OpenBLAS fp32 it measures oneDNN's bf16 matmul, the kernel CPU inference engines run (AMX-BF16 or
 // AVX-512-BF16 where the CPU has them): the row names the kernel oneDNN dispatched.
+#include <omp.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "fma_peak.hpp"
 #include "frontier.hpp"
 #include "gemm_onednn.hpp"
 #include "recompute.hpp"
@@ -13,6 +19,8 @@
 
 namespace kvf::frontier_study {
 namespace {
+
+namespace ka = kvf::access;
 
 // CPU: OpenBLAS sgemm on its own pthread pool (own_threads), or through gemm_xwT on the OpenMP team the
 // arms use (kernels/frontier/recompute.hpp, "BLAS threading"). On a loaded machine either can come out
@@ -33,6 +41,20 @@ class GemmCeilingCpu final : public Case {
     else fr::gemm_xwT(a, a + nn, buf_.data() + 2 * nn, n_, n_, n_);
   }
   void teardown(Backend&) override { buf_ = {}; }
+  // How near the hardware the ceiling is: the fp32 FMA issue rate of this CPU on every thread, measured once per
+  // process (a BLAS sgemm reaches 0.8-0.9 of it on a quiet machine; far below, the rows stated against this
+  // ceiling are stated against a slow GEMM, not the CPU).
+  std::string after_measure(Backend&, const Summary& median, const std::string&) override {
+    static std::optional<ka::FmaPeak> peak;
+    if (!peak) peak = ka::cpu_fma_peak(omp_get_max_threads());
+    if (peak->flops_per_s <= 0 || median.median <= 0) return {};
+    const double rate = 2.0 * n_ * n_ * n_ / median.median;
+    char text[200];
+    std::snprintf(text, sizeof text, "fp32 FMA peak of this CPU in the same process %.1f GFLOP/s (%s, %d threads): "
+                  "this row at %.2f of it", peak->flops_per_s / 1e9, peak->isa.c_str(), peak->threads,
+                  rate / peak->flops_per_s);
+    return text;
+  }
 
  private:
   int n_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small CPU frontier run: every recompute row's `gemm` column names the product that ran (the plan says
 onednn_bf16_fp32out; where this oneDNN has no bf16 matmul the OpenBLAS fallback runs and the column must say
-openblas_fp32), in both modes, agreeing with the GEMM kernel its note names.
+openblas_fp32), in both modes, agreeing with the GEMM kernel its note names; and every OpenBLAS gemm_ceiling row
+says how near the hardware it is: its rate over the fp32 FMA peak measured in the same process.
 Usage: gemm_column.py BENCH_FRONTIER OUT_DIR"""
 import csv
 import shutil
@@ -28,5 +29,21 @@ for arm in ("x", "xq", "mla_latent", "mla_up"):
     for mode in ("cold", "hot"):
         if (arm, mode) not in seen:
             fails.append(f"no {arm} row in mode {mode}")
+import re
+ceilings = [r for r in csv.DictReader(open(f"{out}/cases.csv"))
+            if r["arm"] == "gemm_ceiling" and r["gemm_lib"] != "onednn_bf16" and int(r["samples"] or 0) > 0]
+if not ceilings:
+    fails.append("no OpenBLAS gemm_ceiling row")
+for r in ceilings:
+    m = re.search(r"fp32 FMA peak of this CPU in the same process ([0-9.]+) GFLOP/s \(.+, (\d+) threads\): "
+                  r"this row at ([0-9.]+) of it", r["note"])
+    if not m:
+        fails.append(f"{r['case']} {r['mode']}: no FMA peak in the note: {r['note']!r}")
+        continue
+    peak, share = float(m.group(1)), float(m.group(3))
+    measured = float(r["tflops"]) * 1e3 / peak
+    # The note's share is from this mode's median, as the tflops column is: they agree to the note's 2 digits.
+    if not (peak > 0 and 0 < share < 1.5 and abs(share - measured) <= 0.011):
+        fails.append(f"{r['case']} {r['mode']}: peak {peak} GFLOP/s, share {share}, tflops says {measured:.3f}")
 print("\n".join(fails) if fails else f"{len(rows)} rows checked (gemm {sorted({r['gemm'] for r in rows})})")
 sys.exit(1 if fails else 0)
