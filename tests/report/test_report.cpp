@@ -9,6 +9,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "series.hpp"  // studies/frontier/report: the frontier's measured series
 #include "test_files.hpp"
 
 using namespace kvf::report;
@@ -143,6 +144,35 @@ TEST(Verdicts, RecomputeOnTheFp32FallbackSaysSo) {
   const auto vs = verdicts(sets);
   for (const char* claim : {"Recompute wins for small pages", "XQuant-style"})
     EXPECT_NE(find(vs, claim).figures.find(said), std::string::npos) << find(vs, claim).figures;
+}
+
+// Rows of one recompute series in any file order (the CPU grid runs T128, T16, T512): each token count keeps its
+// own median and q1..q3 once the series is sorted (the spreads had stayed in file order: T16's point carried
+// T128's q1..q3 into claim 3's sign test at the smallest page).
+TEST(FrontierSeries, ARecomputeSeriesSortedByTokensKeepsEachRowsSpread) {
+  ResultSet rs;
+  rs.backend = "cpu";
+  for (const double T : {128.0, 16.0, 512.0}) {
+    CaseRow r;
+    r.study = "frontier";
+    r.case_name = "x/M/T" + std::to_string(int(T));
+    r.mode = "cold";
+    r.samples = 5;
+    r.median_s = T * 1e-6;
+    r.q1_s = T * 0.9e-6;
+    r.q3_s = T * 1.1e-6;
+    r.params = {{"arm", "x"}, {"model", "M"}, {"tokens", std::to_string(int(T))}};
+    rs.cases.push_back(r);
+  }
+  const auto series = frontier::recompute_series(rs);
+  ASSERT_EQ(series.size(), 1u);
+  const auto& s = series[0];
+  ASSERT_EQ(s.tokens, (std::vector<double>{16, 128, 512}));
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(s.secs[i], s.tokens[i] * 1e-6);
+    EXPECT_DOUBLE_EQ(s.lo[i], s.tokens[i] * 0.9e-6) << s.tokens[i];
+    EXPECT_DOUBLE_EQ(s.hi[i], s.tokens[i] * 1.1e-6) << s.tokens[i];
+  }
 }
 
 TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {

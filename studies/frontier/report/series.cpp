@@ -122,6 +122,8 @@ std::vector<RecSeries> recompute_series(const ResultSet& rs) {
     for (std::size_t i = 0; i < idx.size(); ++i) {
       t.tokens[i] = s.tokens[idx[i]];
       t.secs[i] = s.secs[idx[i]];
+      t.lo[i] = s.lo[idx[i]];
+      t.hi[i] = s.hi[idx[i]];
       t.kv_bytes[i] = s.kv_bytes[idx[i]];
       t.resident[i] = s.resident[idx[i]];
       t.notes[i] = s.notes[idx[i]];
