@@ -175,6 +175,54 @@ TEST(FrontierSeries, ARecomputeSeriesSortedByTokensKeepsEachRowsSpread) {
   }
 }
 
+// Claim 5 from planted access rows (constant samples: zero-width intervals). HND at 1K and 8K with block size 16 at
+// both (token/block 2x at each) and 64 at 8K only (block twice as fast there); NHD at 8K only, where tokens win.
+CaseRow attention_row(const std::string& arm, double ctx, const std::string& block, const std::string& layout,
+                      double seconds) {
+  CaseRow r;
+  r.study = "access";
+  r.case_name = "attn/" + arm + "/" + std::to_string(int(ctx)) + "/" + layout + "/B" + block;
+  r.mode = "cold";
+  r.samples = 5;
+  r.median_s = r.q1_s = r.q3_s = seconds;
+  r.samples_s.assign(5, seconds);
+  r.params = {{"part", "attention"}, {"arm", arm}, {"ctx", std::to_string(int(ctx))}, {"block", block},
+              {"keep", "1/8"}, {"layout", layout}, {"select", "per_head"}};
+  if (arm == "token") r.params["scatter"] = "uniform";
+  return r;
+}
+
+TEST(Verdicts, Claim5ComparesBlockSizesMeasuredAtEveryContextAndCountsOneContextGroups) {
+  ResultSet rs;
+  rs.label = "planted (cpu)";
+  rs.backend = "cpu";
+  for (const double ctx : {1024.0, 8192.0}) {
+    rs.cases.push_back(attention_row("block", ctx, "16", "HND", 1e-3));
+    rs.cases.push_back(attention_row("token", ctx, "16", "HND", 2e-3));
+  }
+  // Only at 8K: a best of two sizes there beside a best of one at 1K would read 4x against 2x, a widening.
+  rs.cases.push_back(attention_row("block", 8192, "64", "HND", 0.5e-3));
+  rs.cases.push_back(attention_row("token", 8192, "64", "HND", 2e-3));
+  const auto judged = [&] {
+    for (const auto& v : verdicts({rs}))
+      if (v.claim.find("Contiguous blocks") != std::string::npos) return v;
+    return Verdict{};
+  };
+  Verdict v = judged();
+  EXPECT_EQ(v.verdict, "mixed") << v.figures;  // block faster at both points, the gap not wider at B16
+  EXPECT_NE(v.figures.find("token/block 2x [2, 2] at 1K, 2x [2, 2] at 8K"), std::string::npos) << v.figures;
+  EXPECT_NE(v.figures.find("gap widens in 0 groups"), std::string::npos) << v.figures;
+  // Tokens faster in another layout, measured at one context: it counts, and is named by what differs.
+  rs.cases.push_back(attention_row("block", 8192, "16", "NHD", 2e-3));
+  rs.cases.push_back(attention_row("token", 8192, "16", "NHD", 1e-3));
+  v = judged();
+  EXPECT_EQ(v.verdict, "mixed") << v.figures;
+  EXPECT_NE(v.figures.find("1 groups at 2+ contexts and 1 at one"), std::string::npos) << v.figures;
+  EXPECT_NE(v.figures.find("block faster at 2, token faster at 1"), std::string::npos) << v.figures;
+  EXPECT_NE(v.figures.find("tokens faster with layout=NHD at 8K: token/block 0.5x [0.5, 0.5]"), std::string::npos)
+      << v.figures;
+}
+
 TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {
   const auto vs = verdicts(load_all({kFx + "/cpu_partial"}));
   for (const auto& v : vs) EXPECT_EQ(v.verdict, "not measured") << v.claim << ": " << v.figures;

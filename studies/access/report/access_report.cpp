@@ -18,14 +18,16 @@ using namespace md;
 const char* kClaim5 = "Contiguous blocks beat scattered tokens and the gap widens with context length";
 const char* kRule5 =
     "Access study, part=attention, per group (same keep, dtype, layout, selection, shape, mode; uniform scatter; at "
-    "each context the block size with the fastest block row, against the token row of that block size) with "
-    ">= 2 context lengths. At each (group, ctx) token/block is a sign only when its 95% bootstrap interval excludes 1 "
-    "(docs/report.md, noise); cold groups only where the run has them (hot points are counted beside the verdict: hot "
-    "rows of small contexts read the cache); the gap widens in a group when the interval at the largest ctx lies above "
-    "the one at the smallest. Supported iff block is faster at every point and the gap widens in every group; refuted "
-    "iff token is "
-    "faster at some point and block at none, or the gap narrows in every group; not established when no point shows a "
-    "sign; mixed otherwise (the figures count each).";
+    "each context the block size with the fastest block row, against the token row of that block size; in a group "
+    "measured at >= 2 contexts, among the block sizes measured at all of them, so a context with more sizes swept "
+    "is not a best of more). At each (group, ctx) token/block is a sign only when its 95% bootstrap interval "
+    "excludes 1 (docs/report.md, noise); cold groups only where the run has them (hot points are counted beside the verdict: hot "
+    "rows of small contexts read the cache); every group's points count for which is faster, the groups with >= 2 "
+    "contexts for the gap: it widens in a group when the interval at the largest ctx lies above the one at the "
+    "smallest. Supported iff block is faster at every point and the gap widens in every group with >= 2 contexts; "
+    "refuted iff token is "
+    "faster at some point and block at none, or the gap narrows in every such group; not established when no point "
+    "shows a sign; mixed otherwise (the figures count each). Not measured without a group at >= 2 contexts.";
 
 // Attention part: per group (every parameter but arm/block/scatter/ctx and derived sizes), per ctx: the block size
 // whose contiguous-block median is best among those with a scattered-token row too, and that token row (same block
@@ -36,6 +38,7 @@ struct AccessGroup {
   std::map<std::string, std::string> params;  // what makes the group (mode included), for the table's keys
   std::vector<double> ctx, block_s, token_s, ws_vs_llc;
   std::vector<Ratio> token_vs_block;  // per ctx: token / best block, with the noise interval
+  std::vector<std::string> block;     // per ctx: the block size of that best block row
 };
 
 std::vector<AccessGroup> access_groups(const ResultSet& rs) {
@@ -75,16 +78,37 @@ std::vector<AccessGroup> access_groups(const ResultSet& rs) {
   }
   std::vector<AccessGroup> out;
   for (auto& [k, a] : groups) {
-    for (const auto& [c, blocks] : a.block) {
+    // The token row a block row of this size and context is compared with (one that names no block size fits any).
+    auto token_row = [&](double c, const std::string& size) -> const CaseRow* {
       const auto tokens = a.token.find(c);
-      if (tokens == a.token.end()) continue;
+      if (tokens == a.token.end()) return nullptr;
+      auto tr = tokens->second.find(size);
+      if (tr == tokens->second.end()) tr = tokens->second.find("");
+      return tr == tokens->second.end() ? nullptr : tr->second;
+    };
+    // Block sizes with a pair at every context of the group: the best of those at each, where there are any (the
+    // default grid sweeps five sizes at 64K and one elsewhere: a best of five beside a best of one made a widening).
+    std::set<std::string> everywhere;
+    bool first = true;
+    for (const auto& [c, blocks] : a.block) {
+      std::set<std::string> here;
+      for (const auto& [size, row] : blocks)
+        if (token_row(c, size)) here.insert(size);
+      if (here.empty()) continue;
+      if (first) everywhere = here;
+      else std::erase_if(everywhere, [&](const std::string& size) { return !here.count(size); });
+      first = false;
+    }
+    for (const auto& [c, blocks] : a.block) {
       const CaseRow *b = nullptr, *t = nullptr;
+      std::string chosen;
       for (const auto& [size, row] : blocks) {
-        auto tr = tokens->second.find(size);
-        if (tr == tokens->second.end()) tr = tokens->second.find("");  // a token row that names no block size
-        if (tr != tokens->second.end() && (!b || *row->median_s < *b->median_s)) b = row, t = tr->second;
+        if (!everywhere.empty() && !everywhere.count(size)) continue;
+        const CaseRow* tr = token_row(c, size);
+        if (tr && (!b || *row->median_s < *b->median_s)) b = row, t = tr, chosen = size;
       }
       if (!b) continue;
+      a.g.block.push_back(chosen);
       a.g.ctx.push_back(c);
       a.g.block_s.push_back(*b->median_s);
       a.g.token_s.push_back(*t->median_s);
@@ -390,7 +414,9 @@ std::string section_block_token(ReportContext& cx) {
       const auto& g = groups[gi];
       const std::string& key = gp.keys[gi];
       for (std::size_t i = 0; i < g.ctx.size(); ++i)
-        table += row({lbl(rs), txt(key), tokens(g.ctx[i]), fmt(g.block_s[i] * 1e6), fmt(g.token_s[i] * 1e6),
+        table += row({lbl(rs), txt(key), tokens(g.ctx[i]),
+                      fmt(g.block_s[i] * 1e6) + (g.block[i].empty() ? "" : " (B" + txt(g.block[i]) + ")"),
+                      fmt(g.token_s[i] * 1e6),
                       txt(g.token_vs_block[i].text()), sign_word(g.token_vs_block[i]),
                       g.ws_vs_llc[i] > 0 ? fmt(g.ws_vs_llc[i]) : "-"});
       if (auto k = knee_ctx(g))
@@ -423,18 +449,21 @@ Verdict claim5(const ResultSet& rs) {
   const bool any_cold = std::any_of(gs.begin(), gs.end(), [](const AccessGroup& g) {
     return g.mode == "cold" && g.ctx.size() >= 2;
   });
-  std::size_t n = 0, points = 0, block_faster = 0, token_faster = 0, no_sign = 0, no_interval = 0, widens = 0,
-              narrows = 0, crosses_knee = 0, hot_points = 0, hot_block = 0, hot_token = 0;
+  std::size_t n = 0, one_ctx = 0, points = 0, block_faster = 0, token_faster = 0, no_sign = 0, no_interval = 0,
+              widens = 0, narrows = 0, crosses_knee = 0, hot_points = 0, hot_block = 0, hot_token = 0;
   std::string why_none;  // of the first point without an interval
   double bound = 0;  // the widest interval half-width among points without a sign
   std::string example;
+  // Groups at one context say which is faster there (the figures count them apart); the widening needs two.
+  const bool any_swept = std::any_of(gs.begin(), gs.end(), [](const AccessGroup& g) { return g.ctx.size() >= 2; });
+  const AccessGroup *one_ctx_token = nullptr, *swept = nullptr;  // a one-context group where tokens won; a swept one
   for (const auto& g : gs) {
-    if (g.ctx.size() < 2) continue;
     if (any_cold && g.mode != "cold") {
       for (const auto& q : g.token_vs_block) ++hot_points, hot_block += q.a_slower(), hot_token += q.a_faster();
       continue;
     }
-    ++n;
+    if (g.ctx.size() < 2) ++one_ctx;
+    else ++n;
     for (const auto& q : g.token_vs_block) {
       ++points;
       if (q.a_slower()) ++block_faster;
@@ -447,6 +476,11 @@ Verdict claim5(const ResultSet& rs) {
         bound = std::max({bound, q.hi - 1, 1 - q.lo});
       }
     }
+    if (g.ctx.size() < 2) {
+      if (!one_ctx_token && g.token_vs_block.front().a_faster()) one_ctx_token = &g;
+      continue;
+    }
+    if (!swept) swept = &g;
     const Ratio &first = g.token_vs_block.front(), &last = g.token_vs_block.back();
     const bool intervals = first.has_interval && last.has_interval;
     if (intervals && last.lo > first.hi) ++widens;
@@ -456,7 +490,7 @@ Verdict claim5(const ResultSet& rs) {
       example = "keep " + g.keep + " (" + g.mode + "): token/block " + first.text() + " at " + tokens(g.ctx.front()) +
                 ", " + last.text() + " at " + tokens(g.ctx.back());
   }
-  if (n == 0) {
+  if (!any_swept) {
     v.figures = gs.empty() ? "no access attention rows with both block and token arms" : "fewer than 2 context lengths per group";
     return v;
   }
@@ -464,7 +498,11 @@ Verdict claim5(const ResultSet& rs) {
   else if ((token_faster > 0 && block_faster == 0) || narrows == n) v.verdict = "refuted";
   else if (block_faster == 0 && token_faster == 0) v.verdict = "not established";
   else v.verdict = "mixed";
-  v.figures = std::to_string(n) + " groups, " + std::to_string(points) + " (group, context) points: block faster at " +
+  v.figures = std::to_string(n) + " groups" +
+              (one_ctx ? " at 2+ contexts and " + std::to_string(one_ctx) +
+                             " at one (counted for which is faster, not for the gap)"
+                       : "") +
+              ", " + std::to_string(points) + " (group, context) points: block faster at " +
               std::to_string(block_faster) + ", token faster at " + std::to_string(token_faster) +
               ", no measurable difference at " + std::to_string(no_sign) +
               (no_sign ? " (intervals within +-" + fmt(100 * bound) + "%)" : "") +
@@ -473,6 +511,14 @@ Verdict claim5(const ResultSet& rs) {
               std::to_string(widens) + " groups, narrows in " + std::to_string(narrows) + ", neither established in " +
               std::to_string(n - widens - narrows) + "; " + std::to_string(crosses_knee) +
               " groups cross the LLC/L2 knee (a widening there may be the working set leaving cache); e.g. " + example;
+  if (one_ctx_token) {  // named by what differs from the swept group of the example
+    std::string what;
+    for (const auto& [k, val] : one_ctx_token->params)
+      if (!swept || !swept->params.count(k) || swept->params.at(k) != val)
+        what += (what.empty() ? "" : ", ") + k + "=" + val;
+    v.figures += "; tokens faster with " + what + " at " + tokens(one_ctx_token->ctx.front()) + ": token/block " +
+                 one_ctx_token->token_vs_block.front().text();
+  }
   if (hot_points)
     v.figures += "; judged on cold groups only (hot ones, beside them: block faster at " + std::to_string(hot_block) +
                  ", token faster at " + std::to_string(hot_token) + " of " + std::to_string(hot_points) + " points)";
