@@ -9,6 +9,7 @@
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
 #include "kvf/report.hpp"
+#include "kvf/study_report.hpp"
 #include "series.hpp"  // studies/frontier/report: the frontier's measured series
 #include "test_files.hpp"
 
@@ -221,6 +222,37 @@ TEST(Verdicts, Claim5ComparesBlockSizesMeasuredAtEveryContextAndCountsOneContext
   EXPECT_NE(v.figures.find("block faster at 2, token faster at 1"), std::string::npos) << v.figures;
   EXPECT_NE(v.figures.find("tokens faster with layout=NHD at 8K: token/block 0.5x [0.5, 0.5]"), std::string::npos)
       << v.figures;
+}
+
+// A section that prints percentages of a ceiling says when rows beat it beyond their spread (their percentage at
+// their q3 time above 100), with the count and the largest; a row above it only within its spread does not count.
+TEST(ReportText, ACeilingBeatenBeyondTheRowsSpreadIsSaid) {
+  ResultSet rs;
+  rs.label = "host (cpu)";
+  const auto add = [&](const std::string& name, double pct, double q3_over_median) {
+    CaseRow r;
+    r.study = "access";
+    r.case_name = name;
+    r.mode = "cold";
+    r.samples = 5;
+    r.median_s = 1.0;
+    r.q1_s = 0.99;
+    r.q3_s = q3_over_median;
+    r.pct_of_ceiling = pct;
+    r.ceiling = "stream:op=read:gbps";
+    rs.cases.push_back(r);
+  };
+  add("gather/R4096", 90, 1.01);
+  add("gather/seq", 104, 1.08);  // 96.3% at its q3 time: within its spread
+  EXPECT_EQ(md::ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling"), "");
+  add("attn/read/64K", 119, 1.01);
+  add("gather/R65536", 126, 1.02);
+  const std::string said = md::ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling");
+  EXPECT_NE(said.find("host (cpu): the stream read ceiling was beaten** by 2 access rows beyond their own spread, "
+                      "by up to 26% (gather/R65536, cold)"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(md::ceiling_beaten(rs, "access", "frontier:arm=gemm_ceiling:tflops", "GEMM ceiling"), "");
 }
 
 TEST(Verdicts, NotMeasuredWhenInputsAreMissing) {

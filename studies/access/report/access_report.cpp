@@ -192,6 +192,7 @@ std::string section_gather(ReportContext& cx) {
   }
   if (table.empty()) return s + "Not measured: no access-study gather rows (part=gather) in any directory.\n\n";
   s += cx.chart(p);
+  for (const auto& rs : cx.sets) s += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling");
   s += header({"device", "arm", "huge pages", "software prefetch", "mode", "run length", "bandwidth",
                "% of stream read ceiling"}) +
        table;
@@ -267,6 +268,8 @@ std::string gather_controls(ReportContext& cx) {
 std::string dense_controls(ReportContext& cx) {
   const std::string t = controls_table(cx, "dense", "read", true);
   if (t.empty()) return "";
+  std::string beaten;
+  for (const auto& rs : cx.sets) beaten += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling");
   return "### Dense attention against the read of its own bytes\n\nThe control (`read`, CPU) reads the dense "
          "row's K and V once, chunk by chunk in its order and placement, with a plain OpenMP loop and no compute. "
          "Against the stream read ceiling it is what the access pattern allows (a paged cache in shuffled page "
@@ -277,7 +280,7 @@ std::string dense_controls(ReportContext& cx) {
          "overlapped perfectly would take the longer of the control's time and the read control's. The last column "
          "is the time the row's QK and PV products alone would take with every FMA pipe busy (its flops at the fp32 "
          "FMA peak measured in the same run, at the vector width the kernel runs): near 100 the row is bound by "
-         "arithmetic, and no read ceiling is within its reach.\n\n" + t;
+         "arithmetic, and no read ceiling is within its reach.\n\n" + beaten + t;
 }
 
 // a < b with runs of digits compared as numbers ("ctx=4096" before "ctx=65536"), so shapes list in context order;

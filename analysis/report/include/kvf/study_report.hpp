@@ -96,6 +96,11 @@ struct Grouping {
 };
 Grouping group_params(const std::vector<std::map<std::string, std::string>>& rows,
                       const std::set<std::string>& leave_out = {});
+// Rows of `study` in rs stated against `ceiling_label` (e.g. "stream:op=read:gbps") that beat it beyond their own
+// spread (their percentage at their q3 time above 100): a sentence for a section that prints percentages of that
+// ceiling, naming how many and the largest; "" when none did. The Inputs section lists every such row.
+std::string ceiling_beaten(const ResultSet& rs, const std::string& study, const std::string& ceiling_label,
+                           const std::string& ceiling_name);
 }  // namespace md
 std::string us_text(double s);  // "12.5 us": in figures and model-term texts
 
