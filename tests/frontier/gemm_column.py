@@ -43,7 +43,7 @@ for r in ceilings:
     peak, share = float(m.group(1)), float(m.group(3))
     measured = float(r["tflops"]) * 1e3 / peak
     # The note's share is from this mode's median, as the tflops column is: they agree to the note's 2 digits.
-    if not (peak > 0 and 0 < share < 1.5 and abs(share - measured) <= 0.011):
+    if not (peak > 0 and share > 0 and abs(share - measured) <= 0.011):
         fails.append(f"{r['case']} {r['mode']}: peak {peak} GFLOP/s, share {share}, tflops says {measured:.3f}")
 print("\n".join(fails) if fails else f"{len(rows)} rows checked (gemm {sorted({r['gemm'] for r in rows})})")
 sys.exit(1 if fails else 0)
