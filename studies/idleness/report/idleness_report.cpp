@@ -224,9 +224,15 @@ std::vector<Verdict> claim2(const ResultSet& rs) {
       ++ranges;
     }
     if (by_cell.empty()) {
-      v.figures = rs.backend == "cpu"  ? "CPU results: the claim is about a GPU (CPU compute idleness: section 5)"
-                  : rs.has_counters    ? "no " + metric + " ranges of decode cases in counters.csv"
-                                       : "no counters.csv";
+      const bool cpu_idleness = std::any_of(rs.counters.begin(), rs.counters.end(), [](const CounterRow& c) {
+        return c.metric == "kvf:idle_compute_pct";
+      });
+      v.figures = rs.backend == "cpu"
+                      ? std::string("CPU results: the claim is about a GPU") +
+                            (cpu_idleness ? " (CPU compute idleness: section 5)"
+                                          : " (and no CPU idleness was measured: the idleness study did not run)")
+                  : rs.has_counters ? "no " + metric + " ranges of decode cases in counters.csv"
+                                    : "no counters.csv";
       out.push_back(v);
       continue;
     }
