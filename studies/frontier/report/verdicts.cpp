@@ -81,8 +81,8 @@ std::string regimes_text(const Regimes& g, const std::string& link) {
   if (!g.fitted) return "regimes: not fitted (fewer than 2 sizes on a side)";
   return "below " + md::tokens(std::round(g.n_tokens)) + " tokens the fixed cost decides: recompute " +
          us_text(g.a_rec) + " vs " + link + " " + us_text(g.a_fetch) +
-         " per operation on this host (a copy's start cost differs between hosts); at the bandwidth limit "
-         "recompute/fetch = " + fmt(g.b_rec / g.b_fetch) + " (per-token costs " + fmt(g.b_rec * 1e9) + " vs " +
+         " per operation on this host (a copy's start cost differs between hosts); at large pages, where "
+         "per-token costs decide, recompute/fetch = " + fmt(g.b_rec / g.b_fetch) + " (per-token costs " + fmt(g.b_rec * 1e9) + " vs " +
          fmt(g.b_fetch * 1e9) + " ns); the claim (small pages) is about the fixed-cost regime";
 }
 
