@@ -226,6 +226,37 @@ TEST(Verdicts, Claim5ComparesBlockSizesMeasuredAtEveryContextAndCountsOneContext
 
 // A section that prints percentages of a ceiling says when rows beat it beyond their spread (their percentage at
 // their q3 time above 100), with the count and the largest; a row above it only within its spread does not count.
+// Token rows of equal bytes and flops at two block sizes whose medians differ by 20% (the machine drifted between
+// rows): a 1.1x point whose own interval excludes 1 is no sign against that floor; a 2x point still is.
+TEST(Verdicts, Claim5SignsClearTheRunsBetweenRowNoise) {
+  ResultSet rs;
+  rs.label = "planted (cpu)";
+  rs.backend = "cpu";
+  const auto pair = [&](double ctx, double block_s, double token_s) {
+    rs.cases.push_back(attention_row("block", ctx, "16", "HND", block_s));
+    rs.cases.push_back(attention_row("token", ctx, "16", "HND", token_s));
+  };
+  pair(1024, 1e-3, 1.1e-3);
+  pair(8192, 1e-3, 2e-3);
+  const auto judged = [&] {
+    for (const auto& v : verdicts({rs}))
+      if (v.claim.find("Contiguous blocks") != std::string::npos) return v;
+    return Verdict{};
+  };
+  EXPECT_NE(judged().figures.find("block faster at 2, token faster at 0"), std::string::npos) << judged().figures;
+  // Token rows at 1K at two more block sizes, the same bytes and flops, 1.0 and 1.2 ms: a floor of 20%.
+  for (const auto& [block, t] : std::vector<std::pair<std::string, double>>{{"32", 1.0e-3}, {"64", 1.2e-3}}) {
+    CaseRow r = attention_row("token", 1024, block, "HND", t);
+    r.bytes = r.flops = 1e6;
+    rs.cases.push_back(r);
+  }
+  const Verdict v = judged();
+  EXPECT_NE(v.figures.find("block faster at 1, token faster at 0, no measurable difference at 1"), std::string::npos)
+      << v.figures;
+  EXPECT_NE(v.figures.find("between-row noise too, +-20%"), std::string::npos) << v.figures;
+  EXPECT_NE(v.figures.find("gap widens in 1 groups"), std::string::npos) << v.figures;  // 2 > 1.1 x 1.2
+}
+
 TEST(ReportText, ACeilingBeatenBeyondTheRowsSpreadIsSaid) {
   ResultSet rs;
   rs.label = "host (cpu)";
