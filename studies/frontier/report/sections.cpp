@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
@@ -96,6 +97,44 @@ std::string chart_stem(const std::string& prefix, const std::string& model, std:
 // One chart per (directory, model): that model's recompute arms at one page per call against the device's own
 // fetch at the same page sizes, crossovers marked and labelled with their token count (small multiples instead of
 // every series on one plot). The table has every combination, folded.
+// The overlap arm beside its alone rows: did recomputing part of a page while the rest is fetched beat doing both
+// in turn? Shares of the alone rows in proportion to tokens (fixed costs do not scale: a first look, as section 6's
+// model cell of the same rows says).
+std::string overlap_table(ReportContext& cx) {
+  std::string t;
+  for (const auto& rs : cx.sets) {
+    // (model, tokens, mode) -> recompute_tokens -> row
+    std::map<std::tuple<std::string, double, std::string>, std::map<double, const CaseRow*>> by_page;
+    for (const auto* r : rs.rows("frontier")) {
+      if (r->param("arm") != "overlap" || r->param("launch") == "graph") continue;
+      const auto T = r->num("tokens"), rr = r->num("recompute_tokens");
+      if (T && rr && r->median_s) by_page[{r->param("model"), *T, r->mode}][*rr] = r;
+    }
+    for (const auto& [page, rows] : by_page) {
+      const auto& [model, T, mode] = page;
+      const auto f0 = rows.find(0.0), f1 = rows.find(T);
+      if (f0 == rows.end() || f1 == rows.end()) continue;
+      for (const auto& [rr, r] : rows) {
+        if (rr <= 0 || rr >= T) continue;
+        const double fetch = (T - rr) / T * *f0->second->median_s, rec = rr / T * *f1->second->median_s;
+        const double serial = fetch + rec, ideal = std::max(fetch, rec), m = *r->median_s;
+        t += row({lbl(rs), txt(model) + ", " + tokens(T) + " tokens", txt(mode), fmt(rr / T), fmt(m * 1e6),
+                  fmt(fetch * 1e6), fmt(rec * 1e6), fmt(serial * 1e6), fmt(ideal * 1e6), fmt(serial / m)});
+      }
+    }
+  }
+  if (t.empty()) return "";
+  return "### Recompute beside a fetch (overlap arm)\n\nPart of a page recomputed (fraction f of its tokens) while a "
+         "second thread (CPU) or stream (GPU) fetches the rest, against the same page's alone rows of this run: the "
+         "fetch share (1 - f) x t(f=0) and the recompute share f x t(f=1), in turn (serial) or fully overlapped (the "
+         "longer). Above 1 in the last column the overlap bought time; at or below 1 it bought none. Shares are in "
+         "proportion to tokens: fixed costs (a read's start, the weights a recompute reads) do not scale, so this is "
+         "a first look; section 6 predicts each row from the model.\n\n" +
+         header({"device", "page", "mode", "f", "measured (us)", "fetch share (us)", "recompute share (us)",
+                 "serial (us)", "overlapped (us)", "serial / measured"}) +
+         t + "\n";
+}
+
 std::string section_frontier(ReportContext& cx) {
   std::string s, table, charts;
   int set_no = 0;
@@ -171,6 +210,7 @@ std::string section_frontier(ReportContext& cx) {
     s += fold("Every recompute series against every fetch",
               header({"device", "recompute", "fetch", "tokens measured", "points", "crossover", "dropped"}) + table);
   }
+  s += overlap_table(cx);
   // The GPU answer from spec sheets: what the model predicts where no GPU was measured.
   if (!cx.gpus_error.empty() || !cx.shapes_error.empty()) {
     s += "Model predictions not available: " + txt(cx.gpus_error + cx.shapes_error) + "\n\n";
