@@ -257,6 +257,42 @@ TEST(Verdicts, Claim5SignsClearTheRunsBetweenRowNoise) {
   EXPECT_NE(v.figures.find("gap widens in 1 groups"), std::string::npos) << v.figures;  // 2 > 1.1 x 1.2
 }
 
+// Claim 3 on CPU results reads the SSD tier (file_page); host memory (dram_copy), a CPU offload's first tier, is
+// stated beside it: recompute/fetch at the smallest and largest page.
+TEST(Verdicts, Claim3OnACpuStatesHostMemoryBesideTheDisk) {
+  ResultSet rs;
+  rs.label = "planted (cpu)";
+  rs.backend = "cpu";
+  const auto add = [&](const std::string& name, std::map<std::string, std::string> params, double seconds) {
+    CaseRow r;
+    r.study = "frontier";
+    r.case_name = name;
+    r.mode = params.count("mode") ? params["mode"] : "cold";
+    params.erase("mode");
+    r.samples = 5;
+    r.median_s = r.q1_s = r.q3_s = seconds;
+    r.params = std::move(params);
+    rs.cases.push_back(r);
+  };
+  for (const double T : {16.0, 128.0}) {
+    const std::string t = std::to_string(int(T)), kv = std::to_string(int(T) * 4096);
+    add("x/M/T" + t, {{"arm", "x"}, {"model", "M"}, {"tokens", t}, {"kv_bytes_per_page", kv}}, T * 10e-6);
+    add("file_page/T" + t, {{"arm", "file_page"}, {"copy_bytes", kv}, {"mode", "hot"}}, 100e-6 + T * 4096 / 1e9);
+    add("dram_copy/" + kv, {{"arm", "dram_copy"}, {"copy_bytes", kv}}, T * 4096 / 10e9);
+  }
+  Verdict v;
+  for (const auto& x : verdicts({rs}))
+    if (x.claim.find("Recompute wins for small pages") != std::string::npos) v = x;
+  // 160 us against 65536 B / 10 GB/s = 6.5536 us; 1280 us against 52.43 us.
+  EXPECT_NE(v.figures.find("beside host memory (dram_copy, cold): recompute/fetch T=16 24.41, T=128 24.41"),
+            std::string::npos)
+      << v.figures;
+  rs.backend = "cuda";  // a GPU's fetch is its link: no host-memory line
+  for (const auto& x : verdicts({rs}))
+    if (x.claim.find("Recompute wins for small pages") != std::string::npos)
+      EXPECT_EQ(x.figures.find("beside host memory"), std::string::npos) << x.figures;
+}
+
 TEST(ReportText, ACeilingBeatenBeyondTheRowsSpreadIsSaid) {
   ResultSet rs;
   rs.label = "host (cpu)";

@@ -172,6 +172,15 @@ Verdict claim3(const ResultSet& rs) {
               " recompute " + us_text(r.front()) + " / fetch " +
               us_text(t.front()) + "; T=" + fmt(T.back()) + " " + us_text(r.back()) + " / " + us_text(t.back()) + "; crossover " + c.text +
               "; " + regimes_text(regimes(*x, *f), link) + fallback_text(*x);
+  // A CPU offload's first tier is host memory, not the disk the verdict reads: its ratio beside, not in, the verdict.
+  if (rs.backend != "cuda")
+    if (const XferSeries* dram = find_xfer(xs, "dram_copy")) {
+      std::string said;
+      for (const std::size_t i : {std::size_t(0), x->tokens.size() - 1})
+        if (auto ft = fetch_at(*dram, x->kv_bytes[i]); ft && ft->median > 0)
+          said += (said.empty() ? "" : ", ") + ("T=" + fmt(x->tokens[i]) + " " + fmt(x->secs[i] / ft->median));
+      if (!said.empty()) v.figures += "; beside host memory (dram_copy, " + dram->mode + "): recompute/fetch " + said;
+    }
   // Layers: the through-layers arm (from token ids, P=1, same model) at one page size, >= 2 layer counts.
   std::map<double, std::map<double, std::pair<double, double>>> by_t;  // T -> L -> (recompute, fetch)
   for (const auto& s : recs) {
