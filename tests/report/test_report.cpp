@@ -897,6 +897,29 @@ TEST(Validity, RowsOnABusyMachineAreListed) {
   EXPECT_EQ(md.find("busy machine"), std::string::npos);
 }
 
+TEST(Validity, HotRunsSlowerThanColdOnesAreListed) {
+  const auto d = kvf_test::tmpdir("kvf_report_hot_slower", "run");
+  // a: hot 1.3x beyond both spreads; b: hot 1.3x but its q1 under cold's q3; c: hot 1.05x; d: cold only.
+  std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,q1_s,q3_s,gbps,note\n"
+                                    "access,a,cpu,X,cold,5,1.0,0.95,1.05,10,\n"
+                                    "access,a,cpu,X,hot,5,1.3,1.25,1.35,10,\n"
+                                    "access,b,cpu,X,cold,5,1.0,0.9,1.2,10,\n"
+                                    "access,b,cpu,X,hot,5,1.3,1.1,1.4,10,\n"
+                                    "access,c,cpu,X,cold,5,1.0,0.99,1.01,10,\n"
+                                    "access,c,cpu,X,hot,5,1.05,1.04,1.06,10,\n"
+                                    "access,d,cpu,X,cold,5,1.0,0.99,1.01,10,\n";
+  std::string md = markdown_of(d);
+  const auto at = md.find("### Hot runs slower than cold ones");
+  ASSERT_NE(at, std::string::npos) << md;
+  const std::string part = md.substr(at, md.find("</details>", at) - at);
+  EXPECT_NE(part.find("1 cases ran slower hot than cold"), std::string::npos) << part;
+  EXPECT_NE(part.find("| X (cpu) | access | a | 1000000 | 1300000 | 1.3 |"), std::string::npos) << part;
+  for (const char* other : {"| b |", "| c |", "| d |"}) EXPECT_EQ(part.find(other), std::string::npos) << other;
+  std::ofstream(d / "cases.csv") << "study,case,backend,device,mode,samples,median_s,gbps,note\n"
+                                    "access,c,cpu,X,cold,5,1.0,10,\n";
+  EXPECT_EQ(markdown_of(d).find("Hot runs slower"), std::string::npos);
+}
+
 TEST(Noise, BootstrapIntervalSeesTwoXAndNotJitterAndIsDeterministic) {
   const std::vector<double> a = {1.00, 1.02, 0.99, 1.01, 1.00}, b = {1.01, 0.99, 1.00, 1.02, 1.00};
   const Ratio same = median_ratio(a, b);

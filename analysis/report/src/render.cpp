@@ -169,6 +169,40 @@ std::string busy_machine(Ctx& cx) {
          fold(std::to_string(n) + " rows", header({"device", "study", "case", "mode", "switches"}) + t);
 }
 
+// Cases whose hot run was slower than their cold one beyond both rows' spreads (by 10% or more): a hot run reads
+// what the cold one left in cache and should not be slower by itself, so the machine likely changed between the
+// modes (other work, a clock or bandwidth drift), and any figure that sets rows measured minutes apart side by
+// side carries that drift. Said only where some case shows it.
+std::string hot_slower_than_cold(Ctx& cx) {
+  std::string t;
+  std::size_t n = 0;
+  for (const auto& rs : cx.sets) {
+    std::map<std::pair<std::string, std::string>, std::pair<const CaseRow*, const CaseRow*>> by_case;  // cold, hot
+    for (const auto& r : rs.cases) {
+      if (!r.measured() || !r.invalid.empty() || (r.mode != "cold" && r.mode != "hot")) continue;
+      auto& slot = by_case[{r.study, r.case_name}];
+      (r.mode == "cold" ? slot.first : slot.second) = &r;
+    }
+    for (const auto& [key, rows] : by_case) {
+      const auto [cold, hot] = rows;
+      if (!cold || !hot) continue;
+      const double cold_q3 = cold->q3_s.value_or(*cold->median_s), hot_q1 = hot->q1_s.value_or(*hot->median_s);
+      if (!(hot_q1 > cold_q3 && *hot->median_s >= 1.1 * *cold->median_s)) continue;
+      ++n;
+      t += row({lbl(rs), txt(key.first), txt(key.second), us(cold->median_s), us(hot->median_s),
+                fmt(*hot->median_s / *cold->median_s)});
+    }
+  }
+  if (!n) return "";
+  return "\n### Hot runs slower than cold ones\n\n" + std::to_string(n) +
+         " cases ran slower hot than cold, beyond both rows' q1..q3 spreads and by 10% or more. A hot run reads what "
+         "the cold one left in cache and should not be slower by itself: the machine likely changed between the two "
+         "modes (other work, a clock or bandwidth drift), and figures that set rows measured at different times side "
+         "by side carry that drift.\n\n" +
+         fold(std::to_string(n) + " cases",
+              header({"device", "study", "case", "cold (us)", "hot (us)", "hot / cold"}) + t);
+}
+
 std::string section_inputs(Ctx& cx) {
   std::string s = "## Inputs\n\n";
   s += header({"#", "directory", "device", "backend", "suite", "git", "started (UTC)", "finished (UTC)", "case rows",
@@ -206,7 +240,7 @@ std::string section_inputs(Ctx& cx) {
   if (!n_invalid) s += "None: every row passed its own checks and every case name is unique per directory.\n";
   else if (n_invalid <= 10) s += invalid;
   else s += fold(std::to_string(n_invalid) + " rows: listed, never scored by a verdict or a section", invalid);
-  s += above_ceiling(cx) + busy_machine(cx);
+  s += above_ceiling(cx) + busy_machine(cx) + hot_slower_than_cold(cx);
   s += "\n### Input warnings\n\n";
   any = false;
   for (const auto& r : cx.sets)
