@@ -12,7 +12,9 @@
 namespace kvf::report {
 
 // Memory: the cold rows where the run has them (a hot row may read a cache). Compute (tflops): the best of both
-// modes (a GEMM's operands stay in cache either way; a cold-first rule had taken 0.141 TFLOP/s beside 0.151 hot).
+// modes. A ceiling is the most the kernel did; a GEMM is bound by its arithmetic, and the flush before a cold sample
+// costs it little by bytes (its operands' first reads), though it can cost more by what else it disturbs (threads
+// woken, a clock): a cold-first rule had taken 0.141 TFLOP/s beside 0.151 hot, and rows beat that 'ceiling'.
 std::optional<std::pair<double, std::string>> best_value(const ResultSet& rs, const std::string& study,
                                                          const Match& match, bool tflops) {
   std::optional<std::pair<double, std::string>> best;

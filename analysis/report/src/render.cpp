@@ -194,12 +194,12 @@ std::string hot_slower_than_cold(Ctx& cx) {
     }
   }
   if (!n) return "";
-  return "\n### Hot runs slower than cold ones\n\n" + std::to_string(n) +
-         " cases ran slower hot than cold, beyond both rows' q1..q3 spreads and by 10% or more. A hot run reads what "
+  return "\n### Hot runs slower than cold ones\n\n" + std::to_string(n) + (n == 1 ? " case" : " cases") +
+         " ran slower hot than cold, beyond both rows' q1..q3 spreads and by 10% or more. A hot run reads what "
          "the cold one left in cache and should not be slower by itself: the machine likely changed between the two "
          "modes (other work, a clock or bandwidth drift), and figures that set rows measured at different times side "
          "by side carry that drift.\n\n" +
-         fold(std::to_string(n) + " cases",
+         fold(std::to_string(n) + (n == 1 ? " case" : " cases"),
               header({"device", "study", "case", "cold (us)", "hot (us)", "hot / cold"}) + t);
 }
 

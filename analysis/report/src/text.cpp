@@ -240,11 +240,17 @@ Grouping group_params(const std::vector<std::map<std::string, std::string>>& row
 }
 
 std::string ceiling_beaten(const ResultSet& rs, const std::string& study, const std::string& ceiling_label,
-                           const std::string& ceiling_name) {
+                           const std::string& ceiling_name,
+                           const std::vector<std::pair<std::string, std::string>>& only) {
   std::size_t n = 0;
   const CaseRow* top = nullptr;
   double top_pct = 0;
+  std::string which = study;  // "access rows (part=gather)"
+  for (const auto& [k, v] : only) which += (which == study ? " rows (" : ", ") + k + "=" + v;
+  which += which == study ? " rows" : ")";
   for (const auto* r : rs.rows(study)) {
+    if (std::any_of(only.begin(), only.end(), [&](const auto& kv) { return r->param(kv.first) != kv.second; }))
+      continue;
     if (r->ceiling != ceiling_label || !r->pct_of_ceiling || !r->q3_s || !(*r->q3_s > 0)) continue;
     const double at_q3 = *r->pct_of_ceiling * *r->median_s / *r->q3_s;  // a rate: median time over q3 time
     if (!(at_q3 > 100)) continue;
@@ -252,8 +258,8 @@ std::string ceiling_beaten(const ResultSet& rs, const std::string& study, const 
     if (!top || *r->pct_of_ceiling > top_pct) top = r, top_pct = *r->pct_of_ceiling;
   }
   if (!n) return "";
-  return "**" + lbl(rs) + ": the " + txt(ceiling_name) + " was beaten** by " + std::to_string(n) + " " + txt(study) +
-         " rows beyond their own spread, by up to " + fmt(top_pct - 100) + "% (" + txt(top->case_name) + ", " +
+  return "**" + lbl(rs) + ": the " + txt(ceiling_name) + " was beaten** by " + std::to_string(n) + " " + txt(which) +
+         " beyond their own spread, by up to " + fmt(top_pct - 100) + "% (" + txt(top->case_name) + ", " +
          txt(top->mode) + "): it is the most its own loops read in this run, not the hardware's bound (the machine's "
          "bandwidth moved during the run, or those rows read in a way its loops do not), so every percentage of it "
          "below overstates how near a row comes to the memory (Inputs, \"Rows above their ceiling\").\n\n";

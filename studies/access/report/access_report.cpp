@@ -20,15 +20,15 @@ const char* kRule5 =
     "Access study, part=attention, per group (same keep, dtype, layout, selection, shape, mode; uniform scatter; at "
     "each context the block size with the fastest block row, against the token row of that block size; in a group "
     "measured at >= 2 contexts, among the block sizes measured at all of them, so a context with more sizes swept "
-    "is not a best of more). At each (group, ctx) token/block is a sign only when its 95% bootstrap interval "
-    "excludes 1 (docs/report.md, noise) by more than the run's between-row noise (the widest spread among token rows "
-    "of equal bytes and flops at other block sizes, per mode); cold groups only where the run has them (hot points "
-    "are counted beside the verdict: hot rows of small contexts read the cache); every group's points count for "
-    "which is faster, the groups with >= 2 contexts for the gap: it widens in a group when the interval at the "
-    "largest ctx lies above the one at the smallest by more than that noise. Supported iff block is faster at every "
-    "point and the gap widens in every group with >= 2 contexts; refuted iff token is faster at some point and block "
-    "at none, or the gap narrows in every such group; not established when no point shows a sign; mixed otherwise "
-    "(the figures count each). Not measured without a group at >= 2 contexts.";
+    "is not a best of more, and where no size is, the best at each). At each (group, ctx) token/block is a sign only "
+    "when its 95% bootstrap interval excludes 1 (docs/report.md, noise); cold groups only where the run has them "
+    "(hot points are counted beside the verdict: hot rows of small contexts read the cache); every group's points "
+    "count for which is faster, the groups with >= 2 contexts for the gap: it widens in a group when the interval at "
+    "the largest ctx lies above the one at the smallest. Supported iff block is faster at every point and the gap "
+    "widens in every group with >= 2 contexts; refuted iff token is faster at some point and block at none, or the "
+    "gap narrows in every such group; not established when no point shows a sign; mixed otherwise (the figures count "
+    "each, and give the spread of token rows of equal work at other block sizes: drift between rows that the "
+    "intervals do not hold). Not measured without a group at >= 2 contexts.";
 
 // Attention part: per group (every parameter but arm/block/scatter/ctx and derived sizes), per ctx: the block size
 // whose contiguous-block median is best among those with a scattered-token row too, and that token row (same block
@@ -40,18 +40,12 @@ struct AccessGroup {
   std::vector<double> ctx, block_s, token_s, ws_vs_llc;
   std::vector<Ratio> token_vs_block;  // per ctx: token / best block, with the noise interval
   std::vector<std::string> block;     // per ctx: the block size of that best block row
-  // The run's noise between rows, beyond each row's own samples (the machine drifts between rows): the widest
-  // relative spread among token rows of equal bytes and flops (the same context and budget at other block sizes:
-  // scattered tokens cost the same whatever sink and latest blocks are kept) in this mode; 0 where none repeat.
-  // A point is a sign only when its interval clears 1 by more than this (sign_of).
-  double floor = 0;
+  // How far apart rows of nearly the same work land in this run and mode, which no row's own interval shows (the
+  // machine drifts between rows): the widest spread (max / min of medians) among token rows of equal bytes and
+  // flops, the same context and budget at other block sizes (their sink and latest blocks, 2B contiguous tokens,
+  // differ, so a little of it is the access pattern); 0 where none repeat. Stated beside the signs, not in them.
+  double token_spread = 0;
 };
-
-// +1 block faster, -1 token faster, 0 neither beyond the interval and the run's between-row floor.
-int sign_of(const Ratio& q, double floor) {
-  if (!q.has_interval) return 0;
-  return q.lo > 1 + floor ? 1 : q.hi < 1 / (1 + floor) ? -1 : 0;
-}
 
 std::vector<AccessGroup> access_groups(const ResultSet& rs) {
   // The arm and the axes a group spans, and what the bench derives per row: not the group's.
@@ -129,7 +123,7 @@ std::vector<AccessGroup> access_groups(const ResultSet& rs) {
     }
     if (!a.g.ctx.empty()) out.push_back(a.g);
   }
-  std::map<std::string, double> floor;  // per mode
+  std::map<std::string, double> spread;  // per mode
   for (const auto& [k, a] : groups)
     for (const auto& [c, rows] : a.token) {
       std::map<std::pair<double, double>, std::pair<double, double>> equal_work;  // (bytes, flops) -> (min, max)
@@ -139,9 +133,9 @@ std::vector<AccessGroup> access_groups(const ResultSet& rs) {
         if (!fresh) it->second = {std::min(it->second.first, *r->median_s), std::max(it->second.second, *r->median_s)};
       }
       for (const auto& [work, range] : equal_work)
-        if (range.first > 0) floor[a.g.mode] = std::max(floor[a.g.mode], range.second / range.first - 1);
+        if (range.first > 0) spread[a.g.mode] = std::max(spread[a.g.mode], range.second / range.first - 1);
     }
-  for (auto& g : out) g.floor = floor[g.mode];
+  for (auto& g : out) g.token_spread = spread[g.mode];
   return out;
 }
 
@@ -153,10 +147,9 @@ std::optional<double> knee_ctx(const AccessGroup& g) {
   return std::nullopt;
 }
 
-std::string sign_word(const Ratio& r, double floor) {
+std::string sign_word(const Ratio& r) {
   if (!r.has_interval) return "no interval";
-  const int s = sign_of(r, floor);
-  return s > 0 ? "block faster" : s < 0 ? "token faster" : "no measurable difference";
+  return r.a_slower() ? "block faster" : r.a_faster() ? "token faster" : "no measurable difference";
 }
 
 // One panel per (directory, mode): gather bandwidth by run length, against two ceilings of the same run drawn
@@ -218,7 +211,8 @@ std::string section_gather(ReportContext& cx) {
   }
   if (table.empty()) return s + "Not measured: no access-study gather rows (part=gather) in any directory.\n\n";
   s += cx.chart(p);
-  for (const auto& rs : cx.sets) s += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling");
+  for (const auto& rs : cx.sets)
+    s += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling", {{"part", "gather"}});
   s += header({"device", "arm", "huge pages", "software prefetch", "mode", "run length", "bandwidth",
                "% of stream read ceiling"}) +
        table;
@@ -295,7 +289,8 @@ std::string dense_controls(ReportContext& cx) {
   const std::string t = controls_table(cx, "dense", "read", true);
   if (t.empty()) return "";
   std::string beaten;
-  for (const auto& rs : cx.sets) beaten += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling");
+  for (const auto& rs : cx.sets)
+    beaten += ceiling_beaten(rs, "access", "stream:op=read:gbps", "stream read ceiling", {{"part", "attention"}});
   return "### Dense attention against the read of its own bytes\n\nThe control (`read`, CPU) reads the dense "
          "row's K and V once, chunk by chunk in its order and placement, with a plain OpenMP loop and no compute. "
          "Against the stream read ceiling it is what the access pattern allows (a paged cache in shuffled page "
@@ -446,7 +441,7 @@ std::string section_block_token(ReportContext& cx) {
         table += row({lbl(rs), txt(key), tokens(g.ctx[i]),
                       fmt(g.block_s[i] * 1e6) + (g.block[i].empty() ? "" : " (B" + txt(g.block[i]) + ")"),
                       fmt(g.token_s[i] * 1e6),
-                      txt(g.token_vs_block[i].text()), sign_word(g.token_vs_block[i], g.floor),
+                      txt(g.token_vs_block[i].text()), sign_word(g.token_vs_block[i]),
                       g.ws_vs_llc[i] > 0 ? fmt(g.ws_vs_llc[i]) : "-"});
       if (auto k = knee_ctx(g))
         knees += "- " + lbl(rs) + " " + txt(key) + ": working set crosses the LLC/L2 at " + tokens(std::round(*k)) +
@@ -466,6 +461,17 @@ std::string section_block_token(ReportContext& cx) {
             header({"device", "group", "context", "block us (best block size)", "token us", "token/block [95%]",
                     "sign", "working set / LLC"}) +
                 table);
+  std::string spreads;
+  for (const auto& [rs, groups] : per_set) {
+    std::map<std::string, double> by_mode;
+    for (const auto& g : groups) by_mode[g.mode] = std::max(by_mode[g.mode], g.token_spread);
+    for (const auto& [mode, x] : by_mode)
+      if (x > 0) spreads += (spreads.empty() ? "" : "; ") + lbl(*rs) + " " + txt(mode) + " " + fmt(100 * x) + "%";
+  }
+  if (!spreads.empty())
+    s += "Drift between rows: token rows of equal bytes and flops at other block sizes (the same context and budget) "
+         "spread by " + spreads + " (max / min of their medians). The intervals above hold each row's own samples "
+         "only: a difference of that size between two rows measured at different times may be the machine's drift.\n\n";
   s += "L2/LLC knee (dotted lines in the chart):\n\n" + (knees.empty() ? "- no group's context range crosses the LLC/L2\n" : knees);
   return s + "\n";
 }
@@ -482,7 +488,7 @@ Verdict claim5(const ResultSet& rs) {
               widens = 0, narrows = 0, crosses_knee = 0, hot_points = 0, hot_block = 0, hot_token = 0;
   std::string why_none;  // of the first point without an interval
   double bound = 0;  // the widest interval half-width among points without a sign
-  double judged_floor = 0;  // the between-row floor of the judged groups' mode
+  double judged_spread = 0;  // the between-row spread of the judged groups' mode
   std::string example;
   // Groups at one context say which is faster there (the figures count them apart); the widening needs two.
   const bool any_swept = std::any_of(gs.begin(), gs.end(), [](const AccessGroup& g) { return g.ctx.size() >= 2; });
@@ -490,15 +496,15 @@ Verdict claim5(const ResultSet& rs) {
   for (const auto& g : gs) {
     if (any_cold && g.mode != "cold") {
       for (const auto& q : g.token_vs_block)
-        ++hot_points, hot_block += sign_of(q, g.floor) > 0, hot_token += sign_of(q, g.floor) < 0;
+        ++hot_points, hot_block += q.a_slower(), hot_token += q.a_faster();
       continue;
     }
     if (g.ctx.size() < 2) ++one_ctx;
     else ++n;
     for (const auto& q : g.token_vs_block) {
       ++points;
-      if (sign_of(q, g.floor) > 0) ++block_faster;
-      else if (sign_of(q, g.floor) < 0) ++token_faster;
+      if (q.a_slower()) ++block_faster;
+      else if (q.a_faster()) ++token_faster;
       else if (!q.has_interval) {
         ++no_interval;  // not "no measurable difference": its noise is unknown
         if (why_none.empty()) why_none = q.why_none;
@@ -508,15 +514,14 @@ Verdict claim5(const ResultSet& rs) {
       }
     }
     if (g.ctx.size() < 2) {
-      if (!one_ctx_token && sign_of(g.token_vs_block.front(), g.floor) < 0) one_ctx_token = &g;
+      if (!one_ctx_token && g.token_vs_block.front().a_faster()) one_ctx_token = &g;
       continue;
     }
     if (!swept) swept = &g;
     const Ratio &first = g.token_vs_block.front(), &last = g.token_vs_block.back();
     const bool intervals = first.has_interval && last.has_interval;
-    if (intervals && last.lo > first.hi * (1 + g.floor)) ++widens;
-    if (intervals && last.hi * (1 + g.floor) < first.lo) ++narrows;
-    judged_floor = std::max(judged_floor, g.floor);
+    if (intervals && last.lo > first.hi) ++widens;
+    if (intervals && last.hi < first.lo) ++narrows;
     if (knee_ctx(g)) ++crosses_knee;
     if (example.empty())
       example = "keep " + g.keep + " (" + g.mode + "): token/block " + first.text() + " at " + tokens(g.ctx.front()) +
@@ -543,9 +548,12 @@ Verdict claim5(const ResultSet& rs) {
               std::to_string(widens) + " groups, narrows in " + std::to_string(narrows) + ", neither established in " +
               std::to_string(n - widens - narrows) + "; " + std::to_string(crosses_knee) +
               " groups cross the LLC/L2 knee (a widening there may be the working set leaving cache); e.g. " + example;
-  if (judged_floor > 0)
-    v.figures += "; signs and the widening clear the run's between-row noise too, +-" + fmt(100 * judged_floor) +
-                 "% (token rows of equal bytes and flops at other block sizes differed by that much)";
+  for (const auto& g : gs)
+    if (!any_cold || g.mode == "cold") judged_spread = std::max(judged_spread, g.token_spread);
+  if (judged_spread > 0)
+    v.figures += "; caution: token rows of equal bytes and flops at other block sizes spread by " +
+                 fmt(100 * judged_spread) + "% in this run (max / min of their medians), which the intervals, made "
+                 "of each row's own samples, do not hold";
   if (one_ctx_token) {  // named by what differs from the swept group of the example
     std::string what;
     for (const auto& [k, val] : one_ctx_token->params)

@@ -31,7 +31,8 @@ const char* kRule3 =
     "larger at the most layers than at the fewest; else refuted. Stated in both regimes: below N tokens (where the larger "
     "fixed cost still exceeds its bandwidth term) the per-operation fixed costs decide (a_recompute vs a_fetch, fitted on "
     "this host: they move from host to host), above it recompute/fetch tends to the ratio of per-token costs; the claim "
-    "is about the fixed-cost regime.";
+    "is about the fixed-cost regime. CPU results add recompute/fetch against host memory (dram_copy) at the smallest "
+    "and largest page, beside the verdict, not in it.";
 const char* kClaim4 = "XQuant-style X caching beats fetching K/V at equal memory";
 const char* kRule4 =
     "Rows arm=xq (int8/int4 X) at equal memory: resident_bytes_per_page <= kv_bytes_per_page (no more memory than the "
@@ -82,8 +83,9 @@ std::string regimes_text(const Regimes& g, const std::string& link) {
   return "below " + md::tokens(std::round(g.n_tokens)) + " tokens the fixed cost decides: recompute " +
          us_text(g.a_rec) + " vs " + link + " " + us_text(g.a_fetch) +
          " per operation on this host (a copy's start cost differs between hosts); at large pages, where "
-         "per-token costs decide, recompute/fetch = " + fmt(g.b_rec / g.b_fetch) + " (per-token costs " + fmt(g.b_rec * 1e9) + " vs " +
-         fmt(g.b_fetch * 1e9) + " ns); the claim (small pages) is about the fixed-cost regime";
+         "per-token costs decide, recompute/fetch = " + fmt(g.b_rec / g.b_fetch) + " (per-token costs " +
+         fmt(g.b_rec * 1e9) + " vs " + fmt(g.b_fetch * 1e9) + " ns); the claim (small pages) is about the fixed-cost "
+         "regime";
 }
 
 // A CPU verdict resting on the OpenBLAS fp32 fallback (no bf16 matmul in this host's oneDNN) is not the bf16 path an

@@ -230,7 +230,7 @@ std::vector<Verdict> claim2(const ResultSet& rs) {
       v.figures = rs.backend == "cpu"
                       ? std::string("CPU results: the claim is about a GPU") +
                             (cpu_idleness ? " (CPU compute idleness: section 5)"
-                                          : " (and no CPU idleness was measured: the idleness study did not run)")
+                                          : " (and this directory has no CPU idleness counters either)")
                   : rs.has_counters ? "no " + metric + " ranges of decode cases in counters.csv"
                                     : "no counters.csv";
       out.push_back(v);
@@ -350,8 +350,8 @@ std::optional<double> corun(Predictor& p, int layer_launches) {
 
 // The fp32 twins' peak on the CPU: the best OpenBLAS fp32 GEMM row, this study's (gemm_lib=openblas_fp32; in runs
 // before that column the CPU rows without a gemm_lib were those) or the frontier study's (the same library, no
-// gemm_lib column). Each source gives its best cold row (its best hot row where it has no cold one, as best_value
-// picks for every ceiling field), and the higher of those is the peak. A GPU run has no fp32 twin.
+// gemm_lib column). Each source gives its best row of either mode (best_value, as for every compute ceiling), and
+// the higher of those is the peak. A GPU run has no fp32 twin.
 CalibrationTerm fp32_gemm_term() {
   CalibrationTerm t;
   t.field = "fp32_tflops";

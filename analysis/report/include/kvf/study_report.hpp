@@ -96,11 +96,13 @@ struct Grouping {
 };
 Grouping group_params(const std::vector<std::map<std::string, std::string>>& rows,
                       const std::set<std::string>& leave_out = {});
-// Rows of `study` in rs stated against `ceiling_label` (e.g. "stream:op=read:gbps") that beat it beyond their own
-// spread (their percentage at their q3 time above 100): a sentence for a section that prints percentages of that
-// ceiling, naming how many and the largest; "" when none did. The Inputs section lists every such row.
+// Rows of `study` in rs with every (parameter, value) of `only` (the section's rows), stated against
+// `ceiling_label` (e.g. "stream:op=read:gbps"), that beat it beyond their own spread (their percentage at their q3
+// time above 100): a sentence for a section that prints percentages of that ceiling, naming how many and the
+// largest; "" when none did. The Inputs section lists every such row.
 std::string ceiling_beaten(const ResultSet& rs, const std::string& study, const std::string& ceiling_label,
-                           const std::string& ceiling_name);
+                           const std::string& ceiling_name,
+                           const std::vector<std::pair<std::string, std::string>>& only = {});
 }  // namespace md
 std::string us_text(double s);  // "12.5 us": in figures and model-term texts
 
@@ -205,8 +207,8 @@ struct CalibrationTerm {
   std::function<std::vector<Calibrated>(const ResultSet&)> measure;  // empty: nothing to measure from here
   std::string note;  // said once beside the ceilings of the measured-vs-predicted section ("" for none)
 };
-// Helpers of calibration terms. The best `metric` (gbps or tflops) over measured rows of `study` matching every
-// (param, value); cold rows first, then hot. Returns (value, mode).
+// Helpers of calibration terms. The best `metric` over measured rows of `study` matching every (param, value):
+// gbps from the cold rows where there are any (else hot), tflops from both modes. Returns (value, mode).
 std::optional<std::pair<double, std::string>> best_value(const ResultSet& rs, const std::string& study,
                                                          const Match& match, bool tflops);
 // A term measuring `field` as the best gbps (tflops) of `study`'s rows matching `match`, divided by `per_unit`
