@@ -889,6 +889,12 @@ TEST(Validity, RowsAboveTheirCeilingAreListedWithTheirSpread) {
 
 // A row whose note says the harness saw other work interrupt its samples is listed with its count; none: no
 // section (older runs never recorded it).
+// The part of a report from `heading` to the next `end` after it; "" where the heading is absent.
+std::string part_of(const std::string& md, const std::string& heading, const std::string& end) {
+  const auto at = md.find(heading);
+  return at == std::string::npos ? "" : md.substr(at, md.find(end, at) - at);
+}
+
 TEST(Validity, RowsOnABusyMachineAreListed) {
   const auto d = kvf_test::tmpdir("kvf_report_busy", "run");
   std::ofstream(d / "cases.csv")
@@ -897,9 +903,8 @@ TEST(Validity, RowsOnABusyMachineAreListed) {
          "(110/s per thread): other work took the CPUs, the samples may hold its stalls\"\n"
          "stream,read/b,cpu,X,cold,3,1.0,10,quiet\n";
   std::string md = markdown_of(d);
-  const auto at = md.find("### Rows measured on a busy machine");
-  ASSERT_NE(at, std::string::npos) << md;
-  const std::string part = md.substr(at, md.find("### Input warnings") - at);
+  const std::string part = part_of(md, "### Rows measured on a busy machine", "### Input warnings");
+  ASSERT_FALSE(part.empty()) << md;
   EXPECT_NE(part.find("| X (cpu) | stream | read/a | cold | 33 involuntary context switches in 0.15 s of samples "
                       "(110/s per thread) |"),
             std::string::npos)
@@ -923,9 +928,8 @@ TEST(Validity, HotRunsSlowerThanColdOnesAreListed) {
                                     "access,c,cpu,X,hot,5,1.05,1.04,1.06,10,\n"
                                     "access,d,cpu,X,cold,5,1.0,0.99,1.01,10,\n";
   std::string md = markdown_of(d);
-  const auto at = md.find("### Hot runs slower than cold ones");
-  ASSERT_NE(at, std::string::npos) << md;
-  const std::string part = md.substr(at, md.find("</details>", at) - at);
+  const std::string part = part_of(md, "### Hot runs slower than cold ones", "</details>");
+  ASSERT_FALSE(part.empty()) << md;
   EXPECT_NE(part.find("1 case ran slower hot than cold"), std::string::npos) << part;
   EXPECT_NE(part.find("| X (cpu) | access | a | 1000000 | 1300000 | 1.3 |"), std::string::npos) << part;
   for (const char* other : {"| b |", "| c |", "| d |"}) EXPECT_EQ(part.find(other), std::string::npos) << other;
