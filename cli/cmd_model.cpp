@@ -143,6 +143,9 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   }
 
   std::printf("\nAction table (cheapest; total us per page = reuse x reuse cost + one-time + HBM price x MiB):\n");
+  // The price of holding a page decides keep against demote and evict: said where the answer is read.
+  std::printf("HBM price: %s us per MiB held (%s)\n", f(report::hbm_price(g, ao)).c_str(),
+              ao.hbm_price_us_per_mib ? "--hbm-price" : "default: the time to fetch 1 MiB over the host link");
   std::printf("%8s %7s %6s %6s  %-18s %10s %s\n", "phase", "tokens", "layers", "reuse", "cheapest", "total_us", "source");
   for (const auto& c : table) {
     double best = 0;

@@ -302,7 +302,9 @@ std::string summary(ReportContext& cx) {
   const Shape* m = cx.model();
   if (!cx.gpus_error.empty() || !cx.shapes_error.empty() || !m) return "";
   auto lines = [&](const GpuSpec& g, const std::string& label, const ResultSet* measured) {
-    std::string s = "- " + label + ":";
+    // The price of holding a page decides keep against demote and evict: said with the answer it decides.
+    std::string s = "- " + label + ", HBM held priced at " + fmt(hbm_price(g, ActionOptions{})) +
+                    " us per MiB (the time to fetch 1 MiB over its host link; `kvf model --hbm-price` sets another):";
     for (double p : {0.1, 0.5, 0.9}) {
       ActionOptions o;
       o.reuse = {p};
