@@ -383,6 +383,13 @@ TEST(Model, ActionTableLayerAxisIsProportionalForDenseModelsButEvict) {
   moe.experts_per_tok = 4;
   const double e1 = recompute_layers(g, moe, 128, 1, 1).seconds, e4 = recompute_layers(g, moe, 128, 1, 4).seconds;
   EXPECT_GT(std::fabs(e4 - 4 * e1), 1e-3 * e4);
+  // The routed experts a MoE layer reads: the expected distinct ones of rows x k uniform picks, E (1 - (1 - k/E)^rows)
+  // (16 rows x 4 of 64: 41.2, where min(E, rows x k) had counted 64). Every layer whole: L=1 is layer 0 (dense),
+  // L=2 adds layer 1 (MoE); their difference less layer 0 leaves twice the MLP weights read, MoE less dense.
+  const auto bytes = [&](int L) { return recompute_layers(g, moe, 16, 1, L, false).bytes; };
+  const double moe_read = (bytes(2) - 2 * bytes(1)) / 2 + 3.0 * moe.hidden * moe.intermediate;
+  const double distinct = 64 * (1 - std::pow(1 - 4.0 / 64, 16));
+  EXPECT_NEAR(moe_read, (distinct + 1) * 3.0 * moe.hidden * moe.moe_intermediate, 1e-6 * moe_read);
 }
 
 // ------------------------------------------------------------------------------------------ bad input (issue 12)
