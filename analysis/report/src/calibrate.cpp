@@ -50,17 +50,20 @@ CalibrationTerm best_row_term(const std::string& field, int rank, const std::str
   return t;
 }
 
-std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts) {
+std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts,
+                                                    bool relative) {
   std::set<double> xs;
   for (const auto& p : pts) xs.insert(p.first);
   if (xs.size() < 2) return std::nullopt;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double n = static_cast<double>(pts.size());
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : pts) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
+    if (relative && !(y > 0)) return std::nullopt;
+    const double w = relative ? 1 / (y * y) : 1;
+    n += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
   }
   const double b = (n * sxy - sx * sy) / (n * sxx - sx * sx);
   const double a = (sy - b * sx) / n;

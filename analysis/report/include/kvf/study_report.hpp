@@ -215,8 +215,11 @@ std::optional<std::pair<double, std::string>> best_value(const ResultSet& rs, co
 // (GB/s -> TB/s: 1000). Its text: "<value> GB/s, [best ]<study> <k>=<v> (<mode>) in <dir>".
 CalibrationTerm best_row_term(const std::string& field, int rank, const std::string& study, const Match& match,
                               bool tflops, double per_unit = 1, bool say_best = false);
-// Least-squares t = a + n * b over (bytes, seconds) with at least two distinct sizes and b > 0: (a, b).
-std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts);
+// Least-squares t = a + n * b over (bytes, seconds) with at least two distinct sizes and b > 0: (a, b). relative:
+// each point weighted by 1 / t^2 (least squares of relative error), for sizes that span decades, where plain least
+// squares fits the large copies and leaves the small ones to the intercept.
+std::optional<std::pair<double, double>> fit_affine(const std::vector<std::pair<double, double>>& pts,
+                                                    bool relative = false);
 
 // ------------------------------------------------------------------------------------------ the plug-in
 struct StudyReport {
