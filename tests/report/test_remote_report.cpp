@@ -78,6 +78,22 @@ TEST(RemoteTier, FitRecoversPlantedFixedPerDescriptorAndBandwidth) {
   EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
 }
 
+// A tier fitted on shared-memory transports (ranks on one machine) says it is no network; tcp is one.
+TEST(RemoteTier, OnHostTransportsAreSaidNotToBeANetwork) {
+  const auto text = [](const std::string& transport) {
+    auto rows = planted_rows();
+    for (auto& r : rows) r.note = "transport " + transport + "; p99 1 ms";
+    for (const auto& t : remote_report().calibration)
+      for (const auto& c : t.measure(set_of(rows)))
+        if (c.field == "remote_gbps") return c.text;
+    return std::string();
+  };
+  const std::string said = "on-host transports only (ranks on one machine), not a network";
+  EXPECT_NE(text("sysv/memory(am am_bw) posix/memory cma/memory(rma_bw)").find(said), std::string::npos);
+  EXPECT_EQ(text("tcp/lo(am am_bw)").find(said), std::string::npos);
+  EXPECT_EQ(text("cma/memory tcp/eth0").find(said), std::string::npos);
+}
+
 TEST(RemoteTier, WritesAndLoadedRowsAreNotFitted) {
   auto rows = planted_rows();
   // A write 10x slower and a many-to-one read 10x slower: neither may move the fit of one reader's reads.

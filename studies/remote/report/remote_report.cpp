@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "kvf/study_report.hpp"
 
@@ -170,12 +171,33 @@ std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}, 
   return f;
 }
 
+// Whether every UCX transport named ("sysv/memory(am am_bw) posix/memory cma/memory(rma_bw)") moves bytes between
+// processes of one machine: a tier fitted on those is not a fetch over a network.
+bool on_host_only(const std::string& transports) {
+  static const std::set<std::string> on_host = {"self", "sysv", "posix", "cma", "knem", "xpmem", "cuda_copy",
+                                                "cuda_ipc", "gdr_copy", "rocm_copy", "rocm_ipc"};
+  std::istringstream in(transports);
+  std::string t;
+  bool any = false;
+  while (in >> t) {
+    if (t.front() == '(' || t.back() == ')') continue;  // a lane list's words, "(am" "am_bw)"
+    const std::string name = t.substr(0, t.find('/'));
+    if (!on_host.count(name)) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::vector<Calibrated> calibrate_remote(const ResultSet& rs) {
   const auto f = fit_remote(rs);
   if (!f) return {};
   const std::string over = std::to_string(f->rows) + " " + f->mode + " remote read rows (" +
                            std::to_string(f->sizes) + " sizes, " + std::to_string(f->descriptor_counts) +
-                           " descriptor counts; transport " + f->transport + ") in " + rs.dir + f->said;
+                           " descriptor counts; transport " + f->transport + ") in " + rs.dir + f->said +
+                           (on_host_only(f->transport)
+                                ? "; on-host transports only (ranks on one machine), not a network: a peer "
+                                  "behind a NIC moves at that link's rate and latency"
+                                : "");
   return {{"remote_gbps", f->bytes_per_s / 1e9,
            fmt(f->bytes_per_s / 1e9) + " GB/s, fit t = fixed + descriptors x per-descriptor + n/B (relative error) over " + over},
           {"remote_fixed_us", f->fixed_s * 1e6, fmt(f->fixed_s * 1e6) + " us per transfer, the same fit"},
