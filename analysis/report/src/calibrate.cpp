@@ -110,7 +110,9 @@ double GpuSpec::*member_of(const std::string& field) {
 std::vector<std::string> calibrate(const StudyReports& studies, GpuSpec& g, const ResultSet& rs, bool host_tiers_only) {
   std::vector<std::string> done;
   auto note = [&](const std::string& field, const std::string& text) {
-    g.source[field] = "measured: " + text;
+    // A term may set a field it could not measure to the value the others need (a disk latency with one read
+    // size): its text then starts "assumed" and the source says so, not "measured".
+    g.source[field] = text.rfind("assumed", 0) == 0 ? text : "measured: " + text;
     done.push_back(field + " <- " + text);
   };
   for (const auto& field : kFields) {

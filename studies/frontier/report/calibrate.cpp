@@ -65,7 +65,7 @@ std::vector<Calibrated> disk(const ResultSet& rs) {
     return {{"disk_gbps", v->first,
              fmt(v->first) + " GB/s, best frontier arm=dd_direct (" + v->second +
                  "; dd iflag=direct, process start included) in " + rs.dir},
-            {"disk_latency_us", 0, "0 us per read: fewer than 2 file-tier read sizes to fit a latency"}};
+            {"disk_latency_us", 0, "assumed: 0 us per read (fewer than 2 file-tier read sizes to fit a latency)"}};
   return {};
 }
 
