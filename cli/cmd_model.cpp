@@ -41,6 +41,7 @@ void print_model(const report::GpuSpec& g, const report::Shape& m, const report:
   field("sms", g.sms, "");
   field("launch_us", g.launch_us, "us");
   field("copy_fixed_us", g.copy_fixed_us, "us");
+  if (g.copy_issue_us > 0) field("copy_issue_us", g.copy_issue_us, "us");
   if (g.disk_gbps > 0) {
     field("disk_gbps", g.disk_gbps, "GB/s");
     field("disk_latency_us", g.disk_latency_us, "us");

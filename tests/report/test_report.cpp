@@ -369,6 +369,33 @@ TEST(Calibrate, CeilingsAndFittedCopyCost) {
   EXPECT_EQ(g.source.at("hbm_tbps").rfind("measured: 3000 GB/s", 0), 0u) << g.source.at("hbm_tbps");
 }
 
+// A page moved as back-to-back copies (the frontier's granularity rows: one 16 MiB page in 1, 8, 32 copies) fits the
+// cost of each further copy; a transfer of L copies then pays the first copy's fixed cost and L - 1 issue costs.
+TEST(Calibrate, GranularityRowsFitTheCostOfEachFurtherCopy) {
+  const auto gpus = load_gpus(default_gpus_path());
+  GpuSpec g = find_gpu(gpus, "H100 SXM");
+  ResultSet rs = load_results(kFx + "/gpu");
+  const double page = 16 << 20;
+  for (const int copies : {1, 8, 32}) {
+    CaseRow r = *rs.rows("frontier").front();
+    r.case_name = "granularity/M/T128/" + std::to_string(copies);
+    r.mode = "cold";
+    r.params = {{"arm", "granularity"}, {"copies", std::to_string(copies)},
+                {"page_bytes", std::to_string(static_cast<long long>(page))}};
+    r.median_s = 10e-6 + (copies - 1) * 2e-6 + page / 50e9;  // 2 us per further copy, exactly
+    rs.cases.push_back(r);
+  }
+  calibrate(g, rs);
+  EXPECT_NEAR(g.copy_issue_us, 2, 1e-6);
+  EXPECT_NEAR(g.copy_fixed_us, 10, 1e-6);  // the h2d_pinned fit's, as before
+  // 32 copies of 512 KiB: 10 us + 31 x 2 us + 16 MiB / link; without the fit each copy paid 10 us.
+  const double bytes = 32 * 524288.0, link = bytes / (g.host_link_gbps * 1e9);
+  EXPECT_NEAR(transfer(g, bytes, 32, g.host_link_gbps).seconds, 72e-6 + link, 1e-12);
+  g.copy_issue_us = 0;
+  EXPECT_NEAR(transfer(g, bytes, 32, g.host_link_gbps).seconds, 320e-6 + link, 1e-12);
+  EXPECT_DOUBLE_EQ(copies_fixed_s(g, 0), 0);
+}
+
 // Two studies read the same memory (stream op=read, idleness arm=read_ceiling), both rank 0: the faster read is the
 // memory ceiling, whichever study it came from, and the other is named beside it.
 TEST(Calibrate, TheBetterOfTwoReadsOfOneMemoryIsTheCeiling) {

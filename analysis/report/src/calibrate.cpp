@@ -90,6 +90,7 @@ constexpr Field kFields[] = {
     {"fp32_tflops", &GpuSpec::fp32_tflops, false},
     {"host_link_gbps", &GpuSpec::host_link_gbps, false},
     {"copy_fixed_us", &GpuSpec::copy_fixed_us, false, true},
+    {"copy_issue_us", &GpuSpec::copy_issue_us, false, true},
     {"disk_gbps", &GpuSpec::disk_gbps, true},
     {"disk_latency_us", &GpuSpec::disk_latency_us, true, true},
     {"nvlink_gbps", &GpuSpec::nvlink_gbps, false},

@@ -81,8 +81,9 @@ std::optional<double> Predictor::none(const std::string& s) {
 
 std::optional<double> Predictor::link(double gbps, const char* what, int copies) {
   if (gbps <= 0 || bytes <= 0) return none(std::string(what) + ": no link figure or no bytes");
-  say(std::string(what) + ": copies x fixed + bytes / link");
-  return copies * g.copy_fixed_us * 1e-6 + bytes / (gbps * 1e9);
+  say(std::string(what) + (copies > 1 && g.copy_issue_us > 0 ? ": fixed + further copies x issue + bytes / link"
+                                                               : ": copies x fixed + bytes / link"));
+  return copies_fixed_s(g, copies) + bytes / (gbps * 1e9);
 }
 
 std::optional<double> Predictor::roof(int launches, const std::string& what, bool fp32) {

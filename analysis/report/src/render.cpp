@@ -308,7 +308,9 @@ std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
   std::string c = "- " + lbl(rs) + ": memory " + fmt(g.hbm_tbps * 1000) + " GB/s, compute " +
                   given(g.bf16_tflops, " TFLOP/s") + fp32 + ", host link " + given(g.host_link_gbps, " GB/s") +
                   ", launch " + fmt(g.launch_us) +
-                  " us, per copy " + fmt(g.copy_fixed_us) + " us, disk " +
+                  " us, per copy " + fmt(g.copy_fixed_us) + " us" +
+                  (g.copy_issue_us > 0 ? " (" + fmt(g.copy_issue_us) + " us per further copy of a series)" : "") +
+                  ", disk " +
                   (g.disk_gbps > 0 ? fmt(g.disk_gbps) + " GB/s + " + fmt(g.disk_latency_us) + " us per read"
                                    : std::string("- (no disk figure: no file-tier rows)")) +
                   (g.remote_gbps > 0 ? ", remote tier " + fmt(g.remote_gbps) + " GB/s + " + fmt(g.remote_descriptor_us) +

@@ -223,9 +223,15 @@ Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps) {
   Cost c;
   c.bytes = bytes;
   c.copies = copies;
-  c.seconds = copies * g.copy_fixed_us * 1e-6 + bytes / (gbps * 1e9);
-  c.bound = copies * g.copy_fixed_us * 1e-6 > bytes / (gbps * 1e9) ? "fixed" : "link";
+  c.seconds = copies_fixed_s(g, copies) + bytes / (gbps * 1e9);
+  c.bound = copies_fixed_s(g, copies) > bytes / (gbps * 1e9) ? "fixed" : "link";
   return c;
+}
+
+double copies_fixed_s(const GpuSpec& g, int copies) {
+  if (copies <= 0) return 0;
+  const double further = g.copy_issue_us > 0 ? g.copy_issue_us : g.copy_fixed_us;
+  return (g.copy_fixed_us + (copies - 1) * further) * 1e-6;
 }
 
 double disk_s(const GpuSpec& g, double bytes, double reads) {

@@ -4,6 +4,7 @@
 // keep            resident bf16 K/V; nothing on reuse
 // compress_int8/4 resident int8/int4 K/V (+ fp32 scale per 128 values); quantize once, dequantize on reuse
 // demote          K/V written to host memory (D2H, overlapped: not counted), fetched on reuse (H2D), one copy per layer
+//                 (back to back: the first copy's fixed cost, then copy_issue_us per further one where a run fitted it)
 // recompute_x     resident bf16 layer input X; K/V recomputed on reuse (GEMM + RoPE + paged write)
 // recompute_x_int8/int4  XQuant-style: resident quantized X, dequantize + the same recompute
 // fetch_peer      held by a peer node (only with a fitted remote tier): remote fetch (one descriptor per layer)
@@ -103,7 +104,10 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             if (h2d) {
               const double b = P * kv / L;
               if (auto t = interpolate(h2d->bytes, h2d->secs, b)) {
-                fetch = L * *t / P;
+                // The first layer's copy as measured alone; each further one its issue cost and its bytes (where a
+                // run fitted copy_issue_us: the granularity rows), else another whole copy as measured.
+                const double further = g.copy_issue_us > 0 ? g.copy_issue_us * 1e-6 + b / (g.host_link_gbps * 1e9) : *t;
+                fetch = (*t + (L - 1) * further) / P;
                 src = std::find(h2d->bytes.begin(), h2d->bytes.end(), b) != h2d->bytes.end() ? "measured" : "interpolated";
               }
             }
@@ -157,6 +161,7 @@ nlohmann::json action_table_json(const GpuSpec& g, const Shape& m, const ActionO
   spec["bf16_tflops"] = g.bf16_tflops;
   spec["launch_us"] = g.launch_us;
   spec["copy_fixed_us"] = g.copy_fixed_us;
+  if (g.copy_issue_us > 0) spec["copy_issue_us"] = g.copy_issue_us;
   if (g.remote_gbps > 0) {
     spec["remote_gbps"] = g.remote_gbps;
     spec["remote_fixed_us"] = g.remote_fixed_us;

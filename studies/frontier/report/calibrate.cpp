@@ -2,6 +2,7 @@
 // per-copy fixed cost (a fit over its pinned H2D copy sizes), the disk tier and NVLink.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "parts.hpp"
@@ -69,6 +70,32 @@ std::vector<Calibrated> disk(const ResultSet& rs) {
   return {};
 }
 
+// A page's layers as back-to-back copies (GPU: pinned H2D, one call each): the granularity rows move one page as
+// 1, 8, 32, 256, 512 copies. t = a + copies x c over the cold rows of the page with the most copy counts, least
+// squares of relative error: c is what each further copy adds (the H100 run: about 2.3 us, where one isolated
+// copy's fixed cost is 10.6 us), so a page fetched one copy per layer no longer pays L whole fixed costs.
+std::vector<Calibrated> copy_issue_fit(const ResultSet& rs) {
+  if (rs.backend != "cuda") return {};  // the CPU rows are memcpy calls, not link copies
+  std::map<double, std::vector<std::pair<double, double>>> by_page;  // page bytes -> (copies, seconds)
+  for (const auto* r : rs.rows("frontier")) {
+    const auto copies = r->num("copies"), page = r->num("page_bytes");
+    if (r->param("arm") == "granularity" && r->mode == "cold" && copies && page && r->median_s)
+      by_page[*page].emplace_back(*copies, *r->median_s);
+  }
+  const std::vector<std::pair<double, double>>* best = nullptr;
+  double best_page = 0;
+  for (const auto& [page, pts] : by_page)
+    if (!best || pts.size() > best->size()) best = &pts, best_page = page;
+  if (!best) return {};
+  const auto f = fit_affine(*best, true);
+  if (!f) return {};
+  const double us = f->second * 1e6;
+  return {{"copy_issue_us", us,
+           fmt(us) + " us per further copy, fit t = a + copies x c (relative error) over " +
+               std::to_string(best->size()) + " frontier granularity rows of one " + md::bytes(best_page) +
+               " page in " + rs.dir}};
+}
+
 }  // namespace
 
 std::vector<CalibrationTerm> calibration_terms() {
@@ -77,7 +104,8 @@ std::vector<CalibrationTerm> calibration_terms() {
                             "the disk figure is never a spec: it is fitted on the directory's file-tier rows or taken "
                             "from its dd_direct row"};
   // The GEMM ceiling arm is made for it: before the idleness study's (rank 1).
-  return {best_row_term("bf16_tflops", 0, "frontier", {{"arm", "gemm_ceiling"}}, true), link, disk_tier,
+  CalibrationTerm issue{"copy_issue_us", 0, copy_issue_fit};
+  return {best_row_term("bf16_tflops", 0, "frontier", {{"arm", "gemm_ceiling"}}, true), link, issue, disk_tier,
           best_row_term("nvlink_gbps", 0, "frontier", {{"arm", "p2p"}}, false)};
 }
 

@@ -49,7 +49,13 @@ std::optional<double> dram_copy(Predictor& p) {
 std::optional<double> granularity(Predictor& p) {
   const auto copies = p.count("copies", 1 << 30);
   if (!copies) return p.none(p.bad_count);
-  if (p.r.backend == "cuda") return p.link(p.g.host_link_gbps, "host link, one call per chunk", *copies);
+  if (p.r.backend == "cuda") {
+    const auto t = p.link(p.g.host_link_gbps, "host link, one call per chunk", *copies);
+    if (t && p.g.copy_issue_us > 0 && p.r.mode == "cold")  // the fit's own rows: its ratio restates it
+      p.say("host link, one call per chunk: fixed + further copies x issue + bytes / link; in-sample: "
+            "copy_issue_us is fitted on this run's cold granularity rows");
+    return t;
+  }
   if (p.g.hbm_tbps <= 0) return p.none("no memory bandwidth");
   p.say("2 x bytes / memory bandwidth (read + write)");
   return 2 * p.bytes / (p.g.hbm_tbps * 1e12);

@@ -107,6 +107,10 @@ struct GpuSpec {
   double fp32_tflops = 0;
   int sms = 0;
   double launch_us = 0, copy_fixed_us = 0;   // per kernel launch, per copy call
+  // Each further copy of a back-to-back series (a page's layers, one copy each): what it adds beside its bytes
+  // while the first one's latency is paid (a GPU run's granularity rows fit it). 0: copy_fixed_us, every copy
+  // paying a whole copy's fixed cost, as the spec sheets assume.
+  double copy_issue_us = 0;
   // Disk tier (O_DIRECT file reads): never a spec-sheet number; 0 = "no disk figure" until a results
   // directory calibrates it (a plug-in's calibration term: a fit over file-tier read sizes, or a baseline).
   double disk_gbps = 0, disk_latency_us = 0;  // per read: latency + bytes / bandwidth
@@ -157,6 +161,9 @@ void add_kernel(Cost& c, const GpuSpec& g, double flops, double bytes);
 void finish_cost(Cost& c, const GpuSpec& g, double per);
 // Copies of `bytes` in `copies` calls over a link of `gbps`: copies * fixed + bytes / bandwidth.
 Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps);
+// The fixed part of `copies` back-to-back copies: the first copy's fixed cost, then copy_issue_us per further one
+// (copy_fixed_us where none was fitted), seconds.
+double copies_fixed_s(const GpuSpec& g, int copies);
 // Disk tier: reads x disk_latency + bytes / disk bandwidth. Throws UsageError when g has no disk figure.
 double disk_s(const GpuSpec& g, double bytes, double reads);
 // Remote tier: one transfer of `bytes` as `descriptors` descriptors: remote_fixed + descriptors x
