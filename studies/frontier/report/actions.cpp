@@ -133,7 +133,20 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             }
             add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
           }
-          add("evict", 0, 0, recompute_layers(g, m, T, P, L, true).seconds, 0);
+          {
+            // The through-layers arm measures evict's reuse cost itself (from token ids through L layers, layer L's
+            // K/V at the end): its rows of this model, L and pages per call replace the model where present.
+            double t = recompute_layers(g, m, T, P, L, true).seconds;
+            std::string src = "model";
+            for (const auto& sr : recs) {
+              if (sr.model != m.name || sr.arm != "layers" || sr.layers != L || sr.pages != P) continue;
+              if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page
+                t = *v;
+                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
+              }
+            }
+            add("evict", 0, 0, t, 0, src);
+          }
           const ActionCost* best = &c.costs.front();
           for (const auto& a : c.costs)
             if (a.total_us < best->total_us) best = &a;  // ties: the first listed (keep before the rest)
