@@ -563,7 +563,19 @@ TEST(Actions, MeasuredCostsReplaceTheModel) {
   // (interpolated); Llama-3.1-8B K/V per layer: 4096 B per token.
   const auto gpus = load_gpus(default_gpus_path());
   const auto shapes = load_shapes();
-  const ResultSet rs = load_results(kFx + "/gpu");
+  ResultSet rs = load_results(kFx + "/gpu");
+  // Planted beside the fixture: evict measured by the through-layers arm (Llama-3.1-8B, 128 tokens, 2 layers:
+  // 300 us) and an MLA model's latent recomputed from X (DeepSeek-V3, 128 tokens: 20 us).
+  const auto plant = [&](const std::string& arm, const std::string& model, const std::string& layers, double s) {
+    CaseRow r = *rs.rows("frontier").front();
+    r.case_name = arm + "/" + model + "/T128/L" + layers;
+    r.mode = "cold";
+    r.params = {{"arm", arm}, {"model", model}, {"tokens", "128"}, {"layers", layers}, {"pages", "1"}};
+    r.median_s = r.q1_s = r.q3_s = s;
+    rs.cases.push_back(r);
+  };
+  plant("layers", "Llama-3.1-8B", "2", 300e-6);
+  plant("mla_latent", "DeepSeek-V3", "1", 20e-6);
   const GpuSpec g = spec_from_results(rs, gpus);
   ActionOptions o;
   o.tokens = {16, 64, 128, 4096};
@@ -571,6 +583,13 @@ TEST(Actions, MeasuredCostsReplaceTheModel) {
   o.reuse = {0.5};
   o.measured = &rs;
   const auto t = action_table(g, find_shape(shapes, "Llama-3.1-8B"), o);
+  const auto mla = action_table(g, find_shape(shapes, "DeepSeek-V3"), o);
+  for (const auto& c : mla)
+    for (const auto& x : c.costs)
+      if (c.tokens == 128 && c.phase == "decode" && x.action == "recompute_x") {
+        EXPECT_NEAR(x.reuse_us, 20 * c.layers, 1e-9) << c.layers;  // per layer x L
+        EXPECT_EQ(x.source, "measured");
+      }
   auto cost = [&](double T, double L, const std::string& phase, const std::string& a) {
     for (const auto& c : t)
       if (c.tokens == T && c.layers == L && c.phase == phase)
@@ -593,6 +612,9 @@ TEST(Actions, MeasuredCostsReplaceTheModel) {
   EXPECT_EQ(cost(128, 2, "decode", "demote").source, "interpolated");
   // int4 X at 128 tokens: P1 row 60 us measured
   EXPECT_NEAR(cost(128, 1, "decode", "recompute_x_int4").reuse_us, 60, 1e-9);
+  EXPECT_NEAR(cost(128, 2, "decode", "evict").reuse_us, 300, 1e-9);
+  EXPECT_EQ(cost(128, 2, "decode", "evict").source, "measured");
+  EXPECT_EQ(cost(128, 2, "prefill", "evict").source, "model");  // P=16 not measured
 }
 
 // ------------------------------------------------------------------------------------------ disk, overlap, co-run

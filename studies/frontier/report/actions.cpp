@@ -124,8 +124,13 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
             double t = L * recompute_x(g, m, T, P, bits).seconds;
             std::string src = "model";
             const std::string arm = bits == 16 ? "x" : "xq", dt = bits == 16 ? "bf16" : bits == 8 ? "int8" : "int4";
+            // An MLA model's K/V is its latent: the mla arm's mla_latent rows recompute it from bf16 X.
+            const auto same_arm = [&](const frontier::RecSeries& sr) {
+              if (bits == 16 && m.mla && sr.arm == "mla_latent") return true;
+              return sr.arm == arm && sr.xdtype == dt;
+            };
             for (const auto& sr : recs) {
-              if (sr.model != m.name || sr.arm != arm || sr.xdtype != dt || sr.layers != 1 || sr.pages != P) continue;
+              if (sr.model != m.name || !same_arm(sr) || sr.layers != 1 || sr.pages != P) continue;
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page per layer
                 t = L * *v;
                 src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
