@@ -83,7 +83,8 @@ std::vector<AccessGroup> access_groups(const ResultSet& rs) {
     if (auto w = r->num("working_set_vs_llc")) a.ws[*ctx] = std::max(a.ws[*ctx], *w);
   }
   std::vector<AccessGroup> out;
-  for (auto& [k, a] : groups) {
+  for (auto& entry : groups) {
+    Acc& a = entry.second;  // not a structured binding: the lambda below captures it (clang 14 refuses those)
     // The token row a block row of this size and context is compared with (one that names no block size fits any).
     auto token_row = [&](double c, const std::string& size) -> const CaseRow* {
       const auto tokens = a.token.find(c);
