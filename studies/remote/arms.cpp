@@ -264,7 +264,8 @@ void refuse_named_without_cases(const Arm<Env>& arm, const std::vector<Point>& p
     const auto it = user.find(flag);
     if (it == user.end()) continue;
     for (const auto& v : it->second) {
-      if (std::any_of(points.begin(), points.end(), [&](const Point& p) { return p[axis] == v; })) continue;
+      if (std::any_of(points.begin(), points.end(), [&, &axis = axis](const Point& p) { return p[axis] == v; }))
+        continue;  // (the binding named in the capture: clang 14 refuses a structured binding captured by [&])
       std::string why = "every combination of the other axes is invalid";
       if (axis == "granularity" && v == "block16") why = "a 16-token page in 16-token blocks is the per-layer case";
       for (const auto& t : tokens_of())

@@ -78,7 +78,7 @@ TEST(RemoteTier, FitRecoversPlantedFixedPerDescriptorAndBandwidth) {
   EXPECT_NEAR(f.at("remote_descriptor_us"), 2.0, 1e-5);
 }
 
-// A tier fitted on shared-memory transports (ranks on one machine) says it is no network; tcp is one.
+// A tier fitted on shared-memory transports or tcp over loopback (ranks on one machine) says it is no network.
 TEST(RemoteTier, OnHostTransportsAreSaidNotToBeANetwork) {
   const auto text = [](const std::string& transport) {
     auto rows = planted_rows();
@@ -90,8 +90,11 @@ TEST(RemoteTier, OnHostTransportsAreSaidNotToBeANetwork) {
   };
   const std::string said = "on-host transports only (ranks on one machine), not a network";
   EXPECT_NE(text("sysv/memory(am am_bw) posix/memory cma/memory(rma_bw)").find(said), std::string::npos);
-  EXPECT_EQ(text("tcp/lo(am am_bw)").find(said), std::string::npos);
+  EXPECT_NE(text("tcp/lo(am am_bw)").find(said), std::string::npos);  // loopback: both ranks on one machine
+  EXPECT_EQ(text("tcp/eth0(am am_bw)").find(said), std::string::npos);
   EXPECT_EQ(text("cma/memory tcp/eth0").find(said), std::string::npos);
+  EXPECT_EQ(text("cma/memory rc_mlx5/mlx5_0:1(rma_bw)").find(said), std::string::npos);  // a NIC with one lane
+  EXPECT_EQ(text("sysv/memory tcp/eth0(am)").find(said), std::string::npos);
 }
 
 TEST(RemoteTier, WritesAndLoadedRowsAreNotFitted) {

@@ -52,7 +52,7 @@ CostModel make_cost_model(const report::GpuSpec& g, const report::Shape& m, int 
   for (const Form f : kAllForms)
     c.form_bytes[static_cast<std::size_t>(f)] = m.mla && is_x_form(f) ? 0 : block_bytes(m, block_tokens, f);
   c.prefill_source = source_of(g, {"bf16_tflops", "hbm_tbps", "launch_us"});
-  c.fetch_source = source_of(g, {"host_link_gbps", "copy_fixed_us"});
+  c.fetch_source = source_of(g, {"host_link_gbps", "copy_fixed_us", "copy_issue_us"});
   c.disk_source = g.disk_gbps > 0 ? source_of(g, {"disk_gbps", "disk_latency_us"}) : "none";
   return c;
 }

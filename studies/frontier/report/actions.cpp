@@ -16,6 +16,7 @@
 // launch per layer for all P pages), amortized over P.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kvf/errors.hpp"
 #include "kvf/frontier_model.hpp"
@@ -119,6 +120,8 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               add("fetch_peer", 0, 0, remote_s(g, P * kv, L) / P + fetch, 0,
                   src == "model" ? "remote fit + model" : "remote fit + " + src);
           }
+          double bf16_recompute_s = 0;  // recompute_x's reuse cost and where it came from (evict at L=1 below)
+          std::string bf16_recompute_src;
           for (int bits : {16, 8, 4}) {
             const double x = x_bytes_per_layer(m, T, bits) * L;
             double t = L * recompute_x(g, m, T, P, bits).seconds;
@@ -137,19 +140,30 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               }
             }
             add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
+            if (bits == 16) bf16_recompute_s = t, bf16_recompute_src = src;
           }
           {
             // The through-layers arm measures evict's reuse cost itself (from token ids through L layers, layer L's
-            // K/V at the end): its rows of this model, L and pages per call replace the model where present.
-            double t = recompute_layers(g, m, T, P, L, true).seconds;
+            // K/V at the end; layers 1..L-1 attend over the arm's prefix, which the model leaves out): its rows of
+            // this model, L and pages per call replace the model where present, the smallest prefix measured.
+            double t = recompute_layers(g, m, T, P, L, true).seconds, prefix = 0;
             std::string src = "model";
+            const auto prefix_of = [](const frontier::RecSeries& sr) {
+              return sr.prefix.empty() ? 0.0 : std::strtod(sr.prefix.c_str(), nullptr);
+            };
             for (const auto& sr : recs) {
               if (sr.model != m.name || sr.arm != "layers" || sr.layers != L || sr.pages != P) continue;
+              if (src != "model" && prefix_of(sr) >= prefix) continue;
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page
                 t = *v;
+                prefix = prefix_of(sr);
                 src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
               }
             }
+            // At one layer evict computes what recompute_x does (layer 1's K/V from its input): a measured
+            // recompute_x prices it too, so a modelled evict cannot undercut the measured same work.
+            if (src == "model" && L == 1 && bf16_recompute_src != "model")
+              t = bf16_recompute_s, src = bf16_recompute_src;
             add("evict", 0, 0, t, 0, src);
           }
           const ActionCost* best = &c.costs.front();

@@ -17,13 +17,14 @@ namespace {
 std::vector<Calibrated> host_link_fit(const ResultSet& rs) {
   std::vector<std::pair<double, double>> pts;
   for (const auto* r : rs.rows("frontier"))
-    if (r->param("arm") == "h2d_pinned" && r->mode == "cold" && r->bytes && r->median_s)
+    if (r->param("arm") == "h2d_pinned" && r->mode == "cold" && r->bytes && r->median_s && *r->median_s > 0)
       pts.emplace_back(*r->bytes, *r->median_s);
   const auto f = fit_affine(pts, true);
   if (!f) return {};
   const double gbps = 1.0 / f->second / 1e9;
   std::vector<Calibrated> out = {{"host_link_gbps", gbps,
-                                  fmt(gbps) + " GB/s, fit t = a + n/B (relative error) over " + std::to_string(pts.size()) +
+                                  fmt(gbps) + " GB/s, fit t = a + n/B (relative error) over " +
+                                      std::to_string(pts.size()) +
                                       " frontier h2d_pinned rows in " + rs.dir}};
   if (f->first > 0) {
     const double fixed_us = f->first * 1e6;
@@ -72,14 +73,14 @@ std::vector<Calibrated> disk(const ResultSet& rs) {
 
 // A page's layers as back-to-back copies (GPU: pinned H2D, one call each): the granularity rows move one page as
 // 1, 8, 32, 256, 512 copies. t = a + copies x c over the cold rows of the page with the most copy counts, least
-// squares of relative error: c is what each further copy adds (the H100 run: about 2.3 us, where one isolated
+// squares of relative error: c is what each further copy adds (the H100 run: 2.53 us, where one isolated
 // copy's fixed cost is 10.6 us), so a page fetched one copy per layer no longer pays L whole fixed costs.
 std::vector<Calibrated> copy_issue_fit(const ResultSet& rs) {
   if (rs.backend != "cuda") return {};  // the CPU rows are memcpy calls, not link copies
   std::map<double, std::vector<std::pair<double, double>>> by_page;  // page bytes -> (copies, seconds)
   for (const auto* r : rs.rows("frontier")) {
     const auto copies = r->num("copies"), page = r->num("page_bytes");
-    if (r->param("arm") == "granularity" && r->mode == "cold" && copies && page && r->median_s)
+    if (r->param("arm") == "granularity" && r->mode == "cold" && copies && page && r->median_s && *r->median_s > 0)
       by_page[*page].emplace_back(*copies, *r->median_s);
   }
   const std::vector<std::pair<double, double>>* best = nullptr;

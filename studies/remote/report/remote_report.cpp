@@ -176,13 +176,20 @@ std::optional<RemoteFit> fit_remote(const ResultSet& rs, std::string mode = {}, 
 bool on_host_only(const std::string& transports) {
   static const std::set<std::string> on_host = {"self", "sysv", "posix", "cma", "knem", "xpmem", "cuda_copy",
                                                 "cuda_ipc", "gdr_copy", "rocm_copy", "rocm_ipc"};
-  std::istringstream in(transports);
+  std::string words;  // the lane lists, "(am am_bw)", left out: they name protocols, not transports
+  int depth = 0;
+  for (const char ch : transports) {
+    if (ch == '(') ++depth;
+    if (depth == 0) words += ch;
+    if (ch == ')' && depth > 0) --depth, words += ' ';
+  }
+  std::istringstream in(words);
   std::string t;
   bool any = false;
   while (in >> t) {
-    if (t.front() == '(' || t.back() == ')') continue;  // a lane list's words, "(am" "am_bw)"
-    const std::string name = t.substr(0, t.find('/'));
-    if (!on_host.count(name)) return false;
+    const auto slash = t.find('/');
+    const std::string name = t.substr(0, slash), device = slash == std::string::npos ? "" : t.substr(slash + 1);
+    if (!on_host.count(name) && !(name == "tcp" && device == "lo")) return false;  // tcp over loopback: one machine
     any = true;
   }
   return any;

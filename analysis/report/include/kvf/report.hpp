@@ -159,7 +159,7 @@ double roofline_s(const GpuSpec& g, double flops, double bytes);
 // the call by the `per` pages it served and names what bounds it.
 void add_kernel(Cost& c, const GpuSpec& g, double flops, double bytes);
 void finish_cost(Cost& c, const GpuSpec& g, double per);
-// Copies of `bytes` in `copies` calls over a link of `gbps`: copies * fixed + bytes / bandwidth.
+// Copies of `bytes` in `copies` back-to-back calls over a link of `gbps`: copies_fixed_s + bytes / bandwidth.
 Cost transfer(const GpuSpec& g, double bytes, int copies, double gbps);
 // The fixed part of `copies` back-to-back copies: the first copy's fixed cost, then copy_issue_us per further one
 // (copy_fixed_us where none was fitted), seconds.
