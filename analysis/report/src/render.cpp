@@ -316,7 +316,12 @@ std::string ceilings_of(const ResultSet& rs, const GpuSpec& g) {
                   (g.remote_gbps > 0 ? ", remote tier " + fmt(g.remote_gbps) + " GB/s + " + fmt(g.remote_descriptor_us) +
                                            " us per descriptor + " + fmt(g.remote_fixed_us) + " us per transfer"
                                      : std::string()) +
-                  "; measured: " + std::to_string(g.calibration.size()) + " field(s)";
+                  "; measured: ";
+  // A field a term had to assume (a disk latency with one read size) is listed, not counted as measured.
+  const auto assumed = std::count_if(g.calibration.begin(), g.calibration.end(),
+                                     [](const std::string& f) { return f.find(" <- assumed") != std::string::npos; });
+  c += std::to_string(g.calibration.size() - std::size_t(assumed)) + " field(s)" +
+       (assumed ? ", " + std::to_string(assumed) + " assumed" : "");
   for (const auto& f : g.calibration) c += "; " + txt(f);
   return c + "\n";
 }
