@@ -472,7 +472,8 @@ std::string section_block_token(ReportContext& cx) {
   if (!spreads.empty())
     s += "Drift between rows: token rows of equal bytes and flops at other block sizes (the same context and budget) "
          "spread by " + spreads + " (max / min of their medians). The intervals above hold each row's own samples "
-         "only: a difference of that size between two rows measured at different times may be the machine's drift.\n\n";
+         "only: a difference of that size between two rows measured at different times may be the machine's "
+         "drift.\n\n";
   s += "L2/LLC knee (dotted lines in the chart):\n\n" + (knees.empty() ? "- no group's context range crosses the LLC/L2\n" : knees);
   return s + "\n";
 }

@@ -4,7 +4,8 @@
 // keep            resident bf16 K/V; nothing on reuse
 // compress_int8/4 resident int8/int4 K/V (+ fp32 scale per 128 values); quantize once, dequantize on reuse
 // demote          K/V written to host memory (D2H, overlapped: not counted), fetched on reuse (H2D), one copy per layer
-//                 (back to back: the first copy's fixed cost, then copy_issue_us per further one where a run fitted it)
+//                 (back to back: the first copy's fixed cost, then copy_issue_us per further one where a run
+//                 fitted it)
 // recompute_x     resident bf16 layer input X; K/V recomputed on reuse (GEMM + RoPE + paged write)
 // recompute_x_int8/int4  XQuant-style: resident quantized X, dequantize + the same recompute
 // fetch_peer      held by a peer node (only with a fitted remote tier): remote fetch (one descriptor per layer)
@@ -107,7 +108,8 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               if (auto t = interpolate(h2d->bytes, h2d->secs, b)) {
                 // The first layer's copy as measured alone; each further one its issue cost and its bytes (where a
                 // run fitted copy_issue_us: the granularity rows), else another whole copy as measured.
-                const double further = g.copy_issue_us > 0 ? g.copy_issue_us * 1e-6 + b / (g.host_link_gbps * 1e9) : *t;
+                const double further =
+                    g.copy_issue_us > 0 ? g.copy_issue_us * 1e-6 + b / (g.host_link_gbps * 1e9) : *t;
                 fetch = (*t + (L - 1) * further) / P;
                 src = std::find(h2d->bytes.begin(), h2d->bytes.end(), b) != h2d->bytes.end() ? "measured" : "interpolated";
               }
@@ -136,7 +138,8 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               if (sr.model != m.name || !same_arm(sr) || sr.layers != 1 || sr.pages != P) continue;
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page per layer
                 t = L * *v;
-                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
+                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured"
+                                                                                          : "interpolated";
               }
             }
             add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
@@ -157,7 +160,8 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page
                 t = *v;
                 prefix = prefix_of(sr);
-                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured" : "interpolated";
+                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured"
+                                                                                          : "interpolated";
               }
             }
             // At one layer evict computes what recompute_x does (layer 1's K/V from its input): a measured
