@@ -24,6 +24,12 @@
 #include "series.hpp"
 
 namespace kvf::report {
+namespace {
+// Where a cost read off measured points came from: the point itself, or between two of them.
+const char* measured_at(const std::vector<double>& xs, double x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end() ? "measured" : "interpolated";
+}
+}  // namespace
 
 double hbm_price(const GpuSpec& g, const ActionOptions& o) {
   if (o.hbm_price_us_per_mib) return *o.hbm_price_us_per_mib;
@@ -111,7 +117,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
                 const double further =
                     g.copy_issue_us > 0 ? g.copy_issue_us * 1e-6 + b / (g.host_link_gbps * 1e9) : *t;
                 fetch = (*t + (L - 1) * further) / P;
-                src = std::find(h2d->bytes.begin(), h2d->bytes.end(), b) != h2d->bytes.end() ? "measured" : "interpolated";
+                src = measured_at(h2d->bytes, b);
               }
             }
             add("demote", 0, kv, fetch, 0, src);
@@ -138,8 +144,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               if (sr.model != m.name || !same_arm(sr) || sr.layers != 1 || sr.pages != P) continue;
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page per layer
                 t = L * *v;
-                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured"
-                                                                                          : "interpolated";
+                src = measured_at(sr.tokens, T);
               }
             }
             add(bits == 16 ? "recompute_x" : bits == 8 ? "recompute_x_int8" : "recompute_x_int4", x, 0, t, 0, src);
@@ -160,8 +165,7 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
               if (auto v = interpolate(sr.tokens, sr.secs, T)) {  // per page
                 t = *v;
                 prefix = prefix_of(sr);
-                src = std::find(sr.tokens.begin(), sr.tokens.end(), T) != sr.tokens.end() ? "measured"
-                                                                                          : "interpolated";
+                src = measured_at(sr.tokens, T);
               }
             }
             // At one layer evict computes what recompute_x does (layer 1's K/V from its input): a measured

@@ -94,12 +94,9 @@ std::string chart_stem(const std::string& prefix, const std::string& model, std:
 
 }  // namespace
 
-// One chart per (directory, model): that model's recompute arms at one page per call against the device's own
-// fetch at the same page sizes, crossovers marked and labelled with their token count (small multiples instead of
-// every series on one plot). The table has every combination, folded.
 // The overlap arm beside its alone rows: did recomputing part of a page while the rest is fetched beat doing both
-// in turn? Shares of the alone rows in proportion to tokens (fixed costs do not scale: a first look, as section 6's
-// model cell of the same rows says).
+// in turn? Shares of the alone rows in proportion to tokens (fixed costs do not scale: a first look, as the
+// measured-against-predicted section's model cell of the same rows says).
 std::string overlap_table(ReportContext& cx) {
   std::string t;
   for (const auto& rs : cx.sets) {
@@ -142,6 +139,9 @@ std::string overlap_table(ReportContext& cx) {
          t + "\n";
 }
 
+// One chart per (directory, model): that model's recompute arms at one page per call against the device's own
+// fetch at the same page sizes, crossovers marked and labelled with their token count (small multiples instead of
+// every series on one plot). The table has every combination, folded.
 std::string section_frontier(ReportContext& cx) {
   std::string s, table, charts;
   int set_no = 0;
