@@ -92,17 +92,25 @@ TEST(Model, ThroughLayersDense) {
   // proj: flops 2*16*2,359,296 = 75,497,472 (0.755 us); bytes 2*2,359,296 + 16*1024*4 + 16*256*2 = 4,792,320 (4.79 us)
   // attn over the page: flops 2*16*16*1024 = 524,288; bytes 16*1024*4 = 65,536 (0.0655 us)
   // MLP: 3*1024*4096 = 12,582,912 params: flops 402,653,184 (4.03 us); bytes 25,165,824 + 65,536 = 25,231,360 (25.23 us)
-  // total = 4.79232 + 0.065536 + 25.23136 + 3 * 5 = 45.089216 us
+  // a whole layer = 4.79232 + 0.065536 + 25.23136 + 10 launches (the arm's kernels) * 5 = 80.089216 us; the step's
+  // input copy is one launch more: 85.089216 us.
   const Cost c = recompute_layers(toy(), small(), 16, 1, 1);
-  EXPECT_NEAR(c.seconds * 1e6, 45.089216, 1e-9);
-  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 3).seconds, 3 * c.seconds, 1e-15);
+  EXPECT_NEAR(c.seconds * 1e6, 85.089216, 1e-9);
+  EXPECT_EQ(c.launches, 1 + kWholeLayerLaunches);
+  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 3).seconds * 1e6, 5 + 3 * 80.089216, 1e-9);
   // The page's K/V of layers 1..L (evict): layers 1..L-1 whole, then layer L's K/V as recompute_x computes them:
   // GEMM flops 2*16*1024*256 = 8,388,608 (0.0839 us), bytes 256*1024*2 + 16*1024*2 + 16*256*4 = 573,440 (0.573 us);
-  // RoPE + write 16*256*4 + 16*256*2 = 24,576 bytes (0.0246 us); two launches, 10 us: 10.598016 us.
-  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 1, true).seconds * 1e6, 10.598016, 1e-9);
-  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 1, true).seconds, recompute_x(toy(), small(), 16, 1, 16).seconds,
-              1e-15);
-  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 3, true).seconds * 1e6, 2 * 45.089216 + 10.598016, 1e-9);
+  // RoPE + write 16*256*4 + 16*256*2 = 24,576 bytes (0.0246 us); two launches, 10 us: recompute_x's 10.598016 us,
+  // and the arm's RMSNorm and input copy, two launches more.
+  const Cost kv = recompute_layers(toy(), small(), 16, 1, 1, true);
+  EXPECT_NEAR(kv.seconds * 1e6, 10.598016 + 10, 1e-9);
+  EXPECT_NEAR(kv.seconds - 10e-6, recompute_x(toy(), small(), 16, 1, 16).seconds, 1e-15);
+  EXPECT_NEAR(recompute_layers(toy(), small(), 16, 1, 3, true).seconds * 1e6, 5 + 2 * 80.089216 + 15.598016, 1e-9);
+  // The counts the predictor charges the arm's rows are the model's.
+  EXPECT_EQ(recompute_layers(toy(), small(), 16, 1, 3, true).launches, through_layers_launches(3, true, false));
+  EXPECT_EQ(through_layers_launches(1, true, true), 1 + kKvLayerLaunches);
+  EXPECT_EQ(through_layers_launches(3, true, true), 1 + 2 * (kWholeLayerLaunches + 1) + kKvLayerLaunches);
+  EXPECT_EQ(through_layers_launches(2, false, false), 1 + 2 * kWholeLayerLaunches);
 }
 
 TEST(Actions, HandComputedClass) {
@@ -364,7 +372,8 @@ TEST(Model, ActionTableLayerAxisIsProportionalForDenseModelsButEvict) {
     const ActionClass& b = *one.at(key(c));
     ASSERT_EQ(c.costs.size(), b.costs.size());
     const double P = c.phase == "decode" ? 1 : o.prefill_pages;
-    const double whole_layer_us = recompute_layers(g, m, c.tokens, P, 1).seconds * 1e6;
+    const double whole_layer_us =
+        (recompute_layers(g, m, c.tokens, P, 2).seconds - recompute_layers(g, m, c.tokens, P, 1).seconds) * 1e6;
     for (std::size_t i = 0; i < c.costs.size(); ++i) {
       const double want = c.costs[i].action == "evict"
                               ? b.costs[i].total_us + c.reuse * (c.layers - 1) * whole_layer_us

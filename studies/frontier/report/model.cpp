@@ -39,6 +39,23 @@ Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages) {
   return c;
 }
 
+int through_layers_launches(std::int64_t layers, bool last_layer_kv_only, bool attention_merge) {
+  if (layers <= 0) return 0;
+  const std::int64_t whole = last_layer_kv_only ? layers - 1 : layers;
+  const std::int64_t n = kStepInputLaunches + whole * (kWholeLayerLaunches + (attention_merge ? 1 : 0)) +
+                         (last_layer_kv_only ? kKvLayerLaunches : 0);
+  return int(std::min<std::int64_t>(n, std::int64_t(1) << 30));
+}
+
+namespace {
+// The kernels the roofline terms do not price (the norms, RoPE, SwiGLU, the residual add, the input copy): their
+// launches only, so the count is the arm's; their bytes (the page's activations) are left out.
+void add_launches(Cost& c, const GpuSpec& g, int n) {
+  c.seconds += n * g.launch_us * 1e-6;
+  c.launches += n;
+}
+}  // namespace
+
 Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers,
                       bool last_layer_kv_only) {
   const auto n_layers = kvf::checked_integer(layers, 0, kMaxLayers, "layers");
@@ -54,6 +71,7 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
     attn_params = H * (qdim + 2 * m.n_kv_heads * m.head_dim) + qdim * H;
   }
   Cost c;
+  if (n_layers > 0) add_launches(c, g, kStepInputLaunches);
   for (std::int64_t l = 0; l < n_layers; ++l) {
     if (last_layer_kv_only && l == n_layers - 1) {
       // The K/V of the last layer only, as recompute_x computes them from the layer input (the through-layers
@@ -61,6 +79,7 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
       const double out = m.kv_out();
       add_kernel(c, g, 2 * rows * H * out, out * H * 2 + rows * H * 2 + rows * out * 4);
       add_kernel(c, g, 0, rows * out * 4 + rows * out * 2);
+      add_launches(c, g, kKvLayerLaunches - 2);  // the RMSNorm
       break;
     }
     const bool moe_layer = m.moe && l >= m.first_k_dense;
@@ -78,6 +97,7 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
     add_kernel(c, g, 2 * rows * attn_params, 2 * attn_params + rows * H * 2 * 2 + rows * m.kv_values_per_token * 2);
     add_kernel(c, g, 2 * rows * tokens * qdim, rows * qdim * 2 * 2);
     add_kernel(c, g, 2 * rows * mlp_active, 2 * mlp_read + rows * H * 2 * 2);
+    add_launches(c, g, kWholeLayerLaunches - 3);
   }
   finish_cost(c, g, pages);
   return c;

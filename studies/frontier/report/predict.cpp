@@ -2,6 +2,7 @@
 // calibrated spec and, for the overlap and co-run arms, the run's own alone rows.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <tuple>
 
 #include "kvf/errors.hpp"
@@ -33,10 +34,20 @@ std::optional<double> duplex_link(Predictor& p) {
   return p.g.copy_fixed_us * 1e-6 + p.bytes / 2 / (p.g.host_link_gbps * 1e9);
 }
 
+// The arm's launches as its code issues them (through_layers_launches); the attention's split merge where the row's
+// note says the prefix was split ("KV splits S", S > 1).
 std::optional<double> through_layers(Predictor& p) {
   const auto layers = p.count("layers", kMaxLayers);
   if (!layers) return p.none(p.bad_count);
-  return p.roof(8 * *layers, "roofline + 8 launches per layer");
+  const auto at = p.r.note.find("KV splits ");
+  const bool merge = at != std::string::npos && std::atoi(p.r.note.c_str() + at + 10) > 1;
+  if (p.r.backend != "cuda") return p.roof(0, "roofline");
+  const int n = through_layers_launches(*layers, true, merge);
+  const std::string whole = *layers > 1 ? std::to_string(kWholeLayerLaunches) + (merge ? " + 1 split merge" : "") +
+                                              " per whole layer, "
+                                        : "";
+  return p.roof(n, "roofline + " + std::to_string(n) + " launches (input copy, " + whole +
+                       std::to_string(kKvLayerLaunches) + " for the K/V-only last layer)");
 }
 
 // Read and write of every byte: a copy inside one memory.

@@ -4,6 +4,7 @@
 // figures for the copy and file backgrounds).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -269,8 +270,29 @@ ModelTerm per_layer(std::vector<std::string> arms, std::function<std::optional<d
   return {std::move(arms), [f = std::move(f)](Predictor& p) -> std::optional<double> {
             const auto layers = p.count("layers", kMaxLayers);
             if (!layers) return p.none(p.bad_count);
-            return f(p, 8 * *layers);
+            return f(p, *layers);
           }};
+}
+
+// The steps' kernel launches as kernels/decode/decode_gpu.cu issues them (a cuBLASLt matmul counted as one): the
+// input copy, then per decode layer RMSNorm, QKV GEMM, RoPE + K/V append, attention (its split merge fused), the
+// bf16 cast, O GEMM, RMSNorm, gate-up GEMM, SwiGLU, down GEMM, residual add; a prefill layer has no cast and adds the
+// attention's split merge where the row's note says the prefix was split ("KV splits S", S > 1).
+constexpr int kDecodeLayerLaunches = 11, kPrefillLayerLaunches = 10;
+
+std::optional<double> step_roof(Predictor& p, int layers, const std::string& what) {
+  if (p.r.backend != "cuda") return p.roof(0, what + "roofline(flops, bytes)", true);
+  int per_layer_launches = kDecodeLayerLaunches;
+  std::string said = " (input copy + " + std::to_string(kDecodeLayerLaunches) + " per layer)";
+  if (p.r.param("arm") == "prefill") {
+    const auto at = p.r.note.find("KV splits ");
+    const bool merge = at != std::string::npos && std::atoi(p.r.note.c_str() + at + 10) > 1;
+    per_layer_launches = kPrefillLayerLaunches + (merge ? 1 : 0);
+    said = " (input copy + " + std::to_string(kPrefillLayerLaunches) + (merge ? " + 1 split merge" : "") +
+           " per layer)";
+  }
+  const int n = 1 + per_layer_launches * layers;
+  return p.roof(n, what + "roofline(flops, bytes) + " + std::to_string(n) + " launches" + said, true);
 }
 
 std::string gb(double bps) { return fmt(bps / 1e9) + " GB/s"; }
@@ -303,13 +325,13 @@ std::optional<double> corun_at(Predictor& p, const CaseRow* alone, double demand
   return t;
 }
 
-std::optional<double> corun(Predictor& p, int layer_launches) {
+std::optional<double> corun(Predictor& p, int layers) {
   const std::string bg = p.r.param("background"), model = p.r.param("model");
   // A row whose background did not overlap its steps (studies/idleness/background.hpp) measured no co-run.
   if (p.r.note.find("co-run INVALID") != std::string::npos)
     return p.none("the row's background did not overlap its steps (its note: co-run INVALID): no co-run to predict");
   if (bg == "none")
-    return p.roof(layer_launches, "decode step alone: roofline(flops, bytes) + 8 launches per layer", true);
+    return step_roof(p, layers, "decode step alone: ");
   if (bg == "recompute_alone")
     return p.roof(p.r.backend == "cuda" ? 2 : 0,
                   "recompute one page alone: roofline(flops, bytes) + 2 launches (GEMM, RoPE+write)");
@@ -386,7 +408,7 @@ StudyReport idleness_report() {
                 }),
       per_layer({"read_ceiling"}, [](Predictor& p, int) { return p.roof(1, "bytes / memory bandwidth"); }),
       per_layer({"decode", "prefill"},
-                [](Predictor& p, int n) { return p.roof(n, "roofline(flops, bytes) + 8 launches per layer", true); }),
+                [](Predictor& p, int layers) { return step_roof(p, layers, ""); }),
       per_layer({"corun"}, corun),
       per_layer({}, [](Predictor& p, int) { return p.none("idleness arm '" + p.r.param("arm") + "' has no model term"); }),
   };

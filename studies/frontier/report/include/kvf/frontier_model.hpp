@@ -3,6 +3,7 @@
 // / recompute / evict) behind `kvf model` and the report's frontier map. Built on the core's roofline
 // terms (kvf/report.hpp: Cost, add_kernel, transfer); docs/report.md "The model" states every formula.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,12 @@ Cost mla_up(const GpuSpec& g, const Shape& m, double tokens, double pages);
 // through-layers arm); otherwise L whole layers (a prefill, whose last layer feeds the output).
 Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pages, double layers,
                       bool last_layer_kv_only = false);
+// Kernel launches of the GPU through-layers arm (kernels/decode PrefillGpu::step_kv), counted from its code with a
+// cuBLASLt matmul as one: the layer input's device copy, per whole layer RMSNorm, QKV GEMM, RoPE + K/V append,
+// attention, O GEMM, RMSNorm, gate-up GEMM, SwiGLU, down GEMM and residual add (+ the attention's split merge where
+// it splits the prefix), then layer L's RMSNorm, K/V GEMM and RoPE + append. recompute_layers charges the same.
+inline constexpr int kWholeLayerLaunches = 10, kKvLayerLaunches = 3, kStepInputLaunches = 1;
+int through_layers_launches(std::int64_t layers, bool last_layer_kv_only, bool attention_merge);
 double kv_bytes_per_layer(const Shape& m, double tokens);                  // bf16
 double kv_quant_bytes_per_layer(const Shape& m, double tokens, int bits);  // + fp32 scale per 128 values
 double x_bytes_per_layer(const Shape& m, double tokens, int bits);         // bf16 / int8 / int4 (+ scales)
