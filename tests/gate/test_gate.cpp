@@ -1,5 +1,6 @@
 // The gate's verdicts, inputs and outputs on fixture result sets (tests/gate/fixtures, written by
 // make_fixtures.py) and on small in-memory sets. No timing anywhere: every input is fixed data.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -666,6 +667,39 @@ TEST(GateRuns, RunToRunShiftInTheBaselineWidensTheNoiseFloor) {
   EXPECT_EQ(r.runs_base, 3u);
   EXPECT_GT(r.spread_runs, 0.1);  // sd of the log medians 0, 0.26, 0.05
   EXPECT_NE(r.note.find("baseline runs"), std::string::npos) << r.note;
+}
+
+// Two baseline runs far apart: the t quantile of one degree of freedom at alpha / m puts the detectable slowdown
+// past any meaning (it printed 10^51 % on the committed CPU runs); beyond +1000% it is none, the note says so, and
+// a PASS where nothing could be flagged says that none of its compared cases was protected.
+TEST(GateRuns, DetectableBeyondTenfoldIsNoneAndThePassSaysWhatItProtected) {
+  std::vector<g::CaseData> b1, b2, cur;
+  for (int i = 0; i < 40; ++i) {
+    const std::string n = "x" + std::to_string(i);
+    b1.push_back(mk("s", n, times(1.0, kLowA)));
+    b2.push_back(mk("s", n, times(1.6, kLowB)));
+    cur.push_back(mk("s", n, times(1.2, kLowA)));
+  }
+  const auto r = g::run_gate(g::merge_runs({set(b1), set(b2)}), set(cur), {});
+  ASSERT_EQ(r.cases.size(), 40u);
+  const auto& c = r.cases.at(0);
+  EXPECT_EQ(c.verdict, g::Verdict::noisy);
+  EXPECT_TRUE(std::isinf(c.detectable)) << c.detectable;
+  EXPECT_NE(c.note.find("no slowdown up to +1000"), std::string::npos) << c.note;
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(g::format_markdown(r, {}).find("kvf gate: PASS (0 of 40 compared cases protected)"), std::string::npos);
+  EXPECT_NE(g::summary_line(r).find("(0 of 40 compared cases protected)"), std::string::npos) << g::summary_line(r);
+}
+
+// The harness's "machine busy" flag of a row travels into the note of a SLOWER or NOISY case.
+TEST(GateRules, MachineBusyFlagOfTheCurrentRowIsInTheNote) {
+  auto c = mk("s", "x", times(1.3, kLowB));
+  c.note = "GEMM: sgemm; machine busy: 84 involuntary context switches; verify ok";
+  const auto r = g::run_gate(set({mk("s", "x", times(1.0, kLowA))}), set({c}), {});
+  EXPECT_EQ(r.cases.at(0).verdict, g::Verdict::slower);
+  EXPECT_NE(r.cases.at(0).note.find("current row: machine busy: 84 involuntary context switches"), std::string::npos)
+      << r.cases.at(0).note;
+  EXPECT_EQ(r.cases.at(0).note.find("verify ok"), std::string::npos);
 }
 
 TEST(GateRuns, RealSlowdownBeyondTheRunToRunShiftStillFails) {

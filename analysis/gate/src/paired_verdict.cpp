@@ -2,6 +2,7 @@
 // per-round ratios. The rules are stated once, in kvf/gate.hpp above run_paired_gate, and in docs/gate.md
 // "A/B mode"; classify_paired() below is their only implementation.
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -48,8 +49,8 @@ void classify_paired(CaseResult& r, double holm_slower, double holm_faster, cons
     r.verdict = Verdict::noisy;
     append_note(r.note, std::isfinite(r.detectable)
                             ? "this run could only have seen a slowdown of " + pct(r.detectable) + " or more"
-                            : "too few rounds for any slowdown to be significant after the correction for " +
-                                  std::string("the number of cases; give more --rounds"));
+                            : "too few rounds for any slowdown up to +" + pct(kMaxDetectable) +
+                                  " to be significant after the correction for the number of cases; give more --rounds");
   } else {
     r.verdict = Verdict::same;
     if (significant)
@@ -202,6 +203,7 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
     r.exact = pc.test.exact;
     r.p = r.change >= 0 ? pc.test.p_greater : pc.test.p_less;
     r.detectable = std::expm1(detectable_shift(pc.d, level));
+    if (!(r.detectable <= kMaxDetectable)) r.detectable = std::numeric_limits<double>::infinity();
     classify_paired(r, holm_slower[k], holm_faster[k], o);
     log_sum += pc.shift.estimate;
     ++k;

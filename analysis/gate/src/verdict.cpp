@@ -122,7 +122,8 @@ double detectable(const CaseResult& r, const CaseTest& t, double level) {
   const double inf = std::numeric_limits<double>::infinity();
   if (t.runs >= 2) {
     const double q = student_t_isf(level, static_cast<double>(t.runs) - 1);
-    return std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
+    const double s = std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
+    return s <= kMaxDetectable ? s : inf;
   }
   // One run: the current samples moved onto the baseline's median, then slowed by s.
   auto p_at = [&](double s) {
@@ -141,7 +142,7 @@ double detectable(const CaseResult& r, const CaseTest& t, double level) {
     const double mid = 0.5 * (lo + hi);
     (p_at(mid) < level ? hi : lo) = mid;
   }
-  return hi;
+  return hi <= kMaxDetectable ? hi : inf;
 }
 
 // The verdict from the corrected p-values (kvf/gate.hpp).
@@ -168,7 +169,8 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
     append_note(r.note, std::isfinite(r.detectable)
                             ? "could not have flagged less than +" + pct(r.detectable) + " (threshold " +
                                   pct(o.threshold) + ")"
-                            : "too few samples or runs: no slowdown could reach p < alpha / " + std::to_string(m));
+                            : "too few samples or runs: no slowdown up to +" + pct(kMaxDetectable) +
+                                  " could reach p < alpha / " + std::to_string(m));
   } else if (std::fabs(r.change) > o.threshold) {
     r.verdict = Verdict::noisy;
     append_note(r.note, "change not significant (p " + num(r.p_holm) + " after Holm >= alpha " + num(o.alpha) + ")");
@@ -388,6 +390,14 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     if (rep.cases[i].compared) {
       decide(rep.cases[i], tests[i], slower_holm[j], faster_holm[j], rep.compared, o);
       ++j;
+      // A flag the harness set while measuring (other work switched the process out) is what a reader of a SLOWER
+      // or NOISY case needs first; the current run's, where the change was measured.
+      const Verdict v = rep.cases[i].verdict;
+      if (v == Verdict::slower || v == Verdict::noisy)
+        for (const auto& [side, cd] : {std::pair{"current", pairs[i].second}, std::pair{"baseline", pairs[i].first}})
+          if (const auto at = cd->note.find("machine busy"); at != std::string::npos)
+            append_note(rep.cases[i].note, std::string(side) + " row: " +
+                                               cd->note.substr(at, cd->note.find(';', at) - at));
     }
   if (one_run)
     rep.warnings.push_back(

@@ -183,6 +183,9 @@ struct CaseResult {
   std::vector<double> round_ratios;  // new / base per round, in round order
   double ci_lo = 0, ci_hi = 0, p_holm = 1, detectable = 0;
 };
+// A detectable slowdown beyond +1000% (11x) is reported as none: a gate that cannot see less protects nothing,
+// and the t quantile of one or two degrees of freedom at alpha / m gives figures past any meaning there.
+inline constexpr double kMaxDetectable = 10;
 
 struct GateReport {
   std::vector<CaseResult> cases;     // ordered by verdict (SLOWER first), then label
