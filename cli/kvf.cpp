@@ -41,7 +41,8 @@ int check_stdout(int code) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"kvf: KV-cache memory microbenchmarks (access, frontier, idleness), reports and a CI gate"};
+  CLI::App app{"kvf: KV-cache memory microbenchmarks (stream, access, frontier, idleness, remote), attention quality, "
+               "a residency simulator, an analytic model, reports and a CI gate"};
   app.set_version_flag("--version", std::string("kvfrontier ") + kvf::suite_version() + " (" + kvf::git_sha() + ")");
   app.require_subcommand(1);
   kvf::cli::add_run(app);
@@ -75,7 +76,10 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line naming the bad value; exit 2 for every usage error (CLI11's own codes vary).
-    print_error(std::string(e.what()) + " (see kvf --help)");
+    // The help that lists the flag: the command's own (the top level lists no command's flags).
+    std::string where = "kvf";
+    for (const auto* sub : app.get_subcommands()) where += " " + sub->get_name();
+    print_error(std::string(e.what()) + " (see " + where + " --help)");
     return kvf::kExitUsage;
   } catch (const kvf::UsageError& e) {
     print_error(e.what());

@@ -170,7 +170,10 @@ void load_meta(ResultSet& rs, const fs::path& d) {
         const std::string key = "studies." + it.key();
         const std::string st = json_string(s, "status", src, key + ".status").value_or("");
         if (!st.empty() && st != "complete")
-          rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (interrupted run: only finished cases are reported)");
+          rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (" +
+                               (st.rfind("stopped: time limit", 0) == 0 ? "stopped by kvf run --time-limit"
+                                                                         : "interrupted run") +
+                               ": only finished cases are reported)");
         for (const char* k : {"machine_load", "machine_load_at_end"})
           if (s.contains(k) && s[k].is_object()) {
             const auto& ml = s[k];
