@@ -212,18 +212,18 @@ void print_table(const std::vector<ojson>& rows, const rs::Baseline& base) {
   const auto& first = rows.front();
   std::printf("\nHBM %s GiB (%s blocks)\n", report::fmt(first["hbm_gib"].get<double>()).c_str(),
               std::to_string(first["hbm_blocks"].get<std::size_t>()).c_str());
-  std::printf("  %-10s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s %10s\n", "policy", "host_GiB", "hit_hbm",
+  std::printf("  %-16s %8s %9s %9s %9s %8s %10s %12s %12s %11s %10s %10s\n", "policy", "host_GiB", "hit_hbm",
               "hit_host", "hit_disk", "avoided", "avoided_s", "added_p50_ms", "added_p99_ms", "pipe_p50_ms", "fetch_GB",
               "demote_GB");
   for (const auto& r : rows)
-    std::printf("  %-10s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g %10.4g\n",
+    std::printf("  %-16s %8s %9.4f %9.4f %9.4f %7.2f%% %10.4g %12.4g %12.4g %11.4g %10.4g %10.4g\n",
                 (r["policy"].get<std::string>() + (r["offline"].get<bool>() ? "*" : "")).c_str(),
                 report::fmt(r["host_gib"].get<double>()).c_str(), r["hit_rate_hbm"].get<double>(),
                 r["hit_rate_host"].get<double>(), r["hit_rate_disk"].get<double>(), 100 * r["prefill_avoided"].get<double>(),
                 r["prefill_avoided_s"].get<double>(), r["added_p50_us"].get<double>() / 1e3,
                 r["added_p99_us"].get<double>() / 1e3, r["added_pipelined_p50_us"].get<double>() / 1e3,
                 r["host_link_bytes"].get<double>() / 1e9, r["host_link_demote_bytes"].get<double>() / 1e9);
-  std::printf("  %-10s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %11.4g %10s %10s\n", "no cache", "-", "-", "-", "-",
+  std::printf("  %-16s %8s %9s %9s %9s %7.2f%% %10s %12.4g %12.4g %11.4g %10s %10s\n", "no cache", "-", "-", "-", "-",
               0.0, "0", base.latency.p50_s * 1e3, base.latency.p99_s * 1e3, base.latency.p50_s * 1e3, "-", "-");
   // A policy that held blocks in several forms: how the HBM budget was shared, and what the forms cost.
   for (const auto& r : rows) {
@@ -499,6 +499,13 @@ void run_residency(const Args& a) {
       ojson row = row_of(priced, *p, base, cost);
       if (host > 0) bounds.push_back(oracle_bound(it, cost, *p, sim, hbm_blocks[b], host + disk, oracle_at, row));
       at_budget.push_back(std::move(row));
+      if (!compresses) continue;
+      // The control: the same policy storing no compressed form, so its gain splits into the policy's and the
+      // smaller store's (whose quality loss nothing prices).
+      const auto ctl = rs::price(cost, rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, {}, disk), &restore),
+                                 base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0);
+      at_budget.push_back(row_of(ctl, *p, base, cost));
+      at_budget.back()["policy"] = p->name + "-no-compress";
     }
     print_table(at_budget, base);
     for (const auto& line : bounds) std::printf("  bound: %s\n", line.c_str());

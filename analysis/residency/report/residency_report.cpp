@@ -163,10 +163,20 @@ std::string sentence(const rd::Replay& r, double b) {
     }
     s += "; prefill " + fmt(cost->prefill_total_s) + " s against " + fmt(base->prefill_total_s) + " s; added p99 " +
          ms(cost->added_p99_us) + " ms against " + ms(base->added_p99_us) + " ms";
-    if (only_cost_compresses(*cost, *base))
+    if (only_cost_compresses(*cost, *base)) {
       s += " (cost compresses to " + txt(cost->compress_to) + ", " + name + " keeps " +
-           (r.block_form.empty() ? std::string("the replay's form") : txt(r.block_form)) +
-           ": `kvf residency --compress-to none` compares the policies alone)";
+           (r.block_form.empty() ? std::string("the replay's form") : txt(r.block_form));
+      // The replay's control (kvf residency runs it beside a compressing cost): the policy without the smaller store.
+      if (const rd::Row* ctl = row_at(r, "cost-no-compress", b); ctl && base->added_total_s > 0) {
+        const double saved = (base->added_total_s - ctl->added_total_s) / base->added_total_s;
+        s += "; its control cost-no-compress, the same policy storing no compressed form, adds " +
+             fmt(ctl->added_total_s) + " s: the policy alone adds " + pct(std::fabs(saved)) +
+             (saved >= 0 ? " less" : " more") + " than " + name + ", the rest is the compressed store's (its quality "
+             "loss unpriced))";
+      } else {
+        s += ": `kvf residency --compress-to none` compares the policies alone)";
+      }
+    }
     s += ".\n";
   }
   if (s.empty())
@@ -210,19 +220,19 @@ std::string answer_table(const rd::Replay& r, double b) {
 
 // Where `cost` beats `base` over the sweep, by one figure (lower is better): "lower at 34 GiB (-1.2 s), ...".
 std::string where_beats(const rd::Replay& r, const std::string& base, const std::string& what, double (*f)(const rd::Row&),
-                        const char* unit) {
+                        const char* unit, const std::string& who = "cost") {
   std::map<std::pair<std::string, double>, const rd::Row*> at;  // one pass: a sweep may have 1,000 budgets
   for (const auto& w : r.rows) at.emplace(std::make_pair(w.policy, w.hbm_gib), &w);
   std::string lower, higher, equal, unequal;
   std::size_t n = 0, wins = 0;
   for (double b : r.budgets()) {
-    const auto c = at.find({"cost", b}), o = at.find({base, b});
+    const auto c = at.find({who, b}), o = at.find({base, b});
     if (c == at.end() || o == at.end()) continue;
     ++n;
     // lru keeps HBM only: against a cost policy with a host tier it is no like-for-like base, and the line says so.
     const rd::Row &cr = *c->second, &orow = *o->second;
     if (unequal.empty() && (cr.host_gib != orow.host_gib || cr.tier3_gib != orow.tier3_gib))
-      unequal = " (not at equal memory: cost has " + gib(cr.host_gib) + " of host" +
+      unequal = " (not at equal memory: " + who + " has " + gib(cr.host_gib) + " of host" +
                 (cr.tier3_gib > 0 ? " and " + gib(cr.tier3_gib) + " behind it" : std::string()) + ", " + base + " " +
                 (orow.host_gib > 0 ? gib(orow.host_gib) + " of host" : std::string("HBM only")) + ")";
     if (unequal.find("compresses") == std::string::npos && only_cost_compresses(cr, orow))
@@ -237,7 +247,7 @@ std::string where_beats(const rd::Replay& r, const std::string& base, const std:
   const std::string verdict = wins == n   ? "beats " + base + " at every budget"
                               : wins == 0 ? "does not beat " + base + " at any budget"
                                           : "beats " + base + " at " + std::to_string(wins) + " of " + std::to_string(n) + " budgets";
-  std::string s = "- " + what + ": cost **" + verdict + "**" + unequal;
+  std::string s = "- " + what + ": " + who + " **" + verdict + "**" + unequal;
   if (!lower.empty()) s += "; lower at " + lower;
   if (!higher.empty()) s += "; higher at " + higher;
   if (!equal.empty()) s += "; equal at " + equal;
@@ -283,6 +293,8 @@ std::string verdict_lines(const rd::Replay& r) {
     s += summed + (summed.empty() ? "" : compress_note(r, base));
     s += where_beats(r, base, std::string("Added p99, against ") + base,
                      [](const rd::Row& w) { return w.added_p99_us / 1e3; }, " ms");
+    s += where_beats(r, base, "Control: the same policy storing no compressed form, added latency summed, against " +
+                     std::string(base), [](const rd::Row& w) { return w.added_total_s; }, " s", "cost-no-compress");
   }
   if (s.empty()) return "";
   return "Where the cost policy beats lru and lru-host, budget by budget (the replay's figures, one run of a "
