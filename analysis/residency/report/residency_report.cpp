@@ -360,14 +360,22 @@ std::string inputs_of(const rd::Replay& r) {
   s += "\n\n";
   const auto prefill = distinct(r, [](const rd::Row& w) { return w.prefill_source; });
   const auto fetch = distinct(r, [](const rd::Row& w) { return w.fetch_source; });
+  // "measured": rows priced the cost itself (the layers rows' prefill); "model at measured ceilings": the model on
+  // figures a results directory measured (replays before 2026-11-30 wrote those "measured: <figure> <- ...").
   auto kind = [](const std::vector<std::string>& v) {
-    bool measured = false, model = false;
-    for (const auto& x : v) (x.rfind("model", 0) == 0 ? model : measured) = true;
-    return measured && model ? "model and measured" : measured ? "measured" : "model";
+    bool measured = false, model = false, at_ceilings = false;
+    for (const auto& x : v) {
+      const bool rows = x.rfind("measured: frontier ", 0) == 0;
+      if (x.rfind("model at measured", 0) == 0 || (x.rfind("measured: ", 0) == 0 && !rows)) at_ceilings = true;
+      else if (x.rfind("model", 0) == 0) model = true;
+      else measured = true;
+    }
+    if (measured + model + at_ceilings > 1) return "mixed";
+    return measured ? "measured" : at_ceilings ? "model at measured ceilings" : "model";
   };
   // The sources themselves only where a figure was measured ("measured: host_link_gbps <- ..."): "model" says all.
   auto said = [&](const std::vector<std::string>& v) {
-    const std::string k = kind(v);
+    const std::string k = kind(v);  // named where anything was measured
     return "**" + k + "**" + (k == std::string("model") ? "" : " (" + join_txt(v) + ")");
   };
   s += "Costs (residency.csv's prefill_source and fetch_source): prefill " + said(prefill) + "; host fetch " +

@@ -12,15 +12,22 @@
 namespace kvf::residency {
 namespace {
 
-// A cost is "model" unless a GPU figure it reads was replaced by a measured ceiling; then it names each.
+// A cost the model computes is "model" unless a GPU figure it reads was replaced by a measured ceiling; then it is
+// "model at measured ...", naming each measured figure and each that stayed the spec's or an assumption (a fetch
+// at a measured link rate still pays an assumed fixed cost per copy).
 std::string source_of(const report::GpuSpec& g, std::initializer_list<const char*> fields) {
-  std::string measured;
+  std::string measured, rest;
   for (const char* f : fields) {
     const auto it = g.source.find(f);
-    if (it == g.source.end() || it->second.rfind("measured: ", 0) != 0) continue;
+    if (it == g.source.end() || it->second.rfind("measured: ", 0) != 0) {
+      const bool assumed = it != g.source.end() && it->second.rfind("assumed", 0) == 0;
+      rest += (rest.empty() ? "" : ", ") + std::string(f) + (assumed ? " assumed" : " from the spec");
+      continue;
+    }
     measured += (measured.empty() ? "" : "; ") + std::string(f) + " <- " + it->second.substr(10);
   }
-  return measured.empty() ? "model" : "measured: " + measured;
+  if (measured.empty()) return "model";
+  return "model at measured " + measured + (rest.empty() ? "" : "; not measured: " + rest);
 }
 
 }  // namespace
