@@ -502,7 +502,8 @@ void run_residency(const Args& a) {
       if (!compresses) continue;
       // The control: the same policy storing no compressed form, so its gain splits into the policy's and the
       // smaller store's (whose quality loss nothing prices).
-      const auto ctl = rs::price(cost, rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, {}, disk), &restore),
+      const auto ctl = rs::price(cost, rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, {}, disk),
+                                                    &restore),
                                  base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0);
       at_budget.push_back(row_of(ctl, *p, base, cost));
       at_budget.back()["policy"] = p->name + "-no-compress";

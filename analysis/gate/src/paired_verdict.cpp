@@ -50,7 +50,8 @@ void classify_paired(CaseResult& r, double holm_slower, double holm_faster, cons
     append_note(r.note, std::isfinite(r.detectable)
                             ? "this run could only have seen a slowdown of " + pct(r.detectable) + " or more"
                             : "too few rounds for any slowdown up to +" + pct(kMaxDetectable) +
-                                  " to be significant after the correction for the number of cases; give more --rounds");
+                                  " to be significant after the correction for the number of cases; give more "
+                                  "--rounds");
   } else {
     r.verdict = Verdict::same;
     if (significant)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -335,6 +336,15 @@ ResultSet load_results(const std::string& dir) {
     rs.missing.push_back(std::to_string(skipped) + " case rows without samples (skipped or failed; reasons in their notes)");
   if (no_median)
     rs.missing.push_back(std::to_string(no_median) + " case rows with samples but no finite median_s: not scored");
+  // Medians without their raw samples (a samples.csv that lost rows, or a merge that kept cases.csv only): the
+  // figures stand, their intervals and the noise checks that need samples do not.
+  std::size_t no_raw = 0, measured = 0;
+  for (const auto& r : rs.cases)
+    if (r.measured()) ++measured, no_raw += r.samples_s.empty();
+  if (no_raw)
+    rs.missing.push_back(std::to_string(no_raw) + " of " + std::to_string(measured) +
+                         " measured case rows have no raw samples in samples.csv: their medians are reported without "
+                         "intervals");
 
   rs.label = (rs.device.empty() ? std::string("unknown device") : rs.device) + " (" +
              (rs.backend.empty() ? std::string("?") : rs.backend) + ")";
@@ -344,6 +354,16 @@ ResultSet load_results(const std::string& dir) {
 std::vector<ResultSet> load_all(const std::vector<std::string>& dirs,
                                 const std::function<ResultSet(const std::string&)>& load) {
   if (dirs.empty()) throw UsageError("kvf report: no results directory given");
+  // The same directory twice would read as two runs agreeing with each other (the gate refuses the same).
+  std::map<std::string, std::string> given;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    const std::string key = std::filesystem::weakly_canonical(d, ec).string();
+    if (ec) continue;  // the load names what is wrong with it
+    if (const auto [it, fresh] = given.emplace(key, d); !fresh)
+      throw UsageError("kvf report: results directory " + shown_value(d) + " is given twice (also as " +
+                       shown_value(it->second) + "); give each directory once");
+  }
   std::vector<ResultSet> sets;
   for (const auto& d : dirs) sets.push_back(load ? load(d) : load_results(d));
   const ResultSet* first = nullptr;
