@@ -219,6 +219,7 @@ int do_run(const RunOptions& o, const std::string& command) {
         dir.update_meta([&](nlohmann::json& m) {
           m["kvf_run"]["time_limited"] = time_limited;
           // The stopped bench could not finish its own status: what stopped it, for the report and the next run.
+          if (!m.contains("studies") || !m["studies"].contains(s.study)) return;  // killed before it registered
           auto& st = m["studies"][s.study];
           if (st.is_object() && st.value("status", "") == "running")
             st["status"] = "stopped: time limit (its share of --time-limit, " + std::to_string(int(share_s)) + " s)";

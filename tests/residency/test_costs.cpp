@@ -86,14 +86,14 @@ TEST(ResidencyCosts, SourcesNameMeasuredFields) {
   g.source["bf16_tflops"] = "measured: 700 TFLOP/s, frontier arm=gemm_ceiling (cold) in r";
   g.source["hbm_tbps"] = "spec sheet";
   g.source["host_link_gbps"] = "measured: 25 GB/s, fit over 3 rows";
-  g.source["copy_fixed_us"] = "assumed: a typical copy's start";
+  g.source["copy_fixed_us"] = "assumption: fixed cost of one small cudaMemcpyAsync";  // data/gpus.json's wording
   const CostModel c = make_cost_model(g, llama8b(), 512);
   // The model on measured figures, and the figures it read that were not measured: a fetch at a measured link rate
   // still pays the assumed fixed cost of each copy.
   EXPECT_EQ(c.prefill_source, "model at measured bf16_tflops <- 700 TFLOP/s, frontier arm=gemm_ceiling (cold) in r; "
                               "not measured: hbm_tbps from the spec, launch_us from the spec");
   EXPECT_EQ(c.fetch_source, "model at measured host_link_gbps <- 25 GB/s, fit over 3 rows; not measured: "
-                            "copy_fixed_us assumed, copy_issue_us from the spec");
+                            "copy_fixed_us assumed, copy_issue_us not fitted (each copy pays copy_fixed_us)");
 }
 
 TEST(ResidencyCosts, LatencyPercentilesOnAHandMadeArray) {

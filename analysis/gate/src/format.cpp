@@ -125,12 +125,13 @@ std::string md_row_paired(const CaseResult& c) {
 
 }  // namespace
 
-// A PASS protects only the compared cases that could have flagged a slowdown of the threshold's size: the NOISY
-// ones could not (docs/gate.md counts them as unprotected).
+// A PASS protects only the compared cases whose test could have flagged a slowdown of the threshold's size
+// (detectable <= threshold); said where any compared case could not.
 static std::string protected_text(const GateReport& r) {
-  const std::size_t able = r.count(Verdict::slower) + r.count(Verdict::faster) + r.count(Verdict::same);
-  const std::size_t compared = able + r.count(Verdict::noisy);
-  if (r.count(Verdict::noisy) == 0) return "";
+  std::size_t able = 0, compared = 0;
+  for (const auto& c : r.cases)
+    if (c.compared) ++compared, able += c.detectable <= r.threshold;
+  if (able == compared) return "";
   return " (" + std::to_string(able) + " of " + std::to_string(compared) + " compared cases protected)";
 }
 

@@ -117,13 +117,13 @@ CaseTest measure(CaseResult& r, const CaseData& b, const CaseData& c) {
 }
 
 // The smallest slowdown s the case's test would have flagged at `level` (Holm's first step, alpha / m):
-// infinity when none can.
-double detectable(const CaseResult& r, const CaseTest& t, double level) {
+// infinity when none can, or none up to +1000% (kMaxDetectable) or the threshold where that is larger.
+double detectable(const CaseResult& r, const CaseTest& t, double level, double o_threshold) {
   const double inf = std::numeric_limits<double>::infinity();
   if (t.runs >= 2) {
     const double q = student_t_isf(level, static_cast<double>(t.runs) - 1);
     const double s = std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
-    return s <= kMaxDetectable ? s : inf;
+    return s <= std::max(kMaxDetectable, o_threshold) ? s : inf;
   }
   // One run: the current samples moved onto the baseline's median, then slowed by s.
   auto p_at = [&](double s) {
@@ -142,7 +142,7 @@ double detectable(const CaseResult& r, const CaseTest& t, double level) {
     const double mid = 0.5 * (lo + hi);
     (p_at(mid) < level ? hi : lo) = mid;
   }
-  return hi <= kMaxDetectable ? hi : inf;
+  return hi <= std::max(kMaxDetectable, o_threshold) ? hi : inf;
 }
 
 // The verdict from the corrected p-values (kvf/gate.hpp).
@@ -151,7 +151,7 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
   const bool up = r.change >= 0;
   r.p = up ? t.p_slower : t.p_faster;
   r.p_holm = up ? p_slower_holm : p_faster_holm;
-  r.detectable = detectable(r, t, o.alpha / static_cast<double>(m));
+  r.detectable = detectable(r, t, o.alpha / static_cast<double>(m), o.threshold);
   if (t.runs >= 2 && r.spread_runs > 0)
     append_note(r.note, "the " + std::to_string(t.runs) + " baseline runs' medians vary by " + pct(r.spread_runs) +
                             " (sd)");
@@ -169,7 +169,7 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
     append_note(r.note, std::isfinite(r.detectable)
                             ? "could not have flagged less than +" + pct(r.detectable) + " (threshold " +
                                   pct(o.threshold) + ")"
-                            : "too few samples or runs: no slowdown up to +" + pct(kMaxDetectable) +
+                            : "too few samples or runs: no slowdown up to +" + pct(std::max(kMaxDetectable, o.threshold)) +
                                   " could reach p < alpha / " + std::to_string(m));
   } else if (std::fabs(r.change) > o.threshold) {
     r.verdict = Verdict::noisy;
@@ -252,6 +252,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
   const auto bm = pick(baseline), cm = pick(current);
 
   GateReport rep;
+  rep.threshold = o.threshold;
   rep.baseline_source = baseline.source;
   rep.current_source = current.source;
   for (const auto& w : baseline.warnings) rep.warnings.push_back("baseline: " + w);
@@ -269,8 +270,9 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
     for (const auto& study : rs->unfinished)
       if (std::any_of(keys.begin(), keys.end(), [&](const CaseKey& k) { return k.study == study; }))
         throw UsageError(std::string(flag) + " " + rs->source + ": study " + study +
-                         ": status 'running' in meta.json, never finished (stopped before its end, its unreached "
-                         "cases would pass as MISSING): gate a finished run, or leave the study out with --filter");
+                         ": never finished (status 'running' or 'stopped: time limit' in meta.json: stopped before "
+                         "its end, its unreached cases would pass as MISSING): gate a finished run, or leave the "
+                         "study out with --filter");
 
   std::size_t in_common = 0;
   std::vector<TooFew> too_few;
@@ -391,7 +393,7 @@ GateReport run_gate(const ResultSet& baseline, const ResultSet& current, const G
       decide(rep.cases[i], tests[i], slower_holm[j], faster_holm[j], rep.compared, o);
       ++j;
       // A flag the harness set while measuring (other work switched the process out) is what a reader of a SLOWER
-      // or NOISY case needs first; the current run's, where the change was measured.
+      // or NOISY case needs first: the current row's, then the baseline's (of pooled runs, the note kept by the merge).
       const Verdict v = rep.cases[i].verdict;
       if (v == Verdict::slower || v == Verdict::noisy)
         for (const auto& [side, cd] : {std::pair{"current", pairs[i].second}, std::pair{"baseline", pairs[i].first}})

@@ -339,9 +339,9 @@ ResultSet load_results(const std::string& dir) {
   // Medians without their raw samples (a samples.csv that lost rows, or a merge that kept cases.csv only): the
   // figures stand, their intervals and the noise checks that need samples do not.
   std::size_t no_raw = 0, measured = 0;
-  for (const auto& r : rs.cases)
-    if (r.measured()) ++measured, no_raw += r.samples_s.empty();
-  if (no_raw)
+  for (const auto& r : rs.cases)  // rows whose samples were all throttled keep none by design
+    if (r.measured()) ++measured, no_raw += r.samples_s.empty() && r.samples > r.throttled_samples;
+  if (no_raw && rs.has_samples)  // without samples.csv its own line says so
     rs.missing.push_back(std::to_string(no_raw) + " of " + std::to_string(measured) +
                          " measured case rows have no raw samples in samples.csv: their medians are reported without "
                          "intervals");

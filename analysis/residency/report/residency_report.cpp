@@ -170,7 +170,9 @@ std::string sentence(const rd::Replay& r, double b) {
       if (const rd::Row* ctl = row_at(r, "cost-no-compress", b); ctl && base->added_total_s > 0) {
         const double saved = (base->added_total_s - ctl->added_total_s) / base->added_total_s;
         s += "; its control cost-no-compress, the same policy storing no compressed form, adds " +
-             fmt(ctl->added_total_s) + " s: the policy alone adds " + pct(std::fabs(saved)) +
+             fmt(ctl->added_total_s) + " s: the policy" +
+             (base->host_gib < ctl->host_gib ? std::string(" with its host tier") : std::string(" alone")) + " adds " +
+             pct(std::fabs(saved)) +
              (saved >= 0 ? " less" : " more") + " than " + name + ", the rest is the compressed store's (its quality "
              "loss unpriced))";
       } else {
@@ -297,7 +299,8 @@ std::string verdict_lines(const rd::Replay& r) {
                      std::string(base), [](const rd::Row& w) { return w.added_total_s; }, " s", "cost-no-compress");
   }
   if (s.empty()) return "";
-  return "Where the cost policy beats lru and lru-host, budget by budget (the replay's figures, one run of a "
+  return "Where the cost policy (and its control cost-no-compress, where the replay has it) beats lru and lru-host, "
+         "budget by budget (the replay's figures, one run of a "
          "deterministic simulator: no noise interval; a difference is a difference of the model's prices):\n\n" + s + "\n";
 }
 
@@ -383,9 +386,10 @@ std::string inputs_of(const rd::Replay& r) {
   if (!r.calibrate.empty())
     s += " Calibrated from " + txt(r.calibrate) + " (" + std::to_string(r.calibration.size()) +
          " figures, residency.json's calibration).";
-  // Either way the price comes from the model: "measured" is its peaks replaced by measured ceilings.
+  // The price comes from the model, on the spec's or measured ceilings, unless rows priced the cost itself.
   return s + " Every cost is the frontier study's analytic model (analysis/residency/README.md \"Costs\"), on the "
-             "spec sheet's peaks (model) or on ceilings measured in a results directory (measured): a price of this "
+             "spec sheet's peaks (model) or on ceilings measured in a results directory (model at measured "
+             "ceilings), or rows of such a directory scaled by it (measured): a price of this "
              "trace, not a timing of it on a GPU. Added latency = prefill of the missed tokens + host (and disk) "
              "fetches + restores of blocks kept in another form than bf16 K/V, per request, not overlapped "
              "(residency.csv's added_pipelined_* columns hold the layer-pipelined bound).\n\n";

@@ -20,8 +20,11 @@ std::string source_of(const report::GpuSpec& g, std::initializer_list<const char
   for (const char* f : fields) {
     const auto it = g.source.find(f);
     if (it == g.source.end() || it->second.rfind("measured: ", 0) != 0) {
-      const bool assumed = it != g.source.end() && it->second.rfind("assumed", 0) == 0;
-      rest += (rest.empty() ? "" : ", ") + std::string(f) + (assumed ? " assumed" : " from the spec");
+      // data/gpus.json says "assumption: ..."; the calibration's own label is "assumed ...".
+      const bool assumed = it != g.source.end() && it->second.rfind("assum", 0) == 0;
+      const bool unfitted = std::string_view(f) == "copy_issue_us" && g.copy_issue_us <= 0;
+      rest += (rest.empty() ? "" : ", ") + std::string(f) +
+              (unfitted ? " not fitted (each copy pays copy_fixed_us)" : assumed ? " assumed" : " from the spec");
       continue;
     }
     measured += (measured.empty() ? "" : "; ") + std::string(f) + " <- " + it->second.substr(10);

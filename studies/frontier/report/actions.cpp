@@ -168,10 +168,12 @@ std::vector<ActionClass> action_table(const GpuSpec& g, const Shape& m, const Ac
                 src = measured_at(sr.tokens, T);
               }
             }
-            // At one layer evict computes what recompute_x does (layer 1's K/V from its input): a measured
-            // recompute_x prices it too, so a modelled evict cannot undercut the measured same work.
+            // At one layer evict computes what recompute_x does (layer 1's K/V from its input) after the embedding
+            // gather and the layer's RMSNorm: a measured recompute_x prices it too, plus those two launches, so a
+            // modelled evict cannot undercut the measured same work.
             if (src == "model" && L == 1 && bf16_recompute_src != "model")
-              t = bf16_recompute_s, src = bf16_recompute_src;
+              t = bf16_recompute_s + (kStepInputLaunches + kKvLayerLaunches - 2) * g.launch_us * 1e-6 / P,
+              src = bf16_recompute_src;
             add("evict", 0, 0, t, 0, src);
           }
           const ActionCost* best = &c.costs.front();

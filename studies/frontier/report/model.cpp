@@ -48,8 +48,9 @@ int through_layers_launches(std::int64_t layers, bool last_layer_kv_only, bool a
 }
 
 namespace {
-// The kernels the roofline terms do not price (the norms, RoPE, SwiGLU, the residual add, the input copy): their
-// launches only, so the count is the arm's; their bytes (the page's activations) are left out.
+// The launches the roofline terms do not count (the norms, SwiGLU, the residual add, the input copy, and the O and
+// down GEMMs, which the terms fold into the projections and the MLP): launches only, so the count is the arm's;
+// the elementwise kernels' bytes (the page's activations) are left out.
 void add_launches(Cost& c, const GpuSpec& g, int n) {
   c.seconds += n * g.launch_us * 1e-6;
   c.launches += n;

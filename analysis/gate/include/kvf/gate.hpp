@@ -193,6 +193,7 @@ struct GateReport {
   std::string baseline_device, current_device;  // "a, b" over the compared cases ("unknown" if none)
   double geomean_ratio = 1;          // geometric mean of median_cur / median_base over compared cases
   std::size_t compared = 0;
+  double threshold = 0.05;           // the gate's (GateOptions::threshold): what "protected" is counted against
   int throttled_base = 0, throttled_cur = 0;
   std::vector<std::string> warnings;
   int exit_code = 0;                 // 0 or 1 (bad input throws instead)

@@ -30,7 +30,9 @@ Cost recompute_layers(const GpuSpec& g, const Shape& m, double tokens, double pa
 // Kernel launches of the GPU through-layers arm (kernels/decode PrefillGpu::step_kv), counted from its code with a
 // cuBLASLt matmul as one: the layer input's device copy, per whole layer RMSNorm, QKV GEMM, RoPE + K/V append,
 // attention, O GEMM, RMSNorm, gate-up GEMM, SwiGLU, down GEMM and residual add (+ the attention's split merge where
-// it splits the prefix), then layer L's RMSNorm, K/V GEMM and RoPE + append. recompute_layers charges the same.
+// it splits the prefix), then layer L's RMSNorm, K/V GEMM and RoPE + append. recompute_layers charges the same but
+// the merge (whether a prefix splits depends on the device); the input copy stands for a serving engine's embedding
+// gather.
 inline constexpr int kWholeLayerLaunches = 10, kKvLayerLaunches = 3, kStepInputLaunches = 1;
 int through_layers_launches(std::int64_t layers, bool last_layer_kv_only, bool attention_merge);
 double kv_bytes_per_layer(const Shape& m, double tokens);                  // bf16
