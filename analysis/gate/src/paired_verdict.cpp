@@ -206,7 +206,8 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
     r.exact = pc.test.exact;
     r.p = r.change >= 0 ? pc.test.p_greater : pc.test.p_less;
     r.detectable = std::expm1(detectable_shift(pc.d, level));
-    if (!(r.detectable <= std::max(kMaxDetectable, o.threshold))) r.detectable = std::numeric_limits<double>::infinity();
+    if (!(r.detectable <= std::max(kMaxDetectable, o.threshold)))
+      r.detectable = std::numeric_limits<double>::infinity();
     classify_paired(r, holm_slower[k], holm_faster[k], o);
     log_sum += pc.shift.estimate;
     ++k;

@@ -169,7 +169,8 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
     append_note(r.note, std::isfinite(r.detectable)
                             ? "could not have flagged less than +" + pct(r.detectable) + " (threshold " +
                                   pct(o.threshold) + ")"
-                            : "too few samples or runs: no slowdown up to +" + pct(std::max(kMaxDetectable, o.threshold)) +
+                            : "too few samples or runs: no slowdown up to +" +
+                                  pct(std::max(kMaxDetectable, o.threshold)) +
                                   " could reach p < alpha / " + std::to_string(m));
   } else if (std::fabs(r.change) > o.threshold) {
     r.verdict = Verdict::noisy;
