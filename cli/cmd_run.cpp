@@ -222,7 +222,8 @@ int do_run(const RunOptions& o, const std::string& command) {
           if (!m.contains("studies") || !m["studies"].contains(s.study)) return;  // killed before it registered
           auto& st = m["studies"][s.study];
           if (st.is_object() && st.value("status", "") == "running")
-            st["status"] = "stopped: time limit (its share of --time-limit, " + std::to_string(int(share_s)) + " s)";
+            st["status"] = std::string(kvf::kTimeLimitStatus) + " (its share of --time-limit, " +
+                           std::to_string(int(share_s)) + " s)";
         });
         continue;
       }

@@ -123,17 +123,16 @@ std::string md_row_paired(const CaseResult& c) {
   return row + cell(c.note) + " |\n";
 }
 
-}  // namespace
-
 // A PASS protects only the compared cases whose test could have flagged a slowdown of the threshold's size
 // (detectable <= threshold); said where any compared case could not.
-static std::string protected_text(const GateReport& r) {
-  std::size_t able = 0, compared = 0;
-  for (const auto& c : r.cases)
-    if (c.compared) ++compared, able += c.detectable <= r.threshold;
-  if (able == compared) return "";
-  return " (" + std::to_string(able) + " of " + std::to_string(compared) + " compared cases protected)";
+std::string protected_text(const GateReport& r) {
+  std::size_t able = 0;
+  for (const auto& c : r.cases) able += c.compared && c.detectable <= r.threshold;
+  if (able == r.compared) return "";
+  return " (" + std::to_string(able) + " of " + std::to_string(r.compared) + " compared cases protected)";
 }
+
+}  // namespace
 
 std::string summary_line(const GateReport& r) {
   std::string s = std::string("kvf gate") + (r.paired ? " --ab" : "") + ": " + (r.exit_code ? "FAIL" : "PASS") + ": " +

@@ -201,7 +201,7 @@ void read_run_settings(const nlohmann::json& meta, ResultSet& rs) {
     // time limit" by kvf run --time-limit: the cases it did not reach would be gated as MISSING, which passes
     // without --fail-on-missing.
     const std::string status = s.contains("status") && s["status"].is_string() ? s["status"].get<std::string>() : "";
-    if (status == "running" || status.rfind("stopped: time limit", 0) == 0) rs.unfinished.push_back(study);
+    if (status == "running" || status.rfind(kTimeLimitStatus, 0) == 0) rs.unfinished.push_back(study);
     if (s.contains("fault_injection") && !s["fault_injection"].is_null()) {
       const auto& f = s["fault_injection"];
       std::string what = study + ": ";

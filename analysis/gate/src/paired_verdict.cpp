@@ -1,9 +1,7 @@
 // The A/B mode's verdicts: the rounds of both builds matched case by case, each case decided on its paired
 // per-round ratios. The rules are stated once, in kvf/gate.hpp above run_paired_gate, and in docs/gate.md
 // "A/B mode"; classify_paired() below is their only implementation.
-#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -50,7 +48,7 @@ void classify_paired(CaseResult& r, double holm_slower, double holm_faster, cons
     r.verdict = Verdict::noisy;
     append_note(r.note, std::isfinite(r.detectable)
                             ? "this run could only have seen a slowdown of " + pct(r.detectable) + " or more"
-                            : "too few rounds for any slowdown up to +" + pct(std::max(kMaxDetectable, o.threshold)) +
+                            : "too few rounds for any slowdown up to +" + pct(max_detectable(o.threshold)) +
                                   " to be significant after the correction for the number of cases; give more "
                                   "--rounds");
   } else {
@@ -205,9 +203,7 @@ GateReport run_paired_gate(const PairedRuns& runs, const GateOptions& o) {
     r.ci_hi = std::expm1(pc.shift.hi);
     r.exact = pc.test.exact;
     r.p = r.change >= 0 ? pc.test.p_greater : pc.test.p_less;
-    r.detectable = std::expm1(detectable_shift(pc.d, level));
-    if (!(r.detectable <= std::max(kMaxDetectable, o.threshold)))
-      r.detectable = std::numeric_limits<double>::infinity();
+    r.detectable = reported_detectable(std::expm1(detectable_shift(pc.d, level)), o.threshold);
     classify_paired(r, holm_slower[k], holm_faster[k], o);
     log_sum += pc.shift.estimate;
     ++k;

@@ -117,13 +117,12 @@ CaseTest measure(CaseResult& r, const CaseData& b, const CaseData& c) {
 }
 
 // The smallest slowdown s the case's test would have flagged at `level` (Holm's first step, alpha / m):
-// infinity when none can, or none up to +1000% (kMaxDetectable) or the threshold where that is larger.
-double detectable(const CaseResult& r, const CaseTest& t, double level, double o_threshold) {
+// infinity when none can.
+double detectable(const CaseResult& r, const CaseTest& t, double level) {
   const double inf = std::numeric_limits<double>::infinity();
   if (t.runs >= 2) {
     const double q = student_t_isf(level, static_cast<double>(t.runs) - 1);
-    const double s = std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
-    return s <= std::max(kMaxDetectable, o_threshold) ? s : inf;
+    return std::isfinite(q) ? std::exp(t.mean_log + q * t.scale) / r.median_base - 1 : inf;
   }
   // One run: the current samples moved onto the baseline's median, then slowed by s.
   auto p_at = [&](double s) {
@@ -142,7 +141,7 @@ double detectable(const CaseResult& r, const CaseTest& t, double level, double o
     const double mid = 0.5 * (lo + hi);
     (p_at(mid) < level ? hi : lo) = mid;
   }
-  return hi <= std::max(kMaxDetectable, o_threshold) ? hi : inf;
+  return hi;
 }
 
 // The verdict from the corrected p-values (kvf/gate.hpp).
@@ -151,7 +150,7 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
   const bool up = r.change >= 0;
   r.p = up ? t.p_slower : t.p_faster;
   r.p_holm = up ? p_slower_holm : p_faster_holm;
-  r.detectable = detectable(r, t, o.alpha / static_cast<double>(m), o.threshold);
+  r.detectable = reported_detectable(detectable(r, t, o.alpha / static_cast<double>(m)), o.threshold);
   if (t.runs >= 2 && r.spread_runs > 0)
     append_note(r.note, "the " + std::to_string(t.runs) + " baseline runs' medians vary by " + pct(r.spread_runs) +
                             " (sd)");
@@ -169,8 +168,7 @@ void decide(CaseResult& r, const CaseTest& t, double p_slower_holm, double p_fas
     append_note(r.note, std::isfinite(r.detectable)
                             ? "could not have flagged less than +" + pct(r.detectable) + " (threshold " +
                                   pct(o.threshold) + ")"
-                            : "too few samples or runs: no slowdown up to +" +
-                                  pct(std::max(kMaxDetectable, o.threshold)) +
+                            : "too few samples or runs: no slowdown up to +" + pct(max_detectable(o.threshold)) +
                                   " could reach p < alpha / " + std::to_string(m));
   } else if (std::fabs(r.change) > o.threshold) {
     r.verdict = Verdict::noisy;

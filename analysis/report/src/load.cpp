@@ -172,7 +172,7 @@ void load_meta(ResultSet& rs, const fs::path& d) {
         const std::string st = json_string(s, "status", src, key + ".status").value_or("");
         if (!st.empty() && st != "complete")
           rs.missing.push_back("study " + it.key() + ": status '" + st + "' in meta.json (" +
-                               (st.rfind("stopped: time limit", 0) == 0 ? "stopped by kvf run --time-limit"
+                               (st.rfind(kTimeLimitStatus, 0) == 0 ? "stopped by kvf run --time-limit"
                                                                          : "interrupted run") +
                                ": only finished cases are reported)");
         for (const char* k : {"machine_load", "machine_load_at_end"})
@@ -329,18 +329,17 @@ ResultSet load_results(const std::string& dir) {
     if (!studies_in_cases.count(std::string(s.name)))
       rs.missing.push_back("study " + std::string(s.name) + ": no rows in cases.csv (not run)");
   // Not measured: no samples (skipped or failed), or samples but no median (a hand-edited or damaged cases.csv).
-  std::size_t skipped = 0, no_median = 0;
+  // Medians without their raw samples (a samples.csv that lost rows, or a merge that kept cases.csv only): the
+  // figures stand, their intervals and the noise checks that need samples do not. Rows whose samples were all
+  // throttled keep none by design.
+  std::size_t skipped = 0, no_median = 0, no_raw = 0, measured = 0;
   for (const auto& r : rs.cases)
     if (!r.measured()) ++(r.samples > 0 ? no_median : skipped);
+    else ++measured, no_raw += r.samples_s.empty() && r.samples > r.throttled_samples;
   if (skipped)
     rs.missing.push_back(std::to_string(skipped) + " case rows without samples (skipped or failed; reasons in their notes)");
   if (no_median)
     rs.missing.push_back(std::to_string(no_median) + " case rows with samples but no finite median_s: not scored");
-  // Medians without their raw samples (a samples.csv that lost rows, or a merge that kept cases.csv only): the
-  // figures stand, their intervals and the noise checks that need samples do not.
-  std::size_t no_raw = 0, measured = 0;
-  for (const auto& r : rs.cases)  // rows whose samples were all throttled keep none by design
-    if (r.measured()) ++measured, no_raw += r.samples_s.empty() && r.samples > r.throttled_samples;
   if (no_raw && rs.has_samples)  // without samples.csv its own line says so
     rs.missing.push_back(std::to_string(no_raw) + " of " + std::to_string(measured) +
                          " measured case rows have no raw samples in samples.csv: their medians are reported without "

@@ -51,6 +51,9 @@ inline const std::vector<std::string>& measured_param_columns() {
   static const std::vector<std::string> cols = {"fma_peak_gflops", "fma_floor_s", "huge_backed_pct", "readers_gbps"};
   return cols;
 }
+// meta.json's status of a study kvf run stopped at its share of --time-limit (the bench, killed, had left
+// "running"), followed by the share; readers (kvf gate, kvf report) take it as unfinished, as "running".
+inline constexpr const char* kTimeLimitStatus = "stopped: time limit";
 inline const std::vector<std::string>& sample_columns() {
   // repetition: which --benchmark_repetitions pass took the sample (0 without repetitions); the case row
   // pools them. Readers take it as optional (files written before it have none).

@@ -31,8 +31,10 @@
 // (k >= 2) or sample (k = 1) noise. A noisy current run no longer widens anything: a case whose samples
 // turned bimodal or jittery, with its median shifted significantly, is a regression.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <span>
 #include <string>
@@ -183,9 +185,14 @@ struct CaseResult {
   std::vector<double> round_ratios;  // new / base per round, in round order
   double ci_lo = 0, ci_hi = 0, p_holm = 1, detectable = 0;
 };
-// A detectable slowdown beyond +1000% (11x) is reported as none: a gate that cannot see less protects nothing,
-// and the t quantile of one or two degrees of freedom at alpha / m gives figures past any meaning there.
+// A detectable slowdown beyond +1000% (11x), or beyond the threshold where that is larger, is reported as none
+// (infinity): a gate that cannot see less protects nothing, and the t quantile of one or two degrees of freedom at
+// alpha / m gives figures past any meaning there.
 inline constexpr double kMaxDetectable = 10;
+inline double max_detectable(double threshold) { return std::max(kMaxDetectable, threshold); }
+inline double reported_detectable(double detectable, double threshold) {
+  return detectable <= max_detectable(threshold) ? detectable : std::numeric_limits<double>::infinity();
+}
 
 struct GateReport {
   std::vector<CaseResult> cases;     // ordered by verdict (SLOWER first), then label
