@@ -492,20 +492,21 @@ void run_residency(const Args& a) {
       const std::size_t host = p->host_tier ? host_blocks : 0, disk = p->disk_tier ? disk_blocks : 0;
       // Only a multi-form policy (`cost`) takes compress_to; the others keep every block in `form`.
       const bool compresses = p->compresses && !compress_to.empty();
-      const rs::Result sim = rs::simulate(
-          it, *p, rs::capacity(cost, hbm_blocks[b], host, compresses ? compress_to : std::vector<rs::Form>{}, disk),
-          &restore);
-      const auto priced = rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0);
-      ojson row = row_of(priced, *p, base, cost);
+      const auto replay = [&](const std::vector<rs::Form>& forms) {
+        return rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, forms, disk), &restore);
+      };
+      const auto priced = [&](const rs::Result& sim) {
+        return row_of(rs::price(cost, sim, base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0), *p, base,
+                      cost);
+      };
+      const rs::Result sim = replay(compresses ? compress_to : std::vector<rs::Form>{});
+      ojson row = priced(sim);
       if (host > 0) bounds.push_back(oracle_bound(it, cost, *p, sim, hbm_blocks[b], host + disk, oracle_at, row));
       at_budget.push_back(std::move(row));
       if (!compresses) continue;
       // The control: the same policy storing no compressed form, so its gain splits into the policy's and the
       // smaller store's (whose quality loss nothing prices).
-      const auto ctl = rs::price(cost, rs::simulate(it, *p, rs::capacity(cost, hbm_blocks[b], host, {}, disk),
-                                                    &restore),
-                                 base, budgets[b], host ? a.host_gib : 0, disk ? tier3_gib : 0);
-      at_budget.push_back(row_of(ctl, *p, base, cost));
+      at_budget.push_back(priced(replay({})));
       at_budget.back()["policy"] = p->name + "-no-compress";
     }
     print_table(at_budget, base);

@@ -113,6 +113,19 @@ TEST(Model, ThroughLayersDense) {
   EXPECT_EQ(through_layers_launches(2, false, false), 1 + 2 * kWholeLayerLaunches);
 }
 
+// The note's count the layer arms' predictions read ("KV splits S": S > 1 adds the split merge's launch).
+TEST(Model, NoteCountReadsTheNumberAfterItsKey) {
+  CaseRow r;
+  const Predictor p(toy(), r, nullptr, nullptr, nullptr);
+  EXPECT_FALSE(p.note_count("KV splits ").has_value());
+  r.note = "GPU: ...; attention on mma, KV splits 3; graph: 14 kernel nodes";
+  EXPECT_EQ(p.note_count("KV splits "), 3);
+  r.note = "attention KV splits 12";
+  EXPECT_EQ(p.note_count("KV splits "), 12);
+  r.note = "KV splits unknown";
+  EXPECT_FALSE(p.note_count("KV splits ").has_value());
+}
+
 TEST(Actions, HandComputedClass) {
   ActionOptions o;
   o.tokens = {64};

@@ -1,6 +1,7 @@
 // Measured against predicted: the row's study's plug-in predicts it (its model terms, per arm); the core
 // gives the terms their shared helpers (Predictor) and the run's alone rows (RunIndex).
 #include <algorithm>
+#include <cstdlib>
 
 #include "kvf/errors.hpp"
 #include "kvf/input.hpp"
@@ -154,6 +155,14 @@ std::optional<int> Predictor::count(const char* name, std::int64_t hi) {
     bad_count = e.what();
     return std::nullopt;
   }
+}
+
+std::optional<long> Predictor::note_count(std::string_view key) const {
+  const auto at = r.note.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const char* p = r.note.c_str() + at + key.size();
+  if (*p < '0' || *p > '9') return std::nullopt;
+  return std::strtol(p, nullptr, 10);
 }
 
 const CaseRow* Predictor::alone_row(const std::string& study, const Match& m) const {

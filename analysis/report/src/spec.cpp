@@ -201,6 +201,13 @@ double roofline_s(const GpuSpec& g, double flops, double bytes) {
   return t;
 }
 
+GpuSpec::Origin GpuSpec::origin(const std::string& field) const {
+  const auto it = source.find(field);
+  if (it == source.end()) return Origin::spec;
+  if (it->second.rfind("measured: ", 0) == 0) return Origin::measured;
+  return it->second.rfind("assum", 0) == 0 ? Origin::assumed : Origin::spec;
+}
+
 void add_kernel(Cost& c, const GpuSpec& g, double flops, double bytes) {
   c.seconds += roofline_s(g, flops, bytes) + g.launch_us * 1e-6;
   c.flops += flops;

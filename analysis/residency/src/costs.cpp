@@ -18,16 +18,16 @@ namespace {
 std::string source_of(const report::GpuSpec& g, std::initializer_list<const char*> fields) {
   std::string measured, rest;
   for (const char* f : fields) {
-    const auto it = g.source.find(f);
-    if (it == g.source.end() || it->second.rfind("measured: ", 0) != 0) {
-      // data/gpus.json says "assumption: ..."; the calibration's own label is "assumed ...".
-      const bool assumed = it != g.source.end() && it->second.rfind("assum", 0) == 0;
+    const auto origin = g.origin(f);
+    if (origin != report::GpuSpec::Origin::measured) {
       const bool unfitted = std::string_view(f) == "copy_issue_us" && g.copy_issue_us <= 0;
-      rest += (rest.empty() ? "" : ", ") + std::string(f) +
-              (unfitted ? " not fitted (each copy pays copy_fixed_us)" : assumed ? " assumed" : " from the spec");
+      const char* why = unfitted                                     ? " not fitted (each copy pays copy_fixed_us)"
+                        : origin == report::GpuSpec::Origin::assumed ? " assumed"
+                                                                     : " from the spec";
+      rest += (rest.empty() ? "" : ", ") + std::string(f) + why;
       continue;
     }
-    measured += (measured.empty() ? "" : "; ") + std::string(f) + " <- " + it->second.substr(10);
+    measured += (measured.empty() ? "" : "; ") + std::string(f) + " <- " + g.source.at(f).substr(10);
   }
   if (measured.empty()) return "model";
   return "model at measured " + measured + (rest.empty() ? "" : "; not measured: " + rest);

@@ -2,7 +2,6 @@
 // calibrated spec and, for the overlap and co-run arms, the run's own alone rows.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <tuple>
 
 #include "kvf/errors.hpp"
@@ -39,9 +38,8 @@ std::optional<double> duplex_link(Predictor& p) {
 std::optional<double> through_layers(Predictor& p) {
   const auto layers = p.count("layers", kMaxLayers);
   if (!layers) return p.none(p.bad_count);
-  const auto at = p.r.note.find("KV splits ");
-  const bool merge = at != std::string::npos && std::atoi(p.r.note.c_str() + at + 10) > 1;
   if (p.r.backend != "cuda") return p.roof(0, "roofline");
+  const bool merge = p.note_count("KV splits ").value_or(1) > 1;
   const int n = through_layers_launches(*layers, true, merge);
   const std::string whole = *layers > 1 ? std::to_string(kWholeLayerLaunches) + (merge ? " + 1 split merge" : "") +
                                               " per whole layer, "

@@ -4,7 +4,6 @@
 // figures for the copy and file backgrounds).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -285,8 +284,7 @@ std::optional<double> step_roof(Predictor& p, int layers, const std::string& wha
   int per_layer_launches = kDecodeLayerLaunches;
   std::string said = " (input copy + " + std::to_string(kDecodeLayerLaunches) + " per layer)";
   if (p.r.param("arm") == "prefill") {
-    const auto at = p.r.note.find("KV splits ");
-    const bool merge = at != std::string::npos && std::atoi(p.r.note.c_str() + at + 10) > 1;
+    const bool merge = p.note_count("KV splits ").value_or(1) > 1;
     per_layer_launches = kPrefillLayerLaunches + (merge ? 1 : 0);
     said = " (input copy + " + std::to_string(kPrefillLayerLaunches) + (merge ? " + 1 split merge" : "") +
            " per layer)";

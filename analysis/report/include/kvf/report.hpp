@@ -119,6 +119,10 @@ struct GpuSpec {
   double remote_gbps = 0, remote_fixed_us = 0, remote_descriptor_us = 0;
   std::map<std::string, std::string> source;  // field -> where the number comes from
   std::vector<std::string> calibration;       // one line per field replaced by a measured ceiling
+  // Where a field's figure comes from, read off its source: a results directory ("measured: ..."), an assumption
+  // ("assumption: ..." in data/gpus.json, "assumed ..." from a calibration term) or the spec sheet (anything else).
+  enum class Origin { spec, assumed, measured };
+  Origin origin(const std::string& field) const;
 };
 std::string default_gpus_path();  // gpus.json where kvf::data_file finds it (kvf/install_paths.hpp)
 // Throws UsageError naming the file/field when the file is missing or a GPU lacks a field or a source.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -179,6 +180,8 @@ class Predictor {
   // is nullopt with the reason (file:line, column, value) in bad_count.
   std::optional<int> count(const char* name, std::int64_t hi);
   std::string bad_count;
+  // The whole number the row's note writes after `key` ("... KV splits 3; ..." -> 3), nullopt when it has none.
+  std::optional<long> note_count(std::string_view key) const;
   // A measured row of the run matching every (param, value): the row's mode first, then cold, then hot.
   const CaseRow* alone_row(const std::string& study, const Match& m) const;
   const Shape* shape(const std::string& name) const;  // nullptr when no shapes were given or it is not there
