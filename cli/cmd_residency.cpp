@@ -622,7 +622,8 @@ void add_residency(CLI::App& app) {
   sub->add_option("--compress-to", args->compress_to,
                   "Forms the cost policy may turn an HBM block into under pressure (the entry form's family, fewer "
                   "bits), comma-separated, or none; auto: the 8-bit form when --form is 16-bit, else none. The model "
-                  "prices the restore passes, not the quality lost")
+                  "prices the restore passes, not the quality lost; a compressing cost replays beside its control, "
+                  "cost-no-compress (the same policy, no compressed form)")
       ->capture_default_str()
       ->check(non_empty("forms or none"));
   sub->add_option("--policies", args->policies, "Comma-separated policies (" + policy_names() + ")")
