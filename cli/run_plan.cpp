@@ -74,10 +74,6 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
     }
     if (want) c.studies.push_back(name);
   }
-  // The default list leaves out a stream study the directory already holds (its ceilings are kept, below); one
-  // asked for by name is refused there, as any study run twice.
-  if (requested.empty() && !study_status(out, "stream").empty())
-    std::erase(c.studies, std::string("stream"));
   if (c.studies.empty()) throw UsageError("no study to run");
   // A run continued into a directory that holds a finished stream study (a sweep split over several calls)
   // keeps that ceiling instead of measuring it twice under one case name.
@@ -86,6 +82,14 @@ Chosen choose_studies(const RunOptions& o, const std::string& out, const std::st
   if (const std::string held = study_backend(out, "stream"); !held.empty() && held != backend)
     throw UsageError("--out " + out + ": holds a stream study measured on backend " + held +
                      ", this run's backend is " + backend + "; give another --out");
+  // The default list leaves out a stream study the directory already holds (its ceilings are kept, below); one
+  // asked for by name is refused there, as any study run twice.
+  if (const std::string st = study_status(out, "stream"); requested.empty() && !st.empty()) {
+    std::erase(c.studies, std::string("stream"));
+    if (c.studies.empty())
+      throw UsageError("--out " + out + ": already holds the stream study (status " + st +
+                       ") and no other study is built: nothing to run");
+  }
   // One run of a study per directory (the bench refuses a second: it would write every case name again); said
   // here before any study runs.
   for (const auto& name : c.studies)
