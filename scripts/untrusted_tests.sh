@@ -7,4 +7,4 @@ KVF_UNTRUSTED_TESTS='^((Input|Units|input|cli_flags|badinput|BadInput|FrontierBe
 # Of those, the ones that need the access, frontier, idleness, remote and attention benches, which the sanitizer
 # build leaves out (they read only their own command line and models.json, whose reader kvf links too): the default
 # build runs them.
-KVF_UNTRUSTED_TESTS_NOT_HERE='^(cli_flags\.(access|frontier|idleness|remote)\.|cli_flags\.kvf\.run_(study|pass)_flag_|cli_flags\.kvf\.attention_|badinput\.idleness\.|FrontierBenchCli)'
+KVF_UNTRUSTED_TESTS_NOT_HERE='^(cli_flags\.(access|frontier|idleness|remote)\.|cli_flags\.kvf\.run_(study|pass)_flag_|cli_flags\.kvf\.run_default_list_|cli_flags\.kvf\.attention_|badinput\.idleness\.|FrontierBenchCli)'
